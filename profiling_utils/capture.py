@@ -1,0 +1,178 @@
+"""Profile a step function the way the reference post does, in one call.
+
+:func:`capture` wraps the boilerplate every example repeats: optional warm-up iterations
+before profiling, a ``torch.profiler.schedule``, a ``record_function`` label around each step,
+activities chosen by what the machine has, and the two artifacts the post writes, the Chrome
+trace and the profiler table, named ``{size}_{dtype}_{cold|warm}_{eager|compile}``.
+
+Example::
+
+    x = w = b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    run = capture(lambda: torch.add(torch.matmul(x, w), b),
+                  name=run_name(64, "bf16", warm=False, compiled=False),
+                  label="matmul_add", out_dir="traces")
+    print(run.table)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trace import Trace
+
+
+def run_name(
+    size: int | Sequence[int], dtype: str, *, warm: bool, compiled: bool | str = False
+) -> str:
+    """The post's file name for a run: ``{size}_{dtype}_{cold|warm}_{eager|compile}``.
+
+    ``size`` may be a shape (``(8, 64, 64)`` gives ``8x64x64``). ``compiled`` may be a
+    ``torch.compile`` mode name, which is appended (``compile-reduce-overhead``).
+    """
+    size_part = "x".join(str(s) for s in size) if isinstance(size, Sequence) else str(size)
+    if compiled is True:
+        how = "compile"
+    elif compiled:
+        how = f"compile-{compiled}"
+    else:
+        how = "eager"
+    return f"{size_part}_{dtype}_{'warm' if warm else 'cold'}_{how}"
+
+
+@dataclass
+class Capture:
+    """What :func:`capture` returns: the artifacts of one profiled run."""
+
+    name: str
+    """The run's name, also the stem of both files."""
+    trace_path: Path
+    """The Chrome trace written by ``export_chrome_trace`` (``.json.gz`` or ``.json``)."""
+    table_path: Path
+    """The profiler table as text (``key_averages().table(...)``)."""
+    table: str
+    """The same table, as a string."""
+    device: str
+    """``"cuda"`` when GPU activity was recorded, ``"cpu"`` otherwise."""
+    activities: list[str]
+    """The profiler activities that were recorded, e.g. ``["CPU", "CUDA"]``."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The run's parameters: schedule, warm-up iterations, label, sort key."""
+    key_averages: Any = field(default=None, repr=False)
+    """The profiler's ``key_averages()`` event list, for rendering the table as HTML."""
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether GPU activity was profiled."""
+        return self.device == "cuda"
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The trace, loaded once into the model every analysis queries."""
+        from .trace import load_trace
+
+        return load_trace(self.trace_path)
+
+
+def capture(
+    step: Callable[[], Any],
+    *,
+    name: str,
+    out_dir: str | os.PathLike[str] = "traces",
+    label: str = "step",
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    repeat: int = 1,
+    warmup_iters: int = 0,
+    trace_format: str = "json.gz",
+    row_limit: int = 20,
+    record_shapes: bool = False,
+    with_stack: bool = False,
+) -> Capture:
+    """Profile ``step`` under a schedule and write the trace and the profiler table.
+
+    Args:
+        step: The code to profile, called once per step with no arguments.
+        name: The run's name; see :func:`run_name`.
+        out_dir: Folder for ``{name}.json.gz`` (or ``.json``) and ``{name}.txt``.
+        label: The ``record_function`` label put around every call of ``step``.
+        wait, warmup, active, repeat: The ``torch.profiler.schedule``. Steps in ``wait`` are
+            run unprofiled; steps in ``warmup`` run with the profiler on but are discarded;
+            ``active`` steps are recorded; the cycle is done ``repeat`` times.
+        warmup_iters: Calls of ``step`` before the profiler starts (the post's ``--warmup``
+            runs three), followed by a device synchronisation.
+        trace_format: ``"json.gz"`` (default) or ``"json"``.
+        row_limit: Rows in the profiler table.
+        record_shapes, with_stack: Passed to ``torch.profiler.profile``; both add CPU overhead.
+
+    Returns:
+        A :class:`Capture`. On a machine without a GPU only CPU activity is recorded and
+        ``Capture.device`` says ``"cpu"``; that is not an error.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    if trace_format not in ("json.gz", "json"):
+        raise ValueError(f"trace_format must be 'json.gz' or 'json', not {trace_format!r}")
+    if repeat < 1 or active < 1:
+        raise ValueError("active and repeat must be at least 1")
+    has_gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if has_gpu else [])
+
+    def labelled_step() -> Any:
+        with record_function(label):
+            return step()
+
+    for _ in range(warmup_iters):
+        labelled_step()
+    if has_gpu:
+        # Warm-up work must have finished before profiling starts, or it leaks into step one.
+        torch.cuda.synchronize()
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace_path = out / f"{name}.{trace_format}"
+    table_path = out / f"{name}.txt"
+    steps = (wait + warmup + active) * repeat
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+    ) as prof:
+        for _ in range(steps):
+            labelled_step()
+            prof.step()
+    if has_gpu:
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace_path))
+    sort_by = "cuda_time_total" if has_gpu else "cpu_time_total"
+    averages = prof.key_averages()
+    table = averages.table(sort_by=sort_by, row_limit=row_limit)
+    table_path.write_text(table + "\n")
+    return Capture(
+        name=name,
+        trace_path=trace_path,
+        table_path=table_path,
+        table=table,
+        device="cuda" if has_gpu else "cpu",
+        activities=[a.name for a in activities],
+        params={
+            "wait": wait,
+            "warmup": warmup,
+            "active": active,
+            "repeat": repeat,
+            "warmup_iters": warmup_iters,
+            "label": label,
+            "sort_by": sort_by,
+            "record_shapes": record_shapes,
+            "with_stack": with_stack,
+        },
+        key_averages=averages,
+    )
