@@ -1,0 +1,3 @@
+"""Rendering of traces for the documentation pages."""
+
+from .timeline import Highlight, highlight_between, highlight_span, plot_timeline

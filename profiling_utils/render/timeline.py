@@ -1,0 +1,762 @@
+"""Timeline images of a trace: CPU threads and GPU streams stacked on one time axis.
+
+The picture is the one a trace viewer such as Perfetto shows, drawn with matplotlib so that an
+executed gallery example can put it on its page: one band ("lane") per CPU thread, GPU stream and
+the CUPTI overhead lane, events drawn as boxes nested by depth, ``ProfilerStep#N`` boundaries as
+vertical lines, and labelled highlights for what the example is about (a dead window, a CPU to GPU
+offset, a memcpy before a GEMM).
+
+The figure has an opaque white background and dark text, so one PNG reads the same in the light
+and the dark theme of the site. All sizes are in points and inches, so it stays sharp at any DPI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib import transforms
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.textpath import text_to_path
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from profiling_utils.trace import Lane, Span, Trace
+
+__all__ = ["Highlight", "highlight_between", "highlight_span", "plot_timeline"]
+
+# Geometry, in inches (figure) and in rows (the y data unit: one row per nesting depth).
+_FIGURE_WIDTH_IN = 10.0
+_ROW_IN = 0.35
+_RIGHT_MARGIN_IN = 0.25
+_STEP_LABEL_STRIP_IN = 0.3
+_TITLE_IN = 0.35
+_AXIS_LABELS_IN = 0.55
+_LEGEND_ROW_IN = 0.22
+_BOX_HEIGHT_ROWS = 0.78
+_LANE_GAP_ROWS = 0.5
+_TIER_ROWS = 1.0
+
+# Text, in points.
+_NAME_PT = 8.0
+_LANE_LABEL_PT = 9.0
+_TITLE_PT = 11.0
+_TEXT_PAD_PT = 2.5
+_MIN_BOX_PT = 0.6  # zero-length events still show as a hairline
+_EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
+_ELLIPSIS = "\u2026"
+_MIN_KEPT_CHARS = 3  # "ab…" tells a reader nothing; such names are omitted instead
+
+_PAD_FRACTION = 0.02  # of the window, on each side, when the window is computed
+_MS_FROM_US = 2000.0  # windows at least this long are labelled in ms
+
+# Colours: the Okabe-Ito palette, which stays distinguishable with the common colour-vision
+# deficiencies. Black text has at least 5:1 contrast on each fill.
+_TEXT = "#1a1a1a"
+_MUTED_TEXT = "#444444"
+_LANE_SHADE = "#f1f2f4"
+_GRID = "#dcdcdc"
+_HIGHLIGHT = "#0072b2"
+
+
+@dataclass(frozen=True)
+class _Category:
+    legend: str
+    colour: str
+
+
+_ANNOTATION = _Category("annotation", "#cc79a7")
+_RUNTIME = _Category("CUDA runtime / driver", "#e69f00")
+_OTHER = _Category("other", "#d9d9d9")
+_CATEGORIES: dict[str, _Category] = {
+    "user_annotation": _ANNOTATION,
+    "gpu_user_annotation": _ANNOTATION,
+    "cpu_op": _Category("CPU op", "#56b4e9"),
+    "cuda_runtime": _RUNTIME,
+    "cuda_driver": _RUNTIME,
+    "kernel": _Category("kernel", "#009e73"),
+    "gpu_memcpy": _Category("memcpy", "#d55e00"),
+    "gpu_memset": _Category("memset", "#f0e442"),
+    "overhead": _Category("profiler overhead", "#999999"),
+    "python_function": _Category("Python function", "#bbbbbb"),
+}
+_LEGEND_ORDER = [
+    _ANNOTATION,
+    _CATEGORIES["cpu_op"],
+    _RUNTIME,
+    _CATEGORIES["kernel"],
+    _CATEGORIES["gpu_memcpy"],
+    _CATEGORIES["gpu_memset"],
+    _CATEGORIES["overhead"],
+    _CATEGORIES["python_function"],
+    _OTHER,
+]
+_LEGEND_HANDLE_EM = 1.2
+_LEGEND_HANDLE_PAD_EM = 0.6
+_LEGEND_SPACING_EM = 1.4
+
+
+@dataclass(frozen=True)
+class Highlight:
+    """A labelled time range drawn over the timeline: a translucent band and its measured length.
+
+    Attributes:
+        start: Start of the range, µs, on the trace's time axis (the axis of ``Span.start``).
+        end: End of the range, µs; not before ``start``.
+        label: What the range is, e.g. ``"dead window"``; the picture appends the duration.
+        lane: The lane the band covers, or ``None`` for a band across all lanes.
+    """
+
+    start: float
+    end: float
+    label: str
+    lane: Lane | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start) and math.isfinite(self.end)):
+            raise ValueError(f"highlight {self.label!r}: start and end must be finite numbers")
+        if self.end < self.start:
+            raise ValueError(
+                f"highlight {self.label!r}: end {self.end:.3f} µs is before start "
+                f"{self.start:.3f} µs"
+            )
+
+    @property
+    def duration_us(self) -> float:
+        """Length of the range, µs."""
+        return self.end - self.start
+
+
+def highlight_span(span: Span, label: str) -> Highlight:
+    """Highlight one span on its own lane, e.g. a ``Memcpy DtoD`` or an ``Activity Buffer Request``.
+
+    Args:
+        span: The span to mark.
+        label: What it is; the picture appends its duration.
+
+    Returns:
+        A highlight covering the span, on the span's lane.
+    """
+    return Highlight(span.start, span.end, label, lane=span.lane)
+
+
+def highlight_between(a: Span, b: Span, label: str) -> Highlight:
+    """Highlight the time between two spans: from the end of ``a`` (or its start) to ``b``'s start.
+
+    When ``a`` ends before ``b`` starts, the range is the gap between them (two kernels, or a
+    launch and the kernel it started). When ``a`` encloses ``b`` (an annotation and the first op
+    inside it), the range runs from ``a``'s start: the dead window before ``b``.
+
+    Args:
+        a: The earlier span.
+        b: The later span.
+        label: What the range is; the picture appends its duration.
+
+    Returns:
+        A highlight on the spans' lane when they share one, else a band across all lanes.
+
+    Raises:
+        ValueError: If ``b`` starts before ``a`` does.
+    """
+    start = a.end if a.end <= b.start else a.start
+    if b.start < start:
+        raise ValueError(
+            f"{b.name!r} starts at {b.start:.3f} µs, before {a.name!r} starts at {a.start:.3f} µs"
+        )
+    return Highlight(start, b.start, label, lane=a.lane if a.lane == b.lane else None)
+
+
+def plot_timeline(
+    trace: Trace,
+    *,
+    window: tuple[float, float] | None = None,
+    step: int | None = None,
+    highlights: Sequence[Highlight] = (),
+    lanes: Sequence[Lane] | None = None,
+    max_depth: int | None = None,
+    title: str | None = None,
+    ax: Axes | None = None,
+    python_functions: bool = False,
+) -> Figure:
+    """Draw a trace's CPU threads and GPU streams as stacked lanes on one time axis.
+
+    Each span is a box on its lane; nested spans sit one row lower per nesting depth. Names are
+    written inside boxes wide enough for them (shortened with an ellipsis where needed), lanes
+    without spans in the window are left out, and ``ProfilerStep#N`` boundaries are drawn as
+    dashed vertical lines labelled with the step.
+
+    Args:
+        trace: The loaded trace.
+        window: ``(start, end)`` in µs on the trace's time axis; drawn exactly.
+        step: Zoom to ``ProfilerStep#step``: its CPU window widened to take in the GPU work it
+            launched, with a small margin. Not together with ``window``.
+        highlights: Ranges to mark, each drawn as a band with its label and measured duration.
+        lanes: The lanes to draw, in the trace's lane order; by default every CPU, GPU and
+            CUPTI overhead lane.
+        max_depth: Draw only spans nested at most this deep (0: top-level spans only).
+        title: Title above the picture.
+        ax: Draw into these axes instead of a new figure; the figure's size is left alone.
+        python_functions: Also draw ``python_function`` spans (traces taken with
+            ``with_stack=True``); hidden by default, since they bury the ops under them.
+
+    Returns:
+        The figure drawn into.
+
+    Raises:
+        ValueError: For a bad window, an unknown step or lane, both ``window`` and ``step``, no
+            span in the window, or a highlight outside the picture.
+    """
+    if max_depth is not None and max_depth < 0:
+        raise ValueError(f"max_depth must be 0 or more, not {max_depth}")
+    chosen = _chosen_lanes(trace, lanes)
+    x0, x1 = _resolve_window(trace, chosen, window, step, python_functions)
+    layout = _lay_out(trace, chosen, x0, x1, max_depth, python_functions)
+    if not layout.lanes:
+        raise ValueError(
+            f"{_trace_name(trace)}: no spans between {x0:.3f} and {x1:.3f} µs on the chosen "
+            f"lanes; the trace runs from 0 to {_trace_end(trace):.3f} µs"
+        )
+    _check_highlights(highlights, layout, x0, x1)
+
+    lane_titles = [_lane_title(placed.lane) for placed in layout.lanes]
+    categories = _categories_drawn(layout)
+    if ax is None:
+        left_in = max(_text_width_pt(t, _LANE_LABEL_PT) for t in lane_titles) / 72 + 0.3
+        width_pt = (_FIGURE_WIDTH_IN - left_in - _RIGHT_MARGIN_IN) * 72
+    else:
+        width_pt = ax.bbox.width * 72 / ax.figure.dpi
+    legend_columns = _legend_columns(categories, width_pt)
+    legend_rows = math.ceil(len(categories) / legend_columns)
+    pt_per_us = width_pt / (x1 - x0)
+    placed_highlights, tiers = _place_highlight_labels(highlights, x0, x1, pt_per_us)
+
+    # Highlight label tiers sit above the lanes, at negative y (the y axis points down).
+    tiers_rows = tiers * _TIER_ROWS
+    if ax is None:
+        top_in = _STEP_LABEL_STRIP_IN + (_TITLE_IN if title else 0.0)
+        bottom_in = _AXIS_LABELS_IN + legend_rows * _LEGEND_ROW_IN + 0.1
+        plot_in = (tiers_rows + layout.rows) * _ROW_IN
+        height_in = top_in + plot_in + bottom_in
+        fig = plt.figure(figsize=(_FIGURE_WIDTH_IN, height_in), facecolor="white")
+        ax = fig.add_axes(
+            (
+                left_in / _FIGURE_WIDTH_IN,
+                bottom_in / height_in,
+                width_pt / 72 / _FIGURE_WIDTH_IN,
+                plot_in / height_in,
+            )
+        )
+    fig = ax.figure
+
+    ax.set_facecolor("white")
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(layout.rows, -tiers_rows)
+    _draw_lanes(ax, layout, lane_titles)
+    _draw_boxes(ax, layout, x0, x1, pt_per_us)
+    _draw_steps(ax, trace, layout, x0, x1, pt_per_us)
+    _draw_highlights(ax, placed_highlights, layout)
+    _format_time_axis(ax, x0, x1)
+    _draw_legend(ax, categories, legend_columns)
+    if title:
+        ax.set_title(title, loc="left", fontsize=_TITLE_PT, color=_TEXT, pad=18)
+    return fig
+
+
+# --- what to draw -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PlacedLane:
+    lane: Lane
+    top: float  # y of the lane's first row
+    rows: int
+    spans: list[Span]
+    span_rows: list[int]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    lanes: list[_PlacedLane]
+    rows: float  # y of the bottom of the last lane
+
+
+def _chosen_lanes(trace: Trace, lanes: Sequence[Lane] | None) -> list[Lane]:
+    if lanes is None:
+        return [lane for lane in trace.lanes if lane.kind != "other"]
+    unknown = [lane for lane in lanes if lane not in trace.lanes]
+    if unknown:
+        raise ValueError(
+            f"{_trace_name(trace)} has no lane {unknown[0].label!r}; its lanes are: "
+            + ", ".join(lane.label for lane in trace.lanes)
+        )
+    wanted = set(lanes)
+    return [lane for lane in trace.lanes if lane in wanted]
+
+
+def _drawable(span: Span, python_functions: bool) -> bool:
+    return python_functions or span.cat != "python_function"
+
+
+def _resolve_window(
+    trace: Trace,
+    lanes: list[Lane],
+    window: tuple[float, float] | None,
+    step: int | None,
+    python_functions: bool,
+) -> tuple[float, float]:
+    if window is not None and step is not None:
+        raise ValueError("pass either window or step, not both")
+    if window is not None:
+        x0, x1 = (float(v) for v in window)
+        if not (math.isfinite(x0) and math.isfinite(x1)) or x1 <= x0:
+            raise ValueError(f"window must be (start, end) in µs with end > start, not {window}")
+        return x0, x1
+    if step is not None:
+        found = [s for s in trace.steps if s.number == step]
+        if not found:
+            have = ", ".join(str(s.number) for s in trace.steps) or "none"
+            raise ValueError(f"{_trace_name(trace)} has no ProfilerStep#{step}; its steps: {have}")
+        chosen = found[0]
+        lo = min([chosen.start, *(w.start for w in chosen.gpu_work)])
+        hi = max([chosen.end, *(w.end for w in chosen.gpu_work)])
+    else:
+        spans = [
+            s for lane in lanes for s in trace.lane_spans(lane) if _drawable(s, python_functions)
+        ]
+        if not spans:
+            raise ValueError(f"{_trace_name(trace)}: no spans on the chosen lanes")
+        lo = min(s.start for s in spans)
+        hi = max(s.end for s in spans)
+    pad = (hi - lo) * _PAD_FRACTION or 1.0
+    return lo - pad, hi + pad
+
+
+def _lay_out(
+    trace: Trace,
+    lanes: list[Lane],
+    x0: float,
+    x1: float,
+    max_depth: int | None,
+    python_functions: bool,
+) -> _Layout:
+    hidden_above: dict[int, int] = {}
+
+    def row_of(span: Span) -> int:
+        if python_functions:
+            return span.depth
+        # Hidden python_function ancestors would leave empty rows: count them out.
+        chain: list[Span] = []
+        node = span
+        while node.parent is not None and node.id not in hidden_above:
+            chain.append(node)
+            node = trace.spans[node.parent]
+        hidden = hidden_above.get(node.id, 0)
+        for child in reversed(chain):
+            parent = trace.spans[child.parent]  # type: ignore[index]
+            hidden += parent.cat == "python_function"
+            hidden_above[child.id] = hidden
+        return span.depth - hidden_above.get(span.id, 0)
+
+    placed: list[_PlacedLane] = []
+    top = 0.0
+    for lane in lanes:
+        spans: list[Span] = []
+        rows: list[int] = []
+        for span in trace.lane_spans(lane):
+            if span.start > x1 or span.end < x0 or not _drawable(span, python_functions):
+                continue
+            row = row_of(span)
+            if max_depth is not None and row > max_depth:
+                continue
+            spans.append(span)
+            rows.append(row)
+        if not spans:
+            continue
+        if placed:
+            top += _LANE_GAP_ROWS
+        lane_rows = max(rows) + 1
+        placed.append(_PlacedLane(lane, top, lane_rows, spans, rows))
+        top += lane_rows
+    return _Layout(placed, top)
+
+
+def _check_highlights(
+    highlights: Sequence[Highlight], layout: _Layout, x0: float, x1: float
+) -> None:
+    drawn = {placed.lane for placed in layout.lanes}
+    for h in highlights:
+        if h.end < x0 or h.start > x1:
+            raise ValueError(
+                f"highlight {h.label!r} ({h.start:.3f} to {h.end:.3f} µs) lies outside the "
+                f"window {x0:.3f} to {x1:.3f} µs"
+            )
+        if h.lane is not None and h.lane not in drawn:
+            raise ValueError(
+                f"highlight {h.label!r} is on lane {h.lane.label!r}, which is not drawn "
+                "(not chosen, or no spans in the window)"
+            )
+
+
+def _categories_drawn(layout: _Layout) -> list[_Category]:
+    present = {_category(s.cat) for placed in layout.lanes for s in placed.spans}
+    return [c for c in _LEGEND_ORDER if c in present]
+
+
+def _category(cat: str) -> _Category:
+    return _CATEGORIES.get(cat, _OTHER)
+
+
+# --- drawing ------------------------------------------------------------------------------------
+
+
+def _draw_lanes(ax: Axes, layout: _Layout, titles: list[str]) -> None:
+    for index, placed in enumerate(layout.lanes):
+        if index % 2 == 0:
+            ax.axhspan(
+                placed.top - _LANE_GAP_ROWS / 2,
+                placed.top + placed.rows + _LANE_GAP_ROWS / 2,
+                facecolor=_LANE_SHADE,
+                edgecolor="none",
+                zorder=0,
+            )
+    ax.set_yticks(
+        [placed.top + 0.5 for placed in layout.lanes],
+        titles,
+        fontsize=_LANE_LABEL_PT,
+        color=_TEXT,
+    )
+    ax.tick_params(axis="y", length=0, pad=6)
+    for label in ax.get_yticklabels():
+        label.set_parse_math(False)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.spines["bottom"].set_color(_MUTED_TEXT)
+
+
+def _draw_boxes(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: float) -> None:
+    starts: list[float] = []
+    ends: list[float] = []
+    tops: list[float] = []
+    colours: list[str] = []
+    named: list[tuple[Span, float]] = []
+    min_width_us = _MIN_BOX_PT / pt_per_us
+    inset = (1.0 - _BOX_HEIGHT_ROWS) / 2
+    for placed in layout.lanes:
+        for span, row in zip(placed.spans, placed.span_rows, strict=True):
+            top = placed.top + row + inset
+            starts.append(span.start)
+            ends.append(max(span.end, span.start + min_width_us))
+            tops.append(top)
+            colours.append(_category(span.cat).colour)
+            named.append((span, top + _BOX_HEIGHT_ROWS / 2))
+
+    x_start = np.asarray(starts)
+    x_end = np.asarray(ends)
+    y_top = np.asarray(tops)
+    y_bottom = y_top + _BOX_HEIGHT_ROWS
+    corners = np.stack(
+        [
+            np.column_stack([x_start, y_top]),
+            np.column_stack([x_end, y_top]),
+            np.column_stack([x_end, y_bottom]),
+            np.column_stack([x_start, y_bottom]),
+        ],
+        axis=1,
+    )
+    widths_pt = (x_end - x_start) * pt_per_us
+    boxes = PolyCollection(
+        corners,
+        facecolors=colours,
+        edgecolors="white",
+        linewidths=np.where(widths_pt >= _EDGE_FROM_PT, 0.6, 0.0),
+        zorder=2,
+    )
+    boxes.set_gid("timeline-boxes")
+    ax.add_collection(boxes)
+
+    shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
+    for span, y_centre in named:
+        left, right = max(span.start, x0), min(span.end, x1)
+        room_pt = (right - left) * pt_per_us - 2 * _TEXT_PAD_PT
+        if room_pt < shortest_name_pt:
+            continue
+        text = _fit(_display_name(span), room_pt)
+        if text is None:
+            continue
+        name = ax.text(
+            (left + right) / 2,
+            y_centre,
+            text,
+            ha="center",
+            va="center",
+            fontsize=_NAME_PT,
+            color=_TEXT,
+            clip_on=True,
+            parse_math=False,
+            zorder=3,
+        )
+        name.set_gid("span-name")
+
+
+def _draw_steps(
+    ax: Axes, trace: Trace, layout: _Layout, x0: float, x1: float, pt_per_us: float
+) -> None:
+    lanes_top = -_LANE_GAP_ROWS / 2
+    lanes_bottom = layout.rows + _LANE_GAP_ROWS / 2
+    boundaries: set[float] = set()
+    for step in trace.steps:
+        if step.end < x0 or step.start > x1:
+            continue
+        boundaries.update(x for x in (step.start, step.end) if x0 <= x <= x1)
+        left, right = max(step.start, x0), min(step.end, x1)
+        room_pt = (right - left) * pt_per_us - _TEXT_PAD_PT
+        for text in (f"ProfilerStep#{step.number}", f"#{step.number}"):
+            if _text_width_pt(text, _NAME_PT) <= room_pt:
+                label = ax.annotate(
+                    text,
+                    xy=(left, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(_TEXT_PAD_PT, 3),
+                    textcoords="offset points",
+                    fontsize=_NAME_PT,
+                    color=_MUTED_TEXT,
+                    va="bottom",
+                    ha="left",
+                    annotation_clip=False,
+                )
+                label.set_gid("step-label")
+                break
+    if boundaries:
+        lines = ax.vlines(
+            sorted(boundaries),
+            lanes_top,
+            lanes_bottom,
+            colors=_MUTED_TEXT,
+            linewidths=0.8,
+            linestyles=(0, (3, 2)),
+            zorder=4,
+        )
+        lines.set_gid("step-boundaries")
+
+
+@dataclass(frozen=True)
+class _PlacedHighlight:
+    highlight: Highlight
+    text: str
+    text_x: float
+    text_align: str
+    tier: int
+
+
+def _place_highlight_labels(
+    highlights: Sequence[Highlight], x0: float, x1: float, pt_per_us: float
+) -> tuple[list[_PlacedHighlight], int]:
+    """Give each label a tier above the lanes so that no two labels or ranges overlap."""
+    tiers: list[list[tuple[float, float]]] = []
+    placed: list[_PlacedHighlight] = []
+    gap_us = 6.0 / pt_per_us
+    for h in sorted(highlights, key=lambda h: (h.start, h.end)):
+        text = f"{h.label} {_format_duration(h.duration_us)}"
+        half_us = _text_width_pt(text, _NAME_PT) / 2 / pt_per_us
+        left, right = max(h.start, x0), min(h.end, x1)
+        centre = (left + right) / 2
+        if centre - half_us < x0:
+            text_x, align, extent = x0, "left", (x0, x0 + 2 * half_us)
+        elif centre + half_us > x1:
+            text_x, align, extent = x1, "right", (x1 - 2 * half_us, x1)
+        else:
+            text_x, align, extent = centre, "center", (centre - half_us, centre + half_us)
+        occupied = (min(extent[0], left) - gap_us, max(extent[1], right) + gap_us)
+        tier = next(
+            (
+                index
+                for index, taken in enumerate(tiers)
+                if all(occupied[1] <= a or occupied[0] >= b for a, b in taken)
+            ),
+            len(tiers),
+        )
+        if tier == len(tiers):
+            tiers.append([])
+        tiers[tier].append(occupied)
+        placed.append(_PlacedHighlight(h, text, text_x, align, tier))
+    return placed, len(tiers)
+
+
+def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) -> None:
+    lane_top = {p.lane: p.top for p in layout.lanes}
+    lane_rows = {p.lane: p.rows for p in layout.lanes}
+    for item in placed:
+        h = item.highlight
+        line_y = -(item.tier * _TIER_ROWS) - 0.3
+        if h.lane is None:
+            band_top, band_bottom = line_y, layout.rows + _LANE_GAP_ROWS / 2
+        else:
+            band_top = lane_top[h.lane] - 0.1
+            band_bottom = lane_top[h.lane] + lane_rows[h.lane] + 0.1
+        band = Rectangle(
+            (h.start, band_top),
+            h.end - h.start,
+            band_bottom - band_top,
+            facecolor=_HIGHLIGHT,
+            alpha=0.22,
+            edgecolor="none",
+            zorder=1,  # behind the boxes: it shows in the empty space, its edges show over boxes
+            label=item.text,
+        )
+        band.set_gid("highlight")
+        ax.add_patch(band)
+        edges = [h.start, h.end]
+        ax.vlines(edges, band_top, band_bottom, colors=_HIGHLIGHT, linewidths=1.2, zorder=5)
+        # Up to the label: dotted where it crosses lanes the highlight is not about.
+        ax.vlines(
+            edges,
+            line_y,
+            band_top,
+            colors=_HIGHLIGHT,
+            linewidths=1.2 if h.lane is None else 0.8,
+            linestyles="solid" if h.lane is None else (0, (1, 2)),
+            zorder=5,
+        )
+        ax.hlines(line_y, h.start, h.end, colors=_HIGHLIGHT, linewidths=1.6, zorder=5)
+        label = ax.text(
+            item.text_x,
+            line_y - 0.12,
+            item.text,
+            ha=item.text_align,
+            va="bottom",
+            fontsize=_NAME_PT,
+            fontweight="bold",
+            color=_HIGHLIGHT,
+            parse_math=False,
+            zorder=6,
+        )
+        label.set_gid("highlight-label")
+
+
+def _format_time_axis(ax: Axes, x0: float, x1: float) -> None:
+    in_ms = x1 - x0 >= _MS_FROM_US
+    scale = 1000.0 if in_ms else 1.0
+    locator = MaxNLocator(nbins=10, steps=[1, 2, 2.5, 5, 10])
+    ticks = locator.tick_values(x0, x1)
+    spacing = (ticks[1] - ticks[0]) / scale if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(spacing))) if spacing > 0 else 0
+    if round(spacing * 10**decimals, 6) % 1:  # steps like 2.5 need one more digit
+        decimals += 1
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / scale:.{decimals}f}"))
+    ax.tick_params(axis="x", labelsize=_NAME_PT, colors=_MUTED_TEXT, labelcolor=_TEXT)
+    ax.set_xlabel(
+        f"time since trace start ({'ms' if in_ms else 'µs'})", fontsize=_NAME_PT, color=_TEXT
+    )
+    ax.grid(axis="x", color=_GRID, linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+
+
+def _legend_columns(categories: list[_Category], width_pt: float) -> int:
+    """The most legend entries per row that fit in ``width_pt``."""
+    handle_pt = (_LEGEND_HANDLE_EM + _LEGEND_HANDLE_PAD_EM + _LEGEND_SPACING_EM) * _NAME_PT
+    entries_pt = [_text_width_pt(c.legend, _NAME_PT) + handle_pt for c in categories]
+    for columns in range(len(categories), 1, -1):
+        rows = math.ceil(len(categories) / columns)
+        # Entries fill the legend column by column; a column is as wide as its widest entry.
+        widths = [max(entries_pt[i : i + rows]) for i in range(0, len(entries_pt), rows)]
+        if sum(widths) <= width_pt:
+            return columns
+    return 1
+
+
+def _draw_legend(ax: Axes, categories: list[_Category], columns: int) -> None:
+    handles = [Patch(facecolor=c.colour, edgecolor="none", label=c.legend) for c in categories]
+    below_axis_labels = transforms.offset_copy(
+        ax.transAxes, fig=ax.figure, y=-_AXIS_LABELS_IN * 72 + 6, units="points"
+    )
+    legend = ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(0.0, 0.0),
+        bbox_transform=below_axis_labels,
+        ncols=columns,
+        frameon=False,
+        fontsize=_NAME_PT,
+        handlelength=_LEGEND_HANDLE_EM,
+        handletextpad=_LEGEND_HANDLE_PAD_EM,
+        handleheight=0.9,
+        borderaxespad=0.0,
+        borderpad=0.0,
+        columnspacing=_LEGEND_SPACING_EM,
+        labelcolor=_TEXT,
+    )
+    legend.set_gid("category-legend")
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8192)
+def _text_width_pt(text: str, size_pt: float) -> float:
+    width, _height, _descent = text_to_path.get_text_width_height_descent(
+        text, FontProperties(size=size_pt), ismath=False
+    )
+    return width
+
+
+def _fit(name: str, room_pt: float) -> str | None:
+    """The name, or its longest prefix plus an ellipsis, that fits in ``room_pt``; else None."""
+    if _text_width_pt(name, _NAME_PT) <= room_pt:
+        return name
+    low, high = _MIN_KEPT_CHARS, len(name) - 1
+    if high < low or _text_width_pt(name[:low] + _ELLIPSIS, _NAME_PT) > room_pt:
+        return None
+    while low < high:  # the longest prefix that fits
+        middle = (low + high + 1) // 2
+        if _text_width_pt(name[:middle] + _ELLIPSIS, _NAME_PT) <= room_pt:
+            low = middle
+        else:
+            high = middle - 1
+    return name[:low].rstrip() + _ELLIPSIS
+
+
+def _display_name(span: Span) -> str:
+    """A kernel's name without the ``void`` and the argument list that the demangler adds."""
+    name = span.name
+    if not span.is_gpu_work:
+        return name
+    name = name.removeprefix("void ")
+    if name.endswith(")"):
+        depth = 0
+        for index in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[index], 0)
+            if depth == 0:
+                if index > 0:
+                    name = name[:index]
+                break
+    return name
+
+
+def _format_duration(duration_us: float) -> str:
+    if duration_us >= 1000.0:
+        return f"{duration_us / 1000:.3g} ms"
+    return f"{duration_us:.3g} µs"
+
+
+def _lane_title(lane: Lane) -> str:
+    if lane.kind == "gpu":
+        return f"GPU {lane.device} · stream {lane.stream}"
+    if lane.kind == "overhead":
+        return "CUPTI overhead"
+    return lane.label
+
+
+def _trace_name(trace: Trace) -> str:
+    return trace.path.name
+
+
+def _trace_end(trace: Trace) -> float:
+    return max((s.end for s in trace.spans), default=0.0)
