@@ -1,0 +1,241 @@
+"""Read a Kineto trace file into validated raw events: bytes in, typed events out.
+
+This is the fast, strict layer under :func:`profiling_utils.trace.load_trace`. It accepts what
+``torch.profiler`` writes (``.json`` or ``.json.gz``, detected from the bytes, not the name)
+and turns every way a file can be unreadable into a :class:`~profiling_utils.errors.TraceError`
+that names the file and the problem.
+
+Speed and memory come from decoding with msgspec into typed structs that are not tracked by
+the garbage collector, and from keeping each event's ``args`` as undecoded JSON
+(:class:`msgspec.Raw`), decoded only for the events that need them. A ``Raw`` value points into
+the input buffer, so the decompressed file stays in memory as long as any event does; that
+buffer is counted in the memory budget of ``benchmarks/README.md``.
+
+Some Kineto versions write JSON that strict parsers reject: an unquoted ``N/A`` or ``inf`` in
+``args``, or control characters inside names. Such a file is decoded a second time after a
+byte-level repair that quotes those values and blanks the control characters; files that
+decode the first time are never rewritten.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from .errors import TraceError
+
+__all__ = ["Event", "RawTrace", "read_trace_bytes", "decode_trace", "load_raw_trace"]
+
+_NO_ARGS = msgspec.Raw(b"")
+
+
+class Event(msgspec.Struct, gc=False, eq=False):
+    """One entry of ``traceEvents`` as written, every phase (``X``, ``i``, ``s``/``f``, ``M``...).
+
+    Field names follow the model (``start``, ``raw_args``); the JSON keys are ``ts`` and
+    ``args``. ``start`` is the time as written, in µs (relative to ``baseTimeNanoseconds`` in
+    torch >= 2.4 traces, absolute epoch µs in older ones); it is NaN when the event has no
+    ``ts``. ``dur`` is 0.0 when the event has none.
+    """
+
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = ""
+    tid: int | str = ""
+    start: float = msgspec.field(default=math.nan, name="ts")
+    dur: float = 0.0
+    raw_args: msgspec.Raw = msgspec.field(default=_NO_ARGS, name="args")
+
+
+E = TypeVar("E", bound=Event)
+
+
+@dataclass
+class RawTrace(Generic[E]):
+    """The decoded top level of a trace file, events still raw."""
+
+    path: Path
+    """The file the trace was read from."""
+    events: list[E]
+    """Every entry of ``traceEvents``, in file order."""
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    """``deviceProperties``: one dict per GPU (empty for a CPU-only trace)."""
+    cuda_runtime_version: Any = None
+    """``cuda_runtime_version`` as written, e.g. ``13000``."""
+    cuda_driver_version: Any = None
+    """``cuda_driver_version`` as written."""
+    cupti_version: Any = None
+    """``cupti_version`` as written."""
+    base_time_ns: Any = None
+    """``baseTimeNanoseconds`` as written, when present."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Every other top-level key (``schemaVersion``, ``traceName``, ``distributedInfo``...)."""
+    repaired: bool = False
+    """Whether the file only decoded after the byte-level repair (see the module docs)."""
+
+
+_KNOWN_KEYS = {
+    "traceEvents": "events",
+    "deviceProperties": "device_properties",
+    "cuda_runtime_version": "cuda_runtime_version",
+    "cuda_driver_version": "cuda_driver_version",
+    "cupti_version": "cupti_version",
+    "baseTimeNanoseconds": "base_time_ns",
+}
+
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ANY = msgspec.json.Decoder()
+_EVENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
+
+_GZIP_MAGIC = b"\x1f\x8b"
+# Values some Kineto versions write unquoted; only ever touched after a failed first decode.
+# A value position is after ':' '[' or ',' and before ',' ']' or '}'.
+_BARE_VALUE = re.compile(rb"([:\[,]\s*)(-?(?:N/A|NaN|nan|Infinity|inf))(?=\s*[,\]}])")
+# Control bytes other than tab, newline and carriage return are never valid JSON outside a
+# string and invalid inside one: blank them.
+_CONTROL_TO_SPACE = bytes.maketrans(
+    bytes(b for b in range(32) if b not in (9, 10, 13)),
+    b" " * (32 - 3),
+)
+_VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
+
+
+def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Read a trace file, decompressing it when it is gzip (detected from its first bytes).
+
+    Raises:
+        TraceError: The file is missing, unreadable, empty, or gzip that is cut short or
+            corrupt.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a trace file") from None
+    except OSError as err:
+        raise TraceError(path, f"cannot be read ({err.strerror or err})") from None
+    if not data.strip():
+        raise TraceError(path, "file is empty")
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
+        except (gzip.BadGzipFile, zlib.error, OSError) as err:
+            raise TraceError(path, f"not valid gzip data ({err})") from None
+        if not data.strip():
+            raise TraceError(path, "gzip file holds no data")
+    return data
+
+
+def _event_decoder(event_type: type[E]) -> msgspec.json.Decoder:
+    decoder = _EVENT_DECODERS.get(event_type)
+    if decoder is None:
+        decoder = _EVENT_DECODERS[event_type] = msgspec.json.Decoder(list[event_type])
+    return decoder
+
+
+def _repair(data: bytes) -> bytes:
+    """Quote bare ``N/A``/``NaN``/``inf`` values, blank control bytes, replace invalid UTF-8."""
+    data = data.translate(_CONTROL_TO_SPACE)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    return _BARE_VALUE.sub(rb'\1"\2"', data)
+
+
+def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
+    message = str(err)
+    if "truncated" in message:
+        return "JSON is cut short (the file looks truncated)"
+    first = data.lstrip()[:1]
+    if first not in (b"{", b"["):
+        return f"not JSON (it starts with {data.lstrip()[:16]!r})"
+    return f"not valid JSON ({message})"
+
+
+def _shape_problem(err: msgspec.ValidationError, where_prefix: str) -> str:
+    match = _VALIDATION_PATH.match(str(err))
+    assert match is not None  # the pattern matches any string
+    message, where = match["message"], match["where"]
+    if where is None:
+        return f"{where_prefix}: {message}"
+    return f"unexpected value at {where_prefix}{where}: {message}"
+
+
+def decode_trace(
+    data: bytes, path: str | os.PathLike[str], event_type: type[E] = Event
+) -> RawTrace[E]:
+    """Decode the bytes of a Kineto trace (already decompressed) into a :class:`RawTrace`.
+
+    Args:
+        data: The JSON text as bytes.
+        path: The file it came from, for error messages.
+        event_type: The struct each event is decoded into: :class:`Event` or a subclass
+            (the model's :class:`~profiling_utils.trace.Span` decodes straight from JSON).
+
+    Raises:
+        TraceError: The bytes are not JSON, are JSON cut short, are not a trace object with a
+            ``traceEvents`` list, or an event has a value of the wrong type (a string where a
+            number belongs, for example).
+    """
+    repaired = False
+    try:
+        top = _TOP_LEVEL.decode(data)
+    except msgspec.ValidationError as err:
+        kind = str(err).rsplit("got `", 1)[-1].rstrip("`")
+        raise TraceError(
+            path, f"JSON is not a trace: the top level is {kind!r}, not an object"
+        ) from None
+    except msgspec.DecodeError as first_error:
+        fixed = _repair(data)
+        if fixed == data:
+            raise TraceError(path, _json_problem(data, first_error)) from None
+        try:
+            top = _TOP_LEVEL.decode(fixed)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise TraceError(path, _json_problem(data, first_error)) from None
+        data, repaired = fixed, True
+
+    raw_events = top.get("traceEvents")
+    if raw_events is None:
+        keys = ", ".join(sorted(top)[:8]) or "none"
+        raise TraceError(
+            path, f"JSON is not a trace: no 'traceEvents' key (top-level keys: {keys})"
+        )
+    try:
+        events = _event_decoder(event_type).decode(raw_events)
+    except msgspec.ValidationError as err:
+        raise TraceError(path, _shape_problem(err, "traceEvents")) from None
+
+    trace = RawTrace(path=Path(path), events=events, repaired=repaired)
+    for key, raw in top.items():
+        if key == "traceEvents":
+            continue
+        value = _ANY.decode(raw)
+        attribute = _KNOWN_KEYS.get(key)
+        if attribute is None:
+            trace.metadata[key] = value
+        elif attribute == "device_properties":
+            trace.device_properties = (
+                [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
+            )
+        else:
+            setattr(trace, attribute, value)
+    return trace
+
+
+def load_raw_trace(path: str | os.PathLike[str], event_type: type[E] = Event) -> RawTrace[E]:
+    """Read and decode a trace file: :func:`read_trace_bytes` then :func:`decode_trace`."""
+    return decode_trace(read_trace_bytes(path), path, event_type)

@@ -1,0 +1,600 @@
+"""The trace model: one structure, built once per trace, that every analysis queries.
+
+:func:`load_trace` reads a Kineto trace (``.json`` or ``.json.gz``) and builds a :class:`Trace`:
+
+- the **spans** (complete ``X`` events) with times in µs relative to the trace's origin, the
+  earliest span start, so the first span starts at ``0.0``;
+- the **lanes** they lie on: each CPU thread, each GPU device and stream, the profiler's own
+  overhead track (``pid == -1``), and anything else (``other``);
+- the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`);
+- the **launch links** from each CUDA runtime or driver call to the GPU work it started, by
+  ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
+- the ``ProfilerStep#N`` **steps** and the GPU work launched from inside each;
+- the **devices** from ``deviceProperties`` and the CUDA and CUPTI versions.
+
+Example::
+
+    trace = load_trace("4096_bf16_warm_eager.json.gz")
+    for kernel in trace.kernels:
+        launch = trace.launch_of(kernel)
+        print(kernel.name, kernel.dur, launch.name if launch else None, trace.step_of(kernel))
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from .errors import TraceError
+from .loading import Event, RawTrace, load_raw_trace
+
+__all__ = ["LaneKind", "Lane", "Span", "Step", "DeviceInfo", "Trace", "load_trace"]
+
+LaneKind = Literal["cpu", "gpu", "overhead", "other"]
+
+GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+"""Categories of work that occupies a GPU stream."""
+GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
+"""Categories that only appear on GPU lanes."""
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+"""Categories of the host calls that can start GPU work."""
+CPU_CATEGORIES = frozenset(
+    {
+        "cpu_op",
+        "user_annotation",
+        "python_function",
+        "cpu_instant_event",
+        "cuda_runtime",
+        "cuda_driver",
+        "cuda_sync",
+        "cuda_event",
+        "external_correlation",
+    }
+)
+"""Categories recorded on host threads."""
+
+_STEP_NAME = re.compile(r"ProfilerStep#(\d+)")
+_RECORD_WINDOW_END = "Record Window End"
+_START = attrgetter("start")
+_DUR = attrgetter("dur")
+_ID = attrgetter("id")
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One timeline row: a CPU thread, a GPU stream, the profiler's overhead track, or other."""
+
+    pid: int | str
+    """The event ``pid`` as written (the process, or the device for GPU work)."""
+    tid: int | str
+    """The event ``tid`` as written (the thread, or the stream for GPU work)."""
+    kind: LaneKind
+    """``gpu`` for a lane with kernels, copies, memsets or GPU annotations; ``overhead`` for
+    ``pid == -1``; ``cpu`` for host threads; ``other`` for the rest (e.g. the ``Spans`` row)."""
+    label: str
+    """A short name: ``"CPU thread 429"``, ``"GPU 0 stream 7"``, ``"CUPTI overhead"``."""
+    device: int | None = None
+    """The GPU device, for GPU lanes."""
+    stream: int | None = None
+    """The CUDA stream, for GPU lanes."""
+
+
+_UNASSIGNED_LANE = Lane("", "", "other", "")
+
+
+class Span(Event, gc=False, eq=False):
+    """One complete (``X``) event of the trace.
+
+    Spans are built by :func:`load_trace`, straight from the JSON; do not create or modify
+    them. Two spans are equal only if they are the same object, so spans can be dict keys.
+
+    Attributes:
+        id: Index of the span in :attr:`Trace.spans`.
+        name: The event name (``aten::mm``, ``cudaLaunchKernel``, a kernel's name...).
+        cat: The Kineto category (``cpu_op``, ``kernel``, ``cuda_runtime``...).
+        lane: The :class:`Lane` the span lies on.
+        start: Start, µs from the trace origin.
+        dur: Duration in µs (0.0 for an event written without ``dur``).
+        depth: Nesting depth on its lane; 0 for a top-level span.
+        parent: Id of the enclosing span on the same lane, or ``None``.
+        correlation: ``args["correlation"]`` of runtime/driver calls and GPU work, else ``None``.
+        is_launch: Whether this runtime/driver call started GPU work found in the trace.
+        ph, pid, tid: As written in the file.
+        raw_args: The undecoded ``args`` JSON (:class:`msgspec.Raw`).
+    """
+
+    # Fields filled by the model, never by the JSON: their JSON names cannot occur in a trace.
+    id: int = msgspec.field(default=-1, name="~id")
+    lane: Lane = msgspec.field(default=_UNASSIGNED_LANE, name="~lane")
+    depth: int = msgspec.field(default=0, name="~depth")
+    parent: int | None = msgspec.field(default=None, name="~parent")
+    correlation: int | None = msgspec.field(default=None, name="~correlation")
+    is_launch: bool = msgspec.field(default=False, name="~is_launch")
+    _args: dict[str, Any] | None = msgspec.field(default=None, name="~args")
+
+    @property
+    def end(self) -> float:
+        """End time, µs from the trace origin (``start + dur``)."""
+        return self.start + self.dur
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The event's ``args``, decoded on first access and cached (empty when absent)."""
+        args = self._args
+        if args is None:
+            args = _decode_args(self.raw_args)
+            self._args = args
+        return args
+
+    @property
+    def external_id(self) -> int | None:
+        """``args["External id"]``: ties an op, its runtime calls and their GPU work together."""
+        value = self.args.get("External id")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def is_gpu_work(self) -> bool:
+        """Whether this is a kernel, a memcpy or a memset on a GPU."""
+        return self.cat in GPU_WORK_CATEGORIES
+
+    def __repr__(self) -> str:
+        return (
+            f"Span(id={self.id}, name={self.name!r}, cat={self.cat!r}, "
+            f"lane={self.lane.label!r}, start={self.start:.3f}, dur={self.dur:.3f})"
+        )
+
+
+_ARGS_DECODER = msgspec.json.Decoder()
+
+
+def _decode_args(raw: msgspec.Raw) -> dict[str, Any]:
+    if not raw:
+        return {}
+    value = _ARGS_DECODER.decode(raw)
+    return value if isinstance(value, dict) else {}
+
+
+class _LinkArgs(msgspec.Struct, gc=False):
+    correlation: int | None = None
+
+
+_LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One ``ProfilerStep#N`` window: the CPU annotation and the GPU work launched inside it."""
+
+    number: int
+    """N in ``ProfilerStep#N``."""
+    span: Span
+    """The CPU ``user_annotation`` span ``ProfilerStep#N``."""
+    start: float
+    """Start of the CPU window, µs."""
+    end: float
+    """End of the CPU window, µs."""
+    gpu_work: tuple[Span, ...]
+    """GPU work (kernels, copies, memsets) launched from inside the window, by correlation,
+    in start order. It may run after the window ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """A GPU as ``deviceProperties`` describes it."""
+
+    id: int
+    """The device index (the ``pid`` of its GPU lanes)."""
+    name: str
+    """E.g. ``"NVIDIA H100 80GB HBM3"``."""
+    sm_count: int | None
+    """Streaming multiprocessors (``numSms``)."""
+    total_memory_bytes: int | None
+    """Global memory in bytes (``totalGlobalMem``)."""
+    compute_capability: tuple[int, int] | None
+    """``(computeMajor, computeMinor)``, e.g. ``(9, 0)``."""
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _cuda_version(value: Any) -> str | None:
+    """``13000`` -> ``"13.0"``, ``12040`` -> ``"12.4"`` (CUDA's ``1000 * major + 10 * minor``)."""
+    number = _as_int(value)
+    if number is not None:
+        return f"{number // 1000}.{number % 1000 // 10}"
+    return value if isinstance(value, str) and value else None
+
+
+def _device_info(index: int, props: dict[str, Any]) -> DeviceInfo:
+    major, minor = _as_int(props.get("computeMajor")), _as_int(props.get("computeMinor"))
+    device_id = _as_int(props.get("id"))
+    return DeviceInfo(
+        id=index if device_id is None else device_id,
+        name=str(props.get("name", "")),
+        sm_count=_as_int(props.get("numSms")),
+        total_memory_bytes=_as_int(props.get("totalGlobalMem")),
+        compute_capability=None if major is None or minor is None else (major, minor),
+    )
+
+
+def _sort_key(value: int | str) -> tuple[int, int, str]:
+    return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
+
+
+def _make_lane(pid: int | str, tid: int | str, categories: set[str]) -> Lane:
+    if pid == -1 or pid == "-1":
+        return Lane(pid, tid, "overhead", "CUPTI overhead")
+    if categories & GPU_CATEGORIES:
+        device, stream = _as_int(pid), _as_int(tid)
+        return Lane(pid, tid, "gpu", f"GPU {pid} stream {tid}", device, stream)
+    if categories & CPU_CATEGORIES:
+        return Lane(pid, tid, "cpu", f"CPU thread {tid}")
+    if categories == {"overhead"}:
+        return Lane(pid, tid, "overhead", "CUPTI overhead")
+    return Lane(pid, tid, "other", f"{pid} {tid}".strip())
+
+
+def _lane_order(lane: Lane) -> tuple[Any, ...]:
+    rank = {"cpu": 0, "gpu": 1, "overhead": 2, "other": 3}[lane.kind]
+    if lane.kind == "gpu":
+        return (
+            rank,
+            _sort_key(lane.device if lane.device is not None else str(lane.pid)),
+            _sort_key(lane.stream if lane.stream is not None else str(lane.tid)),
+        )
+    return (rank, _sort_key(lane.pid), _sort_key(lane.tid))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: building creates many containers and no cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class Trace:
+    """A loaded trace and the structure built from it. Create one with :func:`load_trace`.
+
+    All times are µs from the trace origin, the earliest span start (:attr:`origin_us` in the
+    file's own time base), so the first span starts at 0.0.
+    The lists are built once and shared: do not modify them.
+    """
+
+    path: Path
+    """The file the trace was read from."""
+    spans: list[Span]
+    """Every complete event, sorted by (start, -dur); ``spans[i].id == i``."""
+    lanes: list[Lane]
+    """CPU lanes first, then GPU lanes by (device, stream), the overhead lane, then others."""
+    steps: list[Step]
+    """The ``ProfilerStep#N`` windows, ordered by N."""
+    devices: list[DeviceInfo]
+    """The GPUs in ``deviceProperties`` (empty for a CPU-only trace)."""
+    cuda_runtime_version: str | None
+    """E.g. ``"13.0"`` from ``cuda_runtime_version: 13000``."""
+    cuda_driver_version: str | None
+    """E.g. ``"13.0"`` from ``cuda_driver_version: 13000``."""
+    cupti_version: int | None
+    """``cupti_version`` as written, e.g. ``130001``."""
+    base_time_ns: int | None
+    """``baseTimeNanoseconds`` when written (torch >= 2.4): absolute ns of the trace's ``ts`` 0."""
+    origin_us: float
+    """The written ``ts`` of the earliest span: add it to a span's start to get the file's ts."""
+    metadata: dict[str, Any]
+    """Every other top-level key of the file (``schemaVersion``, ``traceName``...)."""
+    has_gpu: bool
+    """Whether the trace holds any GPU work. A CPU-only trace is valid."""
+    kernels: list[Span]
+    """Spans of category ``kernel``, in start order."""
+    gpu_work: list[Span]
+    """Kernels, memcpys and memsets, in start order."""
+    cpu_ops: list[Span]
+    """Spans of category ``cpu_op`` (ATen ops and compiled-region markers)."""
+    runtime_calls: list[Span]
+    """CUDA runtime and driver calls (``cuda_runtime`` and ``cuda_driver``)."""
+    annotations: list[Span]
+    """CPU ``user_annotation`` spans (``record_function`` labels) other than ``ProfilerStep#N``."""
+    overhead: list[Span]
+    """Spans on the overhead lane, such as ``Activity Buffer Request``."""
+
+    def __init__(self, raw: RawTrace[Span]) -> None:
+        """Build the model from decoded events; use :func:`load_trace` rather than this."""
+        self.path = raw.path
+        self.devices = [_device_info(i, props) for i, props in enumerate(raw.device_properties)]
+        self.cuda_runtime_version = _cuda_version(raw.cuda_runtime_version)
+        self.cuda_driver_version = _cuda_version(raw.cuda_driver_version)
+        self.cupti_version = _as_int(raw.cupti_version)
+        self.base_time_ns = _as_int(raw.base_time_ns)
+        self.metadata = raw.metadata
+        self._children: dict[int, list[Span]] | None = None
+        self._by_name: dict[str, list[Span]] | None = None
+        self._build_spans(raw.events)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _build_spans(self, events: list[Span]) -> None:
+        spans = [e for e in events if e.ph == "X" and e.name != _RECORD_WINDOW_END]
+        self._check_times(spans)
+        origin = min(map(_START, spans)) if spans else 0.0
+        self.origin_us = origin
+        for span in spans:
+            span.start -= origin
+        spans.sort(key=_DUR, reverse=True)
+        spans.sort(key=_START)  # stable: equal starts stay longest first
+        self.spans = spans
+
+        by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
+        by_cat: dict[str, list[Span]] = {}
+        for index, span in enumerate(spans):
+            span.id = index
+            key = (span.pid, span.tid)
+            on_lane = by_lane.get(key)
+            if on_lane is None:
+                on_lane = by_lane[key] = []
+            on_lane.append(span)
+            in_cat = by_cat.get(span.cat)
+            if in_cat is None:
+                in_cat = by_cat[span.cat] = []
+            in_cat.append(span)
+
+        self._lane_spans: dict[Lane, list[Span]] = {}
+        for (pid, tid), on_lane in by_lane.items():
+            lane = _make_lane(pid, tid, {span.cat for span in on_lane})
+            for span in on_lane:
+                span.lane = lane
+            self._lane_spans[lane] = on_lane
+            _nest(on_lane)
+        self.lanes = sorted(self._lane_spans, key=_lane_order)
+        self._by_cat = by_cat
+
+        self.kernels = by_cat.get("kernel", [])
+        self.gpu_work = _merge(by_cat, GPU_WORK_CATEGORIES)
+        self.cpu_ops = by_cat.get("cpu_op", [])
+        self.runtime_calls = _merge(by_cat, LAUNCH_CATEGORIES)
+        self.overhead = [
+            span
+            for lane in self.lanes
+            if lane.kind == "overhead"
+            for span in self._lane_spans[lane]
+        ]
+        self.overhead.sort(key=_ID)
+        self.has_gpu = bool(self.gpu_work)
+        self._link_launches()
+        self._build_steps(by_cat.get("user_annotation", []))
+
+    def _check_times(self, spans: list[Span]) -> None:
+        if not spans:
+            return
+        if math.isfinite(sum(map(_START, spans)) + sum(map(_DUR, spans))) and (
+            min(map(_DUR, spans)) >= 0
+        ):
+            return
+        for index, span in enumerate(spans):
+            where = f"complete event {span.name!r} (#{index})"
+            if math.isnan(span.start):
+                raise TraceError(self.path, f"{where} has no ts or a NaN ts")
+            if not math.isfinite(span.start):
+                raise TraceError(self.path, f"{where} has an infinite ts")
+            if not math.isfinite(span.dur):
+                raise TraceError(self.path, f"{where} has a NaN or infinite dur")
+            if span.dur < 0:
+                raise TraceError(self.path, f"{where} has a negative dur ({span.dur})")
+        raise AssertionError("unreachable: a non-finite time was not found")  # pragma: no cover
+
+    def _link_launches(self) -> None:
+        for cat in (*LAUNCH_CATEGORIES, *GPU_WORK_CATEGORIES):
+            for span in self._by_cat.get(cat, ()):
+                raw = span.raw_args
+                if not raw:
+                    continue
+                try:
+                    span.correlation = _LINK_ARGS.decode(raw).correlation
+                except msgspec.ValidationError as err:
+                    raise TraceError(
+                        self.path, f"{span.cat} event {span.name!r}: args {err}"
+                    ) from None
+        launch_by_correlation = {
+            span.correlation: span for span in self.runtime_calls if span.correlation is not None
+        }
+        self._launch_of: dict[int, Span] = {}
+        self._gpu_work_of: dict[int, list[Span]] = {}
+        for work in self.gpu_work:
+            launch = launch_by_correlation.get(work.correlation)
+            if launch is None:
+                continue
+            self._launch_of[work.id] = launch
+            launched = self._gpu_work_of.get(launch.id)
+            if launched is None:
+                launched = self._gpu_work_of[launch.id] = []
+                launch.is_launch = True
+            launched.append(work)
+
+    def _build_steps(self, user_annotations: list[Span]) -> None:
+        step_spans: dict[int, Span] = {}
+        annotations = []
+        for span in user_annotations:
+            match = _STEP_NAME.fullmatch(span.name)
+            if match is None:
+                annotations.append(span)
+            elif span.lane.kind == "cpu":
+                step_spans.setdefault(int(match[1]), span)
+        self.annotations = annotations
+        by_time = sorted(step_spans.items(), key=lambda item: item[1].start)
+        self._step_starts = [span.start for _, span in by_time]
+        self._step_ends = [span.end for _, span in by_time]
+        self._step_numbers = [number for number, _ in by_time]
+        work_by_step: dict[int, list[Span]] = {number: [] for number in step_spans}
+        for work in self.gpu_work:
+            launch = self._launch_of.get(work.id)
+            if launch is not None:
+                number = self._step_number_at(launch.start)
+                if number is not None:
+                    work_by_step[number].append(work)
+        self.steps = [
+            Step(number, span, span.start, span.end, tuple(work_by_step[number]))
+            for number, span in sorted(step_spans.items())
+        ]
+        self._step_by_number = {step.number: step for step in self.steps}
+
+    def _step_number_at(self, time: float) -> int | None:
+        index = bisect_right(self._step_starts, time) - 1
+        if index >= 0 and time < self._step_ends[index]:
+            return self._step_numbers[index]
+        return None
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def lane_spans(self, lane: Lane) -> list[Span]:
+        """The spans on ``lane``, in start order."""
+        return self._lane_spans.get(lane, [])
+
+    def children(self, span: Span) -> list[Span]:
+        """The spans directly nested in ``span`` on its lane, in start order."""
+        if self._children is None:
+            children: dict[int, list[Span]] = {}
+            for candidate in self.spans:
+                if candidate.parent is not None:
+                    children.setdefault(candidate.parent, []).append(candidate)
+            self._children = children
+        return self._children.get(span.id, [])
+
+    def ancestors(self, span: Span) -> Iterator[Span]:
+        """The spans enclosing ``span`` on its lane, nearest first."""
+        parent = span.parent
+        while parent is not None:
+            enclosing = self.spans[parent]
+            yield enclosing
+            parent = enclosing.parent
+
+    def launch_of(self, gpu: Span) -> Span | None:
+        """The runtime or driver call that launched this GPU work, if it is in the trace."""
+        return self._launch_of.get(gpu.id)
+
+    def gpu_work_of(self, launch: Span) -> list[Span]:
+        """The GPU work a runtime or driver call started (several for ``cudaGraphLaunch``)."""
+        return self._gpu_work_of.get(launch.id, [])
+
+    def op_of(self, span: Span) -> Span | None:
+        """The nearest enclosing ``cpu_op``; for GPU work, the nearest one around its launch."""
+        if span.is_gpu_work:
+            launch = self.launch_of(span)
+            if launch is None:
+                return None
+            span = launch
+        for enclosing in self.ancestors(span):
+            if enclosing.cat == "cpu_op":
+                return enclosing
+        return None
+
+    def step_of(self, span: Span) -> Step | None:
+        """The step a span belongs to.
+
+        GPU work belongs to the step its launch call lies in (it may run later); other spans
+        to the step whose CPU window contains their start. ``None`` outside every step, or for
+        GPU work whose launch is not in the trace.
+        """
+        if span.lane.kind == "gpu":
+            launch = self.launch_of(span)
+            if launch is None:
+                return None
+            span = launch
+        number = self._step_number_at(span.start)
+        return None if number is None else self._step_by_number[number]
+
+    def find(
+        self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None
+    ) -> list[Span]:
+        """Spans matching every criterion given, in start order.
+
+        Args:
+            name: Exact name.
+            cat: Exact category.
+            prefix: Start of the name (``"aten::"``, ``"cudaOccupancy"``...).
+        """
+        if self._by_name is None:
+            by_name: dict[str, list[Span]] = {}
+            for span in self.spans:
+                by_name.setdefault(span.name, []).append(span)
+            self._by_name = by_name
+        if name is not None:
+            found = self._by_name.get(name, [])
+        elif prefix is not None:
+            found = _merge(self._by_name, [key for key in self._by_name if key.startswith(prefix)])
+        elif cat is not None:
+            found = self._by_cat.get(cat, [])
+        else:
+            found = self.spans
+        return [
+            span
+            for span in found
+            if (cat is None or span.cat == cat) and (prefix is None or span.name.startswith(prefix))
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"<Trace {self.path.name}: {len(self.spans)} spans, {len(self.lanes)} lanes, "
+            f"{len(self.steps)} steps, {len(self.gpu_work)} GPU activities>"
+        )
+
+
+def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:
+    merged = [span for key in keys for span in groups.get(key, ())]
+    merged.sort(key=_ID)
+    return merged
+
+
+def _nest(on_lane: list[Span]) -> None:
+    """Set parent and depth for spans of one lane, given in (start, -dur) order."""
+    open_ids: list[int] = []
+    open_ends: list[float] = []
+    for span in on_lane:
+        start = span.start
+        while open_ends and open_ends[-1] <= start:
+            open_ends.pop()
+            open_ids.pop()
+        if open_ids:
+            span.parent = open_ids[-1]
+            span.depth = len(open_ids)
+        open_ids.append(span.id)
+        open_ends.append(start + span.dur)
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace written by ``torch.profiler`` (``.json`` or ``.json.gz``).
+
+    Args:
+        path: The trace file.
+
+    Returns:
+        The :class:`Trace`, with every structure built.
+
+    Raises:
+        TraceError: The file cannot be read as a trace; the message names the file and the
+            problem. No other exception escapes for bad input.
+    """
+    with _gc_paused():
+        raw = load_raw_trace(path, Span)
+        return Trace(raw)

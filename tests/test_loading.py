@@ -1,0 +1,336 @@
+"""Loading: every format edge Kineto produces, and every kind of bad input.
+
+Bad input must raise :class:`TraceError` (never a raw msgspec, json, gzip or KeyError) with a
+message that names the file and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from conftest import (
+    complete_event,
+    flow_pair,
+    gpu_fixture,
+    minimal_gpu_events,
+    trace_document,
+    write_trace,
+)
+
+from profiling_utils import TraceError, load_trace
+from profiling_utils.loading import Event, decode_trace, load_raw_trace, read_trace_bytes
+
+# -- format edges that must load ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz", "trace.gz.json", "trace.bin"])
+def test_plain_and_gzip_are_told_apart_by_content(make_trace, name: str) -> None:
+    trace = load_trace(make_trace(minimal_gpu_events(), name=name))
+    assert len(trace.kernels) == 1
+    assert trace.path.name == name
+
+
+def test_gzip_and_plain_give_the_same_model(tmp_path: Path) -> None:
+    fixture = gpu_fixture("64_bf16_warm_eager")
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(fixture.read_bytes()))
+    a, b = load_trace(fixture), load_trace(plain)
+    assert [(s.name, s.start, s.dur) for s in a.spans] == [
+        (s.name, s.start, s.dur) for s in b.spans
+    ]
+
+
+def test_absolute_microsecond_timestamps_of_older_traces(make_trace) -> None:
+    # Before torch 2.4: integer µs since the epoch, no baseTimeNanoseconds.
+    events = minimal_gpu_events(offset=1683564901548726)
+    for event in events:
+        if "ts" in event:
+            event["ts"] = int(event["ts"])
+    trace = load_trace(make_trace(events, baseTimeNanoseconds=None))
+    assert trace.base_time_ns is None
+    assert trace.origin_us == 1683564901548726
+    assert trace.steps[0].start == 0.0
+    assert trace.kernels[0].start == 50.0
+
+
+def test_float_microseconds_keep_nanosecond_precision(make_trace) -> None:
+    events = [
+        complete_event("a", "cpu_op", 4433858951072.448, 0.001),
+        complete_event("b", "cpu_op", 4433858951072.449, 192.426),
+    ]
+    trace = load_trace(make_trace(events))
+    a, b = trace.spans
+    assert b.start - a.start == pytest.approx(0.001, abs=2e-4)
+    assert b.dur == 192.426
+
+
+@pytest.mark.parametrize(
+    ("pid", "tid"),
+    [(429, 429), ("429", "429"), (429, "Spans"), ("Traces", ""), ("", "")],
+)
+def test_pid_and_tid_may_be_numbers_or_strings(make_trace, pid, tid) -> None:
+    trace = load_trace(make_trace([complete_event("op", "cpu_op", 10, 5, pid=pid, tid=tid)]))
+    (lane,) = trace.lanes
+    assert (lane.pid, lane.tid) == (pid, tid)
+    assert lane.kind == "cpu"
+
+
+def test_gpu_lane_with_string_ids_has_no_device_number(make_trace) -> None:
+    trace = load_trace(make_trace([complete_event("k", "kernel", 0, 1, pid="gpu", tid="s")]))
+    (lane,) = trace.lanes
+    assert lane.kind == "gpu" and lane.device is None and lane.stream is None
+
+
+def test_events_without_dur_are_zero_length(make_trace) -> None:
+    trace = load_trace(make_trace([complete_event("marker", "cpu_op", 3, None)]))
+    assert trace.spans[0].dur == 0.0 and trace.spans[0].end == 0.0
+
+
+def test_record_window_end_does_not_stretch_the_trace(make_trace) -> None:
+    events = minimal_gpu_events()
+    # Some writers make it a complete event: it must be dropped either way.
+    events.append(complete_event("Record Window End", "", 9.9e15, 0, pid="", tid=""))
+    trace = load_trace(make_trace(events))
+    assert all(span.name != "Record Window End" for span in trace.spans)
+    assert max(span.end for span in trace.spans) == 100.0
+
+
+def test_overhead_events_on_pid_minus_one(make_trace) -> None:
+    events = [
+        *minimal_gpu_events(),
+        complete_event("Activity Buffer Request", "overhead", 1001, 50, pid=-1, tid=0),
+    ]
+    trace = load_trace(make_trace(events))
+    (request,) = trace.overhead
+    assert request.lane.kind == "overhead" and request.lane.label == "CUPTI overhead"
+    assert request.args == {}
+
+
+def test_flow_events_are_read_and_links_come_from_correlation(make_trace) -> None:
+    events = minimal_gpu_events()
+    raw = load_raw_trace(make_trace(events))
+    assert sum(1 for e in raw.events if e.ph in ("s", "f")) == 4
+    trace = load_trace(make_trace(events))
+    assert all(span.ph == "X" for span in trace.spans)
+    assert trace.launch_of(trace.kernels[0]).name == "cudaLaunchKernel"
+
+
+def test_kernel_named_kernel_and_non_ascii_names(make_trace) -> None:
+    events = [complete_event("Kernel", "kernel", 0, 1, pid=0, tid=7),
+              complete_event("opération ✓", "cpu_op", 0, 1)]  # fmt: skip
+    trace = load_trace(make_trace(events))
+    assert {s.name for s in trace.spans} == {"Kernel", "opération ✓"}
+
+
+def test_cpu_only_trace_is_valid(make_trace) -> None:
+    events = [
+        complete_event("ProfilerStep#0", "user_annotation", 0, 10),
+        complete_event("aten::add", "cpu_op", 1, 2),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=None, cuda_runtime_version=None,
+                                  cuda_driver_version=None, cupti_version=None))  # fmt: skip
+    assert not trace.has_gpu
+    assert trace.devices == [] and trace.kernels == [] and trace.gpu_work == []
+    assert trace.cuda_runtime_version is None
+    assert [step.gpu_work for step in trace.steps] == [()]
+    assert [lane.kind for lane in trace.lanes] == ["cpu"]
+
+
+def test_trace_with_no_events_is_empty_not_an_error(make_trace) -> None:
+    trace = load_trace(make_trace({"traceEvents": []}))
+    assert trace.spans == [] and trace.steps == [] and not trace.has_gpu
+
+
+def test_unquoted_na_and_inf_in_args_load_after_repair(make_trace) -> None:
+    text = json.dumps(trace_document(minimal_gpu_events()))
+    text = text.replace('"memory bandwidth (GB/s)": 2.048', '"memory bandwidth (GB/s)": N/A')
+    text = text.replace('"bytes": 4096', '"bytes": 4096, "x": inf, "y": -inf, "z": NaN')
+    path = make_trace(text.encode(), name="na.json")
+    raw = load_raw_trace(path)
+    assert raw.repaired
+    copy = load_trace(path).find(cat="gpu_memcpy")[0]
+    assert copy.args["memory bandwidth (GB/s)"] == "N/A"
+    assert (copy.args["x"], copy.args["y"], copy.args["z"]) == ("inf", "-inf", "NaN")
+
+
+def test_control_characters_in_names_are_blanked(make_trace) -> None:
+    text = json.dumps(trace_document([complete_event("bad\u0001name", "cpu_op", 0, 1)]))
+    path = make_trace(text.replace("\\u0001", "\x01").encode())
+    assert load_trace(path).spans[0].name == "bad name"
+
+
+def test_well_formed_files_are_not_repaired(make_trace) -> None:
+    assert not load_raw_trace(make_trace(minimal_gpu_events())).repaired
+
+
+def test_raw_events_keep_every_phase(make_trace) -> None:
+    raw = decode_trace(json.dumps(trace_document(minimal_gpu_events())).encode(), "x.json")
+    assert {e.ph for e in raw.events} == {"X", "s", "f", "M", "i"}
+    assert all(type(e) is Event for e in raw.events)
+    assert raw.cuda_runtime_version == 13000
+    assert raw.metadata["traceName"] == "synthetic.json"
+
+
+def test_real_fixture_bytes(fixture_path) -> None:
+    data = read_trace_bytes(fixture_path("64_bf16_warm_eager"))
+    assert data.lstrip().startswith(b"{")
+    assert json.loads(data)["schemaVersion"] == 1
+
+
+# -- bad input: one TraceError naming the file ----------------------------------------------
+
+
+def _reason(path: Path) -> str:
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    err = info.value
+    assert err.path == path
+    assert str(err) == f"{path}: {err.reason}"
+    assert isinstance(err, ValueError)
+    assert err.__cause__ is None and (err.__context__ is None or err.__suppress_context__)
+    return err.reason
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert _reason(tmp_path / "nope.json") == "no such file"
+
+
+def test_directory(tmp_path: Path) -> None:
+    assert "directory" in _reason(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n", gzip.compress(b"")])
+def test_empty_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "empty.json"
+    path.write_bytes(content)
+    assert "empty" in _reason(path) or "no data" in _reason(path)
+
+
+@pytest.mark.parametrize("content", [b"hello world", b"<html></html>", b"\x00\x01\x02"])
+def test_not_json(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    assert _reason(path).startswith("not JSON")
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X",, }]}')
+    assert _reason(path).startswith("not valid JSON")
+
+
+@pytest.mark.parametrize("name", ["cut.json", "cut.json.gz"])
+def test_truncated_json(tmp_path: Path, name: str) -> None:
+    data = json.dumps(trace_document(minimal_gpu_events())).encode()
+    path = write_trace(tmp_path / name, data[: len(data) // 2])
+    assert "cut short" in _reason(path)
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(json.dumps(trace_document(minimal_gpu_events())).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    assert _reason(path) == "gzip data is cut short (the file looks truncated)"
+
+
+def test_truncated_real_fixture(tmp_path: Path) -> None:
+    data = gpu_fixture("train_tiny_transformer_a3").read_bytes()
+    path = tmp_path / "train.json.gz"
+    path.write_bytes(data[:-100])
+    assert "cut short" in _reason(path)
+
+
+def test_corrupt_gzip(tmp_path: Path) -> None:
+    header = gzip.compress(b"")[:10]
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(header + b"\xff" * 64)  # not a deflate stream
+    assert _reason(path).startswith("not valid gzip data")
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ([1, 2, 3], "the top level is 'array'"),
+        (b'[{"ph": "X", "name": "a", "ts": 1}]', "the top level is 'array'"),
+        ("trace", "the top level is 'str'"),
+        (42, "the top level is 'int'"),
+        ({"events": []}, "no 'traceEvents' key (top-level keys: events)"),
+        ({}, "no 'traceEvents' key"),
+        ({"traceEvents": {"a": 1}}, "traceEvents: Expected `array`, got `object`"),
+        ({"traceEvents": [1, 2]}, "traceEvents[0]: Expected `object`, got `int`"),
+    ],
+)
+def test_json_that_is_not_a_trace(make_trace, document, expected: str) -> None:
+    assert expected in _reason(make_trace(document))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("ts", "123.5", "traceEvents[0].ts: Expected `float`, got `str`"),
+        ("dur", "1.0", "traceEvents[0].dur: Expected `float`, got `str`"),
+        ("ts", None, "traceEvents[0].ts: Expected `float`, got `null`"),
+        ("pid", 1.5, "traceEvents[0].pid: Expected `int | str`, got `float`"),
+        ("name", 7, "traceEvents[0].name: Expected `str`, got `int`"),
+    ],
+)
+def test_values_of_the_wrong_type(make_trace, field: str, value, expected: str) -> None:
+    event = complete_event("op", "cpu_op", 10, 5)
+    event[field] = value
+    assert expected in _reason(make_trace([event]))
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("NaN", "Expected `float`, got `str`"),
+        ("Infinity", "Expected `float`, got `str`"),
+        ("-inf", "Expected `float`, got `str`"),
+        ("N/A", "Expected `float`, got `str`"),
+    ],
+)
+def test_nan_inf_and_na_in_times(make_trace, token: str, expected: str) -> None:
+    text = json.dumps(trace_document([complete_event("op", "cpu_op", 10, 5)]))
+    path = make_trace(text.replace('"dur": 5', f'"dur": {token}').encode())
+    assert f"traceEvents[0].dur: {expected}" in _reason(path)
+
+
+def test_number_too_large_for_a_float(make_trace) -> None:
+    text = json.dumps(trace_document([complete_event("op", "cpu_op", 10, 5)]))
+    path = make_trace(text.replace('"ts": 10', '"ts": 1e999').encode())
+    assert "traceEvents[0].ts: Number out of range" in _reason(path)
+
+
+def test_complete_event_without_ts(make_trace) -> None:
+    event = complete_event("op", "cpu_op", 10, 5)
+    del event["ts"]
+    assert _reason(make_trace([event])) == "complete event 'op' (#0) has no ts or a NaN ts"
+
+
+def test_negative_duration(make_trace) -> None:
+    reason = _reason(make_trace([complete_event("op", "cpu_op", 10, -5)]))
+    assert reason == "complete event 'op' (#0) has a negative dur (-5.0)"
+
+
+def test_correlation_of_the_wrong_type(make_trace) -> None:
+    event = complete_event("cudaLaunchKernel", "cuda_runtime", 0, 1, correlation="seven")
+    reason = _reason(make_trace([event]))
+    assert "cuda_runtime event 'cudaLaunchKernel'" in reason and "correlation" in reason
+
+
+def test_trace_error_pickles() -> None:
+    err = pickle.loads(pickle.dumps(TraceError("a.json", "file is empty")))
+    assert (err.path, err.reason, str(err)) == (
+        Path("a.json"),
+        "file is empty",
+        "a.json: file is empty",
+    )
+
+
+def test_flow_pair_helper_matches_kineto_shape() -> None:
+    start, end = flow_pair(3, 1.0, 2.0)
+    assert (start["ph"], end["ph"], end["bp"]) == ("s", "f", "e")
