@@ -541,7 +541,7 @@ def _draw_steps(
             colors=_MUTED_TEXT,
             linewidths=0.8,
             linestyles=(0, (3, 2)),
-            zorder=4,
+            zorder=2.5,  # over the boxes, under their names
         )
         lines.set_gid("step-boundaries")
 
@@ -726,7 +726,7 @@ def _fit(name: str, room_pt: float) -> str | None:
 def _display_name(span: Span) -> str:
     """A kernel's name without the ``void`` and the argument list that the demangler adds."""
     name = span.name
-    if not span.is_gpu_work:
+    if span.cat != "kernel":
         return name
     name = name.removeprefix("void ")
     if name.endswith(")"):

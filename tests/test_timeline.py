@@ -1,0 +1,383 @@
+"""Timeline images, checked on the recorded H100 traces through the artists that were drawn."""
+
+from __future__ import annotations
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from conftest import complete_event, gpu_fixture, gpu_fixture_names
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+
+from profiling_utils.render import (
+    Highlight,
+    highlight_between,
+    highlight_span,
+    plot_timeline,
+)
+from profiling_utils.trace import Span, Trace, load_trace
+
+matplotlib.use("Agg")
+
+ELLIPSIS = "\u2026"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def cold() -> Trace:
+    return load_trace(gpu_fixture("64_bf16_cold_eager"))
+
+
+@pytest.fixture(scope="module")
+def training() -> Trace:
+    return load_trace(gpu_fixture("train_tiny_transformer_a3"))
+
+
+def _axes(fig: Figure) -> Axes:
+    (ax,) = fig.axes
+    return ax
+
+
+def _boxes(ax: Axes) -> PolyCollection:
+    (boxes,) = [c for c in ax.collections if c.get_gid() == "timeline-boxes"]
+    return boxes
+
+
+def _texts(ax: Axes, gid: str) -> list[Text]:
+    return [t for t in ax.texts if t.get_gid() == gid]
+
+
+def _lane_titles(fig: Figure) -> list[str]:
+    return [label.get_text() for label in _axes(fig).get_yticklabels()]
+
+
+def _box_spans_x(ax: Axes) -> list[tuple[float, float]]:
+    return [(p.vertices[:, 0].min(), p.vertices[:, 0].max()) for p in _boxes(ax).get_paths()]
+
+
+def _step(trace: Trace, number: int):
+    (step,) = [s for s in trace.steps if s.number == number]
+    return step
+
+
+def _inside(trace: Trace, name: str, step_number: int) -> Span:
+    step = _step(trace, step_number)
+    return next(s for s in trace.find(name) if step.start <= s.start <= step.end)
+
+
+# --- lanes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_overhead_lane_only_where_the_profiler_left_overhead(name: str) -> None:
+    trace = load_trace(gpu_fixture(name))
+    titles = _lane_titles(plot_timeline(trace))
+    assert ("CUPTI overhead" in titles) == bool(trace.overhead)
+    assert titles[0].startswith("CPU thread ")
+    assert "GPU 0 · stream 7" in titles
+
+
+def test_buffer_request_trace_draws_it_on_the_overhead_lane() -> None:
+    trace = load_trace(gpu_fixture("64_bf16_warm_eager_w0a3"))
+    assert [s.name for s in trace.overhead] == ["Activity Buffer Request"]
+    fig = plot_timeline(trace)
+    assert _lane_titles(fig) == ["CPU thread 429", "GPU 0 · stream 7", "CUPTI overhead"]
+    names = [t.get_text() for t in _texts(_axes(fig), "span-name")]
+    assert "Activity Buffer Request" in names
+
+
+def test_lanes_without_spans_in_the_window_are_left_out(cold: Trace) -> None:
+    first_gpu = min(s.start for s in cold.gpu_work)
+    fig = plot_timeline(cold, window=(0.0, first_gpu - 1.0))
+    assert _lane_titles(fig) == ["CPU thread 429"]
+
+
+def test_lanes_argument_selects_lanes(cold: Trace) -> None:
+    gpu_lanes = [lane for lane in cold.lanes if lane.kind == "gpu"]
+    fig = plot_timeline(cold, lanes=gpu_lanes)
+    assert _lane_titles(fig) == ["GPU 0 · stream 7"]
+    assert len(_boxes(_axes(fig)).get_paths()) == sum(
+        len(cold.lane_spans(lane)) for lane in gpu_lanes
+    )
+
+
+# --- zoom --------------------------------------------------------------------------------------
+
+
+def test_step_zoom_covers_the_step_and_its_gpu_work_and_little_else(cold: Trace) -> None:
+    step = _step(cold, 3)
+    assert step.gpu_work, "the fixture's step 3 launched kernels"
+    low = min([step.start, *(w.start for w in step.gpu_work)])
+    high = max([step.end, *(w.end for w in step.gpu_work)])
+    x0, x1 = _axes(plot_timeline(cold, step=3)).get_xlim()
+    assert x0 <= low and high <= x1
+    margin = 0.05 * (high - low)
+    assert low - x0 <= margin and x1 - high <= margin
+    # Neighbouring steps stay out of the picture.
+    assert x1 < _step(cold, 4).start + margin and x0 > _step(cold, 2).start
+
+
+def test_window_is_drawn_exactly_and_only_spans_in_it(cold: Trace) -> None:
+    step = _step(cold, 2)
+    window = (step.start, step.start + 60.0)
+    ax = _axes(plot_timeline(cold, window=window))
+    assert ax.get_xlim() == pytest.approx(window)
+    expected = [
+        s
+        for s in cold.spans
+        if s.lane.kind != "other" and s.start <= window[1] and s.end >= window[0]
+    ]
+    assert len(_boxes(ax).get_paths()) == len(expected)
+    for start, end in _box_spans_x(ax):
+        assert start <= window[1] and end >= window[0]
+
+
+def test_whole_trace_is_in_µs_and_long_traces_in_ms(cold: Trace, training: Trace) -> None:
+    assert _axes(plot_timeline(cold)).get_xlabel().endswith("(µs)")
+    ax = _axes(plot_timeline(training))
+    assert ax.get_xlabel().endswith("(ms)")
+    ticks = [float(t.get_text()) for t in ax.get_xticklabels() if t.get_text()]
+    assert max(ticks) < 1000, "ticks are written in ms, not µs"
+
+
+def test_step_boundaries_and_labels(cold: Trace) -> None:
+    ax = _axes(plot_timeline(cold))
+    (lines,) = [c for c in ax.collections if c.get_gid() == "step-boundaries"]
+    xs = sorted({segment[0][0] for segment in lines.get_segments()})
+    expected = sorted({x for s in cold.steps for x in (s.start, s.end)})
+    assert xs == pytest.approx(expected)
+    labels = [t.get_text() for t in _texts(ax, "step-label")]
+    assert labels == [f"ProfilerStep#{s.number}" for s in cold.steps]
+
+
+# --- highlights --------------------------------------------------------------------------------
+
+
+def test_dead_window_highlight_is_a_labelled_band_on_the_cpu_lane(cold: Trace) -> None:
+    annotation = _inside(cold, "matmul_add", 2)
+    first_op = _inside(cold, "aten::matmul", 2)
+    dead = highlight_between(annotation, first_op, "dead window")
+    assert (dead.start, dead.end) == (annotation.start, first_op.start)
+    assert dead.lane == annotation.lane
+
+    ax = _axes(plot_timeline(cold, step=2, highlights=[dead]))
+    (band,) = [p for p in ax.patches if p.get_gid() == "highlight"]
+    assert isinstance(band, Rectangle)
+    assert band.get_x() == pytest.approx(dead.start)
+    assert band.get_width() == pytest.approx(dead.duration_us)
+    (label,) = _texts(ax, "highlight-label")
+    assert label.get_text() == f"dead window {dead.duration_us:.3g} µs"
+    assert band.get_label() == label.get_text()
+    # The band stays on the CPU lane: it ends above the GPU lane's first row.
+    gpu_row = [t.get_position()[1] for t in ax.get_yticklabels()][1] - 0.5
+    assert band.get_y() + band.get_height() < gpu_row
+
+
+def test_offset_highlight_between_lanes_spans_all_lanes(cold: Trace) -> None:
+    kernel = _step(cold, 2).gpu_work[0]
+    launch = cold.launch_of(kernel)
+    assert launch is not None
+    offset = highlight_between(launch, kernel, "launch to kernel")
+    assert offset.lane is None
+    assert offset.start == (launch.start if launch.end > kernel.start else launch.end)
+    assert offset.end == kernel.start
+    ax = _axes(plot_timeline(cold, step=2, highlights=[offset]))
+    (band,) = [p for p in ax.patches if p.get_gid() == "highlight"]
+    lane_rows = [t.get_position()[1] for t in ax.get_yticklabels()]
+    assert band.get_y() < lane_rows[0] and band.get_y() + band.get_height() > lane_rows[-1]
+
+
+def test_highlight_labels_never_overlap(cold: Trace) -> None:
+    step = _step(cold, 2)
+    kernels = step.gpu_work
+    highlights = [
+        highlight_between(_inside(cold, "matmul_add", 2), _inside(cold, "aten::matmul", 2), "a"),
+        highlight_between(kernels[0], kernels[1], "gap between the two kernels of this step"),
+        *(highlight_span(k, "kernel") for k in kernels),
+        Highlight(step.start, step.end, "the whole step"),
+    ]
+    fig = plot_timeline(cold, step=2, highlights=highlights)
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in _texts(_axes(fig), "highlight-label")]
+    assert len(boxes) == len(highlights)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b)
+
+
+def test_memcpy_before_gemm_in_a_compiled_step() -> None:
+    trace = load_trace(gpu_fixture("4096_bf16_warm_compile"))
+    copy = next(w for w in _step(trace, 3).gpu_work if w.cat == "gpu_memcpy")
+    ax = _axes(plot_timeline(trace, step=3, highlights=[highlight_span(copy, "DtoD copy")]))
+    (band,) = [p for p in ax.patches if p.get_gid() == "highlight"]
+    assert (band.get_x(), band.get_width()) == pytest.approx((copy.start, copy.dur))
+    gemm = next(w for w in _step(trace, 3).gpu_work if w.cat == "kernel")
+    assert copy.end <= gemm.start
+    # Zoomed onto the copy and the start of the GEMM, both are named.
+    ax = _axes(plot_timeline(trace, window=(copy.start - 2.0, gemm.start + 60.0)))
+    names = [t.get_text() for t in _texts(ax, "span-name")]
+    assert gemm.name in names
+    assert any(n.startswith("Memcpy DtoD") for n in names)
+
+
+def test_highlight_arguments_are_checked(cold: Trace) -> None:
+    annotation = _inside(cold, "matmul_add", 2)
+    first_op = _inside(cold, "aten::matmul", 2)
+    with pytest.raises(ValueError, match="starts at"):
+        highlight_between(first_op, annotation, "backwards")
+    with pytest.raises(ValueError, match="before start"):
+        Highlight(10.0, 5.0, "reversed")
+    far = Highlight(1e9, 1e9 + 1, "far away")
+    with pytest.raises(ValueError, match="outside the window"):
+        plot_timeline(cold, step=2, highlights=[far])
+    gpu_lane = next(lane for lane in cold.lanes if lane.kind == "gpu")
+    on_gpu = Highlight(annotation.start, annotation.end, "not drawn", lane=gpu_lane)
+    cpu_lanes = [lane for lane in cold.lanes if lane.kind == "cpu"]
+    with pytest.raises(ValueError, match="not drawn"):
+        plot_timeline(cold, lanes=cpu_lanes, highlights=[on_gpu])
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def _box_extents(fig: Figure) -> np.ndarray:
+    ax = _axes(fig)
+    corners = [ax.transData.transform(p.vertices) for p in _boxes(ax).get_paths()]
+    return np.array([[c[:, 0].min(), c[:, 1].min(), c[:, 0].max(), c[:, 1].max()] for c in corners])
+
+
+@pytest.mark.parametrize("step", [None, 2, 3])
+def test_names_are_drawn_only_inside_boxes_they_fit(cold: Trace, step: int | None) -> None:
+    fig = plot_timeline(cold, step=step)
+    fig.canvas.draw()
+    extents = _box_extents(fig)
+    names = _texts(_axes(fig), "span-name")
+    assert names
+    for name in names:
+        text = name.get_window_extent()
+        x, y = (text.x0 + text.x1) / 2, (text.y0 + text.y1) / 2
+        holders = extents[
+            (extents[:, 0] <= x)
+            & (x <= extents[:, 2])
+            & (extents[:, 1] <= y)
+            & (y <= extents[:, 3])
+        ]
+        assert len(holders) >= 1, name.get_text()
+        x0, _, x1, _ = holders[np.argmin(holders[:, 2] - holders[:, 0])]
+        assert x0 <= text.x0 and text.x1 <= x1, f"{name.get_text()!r} spills out of its box"
+
+
+def test_long_names_are_shortened_and_tiny_boxes_stay_unnamed(cold: Trace) -> None:
+    names = [t.get_text() for t in _texts(_axes(plot_timeline(cold)), "span-name")]
+    full = {s.name for s in cold.spans}
+    assert "ProfilerStep#2" in names and "aten::mm" in names
+    shortened = [n for n in names if n not in full]
+    assert shortened and all(n.endswith(ELLIPSIS) for n in shortened)
+    assert all(any(s.startswith(n[:-1]) for s in full) for n in shortened)
+    # Kernels of a 64x64 matmul last about 2 µs: far too narrow to name in a 1 ms picture.
+    assert not any(n.startswith(("nvjet", "at::native")) for n in names)
+    # Zoomed onto one kernel, its name appears, without the demangler's "void" and arguments.
+    kernel = next(k for k in cold.kernels if k.name.startswith("void "))
+    zoomed = plot_timeline(cold, window=(kernel.start - 0.1, kernel.end + 0.1))
+    kernel_names = [t.get_text() for t in _texts(_axes(zoomed), "span-name")]
+    assert any(n.startswith("at::native::") for n in kernel_names)
+    assert not any("(" in n for n in kernel_names if n.startswith("at::native::"))
+
+
+# --- depth, hidden spans, big traces -----------------------------------------------------------
+
+
+def test_max_depth_keeps_only_shallow_spans(cold: Trace) -> None:
+    ax = _axes(plot_timeline(cold, max_depth=0))
+    top_level = [s for s in cold.spans if s.lane.kind != "other" and s.depth == 0]
+    assert len(_boxes(ax).get_paths()) == len(top_level)
+
+
+def test_python_functions_are_hidden_unless_asked(make_trace) -> None:
+    trace = load_trace(
+        make_trace(
+            [
+                complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+                complete_event("train.py(12): step", "python_function", 5, 90),
+                complete_event("nn.Module: Linear", "python_function", 10, 80),
+                complete_event("aten::linear", "cpu_op", 20, 50),
+                complete_event("aten::addmm", "cpu_op", 25, 40),
+            ]
+        )
+    )
+    ax = _axes(plot_timeline(trace))
+    rows = sorted({p.vertices[:, 1].min() for p in _boxes(ax).get_paths()})
+    assert len(_boxes(ax).get_paths()) == 3
+    assert len(rows) == 3, "aten::linear moves up into the rows the hidden frames leave free"
+    shown = _axes(plot_timeline(trace, python_functions=True))
+    assert len(_boxes(shown).get_paths()) == 5
+
+
+def test_training_trace_draws_every_span_in_one_collection(training: Trace) -> None:
+    drawn = [s for s in training.spans if s.lane.kind != "other" and s.cat != "python_function"]
+    assert len(drawn) > 10_000
+    fig = plot_timeline(training, title="a training step")
+    ax = _axes(fig)
+    assert len(_boxes(ax).get_paths()) == len(drawn)
+    assert len(ax.patches) < 5, "spans are not added one Rectangle at a time"
+    assert len(_texts(ax, "span-name")) < 200, "only the few wide boxes get a name"
+    assert _lane_titles(fig) == ["CPU thread 429", "CPU thread 503", "GPU 0 · stream 7"]
+    fig.canvas.draw()
+
+
+# --- the figure --------------------------------------------------------------------------------
+
+
+def test_figure_is_opaque_with_readable_text(cold: Trace) -> None:
+    fig = plot_timeline(cold, step=2, title="ProfilerStep#2", highlights=[_dead(cold)])
+    assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)
+    width, height = fig.get_size_inches()
+    assert width == 10
+    texts = [t for t in fig.findobj(Text) if t.get_text()]
+    assert min(t.get_fontsize() for t in texts) >= 8
+
+
+def _dead(trace: Trace) -> Highlight:
+    return highlight_between(
+        _inside(trace, "matmul_add", 2), _inside(trace, "aten::matmul", 2), "d"
+    )
+
+
+def test_draws_into_given_axes(cold: Trace) -> None:
+    fig, (top, bottom) = plt.subplots(2, figsize=(8, 6))
+    returned = plot_timeline(cold, step=3, ax=bottom)
+    assert returned is fig
+    assert tuple(fig.get_size_inches()) == (8, 6)
+    assert not top.collections and _boxes(bottom).get_paths()
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def test_empty_window_is_a_clear_error(cold: Trace) -> None:
+    end = max(s.end for s in cold.spans)
+    with pytest.raises(ValueError, match="no spans between"):
+        plot_timeline(cold, window=(end + 100.0, end + 200.0))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"window": (50.0, 10.0)}, "end > start"),
+        ({"window": (0.0, 10.0), "step": 2}, "either window or step"),
+        ({"step": 99}, r"no ProfilerStep#99; its steps: 2, 3, 4"),
+        ({"max_depth": -1}, "max_depth"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(cold: Trace, arguments: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        plot_timeline(cold, **arguments)
