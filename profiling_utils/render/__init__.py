@@ -1,5 +1,33 @@
-"""Rendering of traces for the documentation pages."""
+"""What an executed example puts on its page: timelines, tables, trace downloads, Perfetto.
 
+- :mod:`~profiling_utils.render.timeline`: timeline images of a trace (matplotlib).
+- :mod:`~profiling_utils.render.html`: the profiler table and the cheatsheet findings as HTML.
+- :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
+  publishes them, and a download link with an "Open in Perfetto" button for each.
+
+Example::
+
+    from profiling_utils import capture
+    from profiling_utils.render import profiler_table, trace_dir, trace_links
+
+    run = capture(step, name="512_bf16_warm_eager", out_dir=trace_dir())
+    profiler_table(run)   # last expression of a cell: an HTML table on the page
+    trace_links(run)      # in a later cell: download link + "Open in Perfetto"
+"""
+
+from .html import HtmlFragment, findings_table, profiler_table
+from .perfetto import TraceLinks, trace_dir, trace_links
 from .timeline import Highlight, highlight_between, highlight_span, plot_timeline
 
-__all__ = ["Highlight", "highlight_between", "highlight_span", "plot_timeline"]
+__all__ = [
+    "Highlight",
+    "HtmlFragment",
+    "TraceLinks",
+    "findings_table",
+    "highlight_between",
+    "highlight_span",
+    "plot_timeline",
+    "profiler_table",
+    "trace_dir",
+    "trace_links",
+]

@@ -1,0 +1,272 @@
+"""HTML tables for a page: the profiler table and the cheatsheet findings of a trace.
+
+Both builders return an :class:`HtmlFragment`. Left as the last expression of a gallery cell
+(or a notebook cell) it is shown as HTML, not as text: sphinx-gallery and Jupyter both call
+``_repr_html_``. Every string that comes from a trace is escaped, since kernel names hold
+``<``, ``>`` and ``&`` (``void gemm<float, 128>(...)``).
+
+Example::
+
+    run = capture(step, name="512_bf16_warm_eager", out_dir=trace_dir())
+    profiler_table(run)          # the table torch prints, as an HTML table
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["FindingLike", "HtmlFragment", "findings_table", "profiler_table"]
+
+
+@dataclass(frozen=True)
+class HtmlFragment:
+    """A piece of HTML that notebooks and sphinx-gallery display as HTML."""
+
+    markup: str
+    """The HTML, safe to insert into a page as it is."""
+
+    def _repr_html_(self) -> str:
+        return self.markup
+
+    def __str__(self) -> str:
+        return self.markup
+
+
+class FindingLike(Protocol):
+    """What :func:`findings_table` reads from a finding (``profiling_utils.rules.Finding``)."""
+
+    rule: str
+    table: str
+    severity: str
+    message: str
+
+
+# The profiler's own sort keys say "cuda"; its events say "device" (torch >= 2.4).
+_SORT_KEYS = {
+    "cpu_time_total": "cpu_time_total",
+    "self_cpu_time_total": "self_cpu_time_total",
+    "cuda_time_total": "device_time_total",
+    "device_time_total": "device_time_total",
+    "self_cuda_time_total": "self_device_time_total",
+    "self_device_time_total": "self_device_time_total",
+    "count": "count",
+}
+
+_SELF_HELP = "Time spent in this event itself, excluding the events it called."
+_TOTAL_HELP = "Time spent in this event including every event it called."
+_CALLS_HELP = "How many times the event happened in the profiled steps."
+
+
+def profiler_table(
+    source: Any,
+    *,
+    sort_by: str | None = None,
+    row_limit: int = 20,
+    caption: str | None = None,
+) -> HtmlFragment:
+    """The profiler table (``key_averages().table()``) as an escaped HTML table.
+
+    The columns are those torch prints, in its order, grouped under CPU and the device
+    (``Self CPU %``, ``Self CPU``, ``CPU total %``, ``CPU total``, ``CPU time avg``, then
+    ``Self CUDA``, ``Self CUDA %``, ``CUDA total``, ``CUDA time avg``, and ``# of Calls``), with
+    the same numbers and time format, followed by the two lines torch prints below the table
+    (``Self CPU time total`` and ``Self CUDA time total``). Device columns appear only when the
+    run recorded device time, as in torch's text table.
+
+    Args:
+        source: A :class:`~profiling_utils.capture.Capture` (its ``key_averages``) or the
+            ``EventList`` returned by ``prof.key_averages()``.
+        sort_by: A profiler sort key (``"cuda_time_total"``, ``"self_cpu_time_total"``,
+            ``"count"``, ...). Defaults to the capture's own sort key, else the device total
+            when there is device time and the CPU total otherwise.
+        row_limit: Rows shown, like ``table(row_limit=...)``.
+        caption: A caption above the table; defaults to the run's name for a capture.
+
+    Returns:
+        An :class:`HtmlFragment` holding a ``<table class="pu-profiler-table">``.
+
+    Raises:
+        ValueError: ``source`` holds no profiler events (for example a
+            :class:`~profiling_utils.capture.Capture` built by hand), or ``sort_by`` is unknown.
+    """
+    events, default_sort, default_caption = _events_of(source)
+    if caption is None:
+        caption = default_caption
+    events = list(events)
+    has_device_time = any(e.self_device_time_total > 0 for e in events)
+    device_name = _device_name(events)
+    key = sort_by or default_sort or ("device_time_total" if has_device_time else "cpu_time_total")
+    if key not in _SORT_KEYS:
+        known = ", ".join(sorted(_SORT_KEYS))
+        raise ValueError(f"unknown sort_by {key!r}; use one of {known}")
+    attribute = _SORT_KEYS[key]
+    rows = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:row_limit]
+    self_cpu_sum = sum(e.self_cpu_time_total for e in events)
+    self_device_sum = _self_device_sum(events)
+
+    parts = ['<div class="pu-table-scroll"><table class="pu-table pu-profiler-table">']
+    if caption:
+        parts.append(f"<caption>{html.escape(caption)}</caption>")
+    parts.append(_profiler_head(has_device_time, device_name))
+    parts.append("<tbody>")
+    for event in rows:
+        cells = [f'<th scope="row" class="pu-name"><code>{html.escape(event.key)}</code></th>']
+        cells += [
+            _number(_share(event.self_cpu_time_total, self_cpu_sum), "pu-self"),
+            _number(_format_time(event.self_cpu_time_total), "pu-self"),
+            _number(
+                "0" if event.is_async else _share(event.cpu_time_total, self_cpu_sum), "pu-total"
+            ),
+            _number(_format_time(event.cpu_time_total), "pu-total"),
+            _number(_format_time(event.cpu_time), "pu-avg"),
+        ]
+        if has_device_time:
+            cells += [
+                _number(_format_time(event.self_device_time_total), "pu-self pu-device"),
+                _number(_share(event.self_device_time_total, self_device_sum), "pu-self pu-device"),
+                _number(_format_time(event.device_time_total), "pu-total pu-device"),
+                _number(_format_time(event.device_time), "pu-avg pu-device"),
+            ]
+        cells.append(_number(str(event.count), "pu-calls"))
+        parts.append(f"<tr>{''.join(cells)}</tr>")
+    parts.append("</tbody></table></div>")
+    totals = [f"Self CPU time total: <strong>{_format_time(self_cpu_sum)}</strong>"]
+    if has_device_time:
+        totals.append(
+            f"Self {html.escape(device_name)} time total: "
+            f"<strong>{_format_time(self_device_sum)}</strong>"
+        )
+    else:
+        totals.append("No device time was recorded (a CPU-only run).")
+    parts.append('<p class="pu-table-totals">' + "<br>".join(totals) + "</p>")
+    return HtmlFragment("".join(parts))
+
+
+def findings_table(findings: Iterable[FindingLike], *, caption: str | None = None) -> HtmlFragment:
+    """The cheatsheet findings of a trace as a compact HTML table, one row per finding.
+
+    Args:
+        findings: Objects with ``rule``, ``table``, ``severity`` and ``message`` attributes, such
+            as the ``Finding`` objects ``profiling_utils.rules.diagnose`` returns.
+        caption: A caption above the table.
+
+    Returns:
+        An :class:`HtmlFragment` holding a ``<table class="pu-findings-table">``; with no
+        findings, a one-line note saying so.
+    """
+    findings = list(findings)
+    if not findings:
+        return HtmlFragment(
+            '<p class="pu-findings-empty">No cheatsheet row matched this trace.</p>'
+        )
+    parts = ['<div class="pu-table-scroll"><table class="pu-table pu-findings-table">']
+    if caption:
+        parts.append(f"<caption>{html.escape(caption)}</caption>")
+    parts.append(
+        '<thead><tr><th scope="col">Severity</th><th scope="col">Cheatsheet table</th>'
+        '<th scope="col">Rule</th><th scope="col">What the trace shows</th></tr></thead><tbody>'
+    )
+    for finding in findings:
+        severity = str(finding.severity)
+        parts.append(
+            f'<tr class="pu-severity-{_css_token(severity)}">'
+            f'<td class="pu-severity">{html.escape(severity)}</td>'
+            f"<td>{html.escape(str(finding.table))}</td>"
+            f"<td><code>{html.escape(str(finding.rule))}</code></td>"
+            f"<td>{html.escape(str(finding.message))}</td></tr>"
+        )
+    parts.append("</tbody></table></div>")
+    return HtmlFragment("".join(parts))
+
+
+def _events_of(source: Any) -> tuple[Sequence[Any], str | None, str | None]:
+    """The averaged events, the default sort key and the default caption of ``source``."""
+    if hasattr(source, "trace_path") and hasattr(source, "key_averages"):
+        if source.key_averages is None:
+            raise ValueError(
+                f"capture {source.name!r} holds no profiler events (key_averages is None); "
+                "render the table from the Capture that capture() returned"
+            )
+        return source.key_averages, source.params.get("sort_by"), source.name
+    if isinstance(source, Sequence) and all(hasattr(e, "self_cpu_time_total") for e in source):
+        return source, None, None
+    raise ValueError(
+        f"expected a Capture or prof.key_averages(), not {type(source).__name__}; "
+        "a saved trace has no profiler table, use profiling_utils.rules or the trace model"
+    )
+
+
+def _device_name(events: Sequence[Any]) -> str:
+    use_device = next((e.use_device for e in events if getattr(e, "use_device", None)), None)
+    return str(use_device).upper() if use_device else "CUDA"
+
+
+def _self_device_sum(events: Sequence[Any]) -> float:
+    """Torch's "Self CUDA time total": device-side events, user annotations left out."""
+    from torch.autograd import DeviceType
+
+    total = 0.0
+    for event in events:
+        if event.device_type == DeviceType.CPU:
+            if getattr(event, "is_legacy", False):
+                total += event.self_device_time_total
+        elif not getattr(event, "is_user_annotation", False):
+            total += event.self_device_time_total
+    return total
+
+
+def _profiler_head(has_device_time: bool, device_name: str) -> str:
+    device = html.escape(device_name)
+    group = (
+        '<tr><th scope="col" rowspan="2" class="pu-name">Name</th>'
+        '<th scope="colgroup" colspan="5" class="pu-group">CPU</th>'
+    )
+    if has_device_time:
+        group += f'<th scope="colgroup" colspan="4" class="pu-group pu-device">{device}</th>'
+    calls_help = html.escape(_CALLS_HELP)
+    group += f'<th scope="col" rowspan="2" class="pu-calls" title="{calls_help}"># of Calls</th></tr>'
+    columns = [
+        ("Self CPU %", "pu-self", _SELF_HELP),
+        ("Self CPU", "pu-self", _SELF_HELP),
+        ("CPU total %", "pu-total", _TOTAL_HELP),
+        ("CPU total", "pu-total", _TOTAL_HELP),
+        ("CPU time avg", "pu-avg", "CPU total divided by # of Calls."),
+    ]
+    if has_device_time:
+        columns += [
+            (f"Self {device}", "pu-self pu-device", _SELF_HELP),
+            (f"Self {device} %", "pu-self pu-device", _SELF_HELP),
+            (f"{device} total", "pu-total pu-device", _TOTAL_HELP),
+            (f"{device} time avg", "pu-avg pu-device", f"{device} total divided by # of Calls."),
+        ]
+    names = "".join(
+        f'<th scope="col" class="{css}" title="{html.escape(help_text)}">{html.escape(name)}</th>'
+        for name, css, help_text in columns
+    )
+    return f"<thead>{group}<tr>{names}</tr></thead>"
+
+
+def _number(text: str, css: str) -> str:
+    return f'<td class="pu-num {css}">{html.escape(text)}</td>'
+
+
+def _format_time(time_us: float) -> str:
+    """Torch's format for profiler times: ``12.345us``, ``1.234ms``, ``2.000s``."""
+    if time_us >= 1_000_000:
+        return f"{time_us / 1_000_000:.3f}s"
+    if time_us >= 1_000:
+        return f"{time_us / 1_000:.3f}ms"
+    return f"{time_us:.3f}us"
+
+
+def _share(time_us: float, total_us: float) -> str:
+    if total_us == 0:
+        return "NaN" if time_us == 0 else "inf"
+    return f"{time_us * 100.0 / total_us:.2f}%"
+
+
+def _css_token(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()) or "unknown"
