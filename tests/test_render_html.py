@@ -14,9 +14,17 @@ from profiling_utils.capture import capture
 from profiling_utils.render import HtmlFragment, findings_table, profiler_table
 
 
-def _event(key: str, *, self_cpu: float, cpu: float, self_dev: float = 0.0, dev: float = 0.0,
-           count: int = 1, device_type: DeviceType = DeviceType.CPU,
-           annotation: bool = False) -> SimpleNamespace:
+def _event(
+    key: str,
+    *,
+    self_cpu: float,
+    cpu: float,
+    self_dev: float = 0.0,
+    dev: float = 0.0,
+    count: int = 1,
+    device_type: DeviceType = DeviceType.CPU,
+    annotation: bool = False,
+) -> SimpleNamespace:
     """A stand-in for torch's FunctionEventAvg with the attributes the table reads."""
     return SimpleNamespace(
         key=key, self_cpu_time_total=self_cpu, cpu_time_total=cpu, cpu_time=cpu / count,

@@ -226,8 +226,8 @@ def _profiler_head(has_device_time: bool, device_name: str) -> str:
     )
     if has_device_time:
         group += f'<th scope="colgroup" colspan="4" class="pu-group pu-device">{device}</th>'
-    calls_help = html.escape(_CALLS_HELP)
-    group += f'<th scope="col" rowspan="2" class="pu-calls" title="{calls_help}"># of Calls</th></tr>'
+    calls = f'<th scope="col" rowspan="2" class="pu-calls" title="{html.escape(_CALLS_HELP)}">'
+    group += f"{calls}# of Calls</th></tr>"
     columns = [
         ("Self CPU %", "pu-self", _SELF_HELP),
         ("Self CPU", "pu-self", _SELF_HELP),
