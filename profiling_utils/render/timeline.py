@@ -52,7 +52,7 @@ _TEXT_PAD_PT = 2.5
 _MIN_BOX_PT = 0.6  # zero-length events still show as a hairline
 _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
 _ELLIPSIS = "\u2026"
-_MIN_KEPT_CHARS = 3  # "ab…" tells a reader nothing; such names are omitted instead
+_MIN_KEPT_CHARS = 4  # "cud…" tells a reader nothing; such names are omitted instead
 
 _PAD_FRACTION = 0.02  # of the window, on each side, when the window is computed
 _MS_FROM_US = 2000.0  # windows at least this long are labelled in ms
@@ -107,17 +107,17 @@ _LEGEND_SPACING_EM = 1.4
 class Highlight:
     """A labelled time range drawn over the timeline: a translucent band and its measured length.
 
-    Attributes:
-        start: Start of the range, µs, on the trace's time axis (the axis of ``Span.start``).
-        end: End of the range, µs; not before ``start``.
-        label: What the range is, e.g. ``"dead window"``; the picture appends the duration.
-        lane: The lane the band covers, or ``None`` for a band across all lanes.
+    Build one directly, or with :func:`highlight_span` and :func:`highlight_between`.
     """
 
     start: float
+    """Start of the range, µs, on the trace's time axis (the axis of ``Span.start``)."""
     end: float
+    """End of the range, µs; not before ``start``."""
     label: str
+    """What the range is, e.g. ``"dead window"``; the picture appends the measured duration."""
     lane: Lane | None = None
+    """The lane the band covers, or ``None`` for a band across all lanes."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.start) and math.isfinite(self.end)):
