@@ -1,5 +1,6 @@
 """profiling_utils: capture, load, measure, diagnose and render PyTorch profiler traces."""
 
+from . import measures
 from .capture import Capture, capture, run_name
 from .errors import TraceError
 from .provenance import environment
@@ -16,5 +17,6 @@ __all__ = [
     "capture",
     "environment",
     "load_trace",
+    "measures",
     "run_name",
 ]

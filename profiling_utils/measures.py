@@ -1,0 +1,626 @@
+"""Measurements: plain functions over a :class:`~profiling_utils.trace.Trace`.
+
+Each function returns frozen dataclasses whose field names carry their units (``_us`` for
+microseconds, ``_bytes``, ``_gb_s`` for GB/s, ``_fraction`` for 0..1) and a ``to_dict()`` that
+gives plain JSON values (spans become small dicts: id, name, cat, lane, start_us, dur_us).
+
+- :func:`step_times`: per step, CPU duration, GPU busy time and GPU idle fraction.
+- :func:`launch_delays`: per GPU activity, launch call start to GPU start.
+- :func:`lane_offset`: per step, how far the GPU lane runs behind the CPU lane.
+- :func:`dead_windows`: per step, a ``record_function`` label's start to its first ``aten`` op.
+- :func:`gpu_gaps`: idle gaps between consecutive GPU activities inside a step.
+- :func:`kernel_stats`: per kernel name, count, min, median, mean, max, spread, outlier steps.
+- :func:`kernel_launches`: per kernel, its launch API, planning calls, op and footprint.
+- :func:`memory_copies`: memcpy and memset activities with bytes and achieved bandwidth.
+- :func:`compiled_regions`: ``torch.compile`` regions and CUDA graph launches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any
+
+from .trace import Span, Step, Trace
+
+__all__ = [
+    "PLANNING_CALL_PREFIXES",
+    "StepTime",
+    "LaunchDelay",
+    "LaneOffset",
+    "DeadWindow",
+    "GpuGap",
+    "KernelStats",
+    "KernelFootprint",
+    "KernelLaunch",
+    "MemoryCopy",
+    "CompileInfo",
+    "step_times",
+    "launch_delays",
+    "lane_offset",
+    "dead_windows",
+    "gpu_gaps",
+    "kernel_stats",
+    "kernel_launches",
+    "memory_copies",
+    "compiled_regions",
+    "span_dict",
+]
+
+PLANNING_CALL_PREFIXES = (
+    "cudaOccupancy",
+    "cuOccupancy",
+    "cudaFuncGetAttributes",
+    "cudaFuncSetAttribute",
+    "cuFuncGetAttribute",
+    "cuFuncSetAttribute",
+    "cudaGetFuncBySymbol",
+    "cudaFuncGetName",
+    "cuModuleGetFunction",
+    "cuLibraryGetKernel",
+)
+"""Runtime/driver calls that work out *how* to launch a kernel (occupancy, attributes, function
+lookup). Made before a launch, inside the op that launches, they add CPU time to that launch."""
+
+OUTLIER_MIN_DEVIATION_FRACTION = 0.10
+"""An outlier kernel instance must also differ from the median by at least this fraction, so
+that nanosecond jitter of a very stable kernel is not reported."""
+
+
+def span_dict(span: Span | None) -> dict[str, Any] | None:
+    """A span as a small JSON-ready dict (what ``to_dict()`` writes for a span)."""
+    if span is None:
+        return None
+    return {
+        "id": span.id,
+        "name": span.name,
+        "cat": span.cat,
+        "lane": span.lane.label,
+        "start_us": span.start,
+        "dur_us": span.dur,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Span):
+        return span_dict(value)
+    if isinstance(value, Step):
+        return value.number
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+class _Result:
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """This result as plain JSON values (spans as :func:`span_dict` dicts)."""
+        return _jsonable(self)
+
+
+# -- steps ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime(_Result):
+    """Timing of one ``ProfilerStep#N``."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    cpu_us: float
+    """Duration of the CPU window (the ``ProfilerStep#N`` annotation)."""
+    gpu_busy_us: float
+    """Time at least one stream of the GPU ran this step's work (overlaps counted once)."""
+    gpu_window_us: float
+    """The GPU's share of wall time for this step: from the later of the step's start and the
+    end of the GPU work queued before it, to the later of the step's end and its last GPU work's
+    end. Consecutive steps' windows do not overlap."""
+    gpu_idle_fraction: float | None
+    """``1 - gpu_busy_us / gpu_window_us``; ``None`` for a trace without GPU work."""
+    gpu_activities: int
+    """Kernels, copies and memsets launched in the step."""
+
+
+def _union_us(spans: list[Span] | tuple[Span, ...]) -> float:
+    """Length of the union of the spans' intervals."""
+    total, current_start, current_end = 0.0, None, None
+    for span in sorted(spans, key=lambda s: s.start):
+        if current_end is None or span.start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = span.start, span.end
+        else:
+            current_end = max(current_end, span.end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def step_times(trace: Trace) -> list[StepTime]:
+    """CPU duration, GPU busy time and GPU idle fraction of every step.
+
+    The idle fraction answers "while this step was the GPU's business, how much of the time
+    did the GPU sit idle?": near 1 when the CPU cannot feed the GPU (small kernels, launch
+    bound), near 0 when the GPU is the bottleneck.
+    """
+    work = trace.gpu_work
+    work_starts = [w.start for w in work]
+    ends_so_far: list[float] = []  # ends_so_far[i]: latest end among work[:i + 1]
+    latest = float("-inf")
+    for w in work:
+        latest = max(latest, w.end)
+        ends_so_far.append(latest)
+    results = []
+    for step in trace.steps:
+        own = step.gpu_work
+        if own:
+            first = min(w.start for w in own)
+            before = bisect_left(work_starts, first)
+            queued_until = ends_so_far[before - 1] if before else float("-inf")
+            window_start = max(step.start, queued_until)
+            window_end = max(step.end, max(w.end for w in own))
+        else:
+            window_start, window_end = step.start, step.end
+        window = window_end - window_start
+        busy = _union_us(own)
+        if not trace.has_gpu:
+            idle = None
+        else:
+            idle = 1.0 - busy / window if window > 0 else 0.0
+        results.append(StepTime(step.number, step.span.dur, busy, window, idle, len(own)))
+    return results
+
+
+# -- launches ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDelay(_Result):
+    """How long one GPU activity waited between its launch call and its start on the GPU."""
+
+    launch: Span
+    """The runtime or driver call (``cudaLaunchKernel``, ``cuLaunchKernelEx``...)."""
+    gpu: Span
+    """The kernel, copy or memset it started."""
+    delay_us: float
+    """``gpu.start - launch.start``: launch overhead plus time queued behind earlier work."""
+    step: int | None
+    """The step of the launch, if any."""
+
+
+def launch_delays(trace: Trace) -> list[LaunchDelay]:
+    """The queueing delay of every GPU activity whose launch call is in the trace."""
+    results = []
+    for work in trace.gpu_work:
+        launch = trace.launch_of(work)
+        if launch is not None:
+            step = trace.step_of(launch)
+            number = None if step is None else step.number
+            results.append(LaunchDelay(launch, work, work.start - launch.start, number))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class LaneOffset(_Result):
+    """How far behind the CPU lane the GPU lane runs in one step."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    launch: Span
+    """The step's first launch call that started GPU work."""
+    gpu: Span
+    """The first GPU activity that launch started."""
+    offset_us: float
+    """``gpu.start - launch.start``: the shift between the two lanes at the step's start."""
+    step_start_to_gpu_us: float
+    """From the step's CPU start to the start of its first GPU activity."""
+
+
+def lane_offset(trace: Trace) -> list[LaneOffset]:
+    """Per step, the offset from the first launch to the GPU work it started (steps with GPU
+    work only)."""
+    results = []
+    for step in trace.steps:
+        launches = {trace.launch_of(w).id: trace.launch_of(w) for w in step.gpu_work}
+        if not launches:
+            continue
+        first_launch = min(launches.values(), key=lambda s: s.id)
+        first_gpu = min(trace.gpu_work_of(first_launch), key=lambda s: s.id)
+        earliest_gpu = min(step.gpu_work, key=lambda s: s.id)
+        results.append(
+            LaneOffset(
+                step.number,
+                first_launch,
+                first_gpu,
+                first_gpu.start - first_launch.start,
+                earliest_gpu.start - step.start,
+            )
+        )
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class DeadWindow(_Result):
+    """The gap between a ``record_function`` label's start and the first ATen op inside it."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    annotation: Span
+    """The ``user_annotation`` span (the label)."""
+    first_op: Span
+    """The first ``aten::`` op nested in it."""
+    gap_us: float
+    """``first_op.start - annotation.start``: CPU time in the label before any ATen work."""
+
+
+def _first_nested(trace: Trace, outer: Span, cat: str, prefix: str) -> Span | None:
+    """The earliest span of ``cat`` named ``prefix...`` nested in ``outer`` on its lane."""
+    spans = trace.spans
+    for index in range(outer.id + 1, len(spans)):
+        span = spans[index]
+        if span.start >= outer.end:
+            break
+        if span.lane == outer.lane and span.cat == cat and span.name.startswith(prefix):
+            return span
+    return None
+
+
+def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
+    """The post's "dead window" in every step.
+
+    Args:
+        trace: The trace.
+        label: Name of the ``record_function`` label to measure. ``None`` measures the labels
+            directly inside each ``ProfilerStep#N`` (the label ``capture`` puts around a step).
+    """
+    results = []
+    for step in trace.steps:
+        for annotation in trace.annotations:
+            if label is None:
+                if annotation.parent != step.span.id:
+                    continue
+            elif annotation.name != label or trace.step_of(annotation) is not step:
+                continue
+            first = _first_nested(trace, annotation, "cpu_op", "aten::")
+            if first is not None:
+                results.append(
+                    DeadWindow(step.number, annotation, first, first.start - annotation.start)
+                )
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGap(_Result):
+    """An idle stretch of a GPU between two activities of the same step."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    device: int | None
+    """The GPU."""
+    before: Span
+    """The activity that ended last before the gap."""
+    after: Span
+    """The activity that starts the gap's end."""
+    gap_us: float
+    """``after.start - before.end``."""
+
+
+def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
+    """Gaps between consecutive GPU activities of each step, per device, longer than
+    ``min_gap_us`` (all streams of a device together: a gap is time no stream ran)."""
+    results = []
+    for step in trace.steps:
+        by_device: dict[int | None, list[Span]] = {}
+        for work in step.gpu_work:
+            by_device.setdefault(work.lane.device, []).append(work)
+        for device, work in by_device.items():
+            work.sort(key=lambda s: (s.start, s.id))
+            latest = work[0]
+            for after in work[1:]:
+                gap = after.start - latest.end
+                if gap > 0 and gap >= min_gap_us:
+                    results.append(GpuGap(step.number, device, latest, after, gap))
+                if after.end > latest.end:
+                    latest = after
+    return results
+
+
+# -- kernels ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStats(_Result):
+    """Duration statistics of every instance of one kernel name."""
+
+    name: str
+    """The kernel's name."""
+    count: int
+    """Instances in the trace."""
+    total_us: float
+    """Sum of their durations."""
+    min_us: float
+    """Shortest instance."""
+    median_us: float
+    """Median duration."""
+    mean_us: float
+    """Mean duration."""
+    max_us: float
+    """Longest instance."""
+    spread: float
+    """``(max_us - min_us) / median_us``: 0 for a perfectly steady kernel."""
+    outlier_steps: tuple[int, ...]
+    """Steps holding an instance outside Tukey's fences (1.5 IQR beyond the quartiles) that
+    also differs from the median by at least :data:`OUTLIER_MIN_DEVIATION_FRACTION`."""
+
+
+def kernel_stats(trace: Trace) -> list[KernelStats]:
+    """Per kernel name: count and duration statistics, sorted by total time, largest first."""
+    by_name: dict[str, list[Span]] = {}
+    for kernel in trace.kernels:
+        by_name.setdefault(kernel.name, []).append(kernel)
+    results = []
+    for name, kernels in by_name.items():
+        durations = sorted(k.dur for k in kernels)
+        median = statistics.median(durations)
+        outliers: set[int] = set()
+        if len(durations) >= 4:
+            q1, _, q3 = statistics.quantiles(durations, n=4)
+            low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
+            for kernel in kernels:
+                far = abs(kernel.dur - median) >= OUTLIER_MIN_DEVIATION_FRACTION * median
+                if far and not low <= kernel.dur <= high:
+                    step = trace.step_of(kernel)
+                    if step is not None:
+                        outliers.add(step.number)
+        results.append(
+            KernelStats(
+                name=name,
+                count=len(durations),
+                total_us=sum(durations),
+                min_us=durations[0],
+                median_us=median,
+                mean_us=statistics.fmean(durations),
+                max_us=durations[-1],
+                spread=(durations[-1] - durations[0]) / median if median > 0 else 0.0,
+                outlier_steps=tuple(sorted(outliers)),
+            )
+        )
+    results.sort(key=lambda s: (-s.total_us, s.name))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFootprint(_Result):
+    """What the trace recorded about how a kernel was launched (``None`` where not recorded)."""
+
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    """Static plus dynamic shared memory per block."""
+    grid: tuple[int, ...] | None
+    block: tuple[int, ...] | None
+    blocks_per_sm: float | None
+    warps_per_sm: float | None
+    occupancy_pct: float | None
+    """``est. achieved occupancy %``."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dims(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(_whole(v) is not None for v in value):
+        return tuple(value)
+    return None
+
+
+def _footprint(kernel: Span) -> KernelFootprint:
+    args = kernel.args
+    return KernelFootprint(
+        registers_per_thread=_whole(args.get("registers per thread")),
+        shared_memory_bytes=_whole(args.get("shared memory")),
+        grid=_dims(args.get("grid")),
+        block=_dims(args.get("block")),
+        blocks_per_sm=_number(args.get("blocks per SM")),
+        warps_per_sm=_number(args.get("warps per SM")),
+        occupancy_pct=_number(args.get("est. achieved occupancy %")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLaunch(_Result):
+    """How one kernel came to run."""
+
+    kernel: Span
+    """The kernel."""
+    launch: Span | None
+    """Its launch call, when in the trace."""
+    api: str | None
+    """The launch API: ``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernelEx``,
+    ``cudaGraphLaunch``..."""
+    op: Span | None
+    """The ``cpu_op`` the launch was made from."""
+    planning_calls: tuple[Span, ...]
+    """Calls named in :data:`PLANNING_CALL_PREFIXES` made inside the same op after its
+    previous launch and before this one."""
+    footprint: KernelFootprint
+    """Registers, shared memory, grid and block as recorded."""
+    step: int | None
+    """The step the kernel belongs to."""
+
+
+def _planning_calls(trace: Trace, launch: Span, scope: Span | None) -> tuple[Span, ...]:
+    if scope is None:
+        return ()
+    found: list[Span] = []
+    spans = trace.spans
+    for index in range(scope.id + 1, launch.id):
+        span = spans[index]
+        if span.lane != launch.lane or span.cat not in ("cuda_runtime", "cuda_driver"):
+            continue
+        if span.is_launch:
+            found.clear()  # calls before an earlier launch were planning for that one
+        elif span.name.startswith(PLANNING_CALL_PREFIXES):
+            found.append(span)
+    return tuple(found)
+
+
+def kernel_launches(trace: Trace) -> list[KernelLaunch]:
+    """For every kernel: launch API, op, the planning calls before the launch, footprint."""
+    results = []
+    planning_by_launch: dict[int, tuple[Span, ...]] = {}
+    for kernel in trace.kernels:
+        launch = trace.launch_of(kernel)
+        op = trace.op_of(kernel)
+        planning: tuple[Span, ...] = ()
+        if launch is not None:
+            planning = planning_by_launch.get(launch.id, ())
+            if launch.id not in planning_by_launch:
+                scope = op if op is not None else _parent(trace, launch)
+                planning = planning_by_launch[launch.id] = _planning_calls(trace, launch, scope)
+        step = trace.step_of(kernel)
+        results.append(
+            KernelLaunch(
+                kernel=kernel,
+                launch=launch,
+                api=None if launch is None else launch.name,
+                op=op,
+                planning_calls=planning,
+                footprint=_footprint(kernel),
+                step=None if step is None else step.number,
+            )
+        )
+    return results
+
+
+def _parent(trace: Trace, span: Span) -> Span | None:
+    return None if span.parent is None else trace.spans[span.parent]
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+_COPY_KIND = re.compile(r"Memcpy (\w+)")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCopy(_Result):
+    """A memcpy or memset on the GPU."""
+
+    span: Span
+    """The ``gpu_memcpy`` or ``gpu_memset`` activity."""
+    kind: str
+    """``DtoD``, ``HtoD``, ``DtoH``, ``PtoP``... for copies; ``memset`` for memsets."""
+    bytes: int | None
+    """Bytes moved or set, as recorded."""
+    bandwidth_gb_s: float | None
+    """Achieved bandwidth, ``bytes / dur`` in GB/s (10^9 bytes per second); ``None`` for a
+    zero-length activity or unknown size."""
+    op: Span | None
+    """The ``cpu_op`` that issued it (through its launch call)."""
+    api: str | None
+    """The call that issued it: ``cudaMemcpyAsync``, ``cudaMemsetAsync``, ``cudaGraphLaunch``..."""
+    step: int | None
+    """The step it belongs to."""
+
+
+def memory_copies(trace: Trace) -> list[MemoryCopy]:
+    """Every memcpy and memset, with size, achieved bandwidth and the op that issued it."""
+    results = []
+    for span in trace.gpu_work:
+        if span.cat == "gpu_memcpy":
+            match = _COPY_KIND.match(span.name)
+            kind = match[1] if match else "copy"
+        elif span.cat == "gpu_memset":
+            kind = "memset"
+        else:
+            continue
+        size = _whole(span.args.get("bytes"))
+        bandwidth = size / span.dur / 1e3 if size is not None and span.dur > 0 else None
+        launch = trace.launch_of(span)
+        step = trace.step_of(span)
+        results.append(
+            MemoryCopy(
+                span=span,
+                kind=kind,
+                bytes=size,
+                bandwidth_gb_s=bandwidth,
+                op=trace.op_of(span),
+                api=None if launch is None else launch.name,
+                step=None if step is None else step.number,
+            )
+        )
+    return results
+
+
+# -- torch.compile ----------------------------------------------------------------------------
+
+_GRAPH_CALL = re.compile(r"## Call CompiledFxGraph (\S+)")
+_REGION = re.compile(r"Torch-Compiled Region: (\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileInfo(_Result):
+    """What ``torch.compile`` left in the trace."""
+
+    regions: tuple[Span, ...]
+    """``Torch-Compiled Region: F/C`` spans (one per call of a compiled frame)."""
+    region_ids: tuple[str, ...]
+    """The distinct ``F/C`` ids (frame / compile id) of those regions."""
+    cache_lookups: tuple[Span, ...]
+    """``TorchDynamo Cache Lookup`` spans (guard checks before each compiled call)."""
+    aot_wrappers: tuple[Span, ...]
+    """``AOTDispatcher ...`` spans (runtime wrapper prologue/epilogue)."""
+    graph_calls: tuple[Span, ...]
+    """``## Call CompiledFxGraph <hash>`` spans."""
+    graph_hashes: tuple[str, ...]
+    """The distinct compiled-graph hashes, in first-call order."""
+    cuda_graph_launches: tuple[Span, ...]
+    """``cudaGraphLaunch`` calls (``mode="reduce-overhead"`` replays)."""
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether the trace shows any ``torch.compile`` activity."""
+        return bool(self.regions or self.graph_calls or self.cache_lookups)
+
+    @property
+    def cache_lookup_us(self) -> float:
+        """Total time spent in ``TorchDynamo Cache Lookup``."""
+        return sum(span.dur for span in self.cache_lookups)
+
+
+def compiled_regions(trace: Trace) -> CompileInfo:
+    """The ``torch.compile`` regions, cache lookups, AOT wrappers, graph hashes and CUDA graph
+    launches of a trace (all empty for an eager run)."""
+    regions = tuple(trace.find(prefix="Torch-Compiled Region"))
+    graph_calls = tuple(trace.find(prefix="## Call CompiledFxGraph"))
+    region_ids = dict.fromkeys(
+        m[1] for m in (_REGION.match(s.name) for s in regions) if m is not None
+    )
+    hashes = dict.fromkeys(
+        m[1] for m in (_GRAPH_CALL.match(s.name) for s in graph_calls) if m is not None
+    )
+    return CompileInfo(
+        regions=regions,
+        region_ids=tuple(region_ids),
+        cache_lookups=tuple(trace.find("TorchDynamo Cache Lookup")),
+        aot_wrappers=tuple(trace.find(prefix="AOTDispatcher")),
+        graph_calls=graph_calls,
+        graph_hashes=tuple(hashes),
+        cuda_graph_launches=tuple(
+            s for s in trace.find("cudaGraphLaunch") if s.cat in ("cuda_runtime", "cuda_driver")
+        ),
+    )

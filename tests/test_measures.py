@@ -1,0 +1,401 @@
+"""Measurements on the recorded H100 fixtures and on synthetic traces with known answers.
+
+Fixture assertions test what the physics of each run implies (a 64x64 matmul cannot keep an
+H100 busy, a 4096x4096 one can; torch.compile adds work before the first ATen op...), with
+tolerances where timings vary from run to run; synthetic traces pin exact values.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+
+from profiling_utils import Trace, load_trace
+from profiling_utils.measures import (
+    compiled_regions,
+    dead_windows,
+    gpu_gaps,
+    kernel_launches,
+    kernel_stats,
+    lane_offset,
+    launch_delays,
+    memory_copies,
+    span_dict,
+    step_times,
+)
+
+ALL_MEASURES = [
+    step_times,
+    launch_delays,
+    lane_offset,
+    dead_windows,
+    gpu_gaps,
+    kernel_stats,
+    kernel_launches,
+    memory_copies,
+]
+
+
+def fixture(name: str) -> Trace:
+    return _cache.setdefault(name, load_trace(gpu_fixture(name)))
+
+
+_cache: dict[str, Trace] = {}
+
+
+@pytest.fixture
+def minimal(make_trace) -> Trace:
+    return load_trace(make_trace(minimal_gpu_events()))
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_every_result_serialises_to_json(name: str) -> None:
+    trace = fixture(name)
+    for measure in ALL_MEASURES:
+        for result in measure(trace):
+            json.dumps(result.to_dict(), allow_nan=False)
+    info = compiled_regions(trace).to_dict()
+    assert json.loads(json.dumps(info)) == info
+
+
+# -- step_times ---------------------------------------------------------------------------------
+
+
+def test_step_times_exact_on_a_synthetic_step(minimal: Trace) -> None:
+    (step,) = step_times(minimal)
+    assert step.step == 1 and step.cpu_us == 100.0
+    assert step.gpu_busy_us == pytest.approx(32.0)  # kernel 50-80, copy 85-87
+    assert step.gpu_window_us == pytest.approx(100.0)
+    assert step.gpu_idle_fraction == pytest.approx(0.68)
+    assert step.gpu_activities == 2
+
+
+def test_small_matmul_leaves_the_gpu_idle() -> None:
+    for step in step_times(fixture("64_bf16_warm_eager")):
+        # One 64x64 GEMM and one add: about 3 µs of work in a step of tens of µs.
+        assert 2.5 < step.gpu_busy_us < 4.5
+        assert step.gpu_idle_fraction > 0.9
+        assert step.gpu_window_us == pytest.approx(step.cpu_us)
+
+
+def test_large_matmul_keeps_the_gpu_busy_once_the_queue_fills() -> None:
+    times = step_times(fixture("4096_bf16_warm_eager_w0a20"))
+    assert len(times) == 20
+    for step in times[2:]:
+        # A 4096^3 bf16 GEMM (~170 µs on an H100) plus an add (~30 µs) per step.
+        assert 190 < step.gpu_busy_us < 215
+        assert step.gpu_idle_fraction < 0.05
+        assert step.cpu_us < step.gpu_busy_us  # the CPU runs ahead
+    fp32 = step_times(fixture("4096_fp32_warm_eager"))
+    assert all(step.gpu_idle_fraction < 0.01 for step in fp32)
+    assert all(2600 < step.gpu_busy_us < 2800 for step in fp32)  # fp32 GEMM ~2.6 ms
+
+
+def test_step_gpu_windows_do_not_overlap() -> None:
+    trace = fixture("4096_fp32_warm_eager")
+    times = step_times(trace)
+    first_step_start = trace.steps[0].start
+    last_gpu_end = max(work.end for step in trace.steps for work in step.gpu_work)
+    assert sum(t.gpu_window_us for t in times) <= last_gpu_end - first_step_start + 1e-6
+
+
+def test_cpu_only_step_has_no_idle_fraction(make_trace) -> None:
+    trace = load_trace(make_trace([complete_event("ProfilerStep#0", "user_annotation", 0, 10)]))
+    (step,) = step_times(trace)
+    assert (step.cpu_us, step.gpu_busy_us, step.gpu_idle_fraction) == (10.0, 0.0, None)
+
+
+# -- launches and lanes -------------------------------------------------------------------------
+
+
+def test_launch_delays_exact(minimal: Trace) -> None:
+    kernel, copy = launch_delays(minimal)
+    assert (kernel.launch.name, kernel.gpu.name, kernel.delay_us) == (
+        "cudaLaunchKernel",
+        "gemm_kernel",
+        20.0,
+    )
+    assert copy.delay_us == pytest.approx(23.0) and copy.step == 1
+
+
+def test_launch_delays_grow_when_the_gpu_is_the_bottleneck() -> None:
+    small = launch_delays(fixture("64_bf16_warm_eager"))
+    large = launch_delays(fixture("4096_bf16_warm_eager"))
+    # Small kernels start right after their launch; large ones queue behind earlier GEMMs.
+    assert all(d.delay_us < 30 for d in small if d.step != 2)
+    by_step = {step: max(d.delay_us for d in large if d.step == step) for step in (2, 3, 4)}
+    assert by_step[2] < by_step[3] < by_step[4]
+    assert by_step[4] > 300
+    # Every GPU activity with a launch in the trace is measured once.
+    assert len(large) == len(fixture("4096_bf16_warm_eager").gpu_work)
+
+
+def test_lane_offset_small_and_stable_for_small_kernels() -> None:
+    offsets = lane_offset(fixture("64_bf16_warm_eager_w0a20"))
+    assert [o.step for o in offsets] == list(range(20))
+    # Step 0 pays for the profiler's first buffer request; later steps launch in ~10 µs.
+    assert offsets[0].offset_us > 100
+    assert all(o.offset_us < 20 for o in offsets[2:])
+    assert all(o.launch.name == "cuLaunchKernelEx" for o in offsets)
+
+
+def test_lane_offset_grows_by_the_gpu_backlog_each_step() -> None:
+    offsets = lane_offset(fixture("4096_fp32_warm_eager"))
+    times = step_times(fixture("4096_fp32_warm_eager"))
+    # Each step queues ~2.7 ms of GPU work but takes ~0.15 ms of CPU: the GPU lane slides
+    # right by roughly the difference every step.
+    growth = offsets[2].offset_us - offsets[1].offset_us
+    expected = times[1].gpu_busy_us - (offsets[2].launch.start - offsets[1].launch.start)
+    assert growth == pytest.approx(expected, rel=0.05)
+    assert offsets[0].step_start_to_gpu_us > offsets[0].offset_us
+
+
+# -- dead windows -------------------------------------------------------------------------------
+
+
+def test_dead_window_is_label_start_to_first_aten_op(minimal: Trace) -> None:
+    (window,) = dead_windows(minimal)
+    assert window.annotation.name == "work" and window.first_op.name == "aten::mm"
+    assert window.gap_us == pytest.approx(5.0)
+    assert dead_windows(minimal, label="nope") == []
+
+
+def test_compile_widens_the_dead_window() -> None:
+    eager = dead_windows(fixture("64_bf16_warm_eager"))
+    compiled = dead_windows(fixture("64_bf16_warm_compile"))
+    assert [w.step for w in eager] == [w.step for w in compiled] == [2, 3, 4]
+    for e, c in zip(eager, compiled, strict=True):
+        assert e.first_op.name == "aten::matmul"
+        # Dynamo's cache lookup and the AOT wrapper run before the first ATen op.
+        assert c.first_op.name == "aten::addmm"
+        assert c.gap_us > 5 * e.gap_us
+        span = fixture("64_bf16_warm_eager").spans
+        assert e.gap_us == span[e.first_op.id].start - span[e.annotation.id].start
+
+
+def test_dead_windows_for_a_named_label() -> None:
+    trace = fixture("train_tiny_transformer_a3")
+    windows = dead_windows(trace, label="train_step")
+    assert [(w.step, w.first_op.name) for w in windows] == [
+        (2, "aten::embedding"),
+        (3, "aten::embedding"),
+        (4, "aten::embedding"),
+    ]
+    optimizer = dead_windows(trace, label="Optimizer.step#AdamW.step")
+    assert [w.step for w in optimizer] == [2, 3, 4]
+    assert all(w.first_op.name.startswith("aten::") for w in optimizer)
+
+
+# -- gpu gaps ---------------------------------------------------------------------------------
+
+
+def test_gpu_gaps_exact(minimal: Trace) -> None:
+    (gap,) = gpu_gaps(minimal)
+    assert (gap.before.name, gap.after.name, gap.gap_us, gap.device) == (
+        "gemm_kernel",
+        "Memcpy DtoD (Device -> Device)",
+        5.0,
+        0,
+    )
+    assert gpu_gaps(minimal, min_gap_us=5.5) == []
+
+
+def test_gpu_gaps_between_launch_bound_kernels() -> None:
+    trace = fixture("64_bf16_warm_eager")
+    gaps = gpu_gaps(trace)
+    # GEMM, then the add launched ~10 µs later from the CPU: one gap per step.
+    assert [g.step for g in gaps] == [2, 3, 4]
+    for gap in gaps:
+        assert gap.before.name.startswith("nvjet_sm90_") and "add" in gap.after.name
+        assert gap.gap_us > 10
+    assert len(gpu_gaps(trace, min_gap_us=30)) < len(gaps)
+
+
+def test_gpu_gaps_tiny_when_the_queue_is_full() -> None:
+    gaps = gpu_gaps(fixture("4096_bf16_warm_eager_w0a20"))
+    assert all(g.gap_us < 5 for g in gaps if g.step >= 2)
+
+
+# -- kernels ----------------------------------------------------------------------------------
+
+
+def test_kernel_stats_of_twenty_identical_gemms() -> None:
+    stats = kernel_stats(fixture("4096_bf16_warm_eager_w0a20"))
+    gemm = stats[0]  # sorted by total time: the GEMM dominates
+    assert gemm.name.startswith("nvjet_sm90_") and gemm.count == 20
+    assert 160 < gemm.min_us <= gemm.median_us <= gemm.max_us < 190
+    assert gemm.min_us <= gemm.mean_us <= gemm.max_us
+    assert gemm.spread < 0.1
+    assert gemm.total_us == pytest.approx(gemm.mean_us * 20)
+    totals = [s.total_us for s in stats]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_kernel_stats_counts_every_kernel_once() -> None:
+    trace = fixture("train_tiny_transformer_a3")
+    assert sum(s.count for s in kernel_stats(trace)) == len(trace.kernels)
+
+
+def test_kernel_stats_outlier_steps(make_trace) -> None:
+    events = []
+    for step in range(6):
+        t = 1000.0 * step
+        slow = step == 3
+        events += [
+            complete_event(f"ProfilerStep#{step}", "user_annotation", t, 500),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 10, 5, correlation=step),
+            complete_event("k", "kernel", t + 20, 20.0 if slow else 10.0 + 0.01 * step,
+                           pid=0, tid=7, correlation=step),
+        ]  # fmt: skip
+    (stats,) = kernel_stats(load_trace(make_trace(events)))
+    assert stats.count == 6 and stats.max_us == 20.0
+    assert stats.outlier_steps == (3,)
+    assert stats.spread == pytest.approx((20.0 - 10.0) / stats.median_us)
+
+
+def test_kernel_launch_apis_of_the_recorded_runs() -> None:
+    def apis(name: str) -> dict[str, str | None]:
+        return {
+            launch.kernel.name.split("<")[0][:24]: launch.api
+            for launch in kernel_launches(fixture(name))
+        }
+
+    # bf16 GEMMs go through the driver API, elementwise kernels through the runtime.
+    assert apis("64_bf16_warm_eager") == {
+        "nvjet_sm90_tst_64x8_64x1": "cuLaunchKernelEx",
+        "void at::native::vectori": "cudaLaunchKernel",
+    }
+    fp32 = kernel_launches(fixture("4096_fp32_warm_eager"))
+    assert {kl.api for kl in fp32} == {
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernel",
+        None,  # the first add was launched before the profiling window
+    }
+    graph = apis("64_bf16_warm_compile-reduce-overhead")
+    assert graph["nvjet_sm90_tst_64x8_64x1"] == "cudaGraphLaunch"
+
+
+def test_fp32_gemm_is_planned_with_cuda_func_get_attributes() -> None:
+    launches = [
+        kl for kl in kernel_launches(fixture("4096_fp32_warm_eager")) if "gemm" in kl.kernel.name
+    ]
+    assert len(launches) == 3
+    for kl in launches:
+        assert kl.op.name == "aten::mm"
+        assert [call.name for call in kl.planning_calls] == ["cudaFuncGetAttributes"]
+        (call,) = kl.planning_calls
+        assert call.end <= kl.launch.start
+        assert kl.footprint.registers_per_thread == 254
+        assert kl.footprint.grid == (16, 32, 1) and kl.footprint.block == (256, 1, 1)
+        assert kl.footprint.shared_memory_bytes == 67584
+
+
+def test_bf16_gemm_needs_no_planning_call() -> None:
+    for kl in kernel_launches(fixture("4096_bf16_warm_eager")):
+        assert kl.planning_calls == ()
+        assert kl.step in (2, 3, 4)
+
+
+def test_cudnn_attention_kernels_look_up_their_function_first() -> None:
+    launches = kernel_launches(fixture("train_tiny_transformer_a3"))
+    planned = [kl for kl in launches if kl.planning_calls]
+    assert planned and all(kl.op.name == "aten::_cudnn_attention_backward" for kl in planned)
+    assert {c.name for kl in planned for c in kl.planning_calls} == {"cudaGetFuncBySymbol"}
+
+
+def test_planning_calls_belong_to_the_next_launch_only(make_trace) -> None:
+    events = [
+        complete_event("aten::op", "cpu_op", 0, 100),
+        complete_event("cudaOccupancyMaxActiveBlocksPerMultiprocessor", "cuda_runtime", 1, 2),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("cudaFuncSetAttribute", "cuda_runtime", 20, 2),
+        complete_event("cudaGetErrorString", "cuda_runtime", 23, 1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 30, 5, correlation=2),
+        complete_event("k1", "kernel", 40, 5, pid=0, tid=7, correlation=1),
+        complete_event("k2", "kernel", 50, 5, pid=0, tid=7, correlation=2),
+    ]
+    first, second = kernel_launches(load_trace(make_trace(events)))
+    assert [c.name for c in first.planning_calls] == [
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
+    ]
+    assert [c.name for c in second.planning_calls] == ["cudaFuncSetAttribute"]
+    assert first.op.name == second.op.name == "aten::op"
+    assert first.footprint.grid is None and first.step is None
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def test_compiled_run_copies_the_bias_before_the_gemm() -> None:
+    for size in (64, 4096):
+        copies = [
+            m for m in memory_copies(fixture(f"{size}_bf16_warm_compile")) if m.kind == "DtoD"
+        ]
+        assert len(copies) == 3
+        for copy in copies:
+            assert copy.bytes == size * size * 2  # one bf16 matrix: the addmm bias
+            assert copy.op.name == "aten::addmm" and copy.api == "cudaMemcpyAsync"
+            assert copy.bandwidth_gb_s == pytest.approx(copy.bytes / copy.span.dur / 1e3)
+    big = memory_copies(fixture("4096_bf16_warm_compile"))
+    assert min(m.bandwidth_gb_s for m in big if m.kind == "DtoD") > 1000  # H100 HBM3
+
+
+def test_graph_replay_issues_its_copy_through_cuda_graph_launch() -> None:
+    copies = memory_copies(fixture("64_bf16_warm_compile-reduce-overhead"))
+    assert {(m.kind, m.api) for m in copies} == {("DtoD", "cudaGraphLaunch")}
+    assert all(m.op.name.startswith("## Call CompiledFxGraph") for m in copies)
+
+
+def test_memsets_and_synthetic_copy(minimal: Trace) -> None:
+    (copy,) = memory_copies(minimal)
+    assert (copy.kind, copy.bytes, copy.api, copy.step) == ("DtoD", 4096, "cudaMemcpyAsync", 1)
+    assert copy.bandwidth_gb_s == pytest.approx(2.048)
+    assert copy.op.name == "aten::copy_"
+    memsets = memory_copies(fixture("4096_bf16_warm_eager"))
+    assert {(m.kind, m.op.name, m.api) for m in memsets} == {
+        ("memset", "aten::mm", "cudaMemsetAsync")
+    }
+
+
+# -- torch.compile ----------------------------------------------------------------------------
+
+
+def test_eager_run_has_no_compiled_regions() -> None:
+    info = compiled_regions(fixture("64_bf16_warm_eager"))
+    assert not info.is_compiled
+    assert info.regions == info.graph_calls == info.cuda_graph_launches == ()
+
+
+def test_compiled_regions_of_a_compiled_run() -> None:
+    cold = compiled_regions(fixture("64_bf16_cold_compile"))
+    warm = compiled_regions(fixture("64_bf16_warm_compile"))
+    for info in (cold, warm):
+        assert info.is_compiled
+        assert len(info.regions) == len(info.cache_lookups) == len(info.graph_calls) == 3
+        assert len(info.aot_wrappers) == 3
+        assert len(info.graph_hashes) == 1 and info.cuda_graph_launches == ()
+        assert info.cache_lookup_us == pytest.approx(sum(s.dur for s in info.cache_lookups))
+    # The same function compiles to the same FX graph, cold or warm.
+    assert cold.graph_hashes == warm.graph_hashes
+    assert cold.region_ids == ("0/0",)
+
+
+def test_reduce_overhead_replays_a_cuda_graph() -> None:
+    info = compiled_regions(fixture("64_bf16_warm_compile-reduce-overhead"))
+    assert len(info.cuda_graph_launches) == 3
+    assert all(s.name == "cudaGraphLaunch" for s in info.cuda_graph_launches)
+
+
+def test_span_dict() -> None:
+    span = fixture("64_bf16_warm_eager").kernels[0]
+    assert span_dict(span) == {
+        "id": span.id,
+        "name": span.name,
+        "cat": "kernel",
+        "lane": "GPU 0 stream 7",
+        "start_us": span.start,
+        "dur_us": span.dur,
+    }
+    assert span_dict(None) is None
