@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
@@ -340,6 +342,11 @@ def test_training_trace_draws_every_span_in_one_collection(training: Trace) -> N
 def test_figure_is_opaque_with_readable_text(cold: Trace) -> None:
     fig = plot_timeline(cold, step=2, title="ProfilerStep#2", highlights=[_dead(cold)])
     assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)
+    # Every pixel of the saved image is opaque, so it reads the same on a dark page.
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=50)
+    buffer.seek(0)
+    assert plt.imread(buffer)[:, :, 3].min() == 1.0
     width, height = fig.get_size_inches()
     assert width == 10
     texts = [t for t in fig.findobj(Text) if t.get_text()]
