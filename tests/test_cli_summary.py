@@ -1,0 +1,206 @@
+"""``python -m profiling_utils summary``: every fixture answers, every bad input exits 2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+
+from profiling_utils import cli, load_trace
+from profiling_utils.measures import kernel_stats, step_times
+
+SUMMARY_KEYS = {
+    "file",
+    "spans",
+    "duration_us",
+    "has_gpu",
+    "devices",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "cupti_version",
+    "base_time_ns",
+    "lanes",
+    "steps",
+    "top_kernels",
+    "launch_apis",
+    "planning_calls",
+    "memory",
+    "compile",
+    "overhead",
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_every_documented_key_is_in_the_module_docs() -> None:
+    documented = set(re.findall(r"``(\w+)``", cli.__doc__))
+    assert SUMMARY_KEYS <= documented
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_json_summary_of_every_fixture(capsys, name: str) -> None:
+    path = gpu_fixture(name)
+    status, out, err = run(capsys, "summary", str(path), "--json")
+    assert (status, err) == (0, "")
+    summary = json.loads(out)
+    assert set(summary) == SUMMARY_KEYS
+    trace = load_trace(path)
+    assert summary["file"] == str(path)
+    assert summary["spans"] == len(trace.spans) and summary["has_gpu"]
+    assert [s["step"] for s in summary["steps"]] == [s.number for s in trace.steps]
+    assert [s["cpu_us"] for s in summary["steps"]] == [t.cpu_us for t in step_times(trace)]
+    assert [k["name"] for k in summary["top_kernels"]] == [k.name for k in kernel_stats(trace)[:10]]
+    assert sum(summary["launch_apis"].values()) == len(trace.kernels)
+    assert [lane["label"] for lane in summary["lanes"]] == [lane.label for lane in trace.lanes]
+    assert summary["devices"][0]["compute_capability"] == [9, 0]
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_text_summary_of_every_fixture(capsys, name: str) -> None:
+    status, out, err = run(capsys, "summary", str(gpu_fixture(name)))
+    assert (status, err) == (0, "")
+    assert "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB, compute 9.0)" in out
+    assert "CUDA runtime 13.0" in out
+    for heading in ("Lanes", "Steps (µs)", "Top kernels", "Launch APIs", "torch.compile"):
+        assert heading in out
+
+
+def test_text_summary_names_what_each_run_shows(capsys) -> None:
+    _, fp32, _ = run(capsys, "summary", str(gpu_fixture("4096_fp32_warm_eager")))
+    assert "cudaLaunchKernelExC" in fp32 and "planned with: cudaFuncGetAttributes x3" in fp32
+    _, graph, _ = run(capsys, "summary", str(gpu_fixture("64_bf16_warm_compile-reduce-overhead")))
+    assert "CUDA graph launches: 3" in graph and "DtoD" in graph
+    _, w0a3, _ = run(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager_w0a3")))
+    assert "Activity Buffer Request x1" in w0a3 and "CUPTI overhead" in w0a3
+
+
+def test_top_limits_the_kernel_list(capsys) -> None:
+    path = str(gpu_fixture("train_tiny_transformer_a3"))
+    _, out, _ = run(capsys, "summary", path, "--json", "--top", "3")
+    assert len(json.loads(out)["top_kernels"]) == 3
+
+
+def test_cpu_only_trace(capsys, make_trace) -> None:
+    path = make_trace(
+        [complete_event("ProfilerStep#0", "user_annotation", 0, 10)],
+        deviceProperties=None,
+        cuda_runtime_version=None,
+        cuda_driver_version=None,
+        cupti_version=None,
+    )
+    status, out, _ = run(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert status == 0 and not summary["has_gpu"] and summary["devices"] == []
+    assert summary["steps"][0]["gpu_idle_fraction"] is None
+    status, text, _ = run(capsys, "summary", str(path))
+    assert status == 0 and "no GPU work (CPU-only trace)" in text
+
+
+def _bad_inputs(tmp: Path) -> dict[str, Path]:
+    good = json.dumps({"traceEvents": minimal_gpu_events()}).encode()
+    files = {
+        "empty": b"",
+        "not_json": b"this is not json",
+        "truncated_json": good[: len(good) // 2],
+        "truncated_gzip": gzip.compress(good)[:40],
+        "list": b"[1, 2, 3]",
+        "no_trace_events": b'{"schemaVersion": 1}',
+        "string_ts": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": "1", "dur": 1}]}',
+        "nan_ts": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1}]}',
+    }
+    paths = {}
+    for name, data in files.items():
+        path = tmp / f"{name}.json"
+        path.write_bytes(data)
+        paths[name] = path
+    paths["missing"] = tmp / "missing.json"
+    return paths
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "not_json",
+        "truncated_json",
+        "truncated_gzip",
+        "list",
+        "no_trace_events",
+        "string_ts",
+        "nan_ts",
+        "missing",
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_bad_input_prints_one_line_and_exits_2(capsys, tmp_path, case: str, as_json) -> None:
+    path = _bad_inputs(tmp_path)[case]
+    status, out, err = run(capsys, "summary", str(path), *(["--json"] if as_json else []))
+    assert status == 2
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1
+    assert err.startswith(f"error: {path}: ")
+
+
+def test_module_entry_point(tmp_path) -> None:
+    good = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiling_utils",
+            "summary",
+            str(gpu_fixture("64_bf16_warm_eager")),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert good.returncode == 0 and "GPU 0 stream 7" in good.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    result = subprocess.run(
+        [sys.executable, "-m", "profiling_utils", "summary", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"error: {bad}: JSON is cut short (the file looks truncated)\n"
+
+
+def test_usage_errors_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        cli.main(["summary", "--help"])
+    assert info.value.code == 0
+    assert "top_kernels" in capsys.readouterr().out
+
+
+def test_summarize_matches_the_model(make_trace) -> None:
+    trace = load_trace(make_trace(minimal_gpu_events()))
+    summary = cli.summarize(trace)
+    (step,) = summary["steps"]
+    assert step["dead_window_us"] == pytest.approx(5.0)
+    assert step["lane_offset_us"] == pytest.approx(20.0)
+    assert (step["gpu_gap_count"], step["gpu_gap_max_us"]) == (1, pytest.approx(5.0))
+    assert summary["planning_calls"] == {"cudaFuncGetAttributes": 1}
+    assert summary["memory"] == [
+        {
+            "kind": "DtoD",
+            "count": 1,
+            "total_bytes": 4096,
+            "median_bandwidth_gb_s": pytest.approx(2.048),
+            "ops": {"aten::copy_": 1},
+        }
+    ]
