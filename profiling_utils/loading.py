@@ -19,6 +19,7 @@ decode the first time are never rewritten.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import math
 import os
@@ -97,15 +98,20 @@ _ANY = msgspec.json.Decoder()
 _EVENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
 
 _GZIP_MAGIC = b"\x1f\x8b"
-# Values some Kineto versions write unquoted; only ever touched after a failed first decode.
-# A value position is after ':' '[' or ',' and before ',' ']' or '}'.
-_BARE_VALUE = re.compile(rb"([:\[,]\s*)(-?(?:N/A|NaN|nan|Infinity|inf))(?=\s*[,\]}])")
+# A JSON string (skipped), or a value some Kineto versions write unquoted, in a value position:
+# after ':' '[' or ',' and before ',' ']' or '}'. Only used after a failed first decode.
+_STRING_OR_BARE_VALUE = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+    rb"|(?<=[:\[,])(\s*)(-?(?:N/A|NaN|nan|Infinity|inf))(?=\s*[,\]}])",
+    re.S,
+)
 # Control bytes other than tab, newline and carriage return are never valid JSON outside a
 # string and invalid inside one: blank them.
 _CONTROL_TO_SPACE = bytes.maketrans(
     bytes(b for b in range(32) if b not in (9, 10, 13)),
     b" " * (32 - 3),
 )
+_UTF8_CHUNK = 1 << 20
 _VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
 
 
@@ -145,14 +151,33 @@ def _event_decoder(event_type: type[E]) -> msgspec.json.Decoder:
     return decoder
 
 
+def _is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8, checked in chunks so no large string is built."""
+    if data.isascii():
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for offset in range(0, len(data), _UTF8_CHUNK):
+            decoder.decode(view[offset : offset + _UTF8_CHUNK])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _quote_bare_value(match: re.Match[bytes]) -> bytes:
+    if match[2] is None:  # a string: leave it as it is
+        return match[0]
+    return match[1] + b'"' + match[2] + b'"'
+
+
 def _repair(data: bytes) -> bytes:
     """Quote bare ``N/A``/``NaN``/``inf`` values, blank control bytes, replace invalid UTF-8."""
     data = data.translate(_CONTROL_TO_SPACE)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
+    if not _is_utf8(data):
         data = data.decode("utf-8", "replace").encode("utf-8")
-    return _BARE_VALUE.sub(rb'\1"\2"', data)
+    return _STRING_OR_BARE_VALUE.sub(_quote_bare_value, data)
 
 
 def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
@@ -190,23 +215,30 @@ def decode_trace(
             ``traceEvents`` list, or an event has a value of the wrong type (a string where a
             number belongs, for example).
     """
-    repaired = False
-    try:
-        top = _TOP_LEVEL.decode(data)
-    except msgspec.ValidationError as err:
-        kind = str(err).rsplit("got `", 1)[-1].rstrip("`")
-        raise TraceError(
-            path, f"JSON is not a trace: the top level is {kind!r}, not an object"
-        ) from None
-    except msgspec.DecodeError as first_error:
+    # msgspec does not check UTF-8 inside strings it skips (``args``): check it up front.
+    first_error: msgspec.DecodeError | None = None
+    if not _is_utf8(data):
+        first_error = msgspec.DecodeError("invalid UTF-8")
+    else:
+        try:
+            top = _TOP_LEVEL.decode(data)
+        except msgspec.ValidationError as err:
+            kind = str(err).rsplit("got `", 1)[-1].rstrip("`")
+            raise TraceError(
+                path, f"JSON is not a trace: the top level is {kind!r}, not an object"
+            ) from None
+        except msgspec.DecodeError as err:
+            first_error = err
+    repaired = first_error is not None
+    if first_error is not None:
         fixed = _repair(data)
         if fixed == data:
-            raise TraceError(path, _json_problem(data, first_error)) from None
+            raise TraceError(path, _json_problem(data, first_error))
         try:
             top = _TOP_LEVEL.decode(fixed)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise TraceError(path, _json_problem(data, first_error)) from None
-        data, repaired = fixed, True
+        data = fixed
 
     raw_events = top.get("traceEvents")
     if raw_events is None:

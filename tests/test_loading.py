@@ -334,3 +334,63 @@ def test_trace_error_pickles() -> None:
 def test_flow_pair_helper_matches_kineto_shape() -> None:
     start, end = flow_pair(3, 1.0, 2.0)
     assert (start["ph"], end["ph"], end["bp"]) == ("s", "f", "e")
+
+
+# -- metadata of unexpected shape is tolerated, not fatal -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "properties",
+    ["GPU", [1, "x"], [{"id": "0", "name": "G", "numSms": "132", "computeMajor": None}]],
+)
+def test_device_properties_of_unexpected_shape(make_trace, properties) -> None:
+    trace = load_trace(make_trace(minimal_gpu_events(), deviceProperties=properties))
+    assert trace.has_gpu
+    for device in trace.devices:
+        assert (device.id, device.name, device.sm_count) == (0, "G", 132)
+        assert device.compute_capability is None and device.total_memory_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [(12040, "12.4"), (12080, "12.8"), ("12.4", "12.4"), ("", None), (1.5, None)],
+)
+def test_cuda_versions(make_trace, written, expected) -> None:
+    trace = load_trace(make_trace(minimal_gpu_events(), cuda_runtime_version=written))
+    assert trace.cuda_runtime_version == expected
+
+
+def test_args_that_are_not_an_object_read_as_empty(make_trace) -> None:
+    event = complete_event("op", "cpu_op", 0, 1)
+    event["args"] = [1, 2]
+    span = load_trace(make_trace([event])).spans[0]
+    assert span.args == {} and span.external_id is None
+
+
+def test_nan_written_by_python_json_in_args(make_trace) -> None:
+    events = minimal_gpu_events()
+    events[8]["args"]["memory bandwidth (GB/s)"] = float("nan")  # json.dumps writes NaN
+    copy = load_trace(make_trace(events)).find(cat="gpu_memcpy")[0]
+    assert copy.args["memory bandwidth (GB/s)"] == "NaN"
+
+
+def test_invalid_utf8_in_a_name_is_replaced(make_trace) -> None:
+    text = json.dumps(trace_document([complete_event("caf-", "cpu_op", 0, 1)])).encode()
+    path = make_trace(text.replace(b"caf-", b"caf\xe9"))
+    assert load_trace(path).spans[0].name == "caf\ufffd"
+
+
+def test_na_inside_a_string_is_left_alone(make_trace) -> None:
+    events = [complete_event("ratio: N/A, maybe", "cpu_op", 0, 1, note="N/A")]
+    text = json.dumps(trace_document(events)).replace('"note": "N/A"', '"note": "N/A", "x": N/A')
+    trace = load_trace(make_trace(text.encode()))
+    assert trace.spans[0].args == {"note": "N/A", "x": "N/A"}
+    assert trace.spans[0].name == "ratio: N/A, maybe"
+
+
+def test_invalid_utf8_inside_args_is_caught_at_load(make_trace) -> None:
+    # args stay undecoded at load time; their bytes must still be valid by the time they are.
+    events = [complete_event("op", "cpu_op", 0, 1, note="caf-")]
+    text = json.dumps(trace_document(events)).encode().replace(b"caf-", b"caf\xe9")
+    span = load_trace(make_trace(text)).spans[0]
+    assert span.args == {"note": "caf\ufffd"}
