@@ -1,0 +1,362 @@
+"""What each executed gallery example leaves behind, and what the site does with it.
+
+sphinx-gallery executes ``examples/*.py`` into ``docs/auto_examples`` and skips an example
+whose file has not changed since its last successful run (``<name>.py.md5``). This extension
+adds, per example, beside that cache:
+
+- a *run record* ``<name>.run.json``, written just before the example runs: the machine it ran
+  on (:func:`profiling_utils.provenance.environment`) and a *fingerprint* of what shapes its
+  outputs besides its own file: the ``profiling_utils`` sources, torch, CUDA and the GPU;
+- its traces, in ``traces/<name>/`` (emptied before it runs; see
+  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build.
+
+Before sphinx-gallery looks at its cache, every example whose record is missing or carries
+another fingerprint loses its ``.md5``, so it runs again: outputs are never left over from
+another library version, torch, CUDA or GPU. Every example page then states where its
+outputs were made, read from its record, and the ``gallery-provenance`` directive does the
+same for the whole gallery (the home page). A build without a GPU says, on each example
+page, that the example ran on the CPU.
+
+An example that calls ``sys.exit()`` (or ``exit()``, ``quit()``, ``os._exit()``) fails the
+build before anything runs: sphinx-gallery catches only ``Exception``, so such a call would
+end ``sphinx-build`` with status 0 and no HTML.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from profiling_utils.provenance import Environment, environment
+from profiling_utils.render.perfetto import PAGE_DIR_ENV, TRACE_DIR_ENV
+
+logger = logging.getLogger(__name__)
+
+RECORD_SUFFIX = ".run.json"
+TRACES = "traces"
+EXAMPLE_PREFIX = "plot_"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One gallery example: its source and where its generated page and artifacts live."""
+
+    source: Path
+    """``examples/<sub>/<name>.py``."""
+    page_dir: Path
+    """The folder of its generated page, ``docs/auto_examples/<sub>``."""
+
+    @property
+    def name(self) -> str:
+        return self.source.stem
+
+    @property
+    def md5(self) -> Path:
+        """sphinx-gallery's cache key: the example is skipped while this matches the file."""
+        return self.page_dir / f"{self.source.name}.md5"
+
+    @property
+    def record(self) -> Path:
+        return self.page_dir / f"{self.name}{RECORD_SUFFIX}"
+
+    @property
+    def trace_dir(self) -> Path:
+        return self.page_dir / TRACES / self.name
+
+
+def package_digest(package_dir: Path) -> str:
+    """SHA-256 over the relative paths and bytes of every file of a package (caches left out)."""
+    digest = hashlib.sha256()
+    files = sorted(
+        p
+        for p in package_dir.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not any(part.startswith(".") for part in p.relative_to(package_dir).parts)
+    )
+    for path in files:
+        digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint_parts(package_dir: Path | None = None) -> dict[str, str | None]:
+    """What, besides an example's own file, decides its outputs.
+
+    Args:
+        package_dir: The ``profiling_utils`` package folder; defaults to the imported one.
+    """
+    import torch
+
+    if package_dir is None:
+        import profiling_utils
+
+        package_dir = Path(profiling_utils.__file__).parent
+    return {
+        "profiling_utils": package_digest(package_dir),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def fingerprint(parts: dict[str, str | None]) -> str:
+    """One hash of :func:`fingerprint_parts`."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+@cache
+def _current_fingerprint() -> tuple[str, dict[str, str | None]]:
+    parts = fingerprint_parts()
+    return fingerprint(parts), parts
+
+
+def read_record(example: Example) -> dict[str, Any] | None:
+    """The example's run record, or ``None`` when it has none (never ran, or unreadable)."""
+    try:
+        return json.loads(example.record.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
+    """Make sphinx-gallery re-run every example whose outputs came from another fingerprint.
+
+    Deletes the ``.md5`` of each cached example whose run record is missing or carries a
+    fingerprint other than ``current``; returns those examples.
+    """
+    stale = []
+    for example in examples:
+        if not example.md5.exists():
+            continue
+        record = read_record(example)
+        if record is None or record.get("fingerprint") != current:
+            example.md5.unlink()
+            stale.append(example)
+    return stale
+
+
+def exit_calls(source: Path) -> list[int]:
+    """Lines of ``source`` that end the interpreter: ``sys.exit``, ``exit``, ``quit``, ...."""
+    lines = []
+    for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+        if isinstance(node, ast.Raise) and _names_system_exit(node.exc):
+            lines.append(node.lineno)
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("exit", "quit"):
+            lines.append(node.lineno)
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and (func.value.id, func.attr) in (("sys", "exit"), ("os", "_exit"))
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _names_system_exit(exc: ast.expr | None) -> bool:
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(target, ast.Name) and target.id == "SystemExit"
+
+
+def gallery_examples(src_dir: Path, gallery_conf: dict[str, Any]) -> list[Example]:
+    """Every example file of the configured galleries (``plot_*.py``), in file-name order."""
+    examples = []
+    for examples_dir, gallery_dir in _gallery_pairs(src_dir, gallery_conf):
+        for source in sorted(examples_dir.rglob(f"{EXAMPLE_PREFIX}*.py")):
+            sub = source.parent.relative_to(examples_dir)
+            examples.append(Example(source=source, page_dir=gallery_dir / sub))
+    return examples
+
+
+def _gallery_pairs(src_dir: Path, gallery_conf: dict[str, Any]) -> Iterator[tuple[Path, Path]]:
+    examples_dirs = gallery_conf["examples_dirs"]
+    gallery_dirs = gallery_conf["gallery_dirs"]
+    if isinstance(examples_dirs, str):
+        examples_dirs = [examples_dirs]
+    if isinstance(gallery_dirs, str):
+        gallery_dirs = [gallery_dirs]
+    for examples_dir, gallery_dir in zip(examples_dirs, gallery_dirs, strict=True):
+        yield (src_dir / examples_dir).resolve(), (src_dir / gallery_dir).resolve()
+
+
+def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) -> None:
+    """sphinx-gallery ``reset_modules`` hook, called around each example that is executed.
+
+    Before: empty the example's trace folder, point :func:`profiling_utils.render.trace_dir`
+    at it, write the run record and seed torch. After: unset the trace folder.
+    """
+    if fname is None:
+        return
+    if when == "after":
+        os.environ.pop(TRACE_DIR_ENV, None)
+        os.environ.pop(PAGE_DIR_ENV, None)
+        return
+    examples = gallery_examples(Path(gallery_conf["src_dir"]), gallery_conf)
+    matches = [e for e in examples if e.source.name == fname]
+    if len(matches) != 1:
+        raise ExtensionError(
+            f"gallery_runs: expected one example named {fname} under examples_dirs, "
+            f"found {len(matches)}; executed examples are named {EXAMPLE_PREFIX}*.py"
+        )
+    example = matches[0]
+    shutil.rmtree(example.trace_dir, ignore_errors=True)
+    example.trace_dir.mkdir(parents=True)
+    os.environ[TRACE_DIR_ENV] = str(example.trace_dir)
+    os.environ[PAGE_DIR_ENV] = str(example.page_dir)
+    current, parts = _current_fingerprint()
+    record = {
+        "example": example.source.name,
+        "fingerprint": current,
+        "fingerprint_parts": parts,
+        "environment": environment().as_dict(),
+    }
+    example.page_dir.mkdir(parents=True, exist_ok=True)
+    example.record.write_text(json.dumps(record, indent=2) + "\n")
+
+    import torch
+
+    torch.manual_seed(0)
+
+
+def _before_gallery(app: Sphinx) -> None:
+    """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
+    offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
+    if offenders:
+        raise ExtensionError(
+            "gallery examples must not exit the interpreter (sphinx-build would then end with "
+            "status 0 and no HTML); raise an exception instead: " + ", ".join(offenders)
+        )
+    current, parts = _current_fingerprint()
+    stale = invalidate_stale(examples, current)
+    if stale:
+        logger.info(
+            "[gallery_runs] re-running %d example(s) made by another profiling_utils, torch, "
+            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s): %s",
+            len(stale),
+            parts["torch"],
+            parts["cuda"],
+            parts["gpu"],
+            ", ".join(e.name for e in stale),
+        )
+
+
+def _publish_traces(app: Sphinx, exception: Exception | None) -> None:
+    """Copy each example's trace folder into the HTML output, beside its page."""
+    if exception is not None or app.builder.format != "html":
+        return
+    src_dir, out_dir = Path(app.srcdir).resolve(), Path(app.outdir)
+    for example in gallery_examples(src_dir, app.config.sphinx_gallery_conf):
+        if example.trace_dir.is_dir():
+            target = out_dir / example.trace_dir.relative_to(src_dir)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(example.trace_dir, target)
+
+
+def _example_of(app: Sphinx, docname: str) -> Example | None:
+    src_dir = Path(app.srcdir).resolve()
+    for example in gallery_examples(src_dir, app.config.sphinx_gallery_conf):
+        if (example.page_dir / example.name).relative_to(src_dir).as_posix() == docname:
+            return example
+    return None
+
+
+CPU_ONLY_NOTE = (
+    "This build had no GPU, so the example ran on the CPU: its traces have no GPU lanes, its "
+    "profiler tables have no CUDA columns, and what the text says about GPU work is not in "
+    "the outputs below. The published site is built on a GPU."
+)
+
+
+def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
+    """Put "where these outputs come from" under the title of every example page."""
+    example = _example_of(app, app.env.docname)
+    if example is None:
+        return
+    app.env.note_dependency(str(example.record))
+    record = read_record(example)
+    section = doctree.next_node(nodes.section)
+    if section is None:
+        return
+    note = nodes.admonition(classes=["pu-provenance"])
+    note += nodes.title(text="Where these outputs come from")
+    if record is None:
+        note += nodes.paragraph(
+            text="This example was not executed in this build, so its page shows its code "
+            "without outputs."
+        )
+    else:
+        env = Environment(**record["environment"])
+        note += nodes.paragraph(text=f"Executed when this site was built, on {env.one_line()}.")
+        if not env.has_gpu:
+            note["classes"].append("pu-cpu-only")
+            note += nodes.paragraph(text=CPU_ONLY_NOTE)
+    section.insert(1, note)
+
+
+class GalleryProvenance(SphinxDirective):
+    """``gallery-provenance``: the machines that produced the gallery's outputs, one line each."""
+
+    def run(self) -> list[nodes.Node]:
+        examples = gallery_examples(Path(self.env.srcdir), self.config.sphinx_gallery_conf)
+        groups: dict[str, list[Environment]] = {}
+        for example in examples:
+            self.env.note_dependency(str(example.record))
+            record = read_record(example)
+            if record is not None:
+                env = Environment(**record["environment"])
+                key = json.dumps({**env.as_dict(), "date": None}, sort_keys=True)
+                groups.setdefault(key, []).append(env)
+        for page_dir in {e.page_dir for e in examples}:
+            self.env.note_dependency(str(page_dir))  # a record added or removed
+        box = nodes.admonition(classes=["pu-provenance"])
+        box += nodes.title(text="Where the outputs on this site come from")
+        if not groups:
+            box += nodes.paragraph(text="The examples were not executed in this build.")
+            return [box]
+        items = nodes.bullet_list()
+        for runs in groups.values():
+            dates = sorted({r.date for r in runs})
+            when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+            summary = Environment(**{**runs[0].as_dict(), "date": when}).one_line()
+            count = f"{len(runs)} of {len(examples)} example{'s' if len(examples) > 1 else ''}"
+            items += nodes.list_item("", nodes.paragraph(text=f"{count}: {summary}."))
+        box += nodes.paragraph(
+            text="Every table, timeline and number in the tutorials was produced when this "
+            "site was built, on:"
+        )
+        box += items
+        if any(not runs[0].has_gpu for runs in groups.values()):
+            box["classes"].append("pu-cpu-only")
+            box += nodes.paragraph(
+                text="This build had no GPU: the examples ran on the CPU, so their traces "
+                "have no GPU lanes. The published site is built on a GPU."
+            )
+        return [box]
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.setup_extension("sphinx_gallery.gen_gallery")
+    # Before sphinx-gallery's own builder-inited handler (priority 500) reads its cache.
+    app.connect("builder-inited", _before_gallery, priority=400)
+    app.connect("doctree-read", _add_provenance)
+    app.connect("build-finished", _publish_traces)
+    app.add_directive("gallery-provenance", GalleryProvenance)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,132 @@
+"""Reference content generated from the code at build time, so it cannot drift from it.
+
+Written into ``docs/_generated/`` (git-ignored, left out of the page sources) before Sphinx
+reads anything, and pulled into the reference pages with MyST's ``{include}``:
+
+- ``cheatsheet.md``: ``profiling_utils.rules.cheatsheet_markdown()``, the trace reading
+  cheatsheet rendered from the rules registry;
+- ``api.md``: one ``automodule`` per public module of ``profiling_utils``, found by walking the
+  package, so a new module is documented without editing a page;
+- ``cli.md``: the ``--help`` of ``python -m profiling_utils`` and of each of its commands,
+  from ``profiling_utils.cli.build_parser()``.
+
+A file is rewritten only when its text changes, so an unchanged build re-reads nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
+
+GENERATED = "_generated"
+PACKAGE = "profiling_utils"
+# Reader's order: what you call first, then what it builds on; anything else follows by name.
+API_ORDER = (
+    "capture",
+    "trace",
+    "measures",
+    "rules",
+    "compare",
+    "render",
+    "render.timeline",
+    "render.html",
+    "render.perfetto",
+    "loading",
+    "errors",
+    "provenance",
+    "cli",
+)
+
+
+def cheatsheet_markdown() -> str:
+    """The cheatsheet page body from the rules registry, or a note where there is none yet."""
+    if importlib.util.find_spec(f"{PACKAGE}.rules") is not None:
+        rules = importlib.import_module(f"{PACKAGE}.rules")
+        render = getattr(rules, "cheatsheet_markdown", None)
+        if render is not None:
+            return render().rstrip() + "\n"
+    return (
+        ":::{note}\nThe cheatsheet is generated from the rules registry "
+        "(`profiling_utils.rules.cheatsheet_markdown()`), which this build does not have yet.\n"
+        ":::\n"
+    )
+
+
+def public_modules() -> list[str]:
+    """Every public module of the package (no part starting with ``_``), in reading order."""
+    package = importlib.import_module(PACKAGE)
+    names = [PACKAGE]
+
+    def fail(name: str) -> None:
+        raise ImportError(f"cannot import {name} to document it")
+
+    for info in pkgutil.walk_packages(package.__path__, prefix=f"{PACKAGE}.", onerror=fail):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            names.append(info.name)
+    rank = {f"{PACKAGE}.{short}": i for i, short in enumerate(API_ORDER)}
+    return sorted(names, key=lambda name: (name != PACKAGE, rank.get(name, len(rank)), name))
+
+
+def api_markdown() -> str:
+    """One section per public module: its docstring and the members it defines."""
+    parts = []
+    for name in public_modules():
+        # Members are documented where they are defined; a package's re-exports are not
+        # repeated (``ignore-module-all``), so each object has one entry to link to.
+        parts.append(
+            f"## `{name}`\n\n```{{eval-rst}}\n.. automodule:: {name}\n"
+            "   :members:\n   :ignore-module-all:\n```\n"
+        )
+    return "\n".join(parts)
+
+
+def cli_markdown() -> str:
+    """The help text of ``python -m profiling_utils`` and of each of its commands."""
+    if importlib.util.find_spec(f"{PACKAGE}.cli") is None:
+        return (
+            ":::{note}\nThe command-line interface (`profiling_utils.cli`) is not in this "
+            "build yet.\n:::\n"
+        )
+    parser = importlib.import_module(f"{PACKAGE}.cli").build_parser()
+    parsers = [parser]
+    for action in parser._actions:  # argparse offers no public way to list subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.values())
+    saved_columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "88"  # argparse wraps to the terminal width; fix it
+    try:
+        return "\n".join(
+            f"## `{p.prog}`\n\n```text\n{p.format_help().rstrip()}\n```\n" for p in parsers
+        )
+    finally:
+        if saved_columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved_columns
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` unless it already holds exactly that."""
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _generate(app: Sphinx) -> None:
+    out = Path(app.srcdir) / GENERATED
+    write_if_changed(out / "cheatsheet.md", cheatsheet_markdown())
+    write_if_changed(out / "api.md", api_markdown())
+    write_if_changed(out / "cli.md", cli_markdown())
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", _generate)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

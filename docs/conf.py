@@ -1,0 +1,75 @@
+"""Sphinx configuration: furo, MyST prose pages, and the gallery executed from ../examples.
+
+Build with ``nox -s docs`` (warnings are errors). Two local extensions live in ``_ext/``:
+``gallery_runs`` (run records, provenance, stale-output detection, trace publishing) and
+``reference_pages`` (the cheatsheet, API and CLI reference generated from the code).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import date
+from pathlib import Path
+
+DOCS = Path(__file__).parent
+sys.path.insert(0, str(DOCS / "_ext"))
+
+project = "Reading PyTorch profiler traces"
+author = "the profiling_utils contributors"
+copyright = f"{date.today().year}, {author}"
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx_gallery.gen_gallery",
+    "gallery_runs",
+    "reference_pages",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
+templates_path = ["_templates"]
+
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "furo"
+html_title = project
+html_static_path = ["_static"]
+html_css_files = ["site.css"]
+# Our own script only: nothing on these pages loads a script or a font from another site.
+html_js_files = [("perfetto.js", {"defer": "defer"})]
+html_favicon = "_static/favicon.svg"
+html_theme_options = {"navigation_with_keys": True}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
+
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "within_subsection_order": "FileNameSortKey",
+    # matplotlib figures (the timelines) at 1x and 2x, so they are sharp on high-DPI screens.
+    "image_scrapers": ("matplotlib",),
+    "image_srcset": ["2x"],
+    # gallery_runs.reset_example empties each example's trace folder, points trace_dir() at
+    # it and writes the run record before the example runs.
+    "reset_modules": ("matplotlib", "gallery_runs.reset_example"),
+    "reset_modules_order": "both",
+    "capture_repr": ("_repr_html_", "__repr__"),
+    # An example that raises fails the build (non-zero status) once all examples have run.
+    "abort_on_example_error": False,
+    "only_warn_on_example_error": False,
+    # sg_execution_times pages load jQuery and DataTables from CDNs.
+    "write_computation_times": False,
+    "remove_config_comments": True,
+    "download_all_examples": False,
+    "show_signature": False,
+}

@@ -1,0 +1,84 @@
+"""
+Quickstart: what does the profiler hand back?
+=============================================
+
+*You profile a matrix multiplication followed by a bias add. What do you get, and where do
+you look first?*
+
+Two things: the **profiler table**, which adds up where the time went, and the **trace**,
+which shows when each piece of work ran on the CPU and on the GPU. This page makes both for
+``torch.add(torch.matmul(x, w), b)`` and shows them the way every tutorial on this site does:
+the table as a table, the trace as a file you can download or open in Perfetto.
+"""
+
+# %%
+# The inputs
+# ----------
+#
+# Three square bf16 matrices, on the GPU when there is one. ``step`` is the work one
+# profiler step does.
+
+import torch
+
+from profiling_utils import capture, run_name
+from profiling_utils.render import profiler_table, trace_dir, trace_links
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+size = 512
+x = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+w = torch.randn_like(x)
+b = torch.randn_like(x)
+
+
+def step() -> torch.Tensor:
+    return torch.add(torch.matmul(x, w), b)
+
+
+# %%
+# Profile it
+# ----------
+#
+# :func:`~profiling_utils.capture.capture` runs ``step`` under a profiler schedule (one
+# step waited, one warm-up step, three recorded), with a ``record_function("matmul_add")``
+# label around each call. Three unprofiled calls come first, so one-time start-up costs stay
+# out of the recording. It writes the trace and the table into ``trace_dir()``, which this
+# site publishes next to the page.
+
+run = capture(
+    step,
+    name=run_name(size, "bf16", warm=True),
+    label="matmul_add",
+    warmup_iters=3,
+    out_dir=trace_dir(),
+)
+print(f"recorded {', '.join(run.activities)} activity into {run.trace_path.name}")
+
+# %%
+# The profiler table
+# ------------------
+#
+# One row per kind of event, summed over the three recorded steps. The **Self** columns
+# count time spent in the event itself; the **total** columns add the events it called, so
+# ``matmul_add`` has a large total and a small self time. The two lines under the table,
+# *Self CPU time total* and *Self CUDA time total*, compare how long the CPU spent issuing
+# the work with how long the GPU spent doing it.
+
+profiler_table(run)
+
+# %%
+# The trace
+# ---------
+#
+# The same three steps as a timeline: the ``ProfilerStep`` spans, the ``matmul_add`` label,
+# the ``aten::`` operators nested inside it and, with a GPU, the kernels they launched on
+# their stream. Download it, or open it in Perfetto, which reads it in your browser.
+
+trace_links(run)
+
+# %%
+# The trace is also a Python object. Loaded into :class:`profiling_utils.trace.Trace`, its
+# profiler steps are ready to measure:
+
+for recorded in run.trace.steps:
+    cpu_us = recorded.end - recorded.start
+    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} us, {len(recorded.gpu_work)} on the GPU")
