@@ -110,7 +110,7 @@ class Span(Event, gc=False, eq=False):
         parent: Id of the enclosing span on the same lane, or ``None``.
         correlation: ``args["correlation"]`` of runtime/driver calls and GPU work, else ``None``.
         is_launch: Whether this runtime/driver call started GPU work found in the trace.
-        ph, pid, tid: As written in the file.
+        pid, tid: As written in the file (also on :attr:`lane`).
         raw_args: The undecoded ``args`` JSON (:class:`msgspec.Raw`).
     """
 
@@ -321,7 +321,11 @@ class Trace:
     """Spans on the overhead lane, such as ``Activity Buffer Request``."""
 
     def __init__(self, raw: RawTrace[Span]) -> None:
-        """Build the model from decoded events; use :func:`load_trace` rather than this."""
+        """Build the model from decoded events; use :func:`load_trace` rather than this.
+
+        The trace takes the events out of ``raw`` (``raw.events`` is left empty) so that the
+        events it does not keep (flows, metadata, instants) are freed before it builds.
+        """
         self.path = raw.path
         self.devices = [_device_info(i, props) for i, props in enumerate(raw.device_properties)]
         self.cuda_runtime_version = _cuda_version(raw.cuda_runtime_version)
@@ -331,12 +335,14 @@ class Trace:
         self.metadata = raw.metadata
         self._children: dict[int, list[Span]] | None = None
         self._by_name: dict[str, list[Span]] | None = None
-        self._build_spans(raw.events)
+        events, raw.events = raw.events, []
+        self._build_spans(events)
 
     # -- building ---------------------------------------------------------------------------
 
     def _build_spans(self, events: list[Span]) -> None:
-        spans = [e for e in events if e.ph == "X" and e.name != _RECORD_WINDOW_END]
+        spans = [e for e in events if type(e) is Span and e.name != _RECORD_WINDOW_END]
+        events.clear()  # the last reference: free the other events before building
         self._check_times(spans)
         origin = min(map(_START, spans)) if spans else 0.0
         self.origin_us = origin

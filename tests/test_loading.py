@@ -22,7 +22,13 @@ from conftest import (
 )
 
 from profiling_utils import TraceError, load_trace
-from profiling_utils.loading import Event, decode_trace, load_raw_trace, read_trace_bytes
+from profiling_utils.loading import (
+    Event,
+    OtherEvent,
+    decode_trace,
+    load_raw_trace,
+    read_trace_bytes,
+)
 
 # -- format edges that must load ---------------------------------------------------------------
 
@@ -170,7 +176,8 @@ def test_well_formed_files_are_not_repaired(make_trace) -> None:
 def test_raw_events_keep_every_phase(make_trace) -> None:
     raw = decode_trace(json.dumps(trace_document(minimal_gpu_events())).encode(), "x.json")
     assert {e.ph for e in raw.events} == {"X", "s", "f", "M", "i"}
-    assert all(type(e) is Event for e in raw.events)
+    assert all(isinstance(e, Event) == (e.ph == "X") for e in raw.events)
+    assert all(isinstance(e, OtherEvent) for e in raw.events if e.ph != "X")
     assert raw.cuda_runtime_version == 13000
     assert raw.metadata["traceName"] == "synthetic.json"
 
@@ -303,6 +310,24 @@ def test_number_too_large_for_a_float(make_trace) -> None:
     text = json.dumps(trace_document([complete_event("op", "cpu_op", 10, 5)]))
     path = make_trace(text.replace('"ts": 10', '"ts": 1e999').encode())
     assert "traceEvents[0].ts: Number out of range" in _reason(path)
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        ({"name": "a", "ts": 1}, "traceEvents[0]: Object missing required field `ph`"),
+        ({"ph": "Z", "name": "a"}, "traceEvents[0].ph: Invalid value 'Z'"),
+        ({"ph": 1, "name": "a"}, "traceEvents[0].ph: Expected `str`"),
+    ],
+)
+def test_events_need_a_known_phase(make_trace, event, expected: str) -> None:
+    assert expected in _reason(make_trace({"traceEvents": [event]}))
+
+
+def test_every_chrome_phase_loads(make_trace) -> None:
+    events = [{"ph": ph, "name": f"e{ph}", "ts": 1, "pid": 1, "tid": 1} for ph in "BEiIsftCMnbe"]
+    trace = load_trace(make_trace([*events, complete_event("op", "cpu_op", 0, 1)]))
+    assert [s.name for s in trace.spans] == ["op"]
 
 
 def test_complete_event_without_ts(make_trace) -> None:
