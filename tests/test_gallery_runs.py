@@ -1,0 +1,146 @@
+"""The docs build's gallery bookkeeping (docs/_ext/gallery_runs.py), without running Sphinx."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "docs" / "_ext"))
+
+import gallery_runs  # noqa: E402
+from gallery_runs import Example  # noqa: E402
+
+from profiling_utils.render import perfetto, trace_dir  # noqa: E402
+
+
+def _package(root: Path) -> Path:
+    package = root / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    (package / "sub" / "mod.py").write_text("y = 2\n")
+    return package
+
+
+def test_package_digest_follows_sources_and_ignores_caches(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    before = gallery_runs.package_digest(package)
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\0\1")
+    (package / ".mod.py.swp").write_text("editor")
+    assert gallery_runs.package_digest(package) == before
+    (package / "sub" / "mod.py").write_text("y = 3\n")
+    changed = gallery_runs.package_digest(package)
+    assert changed != before
+    (package / "sub" / "new.py").write_text("")
+    assert gallery_runs.package_digest(package) not in (before, changed)
+
+
+def test_fingerprint_parts_name_the_library_torch_cuda_and_gpu(tmp_path: Path) -> None:
+    import torch
+
+    parts = gallery_runs.fingerprint_parts(_package(tmp_path))
+    assert parts["torch"] == torch.__version__
+    assert parts["cuda"] == torch.version.cuda
+    expected_gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    assert parts["gpu"] == expected_gpu
+    assert parts["profiling_utils"] == gallery_runs.package_digest(tmp_path / "pkg")
+
+
+@pytest.mark.parametrize("part", ["profiling_utils", "torch", "cuda", "gpu"])
+def test_fingerprint_changes_with_each_part(part: str) -> None:
+    parts = {"profiling_utils": "abc", "torch": "2.11.0+cu130", "cuda": "13.0", "gpu": "H100"}
+    assert gallery_runs.fingerprint(dict(parts)) == gallery_runs.fingerprint(parts)
+    assert gallery_runs.fingerprint({**parts, part: "other"}) != gallery_runs.fingerprint(parts)
+
+
+def _cached_example(tmp_path: Path, name: str, fingerprint: str | None) -> Example:
+    source = tmp_path / "examples" / f"{name}.py"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("print(1)\n")
+    example = Example(source=source, page_dir=tmp_path / "docs" / "auto_examples")
+    example.page_dir.mkdir(parents=True, exist_ok=True)
+    example.md5.write_text("0123")
+    if fingerprint is not None:
+        example.record.write_text(json.dumps({"fingerprint": fingerprint}))
+    return example
+
+
+def test_invalidate_stale_removes_the_md5_of_examples_from_another_run(tmp_path: Path) -> None:
+    current = _cached_example(tmp_path, "plot_a", "now")
+    other = _cached_example(tmp_path, "plot_b", "before")
+    unrecorded = _cached_example(tmp_path, "plot_c", None)
+    never_ran = _cached_example(tmp_path, "plot_d", "before")
+    never_ran.md5.unlink()
+
+    stale = gallery_runs.invalidate_stale([current, other, unrecorded, never_ran], "now")
+
+    assert stale == [other, unrecorded]
+    assert current.md5.exists()
+    assert not other.md5.exists() and not unrecorded.md5.exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        ("import sys\nsys.exit(0)\n", [2]),
+        ("exit()\nquit(1)\n", [1, 2]),
+        ("import os\nif True:\n    os._exit(3)\n", [3]),
+        ("raise SystemExit\n", [1]),
+        ("raise SystemExit(2)\n", [1]),
+        ("import sys\nprint(sys.exc_info())\nraise RuntimeError('no GPU')\n", []),
+    ],
+)
+def test_exit_calls_finds_every_way_out_of_the_interpreter(
+    tmp_path: Path, code: str, lines: list[int]
+) -> None:
+    source = tmp_path / "plot_x.py"
+    source.write_text(code)
+    assert gallery_runs.exit_calls(source) == lines
+
+
+def test_gallery_examples_pairs_each_plot_file_with_its_page_folder(tmp_path: Path) -> None:
+    (tmp_path / "examples" / "sub").mkdir(parents=True)
+    for name in ("plot_02_b.py", "plot_01_a.py", "helper.py", "sub/plot_03_c.py"):
+        (tmp_path / "examples" / name).write_text("")
+    conf = {"examples_dirs": "../examples", "gallery_dirs": "auto_examples"}
+    examples = gallery_runs.gallery_examples(tmp_path / "docs", conf)
+    assert [e.name for e in examples] == ["plot_01_a", "plot_02_b", "plot_03_c"]
+    gallery = (tmp_path / "docs" / "auto_examples").resolve()
+    assert [e.page_dir for e in examples] == [gallery, gallery, gallery / "sub"]
+    assert examples[2].trace_dir == gallery / "sub" / "traces" / "plot_03_c"
+
+
+def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(perfetto.TRACE_DIR_ENV, raising=False)
+    monkeypatch.delenv(perfetto.PAGE_DIR_ENV, raising=False)
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "plot_01_a.py").write_text("")
+    conf = {
+        "src_dir": str(tmp_path / "docs"),
+        "examples_dirs": "../examples",
+        "gallery_dirs": "auto_examples",
+    }
+    (example,) = gallery_runs.gallery_examples(tmp_path / "docs", conf)
+    example.trace_dir.mkdir(parents=True)
+    (example.trace_dir / "old.json.gz").write_bytes(b"left from the last run")
+
+    gallery_runs.reset_example(conf, "plot_01_a.py", when="before")
+
+    assert trace_dir() == example.trace_dir
+    assert os.environ[perfetto.PAGE_DIR_ENV] == str(example.page_dir)
+    assert list(example.trace_dir.iterdir()) == []
+    record = gallery_runs.read_record(example)
+    assert record["example"] == "plot_01_a.py"
+    assert record["fingerprint"] == gallery_runs.fingerprint(record["fingerprint_parts"])
+    assert record["fingerprint_parts"] == gallery_runs.fingerprint_parts()
+    assert set(record["environment"]) >= {"gpu", "driver", "cuda", "torch", "date"}
+
+    gallery_runs.reset_example(conf, "plot_01_a.py", when="after")
+    assert trace_dir() == Path("traces")
+    assert perfetto.PAGE_DIR_ENV not in os.environ
