@@ -1,0 +1,87 @@
+"""The cheatsheet page, rendered from the registry (the docs include it; one source of truth)."""
+
+from __future__ import annotations
+
+from .registry import RULES, TABLES, Rule
+
+__all__ = ["cheatsheet_markdown"]
+
+POST = "https://huggingface.co/blog/torch-profiler"
+_POST_ANCHORS = {
+    "profiler table": "profiler-table",
+    "CPU lane": "cpu-lane",
+    "GPU lane": "gpu-lane",
+    "dispatch chain": "dispatch-chain",
+    "torch.compile": "torchcompile",
+}
+_TITLES = {
+    "profiler table": "Profiler table",
+    "CPU lane": "CPU lane",
+    "GPU lane": "GPU lane",
+    "dispatch chain": "Dispatch chain",
+    "torch.compile": "torch.compile",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _example(rule: Rule) -> str:
+    if rule.example is None:
+        return ""
+    return f"{{doc}}`example </{rule.example}>`"
+
+
+def _table(rules: list[Rule], with_table: bool) -> list[str]:
+    head = ["What you see", "What it usually means", "Rule", "Severity", "Example"]
+    if with_table:
+        head.insert(0, "Table")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rule in rules:
+        cells = [
+            _cell(rule.what_you_see),
+            _cell(rule.what_it_means),
+            f"`{rule.id}`",
+            rule.severity,
+            _example(rule),
+        ]
+        if with_table:
+            cells.insert(0, _TITLES[rule.table])
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def cheatsheet_markdown() -> str:
+    """The cheatsheet as MyST Markdown: the post's five tables, then the rows beyond it.
+
+    Each row gives what you see, what it usually means, the rule id (for ``diagnose
+    --select``), its severity (``info``: worth knowing, ``warning``: worth acting on) and,
+    where the gallery has one, a link to the example that shows the rule firing.
+    """
+    out = [
+        "Severity: `info` is worth knowing, `warning` is worth acting on. "
+        "`compile-cpu-tax` compares two traces, so `compare` reports it, not `diagnose`.",
+    ]
+    for table in TABLES:
+        rows = [r for r in RULES if r.table == table and r.from_post]
+        out += [
+            "",
+            f"## {_TITLES[table]}",
+            "",
+            f"The post's [{_TITLES[table]} table]({POST}#{_POST_ANCHORS[table]}).",
+            "",
+            *_table(rows, with_table=False),
+        ]
+    beyond = [r for r in RULES if not r.from_post]
+    if beyond:
+        out += [
+            "",
+            "## Beyond the post",
+            "",
+            "Rows the recorded H100 traces taught, which the post (measured on an A100) does "
+            "not have.",
+            "",
+            *_table(beyond, with_table=True),
+        ]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,400 @@
+"""Cheatsheet table "CPU lane": the host thread's steps, labels, runtime calls and syncs."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from .. import measures
+from ..trace import Span
+from .facts import Facts, Launch, median, span_ref, step_label, us
+from .registry import Hit, rule
+
+COLD_START_MIN_RATIO = 3.5
+"""``cold-start``: the first step is at least this many times the median of the others..."""
+
+COLD_START_MIN_EXCESS_US = 50.0
+"""... and at least this much longer (µs)."""
+
+DEAD_WINDOW_MIN_RATIO = 5.0
+"""``dead-window``: a step's gap is at least this many times the median gap of the other
+steps under the same label..."""
+
+DEAD_WINDOW_MIN_EXCESS_US = 50.0
+"""... and at least this much longer (µs)."""
+
+MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy")
+"""Host calls that issue a copy."""
+
+EXPLICIT_COPY_OPS = frozenset(
+    {
+        "aten::copy_",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::index_copy_",
+        "aten::_foreach_copy_",
+    }
+)
+"""Ops that are copies by definition (``x.to()``, ``x.clone()``, ``y.copy_(x)``...): a copy
+issued from one of them is one the code asked for."""
+
+_GROUPS_REPORTED = 5
+
+
+def _other_median(values: dict[int, float], skip: int) -> float | None:
+    others = [value for key, value in values.items() if key != skip]
+    return median(others) if others else None
+
+
+@rule(
+    "cold-start",
+    "CPU lane",
+    see="The first profiled step is several times wider than the others.",
+    means="""One-time work landed in it: lazy loading of kernels and libraries, workspace
+    allocation, library heuristics, or the profiler's own start-up (its first buffer request).
+    Warm up before profiling, or let the schedule's wait and warmup steps absorb it, and read
+    steady-state numbers from the later steps.""",
+    severity="warning",
+)
+def cold_start(facts: Facts) -> Iterator[Hit]:
+    steps = facts.steps
+    if len(steps) < 2:
+        return
+    first = steps[0]
+    widths = {step.number: step.span.dur for step in steps}
+    typical = _other_median(widths, first.number)
+    assert typical is not None
+    width = first.span.dur
+    if width < COLD_START_MIN_RATIO * typical or width - typical < COLD_START_MIN_EXCESS_US:
+        return
+    trace = facts.trace
+    overhead = [
+        span for span in trace.overhead if span.start < first.end and span.end > first.start
+    ]
+    overhead_us = sum(min(s.end, first.end) - max(s.start, first.start) for s in overhead)
+    slowest = _slowest_call(facts, first.number)
+    evidence: dict[str, Any] = {
+        "step": first.number,
+        "step_start_us": us(first.start),
+        "cpu_us": us(width),
+        "median_other_cpu_us": us(typical),
+        "ratio": round(width / typical, 2),
+        "other_steps": {str(n): us(w) for n, w in widths.items() if n != first.number},
+        "profiler_overhead": [span_ref(span) for span in overhead],
+        "profiler_overhead_us": us(overhead_us),
+    }
+    message = (
+        f"{step_label(first.number)} took {width:.1f} µs, {width / typical:.1f}× the median "
+        f"of the other steps ({typical:.1f} µs)"
+    )
+    if overhead:
+        message += f"; {overhead_us:.1f} µs of it overlaps the profiler's {overhead[0].name}"
+    if slowest is not None:
+        evidence["slowest_call"] = slowest
+        message += (
+            f"; {slowest['name']} took {slowest['dur_us']:.1f} µs against "
+            f"{slowest['typical_us']:.1f} µs in the other steps"
+        )
+    yield message + ".", evidence
+
+
+def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
+    """The runtime call of step ``number`` that ran longest beyond its usual duration."""
+    in_step: list[Span] = []
+    elsewhere: dict[str, list[float]] = {}
+    for call in facts.trace.runtime_calls:
+        step = facts.step_number_of(call)
+        if step == number:
+            in_step.append(call)
+        elif step is not None:
+            elsewhere.setdefault(call.name, []).append(call.dur)
+    best, best_excess = None, 0.0
+    for call in in_step:
+        usual = elsewhere.get(call.name)
+        if usual:
+            typical = median(usual)
+            if call.dur - typical > best_excess:
+                best_excess = call.dur - typical
+                best = {**span_ref(call), "typical_us": us(typical)}
+    return best
+
+
+@rule(
+    "dead-window",
+    "CPU lane",
+    see="""A long gap, in one step only, between the start of a record_function label and the
+    first aten:: op inside it.""",
+    means="""The same one-time cost seen up close: the label was entered but dispatch had not
+    started yet (allocations, library heuristics, lazy loading). Warm-up removes it from the
+    profiled steps.""",
+    severity="warning",
+)
+def dead_window(facts: Facts) -> Iterator[Hit]:
+    by_label: dict[str, dict[int, measures.DeadWindow]] = {}
+    for window in measures.dead_windows(facts.trace):
+        by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
+    for label, windows in by_label.items():
+        gaps = {number: window.gap_us for number, window in windows.items()}
+        for number, window in windows.items():
+            typical = _other_median(gaps, number)
+            if typical is None:
+                continue
+            gap = window.gap_us
+            if gap < DEAD_WINDOW_MIN_RATIO * typical or gap - typical < DEAD_WINDOW_MIN_EXCESS_US:
+                continue
+            yield (
+                f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
+                f"{window.first_op.name}, against {typical:.1f} µs in the other steps "
+                f"({gap / typical:.0f}×).",
+                {
+                    "step": number,
+                    "annotation": span_ref(window.annotation),
+                    "first_op": span_ref(window.first_op),
+                    "gap_us": us(gap),
+                    "median_other_gap_us": us(typical),
+                    "ratio": round(gap / typical, 2) if typical > 0 else None,
+                    "gaps_us": {str(n): us(g) for n, g in gaps.items()},
+                },
+            )
+
+
+def _footprint(kernel: Span) -> dict[str, Any]:
+    args = kernel.args
+    return {
+        "registers_per_thread": args.get("registers per thread"),
+        "shared_memory_bytes": args.get("shared memory"),
+        "grid": args.get("grid"),
+        "block": args.get("block"),
+    }
+
+
+def _launch_groups(launches: list[Launch], with_planning: bool) -> list[dict[str, Any]]:
+    """Kernel launches grouped by (op, planning calls, API, kernel), most frequent first."""
+    groups: dict[tuple[str, tuple[str, ...], str, str], list[Launch]] = {}
+    for launch in launches:
+        kernel = next(work for work in launch.work if work.cat == "kernel")
+        key = (
+            launch.op.name if launch.op is not None else "(no op)",
+            tuple(call.name for call in launch.planning) if with_planning else (),
+            launch.call.name,
+            kernel.name,
+        )
+        groups.setdefault(key, []).append(launch)
+    rows = []
+    for (op, planning, api, kernel_name), members in sorted(
+        groups.items(), key=lambda item: -len(item[1])
+    ):
+        kernel = next(work for work in members[0].work if work.cat == "kernel")
+        row: dict[str, Any] = {"op": op, "api": api, "kernel": kernel_name, "count": len(members)}
+        if with_planning:
+            row["planning_calls"] = list(planning)
+            row["planning_us"] = us(sum(c.dur for m in members for c in m.planning) / len(members))
+        row["footprint"] = _footprint(kernel)
+        row["first"] = span_ref(members[0].call)
+        rows.append(row)
+    return rows
+
+
+def _launches_kernels(facts: Facts) -> list[Launch]:
+    return [
+        launch for launch in facts.launches if any(work.cat == "kernel" for work in launch.work)
+    ]
+
+
+def _describe(row: dict[str, Any]) -> str:
+    footprint = row["footprint"]
+    registers, shared = footprint["registers_per_thread"], footprint["shared_memory_bytes"]
+    size = []
+    if registers is not None:
+        size.append(f"{registers} registers/thread")
+    if shared is not None:
+        size.append(f"{shared:,} B shared memory" if shared else "no shared memory")
+    return f"{row['op']} → {row['kernel']}" + (f" ({', '.join(size)})" if size else "")
+
+
+@rule(
+    "planned-launch",
+    "CPU lane",
+    see="""A planning call in the op right before its kernel launch: an occupancy query
+    (cudaOccupancyMaxActiveBlocksPerMultiprocessor), a function-attribute query
+    (cudaFuncGetAttributes) or a function lookup.""",
+    means="""A heavyweight kernel whose launch is worked out at run time: usually a GEMM,
+    convolution or attention kernel from a library, sized to what fits in an SM's registers
+    and shared memory. Which planning call shows depends on the library path and the GPU:
+    an occupancy query before the post's A100 GEMMs, an attribute query before the fp32 GEMM
+    on an H100.""",
+    severity="info",
+)
+def planned_launch(facts: Facts) -> Iterator[Hit]:
+    planned = [launch for launch in _launches_kernels(facts) if launch.planning]
+    if not planned:
+        return
+    rows = _launch_groups(planned, with_planning=True)
+    top = rows[0]
+    yield (
+        f"{len(planned)} kernel launch(es) follow a planning call; most often "
+        f"{' + '.join(top['planning_calls'])} → {top['api']} in {_describe(top)}, "
+        f"{top['count']}×.",
+        {"launches": len(planned), "groups": rows[:_GROUPS_REPORTED]},
+    )
+
+
+@rule(
+    "plain-launch",
+    "CPU lane",
+    see="cudaLaunchKernel with no planning call before it.",
+    means="""An elementwise or reduction kernel with a small, fixed footprint (few registers,
+    little or no shared memory): there is nothing to plan, PyTorch launches it directly.""",
+    severity="info",
+)
+def plain_launch(facts: Facts) -> Iterator[Hit]:
+    plain = [
+        launch
+        for launch in _launches_kernels(facts)
+        if not launch.planning and launch.call.name == "cudaLaunchKernel"
+    ]
+    if not plain:
+        return
+    rows = _launch_groups(plain, with_planning=False)
+    yield (
+        f"{len(plain)} kernel(s) launched with a plain cudaLaunchKernel; most often "
+        f"{_describe(rows[0])}, {rows[0]['count']}×.",
+        {"launches": len(plain), "groups": rows[:_GROUPS_REPORTED]},
+    )
+
+
+@rule(
+    "driver-launch",
+    "CPU lane",
+    see="""A kernel launched through the CUDA driver (cuLaunchKernelEx, category cuda_driver)
+    with no planning call, often with a large register and shared-memory footprint.""",
+    means="""A library or generated kernel that calls the driver directly with launch
+    attributes: cuBLASLt GEMMs on Hopper, cuDNN, Triton kernels from torch.compile. The kernel
+    was chosen from cached heuristics, so nothing is planned per call; the footprint, not a
+    planning call, shows that it is heavyweight. On an H100 this is how bf16 GEMMs appear.""",
+    severity="info",
+    from_post=False,
+)
+def driver_launch(facts: Facts) -> Iterator[Hit]:
+    direct = [
+        launch
+        for launch in _launches_kernels(facts)
+        if not launch.planning and launch.call.cat == "cuda_driver"
+    ]
+    if not direct:
+        return
+    rows = _launch_groups(direct, with_planning=False)
+    top = rows[0]
+    yield (
+        f"{len(direct)} kernel(s) launched through the driver with no planning call; most "
+        f"often {top['api']} in {_describe(top)}, {top['count']}×.",
+        {"launches": len(direct), "groups": rows[:_GROUPS_REPORTED]},
+    )
+
+
+@rule(
+    "sync-flush",
+    "CPU lane",
+    see="A long cudaDeviceSynchronize after the last profiled step.",
+    means="""The profiler waiting for the GPU before it collects the events: it lasts as long
+    as the GPU still has queued work, so it is not CPU cost. If the GPU was busy through it,
+    the CPU had run ahead of a busy GPU; if it covers little GPU work, the wait is the flush
+    itself, a classic overhead-bound sign.""",
+    severity="info",
+)
+def sync_flush(facts: Facts) -> Iterator[Hit]:
+    steps = facts.steps
+    if not steps or not facts.trace.has_gpu:
+        return
+    last_end = max(step.end for step in steps)
+    typical_step = median(step.span.dur for step in steps)
+    for sync in facts.trace.find("cudaDeviceSynchronize"):
+        if sync.start < last_end or sync.dur < typical_step:
+            continue
+        busy = _gpu_busy_within(facts, sync.start, sync.end)
+        fraction = busy / sync.dur if sync.dur > 0 else 0.0
+        if fraction >= 0.5:
+            reading = "the CPU had run ahead and the sync is the GPU finishing queued work"
+        else:
+            reading = "little GPU work was left: the wait is mostly the flush itself"
+        yield (
+            f"cudaDeviceSynchronize after the last step takes {sync.dur:.1f} µs, "
+            f"{sync.dur / typical_step:.1f}× a median step, and the GPU is busy for "
+            f"{fraction:.0%} of it: {reading}.",
+            {
+                "sync": span_ref(sync),
+                "median_step_cpu_us": us(typical_step),
+                "gpu_busy_during_us": us(busy),
+                "gpu_busy_fraction": round(fraction, 4),
+                "last_step_end_us": us(last_end),
+            },
+        )
+
+
+def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
+    """Time in [start, end) during which at least one GPU activity ran."""
+    work = facts.trace.gpu_work
+    # Any activity overlapping the window starts before `end`; activities last far less than
+    # a trace, so look back from the window's start only as far as the longest activity.
+    longest = max((w.dur for w in work), default=0.0)
+    first = bisect_left([w.start for w in work], start - longest)
+    busy, covered_to = 0.0, start
+    for activity in work[first:]:
+        if activity.start >= end:
+            break
+        lo, hi = max(activity.start, covered_to), min(activity.end, end)
+        if hi > lo:
+            busy += hi - lo
+            covered_to = hi
+    return busy
+
+
+@rule(
+    "hidden-memcpy",
+    "CPU lane",
+    see="A cudaMemcpyAsync inside an op that is not a copy you asked for.",
+    means="""A copy made on your behalf, often Device-to-Device: addmm, for one, first copies
+    the bias into its output and then lets the GEMM accumulate onto it. It costs memory
+    bandwidth and an extra launch.""",
+    severity="info",
+)
+def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
+    groups: dict[tuple[str, str, int | None], list[measures.MemoryCopy]] = {}
+    for copy in facts.memory_copies:
+        if copy.kind == "memset" or copy.api is None or copy.op is None:
+            continue
+        if not copy.api.startswith(MEMCPY_CALL_PREFIXES) or copy.op.name in EXPLICIT_COPY_OPS:
+            continue
+        groups.setdefault((copy.op.name, copy.kind, copy.bytes), []).append(copy)
+    if not groups:
+        return
+    rows = []
+    for (op, kind, size), copies in sorted(groups.items(), key=lambda item: -len(item[1])):
+        bandwidths = [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
+        rows.append(
+            {
+                "op": op,
+                "kind": kind,
+                "bytes": size,
+                "count": len(copies),
+                "api": copies[0].api,
+                "median_us": us(median(c.span.dur for c in copies)),
+                "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
+                "steps": sorted(Counter(c.step for c in copies if c.step is not None)),
+                "first": span_ref(copies[0].span),
+            }
+        )
+    top = rows[0]
+    size = f"{top['bytes']:,} B" if top["bytes"] is not None else "unknown size"
+    yield (
+        f"{sum(r['count'] for r in rows)} copy(ies) issued from inside ops that are not "
+        f"copies; most often {top['op']} → {top['api']} → Memcpy {top['kind']} ({size}, "
+        f"{top['median_us']:.1f} µs), {top['count']}×.",
+        {"groups": rows[:_GROUPS_REPORTED]},
+    )

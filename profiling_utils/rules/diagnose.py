@@ -1,0 +1,148 @@
+"""Apply the rules to a trace: :func:`diagnose`, and the text and JSON forms of its findings."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from ..trace import Trace, load_trace
+from .facts import Facts
+from .registry import RULES, TABLES, Finding, Rule
+
+__all__ = ["diagnose", "select_rules", "order_findings", "diagnosis_dict", "format_diagnosis"]
+
+
+def select_rules(
+    select: Iterable[str] | None = None, ignore: Iterable[str] | None = None
+) -> list[Rule]:
+    """The rules to run: all of them, or only ``select``, minus ``ignore``, in cheatsheet order.
+
+    Raises:
+        ValueError: An id names no rule; the message lists the unknown ids.
+    """
+    known = {r.id for r in RULES}
+    chosen = set(known if select is None else select)
+    ignored = set(ignore or ())
+    unknown = sorted((chosen | ignored) - known)
+    if unknown:
+        raise ValueError(f"unknown rule id(s): {', '.join(unknown)}")
+    return [r for r in RULES if r.id in chosen and r.id not in ignored]
+
+
+def order_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings grouped by cheatsheet table, the most important first.
+
+    Tables holding a warning come before the others, then tables in cheatsheet order; within
+    a table, warnings come first, then rules in cheatsheet order.
+    """
+    findings = list(findings)
+    rank = {r.id: i for i, r in enumerate(RULES)}
+    warned = {f.table for f in findings if f.severity == "warning"}
+    return sorted(
+        findings,
+        key=lambda f: (
+            f.table not in warned,
+            TABLES.index(f.table),
+            f.severity != "warning",
+            rank.get(f.rule, len(rank)),
+        ),
+    )
+
+
+def diagnose(
+    trace_or_path: Trace | str | os.PathLike[str],
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+) -> list[Finding]:
+    """Apply the trace reading cheatsheet to a trace.
+
+    Args:
+        trace_or_path: A loaded :class:`~profiling_utils.trace.Trace`, or the path of a trace
+            file (``.json`` or ``.json.gz``).
+        select: Rule ids to run (default: every rule). Rules that need a baseline
+            (``compile-cpu-tax``) run in :func:`profiling_utils.compare.compare` instead.
+        ignore: Rule ids to leave out.
+
+    Returns:
+        The findings, grouped by cheatsheet table with the most important first (see
+        :func:`order_findings`).
+
+    Raises:
+        TraceError: The file cannot be read as a trace.
+        ValueError: ``select`` or ``ignore`` names an unknown rule.
+
+    Example::
+
+        for finding in diagnose("4096_bf16_warm_compile.json.gz"):
+            print(finding.severity, finding.rule, finding.message)
+    """
+    rules = select_rules(select, ignore)
+    trace = trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
+    facts = Facts(trace)
+    return order_findings(finding for r in rules for finding in r.run(facts))
+
+
+def _device(trace: Trace) -> str | None:
+    names = list(dict.fromkeys(device.name for device in trace.devices if device.name))
+    return ", ".join(names) if names else None
+
+
+def diagnosis_dict(trace: Trace, findings: list[Finding], file: str | None = None) -> dict:
+    """``{"trace", "device", "findings": [...]}``: what ``diagnose --json`` prints.
+
+    Args:
+        trace: The diagnosed trace.
+        findings: Its findings.
+        file: The path to report (default: the trace's own path).
+    """
+    return {
+        "trace": str(trace.path) if file is None else file,
+        "device": _device(trace),
+        "findings": [finding.to_dict() for finding in findings],
+    }
+
+
+_LIST_ITEMS_SHOWN = 3
+_VALUE_WIDTH = 110
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list) and len(value) > _LIST_ITEMS_SHOWN:
+        shown = json.dumps(value[:_LIST_ITEMS_SHOWN], ensure_ascii=False)
+        text = f"{shown[:-1]}, ... (+{len(value) - _LIST_ITEMS_SHOWN} more)]"
+    elif isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False)
+    else:
+        return str(value)
+    return text if len(text) <= _VALUE_WIDTH else text[: _VALUE_WIDTH - 4] + " ..."
+
+
+def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = None) -> str:
+    """The readable text of ``diagnose``: a header, then the findings under their table, each
+    with its evidence (long values shortened; ``--json`` has them whole)."""
+    steps = trace.steps
+    device = _device(trace) or "no GPU recorded"
+    warnings = sum(f.severity == "warning" for f in findings)
+    header = [
+        str(trace.path) if file is None else file,
+        f"  {device}; {len(steps)} profiler steps; "
+        f"{len(findings)} finding(s), {warnings} warning(s)",
+    ]
+    if not steps:
+        header.append("  no ProfilerStep#N annotations: the rules that compare steps stay silent")
+    out = header
+    table = None
+    for finding in findings:
+        if finding.table != table:
+            table = finding.table
+            out += ["", table]
+        out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
+        for key, value in finding.evidence.items():
+            out.append(f"      {key}: {_value(value)}")
+    if not findings:
+        out += ["", "No cheatsheet pattern found."]
+    return "\n".join(out)

@@ -1,0 +1,214 @@
+"""Cheatsheet table "Dispatch chain": how a Python call nests down to the kernel it launches."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ..trace import Span
+from .facts import Facts, median, span_ref, us
+from .registry import Hit, rule
+
+FOLDING_OPS = frozenset({"aten::reshape", "aten::view", "aten::_unsafe_view", "aten::flatten"})
+"""Ops ``aten::matmul`` calls around ``aten::mm`` when it folds leading dimensions into rows."""
+
+_REPORTED = 5
+
+
+@rule(
+    "call-chain",
+    "dispatch chain",
+    see="""ProfilerStep#N → your record_function label → aten::* → aten::mm / aten::bmm /
+    aten::add → the launch call → the kernel.""",
+    means="""The canonical nesting of a step: each row encloses the ones it calls. Self time
+    leaves the rows below out, total time includes them; the launch call links the CPU side to
+    the kernel on the GPU lane.""",
+    severity="info",
+)
+def call_chain(facts: Facts) -> Iterator[Hit]:
+    trace = facts.trace
+    step_lanes = {step.span.lane for step in facts.steps}
+    in_steps = [  # launches from the thread that runs the steps, made inside a step
+        launch
+        for launch in facts.launches
+        if launch.op is not None
+        and launch.call.lane in step_lanes
+        and facts.step_number_of(launch.call) is not None
+    ]
+    if not in_steps:
+        return
+    launch = max(in_steps, key=lambda launch: sum(work.dur for work in launch.work))
+    ancestors = list(trace.ancestors(launch.call))[::-1]
+    work = max(launch.work, key=lambda w: w.dur)
+    chain = [*ancestors, launch.call, work]
+    yield (
+        " → ".join(span.name for span in chain) + f" ({work.dur:.1f} µs on the GPU).",
+        {
+            "step": facts.step_number_of(launch.call),
+            "chain": [
+                {**span_ref(span), "cat": span.cat, "self_us": us(_self_us(facts, span))}
+                for span in chain
+            ],
+        },
+    )
+
+
+def _self_us(facts: Facts, span: Span) -> float:
+    return span.dur - facts.child_time.get(span.id, 0.0)
+
+
+def _under(facts: Facts, op_name: str, parent_name: str) -> list[tuple[Span, Span]]:
+    """(parent, op) pairs where ``op_name`` is directly nested in ``parent_name``."""
+    spans = facts.trace.spans
+    pairs = []
+    for op in facts.trace.find(op_name):
+        if op.cat == "cpu_op" and op.parent is not None:
+            parent = spans[op.parent]
+            if parent.name == parent_name:
+                pairs.append((parent, op))
+    return pairs
+
+
+def _kernels_of(facts: Facts, op: Span) -> list[Span]:
+    return [
+        work
+        for launch in facts.launches_by_op.get(op.id, [])
+        for work in launch.work
+        if work.cat == "kernel"
+    ]
+
+
+def _steps_of(facts: Facts, spans: list[Span]) -> list[int]:
+    return sorted({n for n in map(facts.step_number_of, spans) if n is not None})
+
+
+@rule(
+    "mm-dispatch",
+    "dispatch chain",
+    see="aten::matmul resolving to aten::mm.",
+    means="""A 2-D × 2-D matrix multiply. When aten::reshape or aten::view come before the mm,
+    matmul folded the leading (batch) dimensions of a 3-D input into rows because the other
+    operand is 2-D: still one plain mm, not a batched one.""",
+    severity="info",
+)
+def mm_dispatch(facts: Facts) -> Iterator[Hit]:
+    pairs = _under(facts, "aten::mm", "aten::matmul")
+    if not pairs:
+        return
+    matmuls = {parent.id for parent, _ in pairs}
+    folded = {
+        span.parent
+        for name in FOLDING_OPS
+        for span in facts.trace.find(name)
+        if span.parent in matmuls
+    }
+    kernels = Counter(k.name for _, mm in pairs for k in _kernels_of(facts, mm))
+    message = f"aten::matmul → aten::mm {len(pairs)}×"
+    if folded:
+        message += f", {len(folded)} of them folding a batch dimension into rows (reshape/view)"
+    if kernels:
+        message += f"; kernel: {kernels.most_common(1)[0][0]}"
+    yield (
+        message + ".",
+        {
+            "count": len(pairs),
+            "folded": len(folded),
+            "steps": _steps_of(facts, [mm for _, mm in pairs]),
+            "median_mm_us": us(median(mm.dur for _, mm in pairs)),
+            "kernels": dict(kernels.most_common(_REPORTED)),
+        },
+    )
+
+
+@rule(
+    "bmm-dispatch",
+    "dispatch chain",
+    see="aten::matmul resolving to aten::bmm, with extra CUDA runtime calls.",
+    means="""A batched matrix multiply on 3-D (or higher) tensors on both sides. cuBLAS does
+    more work to choose and set up the batched kernel, which shows as extra calls under the
+    op.""",
+    severity="info",
+)
+def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
+    bmms = [span for span in facts.trace.find("aten::bmm") if span.cat == "cpu_op"]
+    if not bmms:
+        return
+    spans = facts.trace.spans
+    parents = Counter(
+        spans[bmm.parent].name if bmm.parent is not None else "(top level)" for bmm in bmms
+    )
+    bmm_ids = {bmm.id for bmm in bmms}
+    calls = Counter(
+        call.name
+        for call in facts.trace.runtime_calls
+        if call.parent in bmm_ids and not call.is_launch
+    )
+    kernels = Counter(k.name for bmm in bmms for k in _kernels_of(facts, bmm))
+    message = f"aten::bmm {len(bmms)}× (under {', '.join(parents)})"
+    if calls:
+        message += "; runtime calls besides the launch: " + ", ".join(
+            f"{name} ×{count}" for name, count in calls.most_common(_REPORTED)
+        )
+    yield (
+        message + ".",
+        {
+            "count": len(bmms),
+            "parents": dict(parents),
+            "steps": _steps_of(facts, bmms),
+            "median_bmm_us": us(median(bmm.dur for bmm in bmms)),
+            "extra_runtime_calls": dict(calls.most_common(_REPORTED)),
+            "kernels": dict(kernels.most_common(_REPORTED)),
+        },
+    )
+
+
+@rule(
+    "addmm-fusion",
+    "dispatch chain",
+    see="aten::addmm(b, x, w) where the eager code had a separate aten::mm and aten::add.",
+    means="""Operator fusion at the dispatcher: one op and one GEMM kernel whose epilogue adds
+    the bias. No new kernel was generated; a full-matrix bias is first copied into the output
+    (see bias-copy), a vector bias (nn.Linear) goes straight into the epilogue.""",
+    severity="info",
+)
+def addmm_fusion(facts: Facts) -> Iterator[Hit]:
+    addmms = [span for span in facts.trace.find("aten::addmm") if span.cat == "cpu_op"]
+    if not addmms:
+        return
+    spans = facts.trace.spans
+    parents = Counter(
+        spans[op.parent].name if op.parent is not None else "(top level)" for op in addmms
+    )
+    activities: Counter[str] = Counter()
+    kernels: Counter[str] = Counter()
+    with_copy = 0
+    for op in addmms:
+        work = [w for launch in facts.launches_by_op.get(op.id, []) for w in launch.work]
+        activities[" + ".join(_activity(w) for w in sorted(work, key=lambda w: w.start))] += 1
+        kernels.update(w.name for w in work if w.cat == "kernel")
+        with_copy += any(w.cat == "gpu_memcpy" for w in work)
+    pattern, _ = activities.most_common(1)[0]
+    parent_names = ", ".join(_short(name) for name in parents)
+    yield (
+        f"aten::addmm {len(addmms)}× (under {parent_names}); on the GPU: {pattern}"
+        + (f"; {with_copy} with a bias copy first" if with_copy else "; no bias copy")
+        + ".",
+        {
+            "count": len(addmms),
+            "parents": dict(parents.most_common(_REPORTED)),
+            "gpu_activities": dict(activities.most_common(_REPORTED)),
+            "kernels": dict(kernels.most_common(_REPORTED)),
+            "with_bias_copy": with_copy,
+            "steps": _steps_of(facts, addmms),
+        },
+    )
+
+
+def _activity(work: Span) -> str:
+    if work.cat == "kernel":
+        return "GEMM kernel"
+    return work.name.split(" (")[0]
+
+
+def _short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"

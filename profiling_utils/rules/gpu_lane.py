@@ -1,0 +1,334 @@
+"""Cheatsheet table "GPU lane": the profiler's overhead row, gaps, kernel timings, GEMMs and the
+copies and memsets around them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from .. import measures
+from ..trace import Span
+from .facts import BIAS_MATMUL_OPS, MATMUL_OPS, Facts, median, span_ref, step_label, us
+from .registry import Hit, rule
+
+BUFFER_REQUEST = "Activity Buffer Request"
+"""The name Kineto gives the profiler's own buffer allocations on the overhead lane."""
+
+GAP_MIN_US = 10.0
+"""``intra-step-gap``: the shortest idle stretch worth reporting (µs)."""
+
+GAP_MAX_STEP_SHARE = 1 / 3
+"""``intra-step-gap``: the gap must show in at most this share of the steps (at least one):
+a gap in most steps is a property of the code, not a one-off."""
+
+VARIANCE_MIN_RATIO = 1.5
+"""``kernel-variance``: an instance at least this many times the median of its kernel..."""
+
+VARIANCE_MIN_EXCESS_US = 10.0
+"""... and at least this much longer (µs)."""
+
+VARIANCE_MIN_COUNT = 3
+"""``kernel-variance``: instances needed to speak of a typical duration."""
+
+_REPORTED = 5
+
+
+@rule(
+    "buffer-request",
+    "GPU lane",
+    see="Activity Buffer Request on the profiler's overhead row.",
+    means="""The profiler allocating its own event buffers, not your code. With no wait or
+    warmup in the schedule it lands in the first profiled step and accounts for that step's
+    offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps it out
+    of the recorded ones.""",
+    severity="warning",
+)
+def buffer_request(facts: Facts) -> Iterator[Hit]:
+    requests = [span for span in facts.trace.overhead if span.name == BUFFER_REQUEST]
+    if not requests:
+        return
+    steps = facts.steps
+    offsets = {offset.step: offset for offset in measures.lane_offset(facts.trace)}
+    for request in requests:
+        number = facts.step_number_of(request)
+        evidence: dict[str, Any] = {
+            "request": span_ref(request),
+            "step": number,
+            "requests": len(requests),
+            "steps": len(steps),
+        }
+        where = ""
+        if number is not None:
+            step = next(s for s in steps if s.number == number)
+            op = facts.innermost_cpu_op_at(request.start, step.span)
+            if op is not None:
+                evidence["during_op"] = span_ref(op)
+                where = f" while {op.name} runs"
+            where += f" in {step_label(number)}"
+            offset = offsets.get(number)
+            if offset is not None:
+                evidence["first_launch"] = span_ref(offset.launch)
+                evidence["lane_offset_us"] = us(offset.offset_us)
+                evidence["step_start_to_gpu_us"] = us(offset.step_start_to_gpu_us)
+        message = (
+            f"{BUFFER_REQUEST} for {request.dur:.1f} µs at {request.start:.1f} µs{where} "
+            f"({len(requests)} in the trace, {len(steps)} steps)"
+        )
+        if "first_launch" in evidence:
+            launch = evidence["first_launch"]
+            message += (
+                f"; the step's first GPU work starts {evidence['step_start_to_gpu_us']:.1f} µs "
+                f"after the step, its launch ({launch['name']}) takes {launch['dur_us']:.1f} µs"
+            )
+        yield message + ".", evidence
+
+
+@rule(
+    "intra-step-gap",
+    "GPU lane",
+    see="""Inside one step, the GPU idles between two activities although the second was
+    already launched, and this shows in one step (or few) only.""",
+    means="""Something other than your code held the GPU back: most often the profiler
+    refilling its buffers mid-run, otherwise driver housekeeping. Profile more steps: if the
+    gap appears once, it is the profiler. A gap whose second kernel was launched late is CPU
+    time instead (see overhead-bound).""",
+    severity="warning",
+)
+def intra_step_gap(facts: Facts) -> Iterator[Hit]:
+    trace = facts.trace
+    queued: dict[int, list[measures.GpuGap]] = {}
+    for gap in measures.gpu_gaps(trace, min_gap_us=GAP_MIN_US):
+        launch = trace.launch_of(gap.after)
+        if launch is not None and launch.end <= gap.before.end:
+            queued.setdefault(gap.step, []).append(gap)
+    steps = len(facts.steps)
+    if not queued or len(queued) > max(1, int(steps * GAP_MAX_STEP_SHARE)):
+        return
+    for number, gaps in queued.items():
+        gap = max(gaps, key=lambda g: g.gap_us)
+        launch = trace.launch_of(gap.after)
+        assert launch is not None
+        overhead = [
+            span_ref(span)
+            for span in trace.overhead
+            if span.start < gap.after.start and span.end > gap.before.end
+        ]
+        yield (
+            f"In {step_label(number)} the GPU idles {gap.gap_us:.1f} µs between "
+            f"{gap.before.name} and {gap.after.name}, although the latter was launched "
+            f"{gap.before.end - launch.end:.1f} µs before the GPU went idle; {len(queued)} of "
+            f"{steps} steps show such a gap.",
+            {
+                "step": number,
+                "gap_us": us(gap.gap_us),
+                "before": span_ref(gap.before),
+                "after": span_ref(gap.after),
+                "after_launch": span_ref(launch),
+                "steps_with_gap": sorted(queued),
+                "steps": steps,
+                "profiler_overhead": overhead,
+            },
+        )
+
+
+@rule(
+    "kernel-variance",
+    "GPU lane",
+    see="""The same kernel, with the same launch configuration, taking noticeably different
+    times across steps.""",
+    means="""GPU clocks ramping, temperature, power management or driver housekeeping: the
+    hardware, not your code. Read the distribution in the trace, or the median, rather than
+    the mean alone.""",
+    severity="info",
+)
+def kernel_variance(facts: Facts) -> Iterator[Hit]:
+    for name, kernels in facts.kernels_by_name.items():
+        if len(kernels) < VARIANCE_MIN_COUNT or not _varies(kernels):
+            continue
+        by_config: dict[str, list[Span]] = {}
+        for kernel in kernels:  # the same name can run different shapes
+            args = kernel.args
+            by_config.setdefault(repr((args.get("grid"), args.get("block"))), []).append(kernel)
+        for same in by_config.values():
+            if len(same) < VARIANCE_MIN_COUNT or not _varies(same):
+                continue
+            typical = median(k.dur for k in same)
+            slow = [
+                k
+                for k in same
+                if k.dur >= VARIANCE_MIN_RATIO * typical
+                and k.dur - typical >= VARIANCE_MIN_EXCESS_US
+            ]
+            slowest = max(slow, key=lambda k: k.dur)
+            mean = sum(k.dur for k in same) / len(same)
+            number = facts.step_number_of(slowest)
+            where = f" in {step_label(number)}" if number is not None else ""
+            yield (
+                f"{name} runs {len(same)}× with a median of {typical:.1f} µs but takes "
+                f"{slowest.dur:.1f} µs{where} ({slowest.dur / typical:.1f}×); the mean, "
+                f"{mean:.1f} µs, hides this.",
+                {
+                    "kernel": name,
+                    "grid": slowest.args.get("grid"),
+                    "block": slowest.args.get("block"),
+                    "count": len(same),
+                    "median_us": us(typical),
+                    "mean_us": us(mean),
+                    "min_us": us(min(k.dur for k in same)),
+                    "max_us": us(slowest.dur),
+                    "slow": [
+                        {**span_ref(k), "step": facts.step_number_of(k)} for k in slow[:_REPORTED]
+                    ],
+                },
+            )
+
+
+def _varies(kernels: list[Span]) -> bool:
+    typical = median(k.dur for k in kernels)
+    longest = max(k.dur for k in kernels)
+    return longest >= VARIANCE_MIN_RATIO * typical and longest - typical >= VARIANCE_MIN_EXCESS_US
+
+
+@rule(
+    "gemm-kernel",
+    "GPU lane",
+    see="""The kernel under a matrix-multiply op (aten::mm, aten::addmm, aten::bmm...), whatever
+    its name: ampere_bf16_s16816gemm... on an A100; nvjet_sm90_... or sm80_xmma_gemm... on an
+    H100.""",
+    means="""The actual GEMM work: a cuBLAS/cuBLASLt kernel picked for the shapes, dtype and
+    GPU. Its name encodes the architecture and tiling, so compare runs by op and duration,
+    not by name: the same shapes can pick another variant when the bias is added differently
+    (on an H100 the compiled addmm runs a bias-accumulating variant of the eager kernel).""",
+    severity="info",
+)
+def gemm_kernel(facts: Facts) -> Iterator[Hit]:
+    gemms = facts.gemm_kernels
+    if not gemms:
+        return
+    launch_by_work = facts.launch_by_work
+    by_name: dict[str, list[Span]] = {}
+    for kernel in gemms:
+        by_name.setdefault(kernel.name, []).append(kernel)
+    gpu_total = sum(work.dur for work in facts.trace.gpu_work)
+    rows = []
+    for name, kernels in sorted(by_name.items(), key=lambda item: -sum(k.dur for k in item[1])):
+        launches = [launch_by_work[k.id] for k in kernels]
+        total = sum(k.dur for k in kernels)
+        rows.append(
+            {
+                "kernel": name,
+                "count": len(kernels),
+                "ops": dict(Counter(launch.op.name for launch in launches if launch.op)),
+                "apis": dict(Counter(launch.call.name for launch in launches)),
+                "median_us": us(median(k.dur for k in kernels)),
+                "total_us": us(total),
+                "gpu_share": round(total / gpu_total, 4) if gpu_total > 0 else None,
+            }
+        )
+    top = rows[0]
+    message = (
+        f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, {top['kernel']}, "
+        f"runs {top['count']}× from {', '.join(top['ops'])} (median {top['median_us']:.1f} µs, "
+        f"{top['gpu_share']:.0%} of GPU time)."
+    )
+    yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
+
+
+def _ops_gpu_sequence(facts: Facts, op: Span) -> list[Span]:
+    """The GPU work an op launched, in start order."""
+    return sorted(
+        (work for launch in facts.launches_by_op.get(op.id, []) for work in launch.work),
+        key=lambda work: work.start,
+    )
+
+
+def _before_gemm(
+    facts: Facts, kind: str, ops: frozenset[str]
+) -> list[tuple[measures.MemoryCopy, Span]]:
+    """Copies (or memsets) of ``kind`` issued by one of ``ops`` and followed, on the GPU, by a
+    kernel of the same op (with at most other copies or memsets in between)."""
+    pairs = []
+    for copy in facts.memory_copies:
+        if copy.kind != kind or copy.op is None or copy.op.name not in ops:
+            continue
+        sequence = _ops_gpu_sequence(facts, copy.op)
+        after = sequence[sequence.index(copy.span) + 1 :]
+        kernel = next((work for work in after if work.cat == "kernel"), None)
+        if kernel is not None and all(w.cat != "kernel" for w in after[: after.index(kernel)]):
+            pairs.append((copy, kernel))
+    return pairs
+
+
+def _pair_rows(pairs: list[tuple[measures.MemoryCopy, Span]]) -> dict[str, Any]:
+    copy, kernel = pairs[0]
+    return {
+        "count": len(pairs),
+        "op": copy.op.name if copy.op else None,
+        "bytes": copy.bytes,
+        "median_us": us(median(c.span.dur for c, _ in pairs)),
+        "median_bandwidth_gb_s": _median_bandwidth(pairs),
+        "gemm_kernel": kernel.name,
+        "gemm_median_us": us(median(k.dur for _, k in pairs)),
+        "steps": sorted({c.step for c, _ in pairs if c.step is not None}),
+        "first": {
+            "copy": span_ref(copy.span),
+            "gemm": span_ref(kernel),
+            "gap_us": us(kernel.start - copy.span.end),
+        },
+    }
+
+
+def _median_bandwidth(pairs: list[tuple[measures.MemoryCopy, Span]]) -> float | None:
+    values = [c.bandwidth_gb_s for c, _ in pairs if c.bandwidth_gb_s is not None]
+    return round(median(values), 1) if values else None
+
+
+@rule(
+    "bias-copy",
+    "GPU lane",
+    see="A Memcpy DtoD right before a GEMM, both issued by the same addmm-like op.",
+    means="""addmm seeding its output with the bias (out = bias, then out = A·B + out): the add
+    is folded into the GEMM's epilogue, the "fusion" happens at the dispatcher, and the copy
+    still moves the whole bias once. A bias that is a vector can go into a bias epilogue
+    with no copy, as nn.Linear's addmm does.""",
+    severity="info",
+)
+def bias_copy(facts: Facts) -> Iterator[Hit]:
+    pairs = _before_gemm(facts, "DtoD", BIAS_MATMUL_OPS)
+    if not pairs:
+        return
+    row = _pair_rows(pairs)
+    size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
+    bandwidth = row["median_bandwidth_gb_s"]
+    yield (
+        f"{row['count']} Memcpy DtoD ({size}, {row['median_us']:.1f} µs"
+        + (f", {bandwidth:,.0f} GB/s" if bandwidth is not None else "")
+        + f") right before {row['gemm_kernel']}, both from {row['op']}.",
+        row,
+    )
+
+
+@rule(
+    "memset-before-gemm",
+    "GPU lane",
+    see="""A tiny Memset (Device), a few bytes, right before a GEMM kernel, both issued by the
+    matrix-multiply op (cudaMemsetAsync then the launch).""",
+    means="""The GEMM library clearing a small piece of workspace the kernel expects zeroed,
+    such as a counter its thread blocks coordinate through. Seen on an H100 for large bf16
+    GEMMs; one more launch and well under a microsecond of GPU time, but it means one op is
+    not one GPU activity.""",
+    severity="info",
+    from_post=False,
+)
+def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
+    pairs = _before_gemm(facts, "memset", MATMUL_OPS)
+    if not pairs:
+        return
+    row = _pair_rows(pairs)
+    size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
+    yield (
+        f"{row['count']} Memset ({size}, {row['median_us']:.2f} µs) right before "
+        f"{row['gemm_kernel']}, both from {row['op']}.",
+        row,
+    )

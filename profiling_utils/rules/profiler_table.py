@@ -1,0 +1,291 @@
+"""Cheatsheet table "Profiler table": what the summary table's totals and rows say.
+
+The profiler table aggregates the same events the trace holds, so each row is checked on the
+trace: CPU time is a step's CPU window, GPU time the GPU work launched from it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Span
+from .facts import Facts, median, us
+from .registry import Hit, rule
+
+OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
+"""``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time
+(CPU time at least ten times the GPU time, "ms against µs")."""
+
+COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
+"""``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time
+(GPU and CPU time of the same size, or the GPU longer)."""
+
+HOTSPOT_MIN_SHARE = 0.5
+"""``hotspot``: one kernel (by name) takes at least this share of all GPU time."""
+
+MANY_CALLS_MIN_PER_STEP = 50
+"""``many-calls``: an op called at least this many times per step..."""
+
+MANY_CALLS_MIN_CPU_SHARE = 0.05
+"""... whose calls together take at least this share of the steps' CPU time."""
+
+COST_IN_CHILDREN_MIN_SHARE = 0.2
+"""``cost-in-children``: a row whose total time is at least this share of the steps' CPU
+time..."""
+
+COST_IN_CHILDREN_MAX_SELF = 0.2
+"""... and whose self time is at most this share of its total."""
+
+DRILL_MIN_CHILD_SHARE = 0.5
+"""``cost-in-children`` drills into a row's longest child while it holds at least this share of
+the row's time."""
+
+_ROW_CATEGORIES = ("cpu_op", "user_annotation")
+_REPORTED_ROWS = 5
+
+
+def _busy_fractions(facts: Facts) -> list[dict[str, Any]]:
+    return [
+        {
+            "step": t.step,
+            "cpu_us": us(t.cpu_us),
+            "gpu_busy_us": us(t.gpu_busy_us),
+            "gpu_busy_fraction": round(t.gpu_busy_us / t.cpu_us, 4),
+        }
+        for t in facts.step_times
+        if t.cpu_us > 0
+    ]
+
+
+def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    cpu = sum(r["cpu_us"] for r in rows)
+    gpu = sum(r["gpu_busy_us"] for r in rows)
+    return {
+        "median_cpu_us": us(median(r["cpu_us"] for r in rows)),
+        "median_gpu_busy_us": us(median(r["gpu_busy_us"] for r in rows)),
+        "median_gpu_busy_fraction": median(r["gpu_busy_fraction"] for r in rows),
+        "cpu_total_us": us(cpu),
+        "gpu_busy_total_us": us(gpu),
+        "steps": rows,
+    }
+
+
+@rule(
+    "overhead-bound",
+    "profiler table",
+    see="""Self CPU time total far above Self CUDA time total (the CPU in ms, the GPU in µs).
+    In the trace: the GPU is busy for a small fraction of every step.""",
+    means="""Overhead-bound: dispatching and launching the work costs the CPU more time than
+    the GPU needs to run it, so the GPU mostly waits. Give each launch more work (larger or
+    batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
+    graph.""",
+    severity="warning",
+)
+def overhead_bound(facts: Facts) -> Iterator[Hit]:
+    rows = _busy_fractions(facts)
+    if not facts.trace.has_gpu or not rows:
+        return
+    evidence = _bound_evidence(rows)
+    fraction = evidence["median_gpu_busy_fraction"]
+    if fraction <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
+        yield (
+            f"In the median step the GPU is busy {evidence['median_gpu_busy_us']:.1f} µs for "
+            f"{evidence['median_cpu_us']:.1f} µs of CPU time ({fraction:.1%}): the CPU side "
+            "sets the pace.",
+            evidence,
+        )
+
+
+@rule(
+    "compute-bound",
+    "profiler table",
+    see="""Self CPU time total close to Self CUDA time total, both in ms. In the trace: the GPU
+    is busy for most of each step's CPU time, or longer.""",
+    means="""Compute-bound: the GPU is the bottleneck, which is usually the goal. Further gains
+    come from the kernels themselves (precision, algorithm, memory traffic), not from the
+    launch path.""",
+    severity="info",
+)
+def compute_bound(facts: Facts) -> Iterator[Hit]:
+    rows = _busy_fractions(facts)
+    if not facts.trace.has_gpu or not rows:
+        return
+    evidence = _bound_evidence(rows)
+    fraction = evidence["median_gpu_busy_fraction"]
+    if fraction >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
+        yield (
+            f"In the median step the GPU is busy {evidence['median_gpu_busy_us']:.1f} µs for "
+            f"{evidence['median_cpu_us']:.1f} µs of CPU time ({fraction:.0%}): the GPU sets "
+            "the pace.",
+            evidence,
+        )
+
+
+@rule(
+    "hotspot",
+    "profiler table",
+    see="One row takes most of the CUDA time total.",
+    means="""That is the hotspot: start optimizing there, since it bounds what any other
+    change can gain.""",
+    severity="info",
+)
+def hotspot(facts: Facts) -> Iterator[Hit]:
+    trace = facts.trace
+    total = sum(work.dur for work in trace.gpu_work)
+    if total <= 0:
+        return
+    name, kernels = max(facts.kernels_by_name.items(), key=lambda item: _total(item[1]))
+    kernel_total = _total(kernels)
+    share = kernel_total / total
+    if share < HOTSPOT_MIN_SHARE:
+        return
+    launch_by_work = facts.launch_by_work
+    ops = Counter(
+        launch.op.name if launch is not None and launch.op is not None else "unknown"
+        for launch in map(launch_by_work.get, (k.id for k in kernels))
+    )
+    yield (
+        f"{name} takes {share:.0%} of all GPU time ({kernel_total:.1f} of {total:.1f} µs, "
+        f"{len(kernels)} calls), launched from {', '.join(ops)}.",
+        {
+            "kernel": name,
+            "calls": len(kernels),
+            "total_us": us(kernel_total),
+            "gpu_total_us": us(total),
+            "share": round(share, 4),
+            "median_us": us(median(k.dur for k in kernels)),
+            "ops": dict(ops.most_common()),
+        },
+    )
+
+
+def _total(spans: list[Any]) -> float:
+    return sum(span.dur for span in spans)
+
+
+def _steps_cpu_us(facts: Facts) -> float:
+    return sum(step.span.dur for step in facts.steps)
+
+
+@rule(
+    "many-calls",
+    "profiler table",
+    see="One row with a very large # of Calls.",
+    means="""Each call may be cheap, but together they cost dispatch and launch time; see
+    whether they can be fused or batched (foreach ops, torch.compile, larger operands).""",
+    severity="warning",
+)
+def many_calls(facts: Facts) -> Iterator[Hit]:
+    steps = len(facts.steps)
+    steps_cpu = _steps_cpu_us(facts)
+    if not steps or steps_cpu <= 0:
+        return
+    trace = facts.trace
+    spans = trace.spans
+    counts: Counter[str] = Counter()
+    totals: dict[str, float] = {}
+    for op in trace.cpu_ops:
+        name = op.name
+        counts[name] += 1
+        parent = op.parent
+        if parent is None or spans[parent].name != name:  # nested same-name calls count once
+            totals[name] = totals.get(name, 0.0) + op.dur
+    rows = []
+    for name, calls in counts.most_common():
+        per_step = calls / steps
+        if per_step < MANY_CALLS_MIN_PER_STEP:
+            break
+        share = totals[name] / steps_cpu
+        if share >= MANY_CALLS_MIN_CPU_SHARE:
+            rows.append(
+                {
+                    "op": name,
+                    "calls": calls,
+                    "calls_per_step": round(per_step, 1),
+                    "total_us": us(totals[name]),
+                    "cpu_share": round(share, 4),
+                    "mean_us": us(totals[name] / calls),
+                }
+            )
+    if rows:
+        top = rows[0]
+        yield (
+            f"{len(rows)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step; "
+            f"{top['op']}: {top['calls_per_step']:g} calls per step, {top['mean_us']:.1f} µs "
+            f"each, {top['cpu_share']:.0%} of the steps' CPU time.",
+            {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": rows[:_REPORTED_ROWS]},
+        )
+
+
+@rule(
+    "cost-in-children",
+    "profiler table",
+    see="CPU total far above Self CPU for a row.",
+    means="""The row's own code is cheap; its time is spent in the calls nested under it.
+    Follow the nesting down to the row that holds the time itself.""",
+    severity="info",
+)
+def cost_in_children(facts: Facts) -> Iterator[Hit]:
+    steps_cpu = _steps_cpu_us(facts)
+    if steps_cpu <= 0:
+        return
+    trace = facts.trace
+    spans = trace.spans
+    child_time = facts.child_time
+    total: dict[str, float] = {}
+    own: dict[str, float] = {}
+    for row in (*trace.cpu_ops, *trace.annotations):
+        name = row.name
+        own[name] = own.get(name, 0.0) + row.dur - child_time.get(row.id, 0.0)
+        parent = row.parent
+        if parent is None or spans[parent].name != name:  # nested same-name rows count once
+            total[name] = total.get(name, 0.0) + row.dur
+    rows = []
+    for name, name_total in sorted(total.items(), key=lambda item: -item[1]):
+        if name_total < COST_IN_CHILDREN_MIN_SHARE * steps_cpu:
+            break
+        self_us = max(own[name], 0.0)
+        if self_us <= COST_IN_CHILDREN_MAX_SELF * name_total:
+            rows.append((name, name_total, self_us))
+    if not rows:
+        return
+    name, name_total, self_us = rows[0]
+    occurrences = [span for span in trace.find(name) if span.cat in _ROW_CATEGORIES]
+    typical = sorted(occurrences, key=lambda span: span.dur)[len(occurrences) // 2]
+    path = _drill(facts, typical)
+    if len(path) > 1:
+        where = "the time is below it: " + " → ".join(link["name"] for link in path)
+    else:
+        children = sorted(facts.children_of(typical), key=lambda child: -child.dur)[:3]
+        where = "the time is spread over its children: " + ", ".join(
+            f"{child.name} ({child.dur:.1f} µs)" for child in children
+        )
+    yield (
+        f"{name}: {name_total:.1f} µs total, {self_us:.1f} µs self "
+        f"({self_us / name_total:.0%}); {where}.",
+        {
+            "rows": [
+                {"name": n, "total_us": us(t), "self_us": us(s), "self_share": round(s / t, 4)}
+                for n, t, s in rows[:_REPORTED_ROWS]
+            ],
+            "drill_down": path,
+            "steps_cpu_us": us(steps_cpu),
+        },
+    )
+
+
+def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
+    """From ``span`` (a typical occurrence), follow the longest child down as long as it holds
+    most of its parent's time."""
+    child_time = facts.child_time
+    path = []
+    while True:
+        self_us = span.dur - child_time.get(span.id, 0.0)
+        path.append({"name": span.name, "total_us": us(span.dur), "self_us": us(self_us)})
+        children = facts.children_of(span)
+        longest = max(children, key=lambda child: child.dur, default=None)
+        if longest is None or longest.dur < DRILL_MIN_CHILD_SHARE * span.dur:
+            return path
+        span = longest

@@ -1,0 +1,277 @@
+"""Cheatsheet table "torch.compile": the compiled-code rows on the CPU lane and what they cost."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Span
+from .facts import Facts, median, span_ref, step_label, us
+from .registry import Hit, rule
+
+COMPILE_TAX_MIN_RATIO = 1.2
+"""``compile-cpu-tax``: the compiled run's median step takes at least this many times the
+eager run's CPU time."""
+
+GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
+INPUT_COPY_OPS = frozenset({"aten::_foreach_copy_", "aten::copy_"})
+"""Ops that copy inputs into a CUDA graph's static buffers before a replay."""
+
+_REGION_ID = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+_GRAPH_HASH = re.compile(r"## Call CompiledFxGraph (\S+)")
+
+
+def _per_step(facts: Facts, spans: tuple[Span, ...] | list[Span]) -> dict[str, int]:
+    counts = Counter(facts.step_number_of(span) for span in spans)
+    return {str(n): counts[n] for n in sorted(n for n in counts if n is not None)}
+
+
+def _step_cpu(facts: Facts) -> float | None:
+    steps = facts.steps
+    return median(step.span.dur for step in steps) if steps else None
+
+
+@rule(
+    "compiled-region",
+    "torch.compile",
+    see="A Torch-Compiled Region: K/M row on the CPU lane.",
+    means="""You are inside a function torch.compile compiled. K numbers the Python frame
+    Dynamo captured, M counts the compilations of that frame before this one: M above 0 means
+    it was recompiled (new shapes, dtypes or failed guards; TORCH_LOGS=recompiles says
+    why).""",
+    severity="info",
+)
+def compiled_region(facts: Facts) -> Iterator[Hit]:
+    regions = facts.compile_info.regions
+    if not regions:
+        return
+    by_name: dict[str, list[Span]] = {}
+    for region in regions:
+        by_name.setdefault(region.name, []).append(region)
+    recompiled = []
+    rows = []
+    for name, spans in by_name.items():
+        match = _REGION_ID.match(name)
+        if match is not None and int(match[2]) > 0:
+            recompiled.append(name)
+        rows.append(
+            {
+                "region": name,
+                "count": len(spans),
+                "median_us": us(median(s.dur for s in spans)),
+                "per_step": _per_step(facts, spans),
+            }
+        )
+    top = rows[0]
+    message = f"{top['region']} entered {top['count']}× (median {top['median_us']:.1f} µs)"
+    if len(rows) > 1:
+        message += f", and {len(rows) - 1} other compiled region(s)"
+    if recompiled:
+        ids = ", ".join(name.split(": ", 1)[1] for name in recompiled)
+        message += f"; {ids}: a compile number above 0, so Dynamo had compiled that frame before"
+    yield message + ".", {"regions": rows, "recompiled": recompiled}
+
+
+@rule(
+    "dynamo-cache-lookup",
+    "torch.compile",
+    see="TorchDynamo Cache Lookup in every step.",
+    means="""Dynamo checking that the call still matches what was compiled (shapes, dtypes,
+    devices, other guards) before running the compiled code. It is paid on every call, long
+    after compilation.""",
+    severity="info",
+)
+def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
+    lookups = facts.compile_info.cache_lookups
+    if not lookups:
+        return
+    per_step = _per_step(facts, lookups)
+    typical = median(s.dur for s in lookups)
+    step_cpu = _step_cpu(facts)
+    message = f"TorchDynamo Cache Lookup {len(lookups)}× (median {typical:.1f} µs"
+    if step_cpu:
+        message += f", {typical / step_cpu:.0%} of a median step's CPU time"
+    message += f"), in {len(per_step)} of {len(facts.steps)} steps."
+    yield (
+        message,
+        {
+            "count": len(lookups),
+            "median_us": us(typical),
+            "total_us": us(sum(s.dur for s in lookups)),
+            "per_step": per_step,
+            "median_step_cpu_us": us(step_cpu) if step_cpu else None,
+        },
+    )
+
+
+@rule(
+    "aot-wrapper",
+    "torch.compile",
+    see="AOTDispatcher Runtime Wrapper Prologue, even when nothing needs gradients.",
+    means="""AOTAutograd's runtime wrapper is always on the path of a compiled call: it
+    handles tensor metadata and views, and would set up the backward pass if inputs required
+    gradients.""",
+    severity="info",
+)
+def aot_wrapper(facts: Facts) -> Iterator[Hit]:
+    wrappers = facts.compile_info.aot_wrappers
+    if not wrappers:
+        return
+    names = Counter(span.name for span in wrappers)
+    backward = bool(facts.trace.find(prefix="autograd::engine::evaluate_function"))
+    name, count = names.most_common(1)[0]
+    yield (
+        f"{name} {count}× (median {median(s.dur for s in wrappers):.1f} µs); "
+        + ("the trace also runs a backward pass." if backward else "no backward pass runs."),
+        {
+            "names": dict(names),
+            "median_us": us(median(s.dur for s in wrappers)),
+            "per_step": _per_step(facts, wrappers),
+            "backward_in_trace": backward,
+        },
+    )
+
+
+@rule(
+    "compiled-graph-cache-hit",
+    "torch.compile",
+    see="## Call CompiledFxGraph <hash> with the same hash in every step.",
+    means="""The same generated code ran each time: a cache hit, nothing was recompiled. The
+    hash keys Inductor's FX graph cache, by default under /tmp/torchinductor_<user>/fxgraph,
+    where the generated code can be read.""",
+    severity="info",
+)
+def compiled_graph_cache_hit(facts: Facts) -> Iterator[Hit]:
+    by_hash: dict[str, list[Span]] = {}
+    for call in facts.compile_info.graph_calls:
+        match = _GRAPH_HASH.match(call.name)
+        if match is not None:
+            by_hash.setdefault(match[1], []).append(call)
+    for graph_hash, calls in by_hash.items():
+        steps = sorted({n for n in map(facts.step_number_of, calls) if n is not None})
+        if len(steps) < 2:
+            continue
+        yield (
+            f"Compiled graph {graph_hash} ran in {len(steps)} steps "
+            f"({', '.join(step_label(n) for n in steps[:4])}"
+            + (", ..." if len(steps) > 4 else "")
+            + f"), {len(calls)} calls with the same hash: cache hits.",
+            {
+                "hash": graph_hash,
+                "calls": len(calls),
+                "steps": steps,
+                "median_us": us(median(c.dur for c in calls)),
+                "first": span_ref(calls[0]),
+            },
+        )
+
+
+@rule(
+    "compile-cpu-tax",
+    "torch.compile",
+    see="""Per-step CPU time higher under torch.compile than in eager mode for a small op
+    (compare a compiled trace against an eager baseline).""",
+    means="""Expected: every call walks Dynamo's guards, AOTAutograd's wrapper and the
+    generated code's entry, on top of the same ATen dispatch. That tax only pays off when the
+    compiled graph replaces many ops; CUDA graphs (mode="reduce-overhead") remove launch cost,
+    not this.""",
+    severity="warning",
+    against_baseline=True,
+)
+def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
+    baseline_compiled = baseline.compile_info.is_compiled
+    if baseline_compiled == facts.compile_info.is_compiled:
+        return
+    eager, compiled = (facts, baseline) if baseline_compiled else (baseline, facts)
+    eager_cpu, compiled_cpu = _step_cpu(eager), _step_cpu(compiled)
+    if not eager_cpu or not compiled_cpu:
+        return
+    ratio = compiled_cpu / eager_cpu
+    if ratio < COMPILE_TAX_MIN_RATIO:
+        return
+    yield (
+        f"The compiled run's median step costs {compiled_cpu:.1f} µs of CPU time against "
+        f"{eager_cpu:.1f} µs eager ({ratio:.1f}×).",
+        {
+            "eager": _run(eager),
+            "compiled": _run(compiled),
+            "ratio": round(ratio, 3),
+        },
+    )
+
+
+def _run(facts: Facts) -> dict[str, Any]:
+    return {
+        "trace": str(facts.trace.path),
+        "median_step_cpu_us": us(median(step.span.dur for step in facts.steps)),
+        "step_cpu_us": {str(step.number): us(step.span.dur) for step in facts.steps},
+        "cuda_graph_launches": len(facts.compile_info.cuda_graph_launches),
+    }
+
+
+@rule(
+    "cuda-graph",
+    "torch.compile",
+    see="""cudaGraphLaunch inside the compiled call (torch.compile with
+    mode="reduce-overhead"), with GPU work but no aten op launching it.""",
+    means="""The kernels are replayed from a captured CUDA graph: one CPU call launches them
+    all, and the ops inside no longer show on the CPU lane. Inputs are first copied into the
+    graph's static buffers. It removes per-kernel launch cost, not Dynamo's and AOTAutograd's
+    per-call cost, so for one small op the CPU time per step can still go up (compare with an
+    eager run).""",
+    severity="info",
+    from_post=False,
+)
+def cuda_graph(facts: Facts) -> Iterator[Hit]:
+    graph_launches = facts.compile_info.cuda_graph_launches
+    if not graph_launches:
+        return
+    trace = facts.trace
+    replayed = [trace.gpu_work_of(launch) for launch in graph_launches]
+    activities = Counter(
+        " + ".join(_short(w.name) for w in sorted(work, key=lambda w: w.start)) for work in replayed
+    )
+    graph_calls = {
+        ancestor.id
+        for launch in graph_launches
+        for ancestor in trace.ancestors(launch)
+        if ancestor.name.startswith(GRAPH_CALL_PREFIX)
+    }
+    copies = [
+        launch
+        for launch in facts.launches
+        if launch.op is not None
+        and launch.op.name in INPUT_COPY_OPS
+        and any(a.id in graph_calls for a in trace.ancestors(launch.op))
+    ]
+    copy_gpu_us = sum(work.dur for launch in copies for work in launch.work)
+    steps = max(len(_per_step(facts, graph_launches)), 1)
+    launch_us = median(s.dur for s in graph_launches)
+    message = (
+        f"cudaGraphLaunch {len(graph_launches)}× (median {launch_us:.1f} µs of CPU), each "
+        f"replaying {median(len(w) for w in replayed):g} GPU activities"
+    )
+    if copies:
+        message += (
+            f"; before each replay, inputs are copied into the graph's buffers "
+            f"({len(copies) / steps:g} launches, {copy_gpu_us / steps:.1f} µs of GPU time "
+            "per step)"
+        )
+    yield (
+        message + ".",
+        {
+            "launches": len(graph_launches),
+            "per_step": _per_step(facts, graph_launches),
+            "median_launch_us": us(launch_us),
+            "replayed": dict(activities.most_common(3)),
+            "input_copy_launches": len(copies),
+            "input_copy_gpu_us": us(copy_gpu_us),
+            "first": span_ref(graph_launches[0]),
+        },
+    )
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
