@@ -47,7 +47,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite, including the site build and browser tests (CPU is enough)."""
     _reuse_host_torch(session)
     session.install("-e", ".[tests,docs]")
-    session.run("pytest", *session.posargs)
+    # "python -m": a pytest on the host (seen through --system-site-packages) would run
+    # outside the session's virtualenv, where the package is not installed.
+    session.run("python", "-m", "pytest", *session.posargs)
 
 
 @nox.session(venv_params=["--system-site-packages"])
@@ -56,7 +58,9 @@ def docs(session: nox.Session) -> None:
     _reuse_host_torch(session)
     session.install("-e", ".[docs]")
     session.run(
-        "sphinx-build",
+        "python",
+        "-m",
+        "sphinx",  # sphinx-build, from the session's virtualenv whatever the host has
         "-W",
         "--keep-going",
         "-b",
