@@ -2,14 +2,18 @@
 
 from . import measures
 from .capture import Capture, capture, run_name
+from .compare import Comparison, compare
 from .errors import TraceError
 from .peaks import Peaks, achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
 from .provenance import environment
+from .rules import Finding, diagnose
 from .trace import DeviceInfo, Lane, Span, Step, Trace, load_trace
 
 __all__ = [
     "Capture",
+    "Comparison",
     "DeviceInfo",
+    "Finding",
     "Lane",
     "Peaks",
     "Span",
@@ -19,7 +23,9 @@ __all__ = [
     "achieved_gb_s",
     "achieved_tflops",
     "capture",
+    "compare",
     "environment",
+    "diagnose",
     "gemm_flops",
     "load_trace",
     "measure_peaks",

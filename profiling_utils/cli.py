@@ -36,6 +36,10 @@ Commands:
 
 A trace that cannot be read prints one line on stderr, ``error: FILE: what is wrong``, and
 exits with status 2 (the status argparse uses for bad usage).
+
+``diagnose TRACE [--json] [--select IDS] [--ignore IDS]`` applies the trace reading cheatsheet
+(:mod:`profiling_utils.rules`); ``compare BASELINE TRACE [--json]`` puts two traces side by side
+(:mod:`profiling_utils.compare`). Their JSON output is described in their ``--help``.
 """
 
 from __future__ import annotations
@@ -50,10 +54,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import measures
+from .compare import compare
 from .errors import TraceError
+from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .trace import Trace, load_trace
 
-__all__ = ["main", "build_parser", "summarize", "format_summary"]
+__all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
 
 EXIT_BAD_TRACE = 2
 
@@ -346,6 +352,113 @@ def add_summary_parser(subcommands: Any) -> None:
     parser.set_defaults(handler=run_summary)
 
 
+# -- diagnose and compare ---------------------------------------------------------------------
+
+DIAGNOSE_JSON_HELP = """\
+JSON (--json): one object
+  trace     the trace path as given
+  device    the GPU name(s) the trace records, or null
+  findings  [{rule, table, severity, message, evidence}], grouped by cheatsheet table, the
+            most important first; severity is "info" (worth knowing) or "warning" (worth
+            acting on); evidence holds the steps, event names, times (µs from the trace's
+            first event), durations and measured numbers behind the message.
+Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace or an unknown
+rule id, with one line on stderr."""
+
+COMPARE_JSON_HELP = """\
+JSON (--json): one object
+  baseline, trace  {trace, device, steps, median_step_cpu_us, median_step_gpu_busy_us,
+                   kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
+                   launch_apis, compiled, cuda_graph_launches}
+  cpu_ratio        median step CPU time of TRACE over BASELINE
+  steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
+                   baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
+  ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,
+  kernels_only_in_trace  [{name, count}]
+  findings         [{rule, table, severity, message, evidence}] of the rules that need a
+                   baseline (compile-cpu-tax)
+Exit status: 0 when it ran; 2 for an unreadable trace, with one line on stderr."""
+
+
+def _rule_id_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    """``diagnose``: print the cheatsheet's findings for one trace as text or JSON."""
+    try:
+        select_rules(args.select, args.ignore)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_TRACE
+    trace = load_trace(args.trace)
+    findings = diagnose(trace, select=args.select, ignore=args.ignore)
+    if args.json:
+        print(json.dumps(diagnosis_dict(trace, findings, file=args.trace), indent=2))
+    else:
+        print(format_diagnosis(trace, findings, file=args.trace))
+    return 0
+
+
+def add_diagnose_parser(subcommands: Any) -> None:
+    """Register ``diagnose``."""
+    parser = subcommands.add_parser(
+        "diagnose",
+        help="apply the trace reading cheatsheet to one trace",
+        description=(
+            "Find the cheatsheet's patterns in one trace and show the evidence for each, "
+            "grouped by cheatsheet table, the most important first."
+        ),
+        epilog=f"{DIAGNOSE_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("trace", help="a trace written by torch.profiler (.json or .json.gz)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--select",
+        type=_rule_id_list,
+        action="extend",
+        metavar="IDS",
+        help="run only these rules (comma-separated ids; may be repeated)",
+    )
+    parser.add_argument(
+        "--ignore",
+        type=_rule_id_list,
+        action="extend",
+        metavar="IDS",
+        help="leave these rules out (comma-separated ids; may be repeated)",
+    )
+    parser.set_defaults(handler=run_diagnose)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``compare``: print two traces side by side as text or JSON."""
+    comparison = compare(load_trace(args.baseline), load_trace(args.trace))
+    if args.json:
+        print(json.dumps(comparison.to_dict(), indent=2))
+    else:
+        print(comparison.to_text())
+    return 0
+
+
+def add_compare_parser(subcommands: Any) -> None:
+    """Register ``compare``."""
+    parser = subcommands.add_parser(
+        "compare",
+        help="two traces side by side (e.g. eager against torch.compile)",
+        description=(
+            "Compare TRACE with BASELINE: per-step CPU and GPU time, kernel and launch "
+            "counts, ops and kernels only in one of them, and compile-cpu-tax."
+        ),
+        epilog=COMPARE_JSON_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("baseline", help="the reference trace (e.g. the eager run)")
+    parser.add_argument("trace", help="the trace to compare with it (e.g. the compiled run)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_compare)
+
+
 # -- entry point ------------------------------------------------------------------------------
 
 
@@ -357,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_summary_parser(subcommands)
+    add_diagnose_parser(subcommands)
+    add_compare_parser(subcommands)
     return parser
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import measures
 from ..trace import Span
-from .facts import Facts, Launch, median, span_ref, step_label, us
+from .facts import Facts, Launch, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
 COLD_START_MIN_RATIO = 3.5
@@ -215,7 +215,7 @@ def _describe(row: dict[str, Any]) -> str:
         size.append(f"{registers} registers/thread")
     if shared is not None:
         size.append(f"{shared:,} B shared memory" if shared else "no shared memory")
-    return f"{row['op']} → {row['kernel']}" + (f" ({', '.join(size)})" if size else "")
+    return f"{row['op']} → {short_name(row['kernel'])}" + (f" ({', '.join(size)})" if size else "")
 
 
 @rule(

@@ -104,26 +104,39 @@ def diagnosis_dict(trace: Trace, findings: list[Finding], file: str | None = Non
     }
 
 
-_LIST_ITEMS_SHOWN = 3
-_VALUE_WIDTH = 110
+_ITEMS_SHOWN = 5
+_LINE_WIDTH = 140
 
 
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list) and len(value) > _LIST_ITEMS_SHOWN:
-        shown = json.dumps(value[:_LIST_ITEMS_SHOWN], ensure_ascii=False)
-        text = f"{shown[:-1]}, ... (+{len(value) - _LIST_ITEMS_SHOWN} more)]"
-    elif isinstance(value, (list, dict)):
-        text = json.dumps(value, ensure_ascii=False)
-    else:
-        return str(value)
-    return text if len(text) <= _VALUE_WIDTH else text[: _VALUE_WIDTH - 4] + " ..."
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 4] + " ..."
+
+
+def _evidence_lines(key: str, value: Any, indent: str) -> list[str]:
+    """One evidence entry as text: scalars inline, lists one item per line, long dicts
+    one key per line."""
+    if isinstance(value, list) and value and isinstance(value[0], (dict, list)):
+        lines = [f"{indent}{key}:"]
+        for item in value[:_ITEMS_SHOWN]:
+            text = json.dumps(item, ensure_ascii=False)
+            lines.append(_clip(f"{indent}  - {text}", _LINE_WIDTH))
+        if len(value) > _ITEMS_SHOWN:
+            lines.append(f"{indent}  (+{len(value) - _ITEMS_SHOWN} more)")
+        return lines
+    if isinstance(value, (list, dict)):
+        text = f"{indent}{key}: {json.dumps(value, ensure_ascii=False)}"
+        if len(text) <= _LINE_WIDTH or not isinstance(value, dict):
+            return [_clip(text, _LINE_WIDTH)]
+        lines = [f"{indent}{key}:"]
+        for inner_key, inner in value.items():
+            lines += _evidence_lines(str(inner_key), inner, indent + "  ")
+        return lines
+    return [_clip(f"{indent}{key}: {value}", _LINE_WIDTH)]
 
 
 def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = None) -> str:
     """The readable text of ``diagnose``: a header, then the findings under their table, each
-    with its evidence (long values shortened; ``--json`` has them whole)."""
+    with its evidence (long lists and lines shortened; ``--json`` has everything)."""
     steps = trace.steps
     device = _device(trace) or "no GPU recorded"
     warnings = sum(f.severity == "warning" for f in findings)
@@ -142,7 +155,7 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
             out += ["", table]
         out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
         for key, value in finding.evidence.items():
-            out.append(f"      {key}: {_value(value)}")
+            out += _evidence_lines(key, value, "      ")
     if not findings:
         out += ["", "No cheatsheet pattern found."]
     return "\n".join(out)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..trace import Span
-from .facts import Facts, median, span_ref, us
+from .facts import Facts, median, short_name, span_ref, us
 from .registry import Hit, rule
 
 FOLDING_OPS = frozenset({"aten::reshape", "aten::view", "aten::_unsafe_view", "aten::flatten"})
@@ -42,7 +42,7 @@ def call_chain(facts: Facts) -> Iterator[Hit]:
     work = max(launch.work, key=lambda w: w.dur)
     chain = [*ancestors, launch.call, work]
     yield (
-        " → ".join(span.name for span in chain) + f" ({work.dur:.1f} µs on the GPU).",
+        " → ".join(short_name(span.name) for span in chain) + f" ({work.dur:.1f} µs on the GPU).",
         {
             "step": facts.step_number_of(launch.call),
             "chain": [
@@ -107,7 +107,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     if folded:
         message += f", {len(folded)} of them folding a batch dimension into rows (reshape/view)"
     if kernels:
-        message += f"; kernel: {kernels.most_common(1)[0][0]}"
+        message += f"; kernel: {short_name(kernels.most_common(1)[0][0])}"
     yield (
         message + ".",
         {

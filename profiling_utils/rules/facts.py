@@ -25,6 +25,7 @@ __all__ = [
     "median",
     "us",
     "span_ref",
+    "short_name",
     "step_label",
 ]
 
@@ -64,6 +65,12 @@ def us(value: float) -> float:
 def span_ref(span: Span) -> dict[str, Any]:
     """A span as evidence: name, start and duration (µs)."""
     return {"name": span.name, "start_us": us(span.start), "dur_us": us(span.dur)}
+
+
+def short_name(name: str, width: int = 72) -> str:
+    """A name clipped for a message (kernel names can run to hundreds of characters); the
+    evidence keeps the full name."""
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def step_label(number: int) -> str:

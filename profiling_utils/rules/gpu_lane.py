@@ -9,7 +9,16 @@ from typing import Any
 
 from .. import measures
 from ..trace import Span
-from .facts import BIAS_MATMUL_OPS, MATMUL_OPS, Facts, median, span_ref, step_label, us
+from .facts import (
+    BIAS_MATMUL_OPS,
+    MATMUL_OPS,
+    Facts,
+    median,
+    short_name,
+    span_ref,
+    step_label,
+    us,
+)
 from .registry import Hit, rule
 
 BUFFER_REQUEST = "Activity Buffer Request"
@@ -116,8 +125,9 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         ]
         yield (
             f"In {step_label(number)} the GPU idles {gap.gap_us:.1f} µs between "
-            f"{gap.before.name} and {gap.after.name}, although the latter was launched "
-            f"{gap.before.end - launch.end:.1f} µs before the GPU went idle; {len(queued)} of "
+            f"{short_name(gap.before.name)} and {short_name(gap.after.name)}, although the "
+            f"latter was launched {gap.before.end - launch.end:.1f} µs before the GPU went "
+            f"idle; {len(queued)} of "
             f"{steps} steps show such a gap.",
             {
                 "step": number,
@@ -165,7 +175,7 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
             number = facts.step_number_of(slowest)
             where = f" in {step_label(number)}" if number is not None else ""
             yield (
-                f"{name} runs {len(same)}× with a median of {typical:.1f} µs but takes "
+                f"{short_name(name)} runs {len(same)}× with a median of {typical:.1f} µs but takes "
                 f"{slowest.dur:.1f} µs{where} ({slowest.dur / typical:.1f}×); the mean, "
                 f"{mean:.1f} µs, hides this.",
                 {
@@ -228,9 +238,9 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
         )
     top = rows[0]
     message = (
-        f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, {top['kernel']}, "
-        f"runs {top['count']}× from {', '.join(top['ops'])} (median {top['median_us']:.1f} µs, "
-        f"{top['gpu_share']:.0%} of GPU time)."
+        f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, "
+        f"{short_name(top['kernel'])}, runs {top['count']}× from {', '.join(top['ops'])} "
+        f"(median {top['median_us']:.1f} µs, {top['gpu_share']:.0%} of GPU time)."
     )
     yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
 
@@ -304,7 +314,7 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     yield (
         f"{row['count']} Memcpy DtoD ({size}, {row['median_us']:.1f} µs"
         + (f", {bandwidth:,.0f} GB/s" if bandwidth is not None else "")
-        + f") right before {row['gemm_kernel']}, both from {row['op']}.",
+        + f") right before {short_name(row['gemm_kernel'])}, both from {row['op']}.",
         row,
     )
 
@@ -329,6 +339,6 @@ def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
     size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
     yield (
         f"{row['count']} Memset ({size}, {row['median_us']:.2f} µs) right before "
-        f"{row['gemm_kernel']}, both from {row['op']}.",
+        f"{short_name(row['gemm_kernel'])}, both from {row['op']}.",
         row,
     )

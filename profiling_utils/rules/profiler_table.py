@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Span
-from .facts import Facts, median, us
+from .facts import Facts, median, short_name, us
 from .registry import Hit, rule
 
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
@@ -147,8 +147,8 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
         for launch in map(launch_by_work.get, (k.id for k in kernels))
     )
     yield (
-        f"{name} takes {share:.0%} of all GPU time ({kernel_total:.1f} of {total:.1f} µs, "
-        f"{len(kernels)} calls), launched from {', '.join(ops)}.",
+        f"{short_name(name)} takes {share:.0%} of all GPU time ({kernel_total:.1f} of "
+        f"{total:.1f} µs, {len(kernels)} calls), launched from {', '.join(ops)}.",
         {
             "kernel": name,
             "calls": len(kernels),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Span
-from .facts import Facts, median, span_ref, step_label, us
+from .facts import Facts, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
 COMPILE_TAX_MIN_RATIO = 1.2
@@ -231,7 +231,8 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     replayed = [trace.gpu_work_of(launch) for launch in graph_launches]
     activities = Counter(
-        " + ".join(_short(w.name) for w in sorted(work, key=lambda w: w.start)) for work in replayed
+        " + ".join(short_name(w.name, 60) for w in sorted(work, key=lambda w: w.start))
+        for work in replayed
     )
     graph_calls = {
         ancestor.id
@@ -271,7 +272,3 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
             "first": span_ref(graph_launches[0]),
         },
     )
-
-
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"

@@ -1,0 +1,273 @@
+"""Compare two traces side by side: the post's eager-versus-compiled comparison for any pair.
+
+:func:`compare` puts a baseline and a second trace next to each other: CPU and GPU time step
+by step, kernel and launch counts, the ops and kernels that only one of them has, and the
+findings of the rules that need a baseline (``compile-cpu-tax``).
+
+Example::
+
+    from profiling_utils import compare
+
+    comparison = compare("64_bf16_warm_eager.json.gz", "64_bf16_warm_compile.json.gz")
+    print(comparison.to_text())
+    for finding in comparison.findings:
+        print(finding.message)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .rules import RULES, Facts, Finding, order_findings
+from .trace import Trace, load_trace
+
+__all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """The numbers of one side of a comparison."""
+
+    trace: str
+    """The trace's path."""
+    device: str | None
+    """The GPU name(s) recorded, or ``None``."""
+    steps: int
+    """``ProfilerStep#N`` windows in the trace."""
+    median_step_cpu_us: float | None
+    """Median CPU duration of a step."""
+    median_step_gpu_busy_us: float | None
+    """Median GPU busy time of a step's work."""
+    kernels: int
+    """Kernels in the whole trace."""
+    launches: int
+    """Runtime or driver calls that started GPU work."""
+    gpu_activities: int
+    """Kernels, memcpys and memsets in the whole trace."""
+    kernels_per_step: float | None
+    """Kernels launched from inside steps, per step."""
+    launches_per_step: float | None
+    """Launch calls made inside steps, per step."""
+    launch_apis: dict[str, int]
+    """Launch calls by name (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``...)."""
+    compiled: bool
+    """Whether the trace shows ``torch.compile`` activity."""
+    cuda_graph_launches: int
+    """``cudaGraphLaunch`` calls."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPair:
+    """The i-th step of each trace (step numbers may differ between schedules)."""
+
+    index: int
+    """Position of the step in each trace, from 0."""
+    baseline_step: int | None
+    """N of the baseline's ``ProfilerStep#N``, ``None`` where it has fewer steps."""
+    trace_step: int | None
+    """N of the other trace's step."""
+    baseline_cpu_us: float | None
+    trace_cpu_us: float | None
+    baseline_gpu_busy_us: float | None
+    trace_gpu_busy_us: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NameCount:
+    """An op or kernel name with how often it occurs."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """What :func:`compare` returns."""
+
+    baseline: RunSummary
+    """The baseline (e.g. the eager run)."""
+    trace: RunSummary
+    """The trace compared with it (e.g. the compiled run)."""
+    steps: list[StepPair]
+    """CPU and GPU time step by step, paired by position."""
+    ops_only_in_baseline: list[NameCount]
+    """CPU ops (``cpu_op`` names) the other trace does not have, most frequent first."""
+    ops_only_in_trace: list[NameCount]
+    """CPU ops the baseline does not have."""
+    kernels_only_in_baseline: list[NameCount]
+    """Kernel names the other trace does not have."""
+    kernels_only_in_trace: list[NameCount]
+    """Kernel names the baseline does not have."""
+    findings: list[Finding]
+    """Findings of the rules that need a baseline (``compile-cpu-tax``)."""
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Median step CPU time of the trace over the baseline's."""
+        a, b = self.baseline.median_step_cpu_us, self.trace.median_step_cpu_us
+        return b / a if a and b is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as plain JSON values (what ``compare --json`` prints)."""
+        return {
+            "baseline": asdict(self.baseline),
+            "trace": asdict(self.trace),
+            "cpu_ratio": self.cpu_ratio,
+            "steps": [asdict(pair) for pair in self.steps],
+            "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
+            "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
+            "kernels_only_in_baseline": [asdict(n) for n in self.kernels_only_in_baseline],
+            "kernels_only_in_trace": [asdict(n) for n in self.kernels_only_in_trace],
+            "findings": [finding.to_dict() for finding in self.findings],
+        }
+
+    def to_text(self) -> str:
+        """The comparison as readable text (what ``compare`` prints)."""
+        a, b = self.baseline, self.trace
+        out = [f"baseline: {a.trace}", f"trace:    {b.trace}"]
+        if a.device or b.device:
+            devices = a.device if a.device == b.device else f"{a.device} | {b.device}"
+            out.append(f"device:   {devices}")
+        out += ["", f"{'':30}{'baseline':>14}{'trace':>14}{'trace/baseline':>16}"]
+        rows: list[tuple[str, Any, Any]] = [
+            ("steps", a.steps, b.steps),
+            ("median step CPU (µs)", a.median_step_cpu_us, b.median_step_cpu_us),
+            ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
+            ("kernels per step", a.kernels_per_step, b.kernels_per_step),
+            ("launches per step", a.launches_per_step, b.launches_per_step),
+            ("kernels (whole trace)", a.kernels, b.kernels),
+            ("launches (whole trace)", a.launches, b.launches),
+            ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
+            ("CUDA graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
+        ]
+        for label, left, right in rows:
+            ratio = f"{right / left:.2f}×" if left and right is not None else ""
+            out.append(f"{label:30}{_num(left):>14}{_num(right):>14}{ratio:>16}")
+        out.append(f"{'launch APIs':30}baseline: {_counts(a.launch_apis)}")
+        out.append(f"{'':30}trace:    {_counts(b.launch_apis)}")
+        if self.steps:
+            out += ["", "Steps (µs)", f"  {'step':>12}{'CPU':>22}{'GPU busy':>22}"]
+            for pair in self.steps:
+                steps = f"#{_num(pair.baseline_step)} | #{_num(pair.trace_step)}"
+                cpu = f"{_num(pair.baseline_cpu_us)} | {_num(pair.trace_cpu_us)}"
+                gpu = f"{_num(pair.baseline_gpu_busy_us)} | {_num(pair.trace_gpu_busy_us)}"
+                out.append(f"  {steps:>12}{cpu:>22}{gpu:>22}")
+        for title, names in (
+            ("Ops only in the baseline", self.ops_only_in_baseline),
+            ("Ops only in the trace", self.ops_only_in_trace),
+            ("Kernels only in the baseline", self.kernels_only_in_baseline),
+            ("Kernels only in the trace", self.kernels_only_in_trace),
+        ):
+            out += ["", f"{title}:"]
+            out += [f"  {n.count:>6}×  {n.name}" for n in names] or ["  none"]
+        out += ["", "Findings:"]
+        for finding in self.findings:
+            out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
+        if not self.findings:
+            out.append("  none")
+        return "\n".join(out)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}"
+
+
+def _counts(counter: dict[str, int]) -> str:
+    return ", ".join(f"{name} ×{count}" for name, count in counter.items()) or "none"
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _summary(facts: Facts) -> RunSummary:
+    trace = facts.trace
+    times = facts.step_times
+    steps = len(trace.steps)
+    in_steps = [
+        launch for launch in facts.launches if facts.step_number_of(launch.call) is not None
+    ]
+    step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
+    devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
+    info = facts.compile_info
+    return RunSummary(
+        trace=str(trace.path),
+        device=", ".join(devices) or None,
+        steps=steps,
+        median_step_cpu_us=_median([t.cpu_us for t in times]),
+        median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
+        kernels=len(trace.kernels),
+        launches=len(facts.launches),
+        gpu_activities=len(trace.gpu_work),
+        kernels_per_step=step_kernels / steps if steps else None,
+        launches_per_step=len(in_steps) / steps if steps else None,
+        launch_apis=dict(Counter(launch.call.name for launch in facts.launches).most_common()),
+        compiled=info.is_compiled,
+        cuda_graph_launches=len(info.cuda_graph_launches),
+    )
+
+
+def _only_in(mine: Counter[str], theirs: Counter[str]) -> list[NameCount]:
+    return [NameCount(name, count) for name, count in mine.most_common() if name not in theirs]
+
+
+def compare(
+    baseline: Trace | str | os.PathLike[str], trace: Trace | str | os.PathLike[str]
+) -> Comparison:
+    """Compare ``trace`` with ``baseline``, for example a compiled run with the eager one.
+
+    Args:
+        baseline: The reference run: a loaded trace or a trace file.
+        trace: The run to compare with it.
+
+    Returns:
+        The :class:`Comparison`: per-step CPU and GPU time side by side, kernel and launch
+        counts, ops and kernels only in one of the two, and the findings of the rules that need
+        a baseline (``compile-cpu-tax``).
+
+    Raises:
+        TraceError: A file cannot be read as a trace.
+    """
+    a = Facts(baseline if isinstance(baseline, Trace) else load_trace(baseline))
+    b = Facts(trace if isinstance(trace, Trace) else load_trace(trace))
+    times_a, times_b = a.step_times, b.step_times
+    pairs = []
+    for index in range(max(len(times_a), len(times_b))):
+        left = times_a[index] if index < len(times_a) else None
+        right = times_b[index] if index < len(times_b) else None
+        pairs.append(
+            StepPair(
+                index=index,
+                baseline_step=left.step if left else None,
+                trace_step=right.step if right else None,
+                baseline_cpu_us=left.cpu_us if left else None,
+                trace_cpu_us=right.cpu_us if right else None,
+                baseline_gpu_busy_us=left.gpu_busy_us if left and a.trace.has_gpu else None,
+                trace_gpu_busy_us=right.gpu_busy_us if right and b.trace.has_gpu else None,
+            )
+        )
+    ops_a = Counter(op.name for op in a.trace.cpu_ops)
+    ops_b = Counter(op.name for op in b.trace.cpu_ops)
+    kernels_a = Counter(k.name for k in a.trace.kernels)
+    kernels_b = Counter(k.name for k in b.trace.kernels)
+    findings = order_findings(
+        finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)
+    )
+    return Comparison(
+        baseline=_summary(a),
+        trace=_summary(b),
+        steps=pairs,
+        ops_only_in_baseline=_only_in(ops_a, ops_b),
+        ops_only_in_trace=_only_in(ops_b, ops_a),
+        kernels_only_in_baseline=_only_in(kernels_a, kernels_b),
+        kernels_only_in_trace=_only_in(kernels_b, kernels_a),
+        findings=findings,
+    )
