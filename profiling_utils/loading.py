@@ -167,15 +167,30 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
     if not data or data.isspace():  # not data.strip(): that would copy the whole file
         raise TraceError(path, "file is empty")
     if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except EOFError:
-            raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
-        except (gzip.BadGzipFile, zlib.error, OSError) as err:
-            raise TraceError(path, f"not valid gzip data ({err})") from None
+        data = _gunzip(data, path)
         if not data or data.isspace():
             raise TraceError(path, "gzip file holds no data")
     return data
+
+
+def _gunzip(data: bytes, path: str | os.PathLike[str]) -> bytes:
+    """Decompress gzip into one buffer of the final size (``gzip.decompress`` peaks at twice it).
+
+    The gzip trailer records the uncompressed size (mod 2**32); it is capped by deflate's
+    largest ratio in case the file is cut short and the trailer is not one.
+    """
+    expected = int.from_bytes(data[-4:], "little")
+    try:
+        out = zlib.decompress(data, wbits=31, bufsize=max(1, min(expected, 1032 * len(data))))
+        if len(out) != expected:  # several gzip members, or 4 GiB and more: the slow way
+            out = gzip.decompress(data)
+    except EOFError:
+        raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
+    except (gzip.BadGzipFile, zlib.error, OSError) as err:
+        if "incomplete or truncated" in str(err):
+            raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
+        raise TraceError(path, f"not valid gzip data ({err})") from None
+    return out
 
 
 def _event_decoder(event_type: type[E]) -> msgspec.json.Decoder:

@@ -419,3 +419,18 @@ def test_invalid_utf8_inside_args_is_caught_at_load(make_trace) -> None:
     text = json.dumps(trace_document(events)).encode().replace(b"caf-", b"caf\xe9")
     span = load_trace(make_trace(text)).spans[0]
     assert span.args == {"note": "caf\ufffd"}
+
+
+def test_gzip_with_several_members(tmp_path: Path) -> None:
+    text = json.dumps(trace_document(minimal_gpu_events())).encode()
+    path = tmp_path / "multi.json.gz"
+    path.write_bytes(gzip.compress(text[:100]) + gzip.compress(text[100:]))
+    assert len(load_trace(path).kernels) == 1
+
+
+def test_gzip_with_a_corrupt_size_trailer(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(json.dumps(trace_document(minimal_gpu_events())).encode()))
+    data[-4:] = (2**32 - 1).to_bytes(4, "little")  # ISIZE no longer matches
+    path = tmp_path / "odd.json.gz"
+    path.write_bytes(bytes(data))
+    assert "gzip" in _reason(path)

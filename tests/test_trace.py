@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
 
@@ -198,3 +200,47 @@ def test_nesting_of_equal_starts_puts_the_longer_span_outside(make_trace) -> Non
     assert after.parent is None
     assert zero.parent == after.id  # zero-length at the start of "after" lies within it
     assert trace.children(outer) == [inner]
+
+
+def test_benchmark_replicator_keeps_steps_and_links_unique(tmp_path) -> None:
+    # benchmarks/make_large_trace.py builds the load benchmark's traces; a wrong id offset
+    # would silently link kernels to another copy's launches.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from make_large_trace import make
+
+    original = load_trace(gpu_fixture("train_tiny_transformer_a3"))
+    path = make(2.5, out_dir=tmp_path)
+    assert path.read_text().startswith('\n  {\n    "schemaVersion": 1,')  # Kineto's layout
+    trace = load_trace(path)
+    # Two whole copies of steps 2-4, then the first half of a third.
+    assert [step.number for step in trace.steps] == list(range(2, 10))
+    per_step = [len(step.gpu_work) for step in trace.steps]
+    assert per_step[:6] == [len(step.gpu_work) for step in original.steps] * 2
+    # Every GPU activity links to the launch of its own copy, one launch per correlation.
+    for work in trace.gpu_work[: len(original.gpu_work) * 2]:
+        launch = trace.launch_of(work)
+        assert launch is not None and trace.step_of(work) is trace.step_of(launch)
+    correlations = [s.correlation for s in trace.runtime_calls if s.correlation is not None]
+    assert len(correlations) == len(set(correlations))
+    # The second copy is the first shifted in time: same names, durations and nesting.
+    period = trace.steps[3].start - trace.steps[0].start
+
+    def shape(spans, steps_later):
+        return [
+            (
+                re.sub(r"#(\d+)$", lambda m: f"#{int(m[1]) + steps_later}", s.name),
+                s.dur,
+                s.depth,
+                s.lane,
+            )
+            for s in spans
+            if s.cat != "Trace"
+        ]
+
+    base = min(s.start for s in trace.spans if s.cat != "Trace")
+    first = [s for s in trace.spans if s.start < base + period]
+    second = [s for s in trace.spans if base + period <= s.start < base + 2 * period]
+    assert shape(first, 3) == shape(second, 0)
