@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .rules import RULES, Facts, Finding, order_findings
+from .rules.diagnose import gc_paused
 from .trace import Trace, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
@@ -236,8 +237,13 @@ def compare(
     Raises:
         TraceError: A file cannot be read as a trace.
     """
-    a = Facts(baseline if isinstance(baseline, Trace) else load_trace(baseline))
-    b = Facts(trace if isinstance(trace, Trace) else load_trace(trace))
+    with gc_paused():
+        a = Facts(baseline if isinstance(baseline, Trace) else load_trace(baseline))
+        b = Facts(trace if isinstance(trace, Trace) else load_trace(trace))
+        return _compare(a, b)
+
+
+def _compare(a: Facts, b: Facts) -> Comparison:
     times_a, times_b = a.step_times, b.step_times
     pairs = []
     for index in range(max(len(times_a), len(times_b))):

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import measures
 from ..trace import Span
-from .facts import Facts, Launch, median, short_name, span_ref, step_label, us
+from .facts import Copy, Facts, Launch, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
 COLD_START_MIN_RATIO = 3.5
@@ -174,37 +174,31 @@ def _footprint(kernel: Span) -> dict[str, Any]:
     }
 
 
-def _launch_groups(launches: list[Launch], with_planning: bool) -> list[dict[str, Any]]:
+def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> list[dict]:
     """Kernel launches grouped by (op, planning calls, API, kernel), most frequent first."""
-    groups: dict[tuple[str, tuple[str, ...], str, str], list[Launch]] = {}
-    for launch in launches:
-        kernel = next(work for work in launch.work if work.cat == "kernel")
+    groups: dict[tuple[str, tuple[str, ...], str, str], list[tuple[Launch, Span]]] = {}
+    for launch, kernel in launches:
         key = (
             launch.op.name if launch.op is not None else "(no op)",
             tuple(call.name for call in launch.planning) if with_planning else (),
             launch.call.name,
             kernel.name,
         )
-        groups.setdefault(key, []).append(launch)
+        groups.setdefault(key, []).append((launch, kernel))
     rows = []
     for (op, planning, api, kernel_name), members in sorted(
         groups.items(), key=lambda item: -len(item[1])
     ):
-        kernel = next(work for work in members[0].work if work.cat == "kernel")
+        first, kernel = members[0]
         row: dict[str, Any] = {"op": op, "api": api, "kernel": kernel_name, "count": len(members)}
         if with_planning:
             row["planning_calls"] = list(planning)
-            row["planning_us"] = us(sum(c.dur for m in members for c in m.planning) / len(members))
+            planning_us = sum(c.dur for launch, _ in members for c in launch.planning)
+            row["planning_us"] = us(planning_us / len(members))
         row["footprint"] = _footprint(kernel)
-        row["first"] = span_ref(members[0].call)
+        row["first"] = span_ref(first.call)
         rows.append(row)
     return rows
-
-
-def _launches_kernels(facts: Facts) -> list[Launch]:
-    return [
-        launch for launch in facts.launches if any(work.cat == "kernel" for work in launch.work)
-    ]
 
 
 def _describe(row: dict[str, Any]) -> str:
@@ -232,7 +226,7 @@ def _describe(row: dict[str, Any]) -> str:
     severity="info",
 )
 def planned_launch(facts: Facts) -> Iterator[Hit]:
-    planned = [launch for launch in _launches_kernels(facts) if launch.planning]
+    planned = [(launch, kernel) for launch, kernel in facts.kernel_launches if launch.planning]
     if not planned:
         return
     rows = _launch_groups(planned, with_planning=True)
@@ -255,8 +249,8 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
 )
 def plain_launch(facts: Facts) -> Iterator[Hit]:
     plain = [
-        launch
-        for launch in _launches_kernels(facts)
+        (launch, kernel)
+        for launch, kernel in facts.kernel_launches
         if not launch.planning and launch.call.name == "cudaLaunchKernel"
     ]
     if not plain:
@@ -283,8 +277,8 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
 )
 def driver_launch(facts: Facts) -> Iterator[Hit]:
     direct = [
-        launch
-        for launch in _launches_kernels(facts)
+        (launch, kernel)
+        for launch, kernel in facts.kernel_launches
         if not launch.planning and launch.call.cat == "cuda_driver"
     ]
     if not direct:
@@ -314,7 +308,7 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
         return
     last_end = max(step.end for step in steps)
     typical_step = median(step.span.dur for step in steps)
-    for sync in facts.trace.find("cudaDeviceSynchronize"):
+    for sync in facts.named("cudaDeviceSynchronize"):
         if sync.start < last_end or sync.dur < typical_step:
             continue
         busy = _gpu_busy_within(facts, sync.start, sync.end)
@@ -365,29 +359,32 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
     severity="info",
 )
 def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
-    groups: dict[tuple[str, str, int | None], list[measures.MemoryCopy]] = {}
-    for copy in facts.memory_copies:
-        if copy.kind == "memset" or copy.api is None or copy.op is None:
+    groups: dict[tuple[str, str], list[Copy]] = {}
+    for copy in facts.copies:
+        op = copy.launch.op
+        if copy.kind == "memset" or op is None or op.name in EXPLICIT_COPY_OPS:
             continue
-        if not copy.api.startswith(MEMCPY_CALL_PREFIXES) or copy.op.name in EXPLICIT_COPY_OPS:
-            continue
-        groups.setdefault((copy.op.name, copy.kind, copy.bytes), []).append(copy)
+        if copy.launch.call.name.startswith(MEMCPY_CALL_PREFIXES):
+            groups.setdefault((op.name, copy.kind), []).append(copy)
     if not groups:
         return
     rows = []
-    for (op, kind, size), copies in sorted(groups.items(), key=lambda item: -len(item[1])):
+    for (op_name, kind), copies in sorted(groups.items(), key=lambda item: -len(item[1])):
+        sizes = Counter(copy.bytes for copy in copies)
         bandwidths = [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
         rows.append(
             {
-                "op": op,
+                "op": op_name,
                 "kind": kind,
-                "bytes": size,
                 "count": len(copies),
-                "api": copies[0].api,
-                "median_us": us(median(c.span.dur for c in copies)),
+                "bytes": sizes.most_common(1)[0][0],
+                "api": copies[0].launch.call.name,
+                "median_us": us(median(c.work.dur for c in copies)),
                 "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
-                "steps": sorted(Counter(c.step for c in copies if c.step is not None)),
-                "first": span_ref(copies[0].span),
+                "steps": sorted(
+                    {n for c in copies if (n := facts.step_number_of(c.work)) is not None}
+                ),
+                "first": span_ref(copies[0].work),
             }
         )
     top = rows[0]

@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..trace import Trace, load_trace
 from .facts import Facts
 from .registry import RULES, TABLES, Finding, Rule
 
-__all__ = ["diagnose", "select_rules", "order_findings", "diagnosis_dict", "format_diagnosis"]
+__all__ = [
+    "diagnose",
+    "select_rules",
+    "order_findings",
+    "diagnosis_dict",
+    "format_diagnosis",
+    "gc_paused",
+]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the rules build many small objects and no cycles,
+    and a collection would walk every one of them again and again on a large trace."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def select_rules(
@@ -79,9 +101,10 @@ def diagnose(
             print(finding.severity, finding.rule, finding.message)
     """
     rules = select_rules(select, ignore)
-    trace = trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
-    facts = Facts(trace)
-    return order_findings(finding for r in rules for finding in r.run(facts))
+    with gc_paused():
+        trace = trace_or_path if isinstance(trace_or_path, Trace) else load_trace(trace_or_path)
+        facts = Facts(trace)
+        return order_findings(finding for r in rules for finding in r.run(facts))
 
 
 def _device(trace: Trace) -> str | None:

@@ -28,16 +28,15 @@ _REPORTED = 5
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     step_lanes = {step.span.lane for step in facts.steps}
-    in_steps = [  # launches from the thread that runs the steps, made inside a step
-        launch
-        for launch in facts.launches
-        if launch.op is not None
-        and launch.call.lane in step_lanes
-        and facts.step_number_of(launch.call) is not None
-    ]
-    if not in_steps:
+    launch, longest = None, -1.0
+    for candidate in facts.launches:  # the launch with the most GPU time, made inside a step
+        if candidate.op is None or candidate.call.lane not in step_lanes:
+            continue
+        gpu_us = sum(work.dur for work in candidate.work)
+        if gpu_us > longest and facts.step_number_of(candidate.call) is not None:
+            launch, longest = candidate, gpu_us
+    if launch is None:
         return
-    launch = max(in_steps, key=lambda launch: sum(work.dur for work in launch.work))
     ancestors = list(trace.ancestors(launch.call))[::-1]
     work = max(launch.work, key=lambda w: w.dur)
     chain = [*ancestors, launch.call, work]
@@ -46,22 +45,18 @@ def call_chain(facts: Facts) -> Iterator[Hit]:
         {
             "step": facts.step_number_of(launch.call),
             "chain": [
-                {**span_ref(span), "cat": span.cat, "self_us": us(_self_us(facts, span))}
+                {**span_ref(span), "cat": span.cat, "self_us": us(facts.self_us(span))}
                 for span in chain
             ],
         },
     )
 
 
-def _self_us(facts: Facts, span: Span) -> float:
-    return span.dur - facts.child_time.get(span.id, 0.0)
-
-
 def _under(facts: Facts, op_name: str, parent_name: str) -> list[tuple[Span, Span]]:
     """(parent, op) pairs where ``op_name`` is directly nested in ``parent_name``."""
     spans = facts.trace.spans
     pairs = []
-    for op in facts.trace.find(op_name):
+    for op in facts.named(op_name):
         if op.cat == "cpu_op" and op.parent is not None:
             parent = spans[op.parent]
             if parent.name == parent_name:
@@ -78,10 +73,6 @@ def _kernels_of(facts: Facts, op: Span) -> list[Span]:
     ]
 
 
-def _steps_of(facts: Facts, spans: list[Span]) -> list[int]:
-    return sorted({n for n in map(facts.step_number_of, spans) if n is not None})
-
-
 @rule(
     "mm-dispatch",
     "dispatch chain",
@@ -95,12 +86,10 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     pairs = _under(facts, "aten::mm", "aten::matmul")
     if not pairs:
         return
-    matmuls = {parent.id for parent, _ in pairs}
     folded = {
-        span.parent
-        for name in FOLDING_OPS
-        for span in facts.trace.find(name)
-        if span.parent in matmuls
+        matmul.id
+        for matmul, _ in pairs
+        if any(child.name in FOLDING_OPS for child in facts.children_of(matmul))
     }
     kernels = Counter(k.name for _, mm in pairs for k in _kernels_of(facts, mm))
     message = f"aten::matmul → aten::mm {len(pairs)}×"
@@ -113,7 +102,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
         {
             "count": len(pairs),
             "folded": len(folded),
-            "steps": _steps_of(facts, [mm for _, mm in pairs]),
+            "steps": facts.step_numbers([mm for _, mm in pairs]),
             "median_mm_us": us(median(mm.dur for _, mm in pairs)),
             "kernels": dict(kernels.most_common(_REPORTED)),
         },
@@ -130,7 +119,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     severity="info",
 )
 def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
-    bmms = [span for span in facts.trace.find("aten::bmm") if span.cat == "cpu_op"]
+    bmms = [span for span in facts.named("aten::bmm") if span.cat == "cpu_op"]
     if not bmms:
         return
     spans = facts.trace.spans
@@ -154,7 +143,7 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
         {
             "count": len(bmms),
             "parents": dict(parents),
-            "steps": _steps_of(facts, bmms),
+            "steps": facts.step_numbers(bmms),
             "median_bmm_us": us(median(bmm.dur for bmm in bmms)),
             "extra_runtime_calls": dict(calls.most_common(_REPORTED)),
             "kernels": dict(kernels.most_common(_REPORTED)),
@@ -172,7 +161,7 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     severity="info",
 )
 def addmm_fusion(facts: Facts) -> Iterator[Hit]:
-    addmms = [span for span in facts.trace.find("aten::addmm") if span.cat == "cpu_op"]
+    addmms = [span for span in facts.named("aten::addmm") if span.cat == "cpu_op"]
     if not addmms:
         return
     spans = facts.trace.spans
@@ -199,7 +188,7 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
             "gpu_activities": dict(activities.most_common(_REPORTED)),
             "kernels": dict(kernels.most_common(_REPORTED)),
             "with_bias_copy": with_copy,
-            "steps": _steps_of(facts, addmms),
+            "steps": facts.step_numbers(addmms),
         },
     )
 

@@ -12,7 +12,10 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
+
+import numpy as np
 
 from .. import measures
 from ..trace import Span, Step, Trace
@@ -21,6 +24,8 @@ __all__ = [
     "MATMUL_OPS",
     "BIAS_MATMUL_OPS",
     "Launch",
+    "Copy",
+    "Row",
     "Facts",
     "median",
     "us",
@@ -50,6 +55,11 @@ BIAS_MATMUL_OPS = frozenset(
     {"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation", "aten::addmv"}
 )
 """Matrix multiplies that add a third operand (``beta * C + alpha * A @ B``)."""
+
+
+_NAME = attrgetter("name")
+_PARENT = attrgetter("parent")
+_DUR = attrgetter("dur")
 
 
 def median(values: Iterable[float]) -> float:
@@ -93,6 +103,50 @@ class Launch:
     """The GPU work it started, in start order."""
 
 
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A memcpy or memset on the GPU and the launch that issued it."""
+
+    work: Span
+    """The ``gpu_memcpy`` or ``gpu_memset`` activity."""
+    launch: Launch
+    """The call that issued it (``cudaMemcpyAsync``, ``cudaMemsetAsync``, ``cudaGraphLaunch``)."""
+    kind: str
+    """``DtoD``, ``HtoD``, ``DtoH``... for copies, ``memset`` for memsets."""
+
+    @property
+    def bytes(self) -> int | None:
+        """Bytes copied or set, as recorded."""
+        size = self.work.args.get("bytes")
+        return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+    @property
+    def bandwidth_gb_s(self) -> float | None:
+        """Achieved bandwidth in GB/s (10^9 bytes per second)."""
+        size = self.bytes
+        return size / self.work.dur / 1e3 if size is not None and self.work.dur > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of the profiler table, rebuilt from the trace: every span of one name."""
+
+    calls: int
+    """Spans with this name."""
+    total_us: float
+    """Their summed durations, a span nested in one of the same name counted once ("CPU
+    total")."""
+    self_us: float
+    """Their summed durations minus their direct children's ("Self CPU")."""
+    is_op: bool
+    """Whether the spans are ``cpu_op`` (else ``user_annotation``)."""
+
+
+_COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup")
+_ROW_CATEGORIES = ("cpu_op", "user_annotation")
+_NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
+
+
 class Facts:
     """A trace and the measurements the rules share, each computed on first use.
 
@@ -122,17 +176,32 @@ class Facts:
         span it was made in until the next launch from that span takes it.
         """
         trace = self.trace
+        spans = trace.spans
         prefixes = measures.PLANNING_CALL_PREFIXES
         pending: dict[int | None, list[Span]] = {}
         launches = []
         for call in trace.runtime_calls:
+            parent = call.parent
             if call.is_launch:
-                planning = pending.pop(call.parent, ())
-                work = tuple(trace.gpu_work_of(call))
-                launches.append(Launch(call, trace.op_of(call), tuple(planning), work))
+                op = spans[parent] if parent is not None else None
+                if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
+                    op = trace.op_of(call)
+                planning = tuple(pending.pop(parent, ()))
+                launches.append(Launch(call, op, planning, tuple(trace.gpu_work_of(call))))
             elif call.name.startswith(prefixes):
-                pending.setdefault(call.parent, []).append(call)
+                pending.setdefault(parent, []).append(call)
         return launches
+
+    @cached_property
+    def kernel_launches(self) -> list[tuple[Launch, Span]]:
+        """Launches that started a kernel, each with its (first) kernel."""
+        found = []
+        for launch in self.launches:
+            for work in launch.work:
+                if work.cat == "kernel":
+                    found.append((launch, work))
+                    break
+        return found
 
     @cached_property
     def launches_by_op(self) -> dict[int, list[Launch]]:
@@ -144,9 +213,18 @@ class Facts:
         return by_op
 
     @cached_property
-    def launch_by_work(self) -> dict[int, Launch]:
-        """The :class:`Launch` of each GPU activity, by the activity's span id."""
-        return {work.id: launch for launch in self.launches for work in launch.work}
+    def copies(self) -> list[Copy]:
+        """Memcpys and memsets whose launch is in the trace, in start order."""
+        found = []
+        for launch in self.launches:
+            for work in launch.work:
+                if work.cat == "gpu_memcpy":
+                    kind = work.name.split(" ", 2)[1] if work.name.startswith("Memcpy ") else "copy"
+                    found.append(Copy(work, launch, kind))
+                elif work.cat == "gpu_memset":
+                    found.append(Copy(work, launch, "memset"))
+        found.sort(key=lambda copy: copy.work.id)
+        return found
 
     @cached_property
     def kernels_by_name(self) -> dict[str, list[Span]]:
@@ -157,36 +235,103 @@ class Facts:
         return by_name
 
     @cached_property
-    def gemm_kernels(self) -> list[Span]:
-        """Kernels launched from a matrix-multiply op (:data:`MATMUL_OPS`), in start order."""
+    def gemm_launches(self) -> list[tuple[Launch, Span]]:
+        """Kernel launches from a matrix-multiply op (:data:`MATMUL_OPS`), with the kernel."""
         return [
-            kernel
-            for launch in self.launches
+            (launch, kernel)
+            for launch, kernel in self.kernel_launches
             if launch.op is not None and launch.op.name in MATMUL_OPS
-            for kernel in launch.work
-            if kernel.cat == "kernel"
         ]
 
     @cached_property
-    def child_time(self) -> dict[int, float]:
-        """Per span id, the summed duration of the spans directly nested in it."""
-        totals: dict[int, float] = {}
-        get = totals.get
-        for span in self.trace.spans:
-            parent = span.parent
-            if parent is not None:
-                totals[parent] = get(parent, 0.0) + span.dur
-        return totals
+    def _columns(self) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
+        """Name index and per-span columns (name code, parent id or -1, duration), built with
+        C-level passes so that per-name sums over every span stay cheap on large traces."""
+        spans = self.trace.spans
+        count = len(spans)
+        index: dict[str, int] = {}
+        codes = np.fromiter(
+            map(index.setdefault, map(_NAME, spans), range(count)), dtype=np.int64, count=count
+        )
+        parents = np.array(list(map(_PARENT, spans)), dtype=np.float64)  # None -> nan
+        parent_ids = np.where(np.isnan(parents), -1, parents).astype(np.int64)
+        durations = np.fromiter(map(_DUR, spans), dtype=np.float64, count=count)
+        return index, codes, parent_ids, durations
+
+    @cached_property
+    def _child_sums(self) -> np.ndarray:
+        _, _, parents, durations = self._columns
+        nested = parents >= 0
+        return np.bincount(parents[nested], weights=durations[nested], minlength=len(durations))
+
+    def self_us(self, span: Span) -> float:
+        """``span``'s duration minus its direct children's ("Self" time), µs."""
+        return span.dur - float(self._child_sums[span.id])
+
+    def named(self, name: str) -> list[Span]:
+        """Every span with exactly this name, in start order."""
+        index, codes, _, _ = self._columns
+        code = index.get(name)
+        if code is None:
+            return []
+        spans = self.trace.spans
+        return [spans[i] for i in np.flatnonzero(codes == code)]
+
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether any span's name starts with ``prefix``."""
+        return any(name.startswith(prefix) for name in self._columns[0])
+
+    @cached_property
+    def rows(self) -> dict[str, Row]:
+        """The profiler table's rows rebuilt from the trace: per ``cpu_op`` and
+        ``user_annotation`` name (``ProfilerStep#N`` left out), calls, total and self time."""
+        index, codes, parents, durations = self._columns
+        spans = self.trace.spans
+        # A name's code is the id of its first span, whose category stands for the name's.
+        row_codes = [
+            code
+            for name, code in index.items()
+            if spans[code].cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
+        ]
+        rows = np.isin(codes, row_codes)
+        # GPU lanes repeat record_function labels (gpu_user_annotation): not table rows.
+        trace = self.trace
+        rows[
+            [
+                span.id
+                for lane in trace.lanes
+                if lane.kind == "gpu"
+                for span in trace.lane_spans(lane)
+                if span.cat == "gpu_user_annotation"
+            ]
+        ] = False
+        same_name_parent = (parents >= 0) & (codes[np.maximum(parents, 0)] == codes)
+        outer = rows & ~same_name_parent
+        size = len(spans)
+        calls = np.bincount(codes[rows], minlength=size)
+        totals = np.bincount(codes[outer], weights=durations[outer], minlength=size)
+        selfs = durations - self._child_sums
+        self_sums = np.bincount(codes[rows], weights=selfs[rows], minlength=size)
+        return {
+            name: Row(
+                int(calls[code]),
+                float(totals[code]),
+                float(self_sums[code]),
+                spans[code].cat == "cpu_op",
+            )
+            for name, code in index.items()
+            if calls[code]
+        }
 
     @cached_property
     def compile_info(self) -> measures.CompileInfo:
-        """:func:`profiling_utils.measures.compiled_regions`."""
+        """:func:`profiling_utils.measures.compiled_regions` (skipped, empty, for a trace
+        without any compiled-code marker or CUDA graph launch)."""
+        if not any(self.has_prefix(marker) for marker in _COMPILE_MARKERS) and not self.named(
+            "cudaGraphLaunch"
+        ):
+            return _NO_COMPILE
         return measures.compiled_regions(self.trace)
-
-    @cached_property
-    def memory_copies(self) -> list[measures.MemoryCopy]:
-        """:func:`profiling_utils.measures.memory_copies`."""
-        return measures.memory_copies(self.trace)
 
     def children_of(self, span: Span) -> list[Span]:
         """The spans directly nested in ``span``, found by scanning its time range only."""
@@ -204,6 +349,10 @@ class Facts:
         """The number of the step ``span`` belongs to (see :meth:`Trace.step_of`)."""
         step = self.trace.step_of(span)
         return None if step is None else step.number
+
+    def step_numbers(self, spans: Iterable[Span]) -> list[int]:
+        """The distinct steps ``spans`` belong to, in order."""
+        return sorted({n for n in map(self.step_number_of, spans) if n is not None})
 
     def innermost_cpu_op_at(self, time: float, lane_of: Span) -> Span | None:
         """The deepest ``cpu_op`` on ``lane_of``'s lane that is running at ``time``."""

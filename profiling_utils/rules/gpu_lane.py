@@ -12,7 +12,9 @@ from ..trace import Span
 from .facts import (
     BIAS_MATMUL_OPS,
     MATMUL_OPS,
+    Copy,
     Facts,
+    Launch,
     median,
     short_name,
     span_ref,
@@ -106,34 +108,44 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
 )
 def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
-    queued: dict[int, list[measures.GpuGap]] = {}
-    for gap in measures.gpu_gaps(trace, min_gap_us=GAP_MIN_US):
-        launch = trace.launch_of(gap.after)
-        if launch is not None and launch.end <= gap.before.end:
-            queued.setdefault(gap.step, []).append(gap)
     steps = len(facts.steps)
+    queued: dict[int, list[tuple[Span, Span, Span]]] = {}
+    # One pass over the GPU work of each device, in start order; only a gap long enough to
+    # report is looked at further (measures.gpu_gaps would materialize every gap).
+    latest: dict[Any, Span] = {}
+    for work in trace.gpu_work:
+        device = work.lane.device
+        before = latest.get(device)
+        if before is None or work.end > before.end:
+            latest[device] = work
+        if before is None or work.start - before.end < GAP_MIN_US:
+            continue
+        launch = trace.launch_of(work)
+        if launch is None or launch.end > before.end:
+            continue  # launched after the GPU went idle: the CPU was late, not the GPU
+        number = facts.step_number_of(work)
+        if number is not None and number == facts.step_number_of(before):
+            queued.setdefault(number, []).append((before, work, launch))
     if not queued or len(queued) > max(1, int(steps * GAP_MAX_STEP_SHARE)):
         return
     for number, gaps in queued.items():
-        gap = max(gaps, key=lambda g: g.gap_us)
-        launch = trace.launch_of(gap.after)
-        assert launch is not None
+        before, after, launch = max(gaps, key=lambda gap: gap[1].start - gap[0].end)
+        gap_us = after.start - before.end
         overhead = [
             span_ref(span)
             for span in trace.overhead
-            if span.start < gap.after.start and span.end > gap.before.end
+            if span.start < after.start and span.end > before.end
         ]
         yield (
-            f"In {step_label(number)} the GPU idles {gap.gap_us:.1f} µs between "
-            f"{short_name(gap.before.name)} and {short_name(gap.after.name)}, although the "
-            f"latter was launched {gap.before.end - launch.end:.1f} µs before the GPU went "
-            f"idle; {len(queued)} of "
-            f"{steps} steps show such a gap.",
+            f"In {step_label(number)} the GPU idles {gap_us:.1f} µs between "
+            f"{short_name(before.name)} and {short_name(after.name)}, although the latter was "
+            f"launched {before.end - launch.end:.1f} µs before the GPU went idle; "
+            f"{len(queued)} of {steps} steps show such a gap.",
             {
                 "step": number,
-                "gap_us": us(gap.gap_us),
-                "before": span_ref(gap.before),
-                "after": span_ref(gap.after),
+                "gap_us": us(gap_us),
+                "before": span_ref(before),
+                "after": span_ref(after),
                 "after_launch": span_ref(launch),
                 "steps_with_gap": sorted(queued),
                 "steps": steps,
@@ -213,29 +225,28 @@ def _varies(kernels: list[Span]) -> bool:
     severity="info",
 )
 def gemm_kernel(facts: Facts) -> Iterator[Hit]:
-    gemms = facts.gemm_kernels
+    gemms = facts.gemm_launches
     if not gemms:
         return
-    launch_by_work = facts.launch_by_work
-    by_name: dict[str, list[Span]] = {}
-    for kernel in gemms:
-        by_name.setdefault(kernel.name, []).append(kernel)
+    by_name: dict[str, list[tuple[Launch, Span]]] = {}
+    for launch, kernel in gemms:
+        by_name.setdefault(kernel.name, []).append((launch, kernel))
     gpu_total = sum(work.dur for work in facts.trace.gpu_work)
     rows = []
-    for name, kernels in sorted(by_name.items(), key=lambda item: -sum(k.dur for k in item[1])):
-        launches = [launch_by_work[k.id] for k in kernels]
-        total = sum(k.dur for k in kernels)
+    for name, members in by_name.items():
+        total = sum(kernel.dur for _, kernel in members)
         rows.append(
             {
                 "kernel": name,
-                "count": len(kernels),
-                "ops": dict(Counter(launch.op.name for launch in launches if launch.op)),
-                "apis": dict(Counter(launch.call.name for launch in launches)),
-                "median_us": us(median(k.dur for k in kernels)),
+                "count": len(members),
+                "ops": dict(Counter(launch.op.name for launch, _ in members if launch.op)),
+                "apis": dict(Counter(launch.call.name for launch, _ in members)),
+                "median_us": us(median(kernel.dur for _, kernel in members)),
                 "total_us": us(total),
                 "gpu_share": round(total / gpu_total, 4) if gpu_total > 0 else None,
             }
         )
+    rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     message = (
         f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, "
@@ -245,53 +256,43 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
 
 
-def _ops_gpu_sequence(facts: Facts, op: Span) -> list[Span]:
-    """The GPU work an op launched, in start order."""
-    return sorted(
-        (work for launch in facts.launches_by_op.get(op.id, []) for work in launch.work),
-        key=lambda work: work.start,
-    )
-
-
-def _before_gemm(
-    facts: Facts, kind: str, ops: frozenset[str]
-) -> list[tuple[measures.MemoryCopy, Span]]:
+def _before_gemm(facts: Facts, kind: str, ops: frozenset[str]) -> list[tuple[Copy, Span]]:
     """Copies (or memsets) of ``kind`` issued by one of ``ops`` and followed, on the GPU, by a
     kernel of the same op (with at most other copies or memsets in between)."""
     pairs = []
-    for copy in facts.memory_copies:
-        if copy.kind != kind or copy.op is None or copy.op.name not in ops:
+    for copy in facts.copies:
+        op = copy.launch.op
+        if copy.kind != kind or op is None or op.name not in ops:
             continue
-        sequence = _ops_gpu_sequence(facts, copy.op)
-        after = sequence[sequence.index(copy.span) + 1 :]
+        sequence = sorted(
+            (work for launch in facts.launches_by_op[op.id] for work in launch.work),
+            key=lambda work: work.start,
+        )
+        after = sequence[sequence.index(copy.work) + 1 :]
         kernel = next((work for work in after if work.cat == "kernel"), None)
-        if kernel is not None and all(w.cat != "kernel" for w in after[: after.index(kernel)]):
+        if kernel is not None:  # the first kernel after it: only copies or memsets between
             pairs.append((copy, kernel))
     return pairs
 
 
-def _pair_rows(pairs: list[tuple[measures.MemoryCopy, Span]]) -> dict[str, Any]:
+def _pair_rows(facts: Facts, pairs: list[tuple[Copy, Span]]) -> dict[str, Any]:
     copy, kernel = pairs[0]
+    bandwidths = [c.bandwidth_gb_s for c, _ in pairs if c.bandwidth_gb_s is not None]
     return {
         "count": len(pairs),
-        "op": copy.op.name if copy.op else None,
+        "op": copy.launch.op.name if copy.launch.op else None,
         "bytes": copy.bytes,
-        "median_us": us(median(c.span.dur for c, _ in pairs)),
-        "median_bandwidth_gb_s": _median_bandwidth(pairs),
+        "median_us": us(median(c.work.dur for c, _ in pairs)),
+        "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
         "gemm_kernel": kernel.name,
         "gemm_median_us": us(median(k.dur for _, k in pairs)),
-        "steps": sorted({c.step for c, _ in pairs if c.step is not None}),
+        "steps": facts.step_numbers(c.work for c, _ in pairs),
         "first": {
-            "copy": span_ref(copy.span),
+            "copy": span_ref(copy.work),
             "gemm": span_ref(kernel),
-            "gap_us": us(kernel.start - copy.span.end),
+            "gap_us": us(kernel.start - copy.work.end),
         },
     }
-
-
-def _median_bandwidth(pairs: list[tuple[measures.MemoryCopy, Span]]) -> float | None:
-    values = [c.bandwidth_gb_s for c, _ in pairs if c.bandwidth_gb_s is not None]
-    return round(median(values), 1) if values else None
 
 
 @rule(
@@ -308,7 +309,7 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "DtoD", BIAS_MATMUL_OPS)
     if not pairs:
         return
-    row = _pair_rows(pairs)
+    row = _pair_rows(facts, pairs)
     size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
     bandwidth = row["median_bandwidth_gb_s"]
     yield (
@@ -335,7 +336,7 @@ def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "memset", MATMUL_OPS)
     if not pairs:
         return
-    row = _pair_rows(pairs)
+    row = _pair_rows(facts, pairs)
     size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
     yield (
         f"{row['count']} Memset ({size}, {row['median_us']:.2f} µs) right before "

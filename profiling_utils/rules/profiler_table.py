@@ -141,11 +141,12 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     share = kernel_total / total
     if share < HOTSPOT_MIN_SHARE:
         return
-    launch_by_work = facts.launch_by_work
-    ops = Counter(
-        launch.op.name if launch is not None and launch.op is not None else "unknown"
-        for launch in map(launch_by_work.get, (k.id for k in kernels))
+    launched = Counter(
+        launch.op.name if launch.op is not None else "unknown"
+        for launch, kernel in facts.kernel_launches
+        if kernel.name == name
     )
+    ops = launched + Counter({"unknown": len(kernels) - sum(launched.values())})
     yield (
         f"{short_name(name)} takes {share:.0%} of all GPU time ({kernel_total:.1f} of "
         f"{total:.1f} µs, {len(kernels)} calls), launched from {', '.join(ops)}.",
@@ -182,40 +183,30 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     steps_cpu = _steps_cpu_us(facts)
     if not steps or steps_cpu <= 0:
         return
-    trace = facts.trace
-    spans = trace.spans
-    counts: Counter[str] = Counter()
-    totals: dict[str, float] = {}
-    for op in trace.cpu_ops:
-        name = op.name
-        counts[name] += 1
-        parent = op.parent
-        if parent is None or spans[parent].name != name:  # nested same-name calls count once
-            totals[name] = totals.get(name, 0.0) + op.dur
-    rows = []
-    for name, calls in counts.most_common():
-        per_step = calls / steps
-        if per_step < MANY_CALLS_MIN_PER_STEP:
-            break
-        share = totals[name] / steps_cpu
+    found = []
+    for name, row in facts.rows.items():
+        if not row.is_op or row.calls < MANY_CALLS_MIN_PER_STEP * steps:
+            continue
+        share = row.total_us / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
-            rows.append(
+            found.append(
                 {
                     "op": name,
-                    "calls": calls,
-                    "calls_per_step": round(per_step, 1),
-                    "total_us": us(totals[name]),
+                    "calls": row.calls,
+                    "calls_per_step": round(row.calls / steps, 1),
+                    "total_us": us(row.total_us),
                     "cpu_share": round(share, 4),
-                    "mean_us": us(totals[name] / calls),
+                    "mean_us": us(row.total_us / row.calls),
                 }
             )
-    if rows:
-        top = rows[0]
+    if found:
+        found.sort(key=lambda r: -r["calls"])
+        top = found[0]
         yield (
-            f"{len(rows)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step; "
+            f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step; "
             f"{top['op']}: {top['calls_per_step']:g} calls per step, {top['mean_us']:.1f} µs "
             f"each, {top['cpu_share']:.0%} of the steps' CPU time.",
-            {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": rows[:_REPORTED_ROWS]},
+            {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
         )
 
 
@@ -231,28 +222,17 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     steps_cpu = _steps_cpu_us(facts)
     if steps_cpu <= 0:
         return
-    trace = facts.trace
-    spans = trace.spans
-    child_time = facts.child_time
-    total: dict[str, float] = {}
-    own: dict[str, float] = {}
-    for row in (*trace.cpu_ops, *trace.annotations):
-        name = row.name
-        own[name] = own.get(name, 0.0) + row.dur - child_time.get(row.id, 0.0)
-        parent = row.parent
-        if parent is None or spans[parent].name != name:  # nested same-name rows count once
-            total[name] = total.get(name, 0.0) + row.dur
-    rows = []
-    for name, name_total in sorted(total.items(), key=lambda item: -item[1]):
-        if name_total < COST_IN_CHILDREN_MIN_SHARE * steps_cpu:
+    found = []
+    for name, row in sorted(facts.rows.items(), key=lambda item: -item[1].total_us):
+        if row.total_us < COST_IN_CHILDREN_MIN_SHARE * steps_cpu:
             break
-        self_us = max(own[name], 0.0)
-        if self_us <= COST_IN_CHILDREN_MAX_SELF * name_total:
-            rows.append((name, name_total, self_us))
-    if not rows:
+        self_us = max(row.self_us, 0.0)
+        if self_us <= COST_IN_CHILDREN_MAX_SELF * row.total_us:
+            found.append((name, row.total_us, self_us))
+    if not found:
         return
-    name, name_total, self_us = rows[0]
-    occurrences = [span for span in trace.find(name) if span.cat in _ROW_CATEGORIES]
+    name, name_total, self_us = found[0]
+    occurrences = [span for span in facts.named(name) if span.cat in _ROW_CATEGORIES]
     typical = sorted(occurrences, key=lambda span: span.dur)[len(occurrences) // 2]
     path = _drill(facts, typical)
     if len(path) > 1:
@@ -268,7 +248,7 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         {
             "rows": [
                 {"name": n, "total_us": us(t), "self_us": us(s), "self_share": round(s / t, 4)}
-                for n, t, s in rows[:_REPORTED_ROWS]
+                for n, t, s in found[:_REPORTED_ROWS]
             ],
             "drill_down": path,
             "steps_cpu_us": us(steps_cpu),
@@ -279,10 +259,9 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
 def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
     """From ``span`` (a typical occurrence), follow the longest child down as long as it holds
     most of its parent's time."""
-    child_time = facts.child_time
     path = []
     while True:
-        self_us = span.dur - child_time.get(span.id, 0.0)
+        self_us = facts.self_us(span)
         path.append({"name": span.name, "total_us": us(span.dur), "self_us": us(self_us)})
         children = facts.children_of(span)
         longest = max(children, key=lambda child: child.dur, default=None)

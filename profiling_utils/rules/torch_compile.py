@@ -120,7 +120,7 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
     if not wrappers:
         return
     names = Counter(span.name for span in wrappers)
-    backward = bool(facts.trace.find(prefix="autograd::engine::evaluate_function"))
+    backward = facts.has_prefix("autograd::engine::evaluate_function")
     name, count = names.most_common(1)[0]
     yield (
         f"{name} {count}× (median {median(s.dur for s in wrappers):.1f} µs); "
