@@ -32,10 +32,13 @@ def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     return torch.add(torch.matmul(x, w), b)
 
 
-def operands(shape: tuple[int, ...], dtype: str) -> tuple[torch.Tensor, ...]:
+def operands(
+    shape: tuple[int, ...], dtype: str, batched_weight: bool = False
+) -> tuple[torch.Tensor, ...]:
     n = shape[-1]
     make = dict(device="cuda", dtype=DTYPES[dtype])
-    return torch.randn(*shape, **make), torch.randn(n, n, **make), torch.randn(n, n, **make)
+    w_shape = shape if batched_weight else (n, n)
+    return torch.randn(*shape, **make), torch.randn(*w_shape, **make), torch.randn(n, n, **make)
 
 
 def matmul_runs() -> list[dict]:
@@ -72,8 +75,17 @@ def matmul_runs() -> list[dict]:
             schedule=dict(wait=0, warmup=0, active=20),
             suffix="w0a20",
         ),
-        # Batched 3-D input: aten::bmm.
+        # A 3-D input times a 2-D weight folds into one aten::mm ...
         dict(shape=(8, 64, 64), dtype="bf16", warm=True, compiled=False),
+        # ... a 3-D weight as well gives aten::bmm.
+        dict(
+            shape=(8, 64, 64),
+            dtype="bf16",
+            warm=True,
+            compiled=False,
+            batched_weight=True,
+            suffix="bmm",
+        ),
         # fp32 GEMM.
         dict(shape=(4096, 4096), dtype="fp32", warm=True, compiled=False),
         # CUDA graphs.
@@ -84,7 +96,7 @@ def matmul_runs() -> list[dict]:
 
 
 def record_matmul(run: dict, out: Path, tmp: Path) -> dict:
-    x, w, b = operands(run["shape"], run["dtype"])
+    x, w, b = operands(run["shape"], run["dtype"], run.get("batched_weight", False))
     fn = matmul_add
     if run["compiled"]:
         mode = None if run["compiled"] is True else run["compiled"]
