@@ -21,7 +21,7 @@ the table as a table, the trace as a file you can download or open in Perfetto.
 import torch
 
 from profiling_utils import capture, run_name
-from profiling_utils.render import profiler_table, trace_dir, trace_links
+from profiling_utils.render import plot_timeline, profiler_table, trace_dir, trace_links
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 size = 512
@@ -69,9 +69,15 @@ profiler_table(run)
 # The trace
 # ---------
 #
-# The same three steps as a timeline: the ``ProfilerStep`` spans, the ``matmul_add`` label,
-# the ``aten::`` operators nested inside it and, with a GPU, the kernels they launched on
-# their stream. Download it, or open it in Perfetto, which reads it in your browser.
+# The same three steps on one time axis. Each box is an event; a box drawn under another
+# ran inside it: the ``ProfilerStep`` spans, the ``matmul_add`` label, the ``aten::``
+# operators and, with a GPU, the kernels they launched, on their own lane.
+
+plot_timeline(run.trace, title=run.name)
+
+# %%
+# Download the trace, or open it in Perfetto, which reads it in your browser and lets you
+# zoom into any part of it:
 
 trace_links(run)
 
@@ -81,4 +87,5 @@ trace_links(run)
 
 for recorded in run.trace.steps:
     cpu_us = recorded.end - recorded.start
-    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} us, {len(recorded.gpu_work)} on the GPU")
+    gpu_count = len(recorded.gpu_work)
+    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} us, {gpu_count} on the GPU")

@@ -53,8 +53,8 @@ def test_table_from_a_capture_has_torchs_rows_columns_and_totals(cpu_run) -> Non
     table = profiler_table(cpu_run)
     markup = table._repr_html_()
     assert isinstance(table, HtmlFragment) and str(table) == markup
-    for column in ("Self CPU %", "Self CPU", "CPU total %", "CPU total", "# of Calls"):
-        assert f">{column}</th>" in markup
+    headers = re.findall(r'<th scope="col"[^>]*>(.*?)</th>', markup)
+    assert headers == ["Name", "# of Calls", "Self CPU %", "Self CPU", "CPU total"]
     assert "Self CUDA" not in markup  # a CPU-only run has no device columns, as in torch
     names = [re.search(r"<code>(.*?)</code>", row).group(1) for row in _body_rows(markup)]
     assert {"aten::matmul", "aten::add"} <= set(names)
@@ -64,7 +64,8 @@ def test_table_from_a_capture_has_torchs_rows_columns_and_totals(cpu_run) -> Non
     matmul_line = next(line for line in cpu_run.table.splitlines() if "aten::matmul" in line)
     matmul_row = next(row for row in _body_rows(markup) if "aten::matmul" in row)
     cells = re.findall(r'<td class="pu-num[^"]*">(.*?)</td>', matmul_row)
-    assert cells == matmul_line.split()[1:]
+    self_share, self_cpu, _, cpu_total, _, calls = matmul_line.split()[1:]
+    assert cells == [self_share, self_cpu, cpu_total, calls]
     assert "<caption>32_fp32_cold_eager</caption>" in markup
 
 
@@ -84,8 +85,19 @@ def test_device_columns_and_device_total_leave_out_annotations() -> None:
                annotation=True),
     ]  # fmt: skip
     markup = profiler_table(events)._repr_html_()
-    for column in ("Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"):
-        assert f">{column}</th>" in markup
+    headers = re.findall(r'<th scope="col"[^>]*>(.*?)</th>', markup)
+    assert headers[2:] == ["Self CPU %", "Self CPU", "CPU total"] + [
+        "Self CUDA %",
+        "Self CUDA",
+        "CUDA total",
+    ]
+    assert '<th scope="colgroup" colspan="3" class="pu-group pu-device">CUDA</th>' in markup
+    kernel_row = next(row for row in _body_rows(markup) if "gemm_kernel" in row)
+    assert re.findall(r'<td class="pu-num[^"]*">(.*?)</td>', kernel_row)[3:6] == [
+        "100.00%",  # of the 40us that excludes the annotation's 55us
+        "40.000us",
+        "40.000us",
+    ]
     assert "Self CUDA time total: <strong>40.000us</strong>" in markup
     # Default order with device time: by device total, largest first.
     names = [re.search(r"<code>(.*?)</code>", row).group(1) for row in _body_rows(markup)]

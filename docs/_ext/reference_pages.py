@@ -11,11 +11,16 @@ reads anything, and pulled into the reference pages with MyST's ``{include}``:
   from ``profiling_utils.cli.build_parser()``.
 
 A file is rewritten only when its text changes, so an unchanged build re-reads nothing.
+
+Builtin type names in signatures (``bytes``, ``int``) are left unlinked: Sphinx otherwise
+looks them up by suffix among our own objects and links ``-> bytes`` to whichever dataclass
+has a field called ``bytes``.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib
 import importlib.util
 import os
@@ -23,6 +28,8 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
+from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 
 GENERATED = "_generated"
@@ -120,6 +127,16 @@ def write_if_changed(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+def _unlink_builtin_types(app: Sphinx, doctree: nodes.document) -> None:
+    """Look builtin names up exactly (they are not ours, so they stay plain text)."""
+    for xref in doctree.findall(addnodes.pending_xref):
+        if xref.get("refdomain") == "py" and xref.get("reftarget") in _BUILTIN_NAMES:
+            xref.attributes.pop("refspecific", None)
+
+
+_BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+
+
 def _generate(app: Sphinx) -> None:
     out = Path(app.srcdir) / GENERATED
     write_if_changed(out / "cheatsheet.md", cheatsheet_markdown())
@@ -129,4 +146,5 @@ def _generate(app: Sphinx) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _generate)
+    app.connect("doctree-read", _unlink_builtin_types)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

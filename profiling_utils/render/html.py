@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,12 +69,13 @@ def profiler_table(
 ) -> HtmlFragment:
     """The profiler table (``key_averages().table()``) as an escaped HTML table.
 
-    The columns are those torch prints, in its order, grouped under CPU and the device
-    (``Self CPU %``, ``Self CPU``, ``CPU total %``, ``CPU total``, ``CPU time avg``, then
-    ``Self CUDA``, ``Self CUDA %``, ``CUDA total``, ``CUDA time avg``, and ``# of Calls``), with
-    the same numbers and time format, followed by the two lines torch prints below the table
-    (``Self CPU time total`` and ``Self CUDA time total``). Device columns appear only when the
-    run recorded device time, as in torch's text table.
+    The columns are the ones the table is read by, grouped under CPU and the device:
+    ``Self CPU %``, ``Self CPU``, ``CPU total``, then ``Self CUDA %``, ``Self CUDA``,
+    ``CUDA total``, and ``# of Calls``, with torch's numbers and time format (``12.345us``).
+    Below it come the two lines torch prints under its table, ``Self CPU time total`` and
+    ``Self CUDA time total``. Device columns appear only when the run recorded device time, as
+    in torch's text table. The averages and ``CPU total %`` are left out to keep the table
+    narrow enough for a page; torch's full text table is in ``Capture.table``.
 
     Args:
         source: A :class:`~profiling_utils.capture.Capture` (its ``key_averages``) or the
@@ -97,7 +98,7 @@ def profiler_table(
         caption = default_caption
     events = list(events)
     has_device_time = any(e.self_device_time_total > 0 for e in events)
-    device_name = _device_name(events)
+    device = _device_name(events)
     key = sort_by or default_sort or ("device_time_total" if has_device_time else "cpu_time_total")
     if key not in _SORT_KEYS:
         known = ", ".join(sorted(_SORT_KEYS))
@@ -107,42 +108,66 @@ def profiler_table(
     self_cpu_sum = sum(e.self_cpu_time_total for e in events)
     self_device_sum = _self_device_sum(events)
 
+    cpu_columns = [
+        _Column("Self CPU %", "pu-self", _SELF_HELP,
+                lambda e: _share(e.self_cpu_time_total, self_cpu_sum)),
+        _Column("Self CPU", "pu-self", _SELF_HELP, lambda e: _format_time(e.self_cpu_time_total)),
+        _Column("CPU total", "pu-total", _TOTAL_HELP, lambda e: _format_time(e.cpu_time_total)),
+    ]  # fmt: skip
+    device_columns = [
+        _Column(f"Self {device} %", "pu-self pu-device", _SELF_HELP,
+                lambda e: _share(e.self_device_time_total, self_device_sum)),
+        _Column(f"Self {device}", "pu-self pu-device", _SELF_HELP,
+                lambda e: _format_time(e.self_device_time_total)),
+        _Column(f"{device} total", "pu-total pu-device", _TOTAL_HELP,
+                lambda e: _format_time(e.device_time_total)),
+    ]  # fmt: skip
+    groups = [("CPU", "", cpu_columns)]
+    if has_device_time:
+        groups.append((device, " pu-device", device_columns))
+    columns = [column for _, _, group in groups for column in group]
+
     parts = ['<div class="pu-table-scroll"><table class="pu-table pu-profiler-table">']
     if caption:
         parts.append(f"<caption>{html.escape(caption)}</caption>")
-    parts.append(_profiler_head(has_device_time, device_name))
-    parts.append("<tbody>")
+    calls = f'<th scope="col" rowspan="2" class="pu-calls" title="{html.escape(_CALLS_HELP)}">'
+    parts.append('<thead><tr><th scope="col" rowspan="2" class="pu-name">Name</th>')
+    for name, css, group in groups:
+        parts.append(
+            f'<th scope="colgroup" colspan="{len(group)}" class="pu-group{css}">'
+            f"{html.escape(name)}</th>"
+        )
+    parts.append(f"{calls}# of Calls</th></tr><tr>")
+    for column in columns:
+        parts.append(
+            f'<th scope="col" class="{column.css}" title="{html.escape(column.help)}">'
+            f"{html.escape(column.header)}</th>"
+        )
+    parts.append("</tr></thead><tbody>")
     for event in rows:
         cells = [f'<th scope="row" class="pu-name"><code>{html.escape(event.key)}</code></th>']
-        cells += [
-            _number(_share(event.self_cpu_time_total, self_cpu_sum), "pu-self"),
-            _number(_format_time(event.self_cpu_time_total), "pu-self"),
-            _number(
-                "0" if event.is_async else _share(event.cpu_time_total, self_cpu_sum), "pu-total"
-            ),
-            _number(_format_time(event.cpu_time_total), "pu-total"),
-            _number(_format_time(event.cpu_time), "pu-avg"),
-        ]
-        if has_device_time:
-            cells += [
-                _number(_format_time(event.self_device_time_total), "pu-self pu-device"),
-                _number(_share(event.self_device_time_total, self_device_sum), "pu-self pu-device"),
-                _number(_format_time(event.device_time_total), "pu-total pu-device"),
-                _number(_format_time(event.device_time), "pu-avg pu-device"),
-            ]
+        cells += [_number(column.value(event), column.css) for column in columns]
         cells.append(_number(str(event.count), "pu-calls"))
         parts.append(f"<tr>{''.join(cells)}</tr>")
     parts.append("</tbody></table></div>")
     totals = [f"Self CPU time total: <strong>{_format_time(self_cpu_sum)}</strong>"]
     if has_device_time:
         totals.append(
-            f"Self {html.escape(device_name)} time total: "
+            f"Self {html.escape(device)} time total: "
             f"<strong>{_format_time(self_device_sum)}</strong>"
         )
     else:
         totals.append("No device time was recorded (a CPU-only run).")
     parts.append('<p class="pu-table-totals">' + "<br>".join(totals) + "</p>")
     return HtmlFragment("".join(parts))
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    css: str
+    help: str
+    value: Callable[[Any], str]
 
 
 def findings_table(findings: Iterable[FindingLike], *, caption: str | None = None) -> HtmlFragment:
@@ -216,37 +241,6 @@ def _self_device_sum(events: Sequence[Any]) -> float:
         elif not getattr(event, "is_user_annotation", False):
             total += event.self_device_time_total
     return total
-
-
-def _profiler_head(has_device_time: bool, device_name: str) -> str:
-    device = html.escape(device_name)
-    group = (
-        '<tr><th scope="col" rowspan="2" class="pu-name">Name</th>'
-        '<th scope="colgroup" colspan="5" class="pu-group">CPU</th>'
-    )
-    if has_device_time:
-        group += f'<th scope="colgroup" colspan="4" class="pu-group pu-device">{device}</th>'
-    calls = f'<th scope="col" rowspan="2" class="pu-calls" title="{html.escape(_CALLS_HELP)}">'
-    group += f"{calls}# of Calls</th></tr>"
-    columns = [
-        ("Self CPU %", "pu-self", _SELF_HELP),
-        ("Self CPU", "pu-self", _SELF_HELP),
-        ("CPU total %", "pu-total", _TOTAL_HELP),
-        ("CPU total", "pu-total", _TOTAL_HELP),
-        ("CPU time avg", "pu-avg", "CPU total divided by # of Calls."),
-    ]
-    if has_device_time:
-        columns += [
-            (f"Self {device}", "pu-self pu-device", _SELF_HELP),
-            (f"Self {device} %", "pu-self pu-device", _SELF_HELP),
-            (f"{device} total", "pu-total pu-device", _TOTAL_HELP),
-            (f"{device} time avg", "pu-avg pu-device", f"{device} total divided by # of Calls."),
-        ]
-    names = "".join(
-        f'<th scope="col" class="{css}" title="{html.escape(help_text)}">{html.escape(name)}</th>'
-        for name, css, help_text in columns
-    )
-    return f"<thead>{group}<tr>{names}</tr></thead>"
 
 
 def _number(text: str, css: str) -> str:
