@@ -1,0 +1,149 @@
+"""Benchmark ``diagnose`` (load plus every rule) against HolisticTraceAnalysis's trace load.
+
+Builds (once, under ``benchmarks/_data/``) the 1x, 2x and 4x training traces of
+:mod:`make_large_trace` (1x is about 89 MB and 265k events) and measures, each in a fresh
+Python process and alternating between the two tools:
+
+- ``diagnose``: :func:`profiling_utils.rules.diagnose` on the file, the trace's load and every
+  rule included;
+- ``HTA load``: ``hta.common.trace.parse_trace_file`` on the same file, HTA's default (JSON)
+  parser, the first step of any HTA analysis.
+
+Time is ``time.perf_counter()`` around that one call (imports excluded, on both sides); peak
+memory is the child's ``ru_maxrss`` (the whole process). Target (issue 3): diagnose at least 10x
+faster than HTA's load alone, with a lower peak, at every size.
+
+HTA is the PyPI package ``traceinsight`` (import name ``hta``); install it without its
+notebook dependencies::
+
+    pip install --no-deps traceinsight
+    pip install pandas numpy networkx plotly pydot pyyaml psutil
+
+Run from the repository root::
+
+    python benchmarks/bench_diagnose.py             # markdown table for benchmarks/README.md
+    python benchmarks/bench_diagnose.py --json      # the raw measurements
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import count_events, machine  # noqa: E402
+from make_large_trace import BASE_SCALE, make  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILDREN = {
+    "diagnose": """
+import json, resource, sys, time
+from profiling_utils.rules import diagnose
+start = time.perf_counter()
+findings = diagnose(sys.argv[1])
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "peak_rss_bytes": peak, "findings": len(findings)}))
+""",
+    "hta": """
+import json, logging, resource, sys, time
+logging.disable(logging.CRITICAL)
+from hta.common.trace import parse_trace_file
+start = time.perf_counter()
+parse_trace_file(sys.argv[1])
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "peak_rss_bytes": peak}))
+""",
+}
+
+
+def measure(tool: str, path: Path) -> dict[str, float]:
+    """Run ``tool`` on ``path`` once in a fresh process."""
+    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path_entries))}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILDREN[tool], str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=ROOT,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Benchmark diagnose against HTA's load.")
+    parser.add_argument("--multiples", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per tool and size")
+    parser.add_argument("--json", action="store_true", help="print raw measurements as JSON")
+    args = parser.parse_args()
+
+    rows = []
+    for multiple in args.multiples:
+        path = make(round(BASE_SCALE * multiple, 6))
+        measure("diagnose", path)  # warm the page cache: every timed run reads from memory
+        runs: dict[str, list[dict[str, float]]] = {"diagnose": [], "hta": []}
+        for _ in range(args.repeat):
+            for tool in runs:  # alternate, so that a slow spell of the machine hits both
+                runs[tool].append(measure(tool, path))
+        row = {
+            "multiple": multiple,
+            "file": path.name,
+            "size_bytes": path.stat().st_size,
+            "events": count_events(path),
+            "findings": runs["diagnose"][0]["findings"],
+        }
+        for tool, results in runs.items():
+            seconds = [r["seconds"] for r in results]
+            row[f"{tool}_seconds"] = seconds
+            row[f"{tool}_seconds_median"] = statistics.median(seconds)
+            row[f"{tool}_peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in results)
+        row["speedup"] = row["hta_seconds_median"] / row["diagnose_seconds_median"]
+        row["peak_ratio"] = row["hta_peak_rss_bytes"] / row["diagnose_peak_rss_bytes"]
+        rows.append(row)
+
+    info = machine()
+    info["traceinsight"] = _version("traceinsight")
+    info["pandas"] = _version("pandas")
+    info["numpy"] = _version("numpy")
+    if args.json:
+        print(json.dumps({"machine": info, "repeat": args.repeat, "rows": rows}, indent=2))
+        return
+    print(
+        f"Machine: {info['cpus']} CPUs ({info['cpu']}), {info['memory']} RAM; "
+        f"Python {info['python']}, msgspec {info['msgspec']}, numpy {info['numpy']}; "
+        f"traceinsight {info['traceinsight']}, pandas {info['pandas']}; {info['os']}. "
+        f"Median of {args.repeat} runs per cell.\n"
+    )
+    print(
+        "| size | events | diagnose (load + all rules) | HTA load | diagnose faster by "
+        "| diagnose peak RSS | HTA peak RSS |"
+    )
+    print("| --: | --: | --: | --: | --: | --: | --: |")
+    for row in rows:
+        print(
+            f"| {row['multiple']}x ({row['size_bytes'] / 1e6:.0f} MB) | {row['events']:,} "
+            f"| {row['diagnose_seconds_median']:.2f} s | {row['hta_seconds_median']:.2f} s "
+            f"| {row['speedup']:.1f}x | {row['diagnose_peak_rss_bytes'] / 1e6:.0f} MB "
+            f"| {row['hta_peak_rss_bytes'] / 1e6:.0f} MB |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""``python -m profiling_utils diagnose`` and ``compare``: output, JSON shape, exit status."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import gpu_fixture
+
+from profiling_utils.cli import main
+from profiling_utils.rules import TABLES, rule_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_diagnose_text_groups_findings_under_their_table(capsys: pytest.CaptureFixture) -> None:
+    path = str(gpu_fixture("64_bf16_warm_eager_w0a3"))
+    status, out, err = run(capsys, "diagnose", path)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == path
+    assert "NVIDIA H100 80GB HBM3" in lines[1]
+    headers = [line for line in lines if line in TABLES]
+    assert headers[0] == "profiler table"  # holds a warning (overhead-bound)
+    assert set(headers) == {"profiler table", "CPU lane", "GPU lane", "dispatch chain"}
+    assert "  [warning] cold-start: ProfilerStep#0 took" in out
+    assert "      during_op: " in out  # evidence follows each finding
+
+
+def test_diagnose_json(capsys: pytest.CaptureFixture) -> None:
+    path = str(gpu_fixture("4096_bf16_warm_compile"))
+    status, out, _ = run(capsys, "diagnose", "--json", path)
+    assert status == 0
+    data = json.loads(out)
+    assert set(data) == {"trace", "device", "findings"}
+    assert data["trace"] == path
+    assert data["device"] == "NVIDIA H100 80GB HBM3"
+    rules = [finding["rule"] for finding in data["findings"]]
+    assert "bias-copy" in rules and "compiled-region" in rules
+    for finding in data["findings"]:
+        assert set(finding) == {"rule", "table", "severity", "message", "evidence"}
+        assert finding["severity"] in ("info", "warning")
+
+
+def test_diagnose_select_and_ignore(capsys: pytest.CaptureFixture) -> None:
+    path = str(gpu_fixture("64_bf16_warm_eager_w0a3"))
+    _, out, _ = run(capsys, "diagnose", "--json", "--select", "cold-start,buffer-request", path)
+    assert {f["rule"] for f in json.loads(out)["findings"]} == {"cold-start", "buffer-request"}
+    _, out, _ = run(
+        capsys, "diagnose", "--json", "--select", "cold-start", "--select", "hotspot", path
+    )
+    assert {f["rule"] for f in json.loads(out)["findings"]} == {"cold-start", "hotspot"}
+    _, out, _ = run(capsys, "diagnose", "--json", "--ignore", "cold-start", path)
+    rules = {f["rule"] for f in json.loads(out)["findings"]}
+    assert "cold-start" not in rules and "buffer-request" in rules
+
+
+def test_diagnose_without_findings_still_succeeds(capsys: pytest.CaptureFixture) -> None:
+    path = str(gpu_fixture("64_bf16_warm_eager"))
+    status, out, _ = run(capsys, "diagnose", "--select", "dead-window", path)
+    assert status == 0
+    assert out.rstrip().endswith("No cheatsheet pattern found.")
+    status, out, _ = run(capsys, "diagnose", "--json", "--select", "dead-window", path)
+    assert (status, json.loads(out)["findings"]) == (0, [])
+
+
+def test_unknown_rule_id_is_bad_input(capsys: pytest.CaptureFixture) -> None:
+    path = str(gpu_fixture("64_bf16_warm_eager"))
+    status, out, err = run(capsys, "diagnose", "--select", "cold-start,no-such-rule", path)
+    assert (status, out) == (2, "")
+    assert err == "error: unknown rule id(s): no-such-rule\n"
+
+
+@pytest.mark.parametrize("content", [None, b"", b'{"traceEvents": [', gzip.compress(b"{}")[:10]])
+def test_unreadable_trace_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes | None
+) -> None:
+    path = tmp_path / "bad.json.gz"
+    if content is not None:
+        path.write_bytes(content)
+    for argv in (
+        ["diagnose", str(path)],
+        ["compare", str(gpu_fixture("64_bf16_warm_eager")), str(path)],
+    ):
+        status, out, err = run(capsys, *argv)
+        assert (status, out) == (2, "")
+        assert err.startswith(f"error: {path}: ") and err.count("\n") == 1
+
+
+def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
+    eager = str(gpu_fixture("4096_bf16_warm_eager"))
+    compiled = str(gpu_fixture("4096_bf16_warm_compile"))
+    status, out, _ = run(capsys, "compare", eager, compiled)
+    assert status == 0
+    assert out.startswith(f"baseline: {eager}\ntrace:    {compiled}\n")
+    assert "[warning] compile-cpu-tax" in out
+    status, out, _ = run(capsys, "compare", "--json", eager, compiled)
+    data = json.loads(out)
+    assert status == 0
+    assert set(data) == {
+        "baseline",
+        "trace",
+        "cpu_ratio",
+        "steps",
+        "ops_only_in_baseline",
+        "ops_only_in_trace",
+        "kernels_only_in_baseline",
+        "kernels_only_in_trace",
+        "findings",
+    }
+    assert [f["rule"] for f in data["findings"]] == ["compile-cpu-tax"]
+    assert len(data["steps"]) == 3
+
+
+def test_help_documents_the_json_and_the_rule_ids(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["diagnose", "--help"])
+    out = capsys.readouterr().out
+    assert "findings  [{rule, table, severity, message, evidence}]" in out
+    assert all(rule_id in out for rule_id in rule_ids())
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "kernels_only_in_trace" in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_diagnose() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiling_utils",
+            "diagnose",
+            "--json",
+            str(gpu_fixture("64_bf16_warm_compile-reduce-overhead")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cuda-graph" in {f["rule"] for f in json.loads(done.stdout)["findings"]}

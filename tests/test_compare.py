@@ -1,0 +1,130 @@
+"""compare(): two recorded traces side by side, and the compile-cpu-tax rule it runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import gpu_fixture
+
+from profiling_utils import Comparison, TraceError, compare, load_trace
+
+
+def steps(name: str) -> list[dict[str, Any]]:
+    events = json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))["traceEvents"]
+    found = [e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+    return sorted(found, key=lambda e: e["ts"])
+
+
+def cpu_median(name: str) -> float:
+    return statistics.median(e["dur"] for e in steps(name))
+
+
+@pytest.fixture(scope="module")
+def eager_vs_compiled() -> Comparison:
+    return compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile"))
+
+
+def test_steps_side_by_side(eager_vs_compiled: Comparison) -> None:
+    pairs = eager_vs_compiled.steps
+    assert [(p.baseline_step, p.trace_step) for p in pairs] == [(2, 2), (3, 3), (4, 4)]
+    assert [p.baseline_cpu_us for p in pairs] == [e["dur"] for e in steps("64_bf16_warm_eager")]
+    assert [p.trace_cpu_us for p in pairs] == [e["dur"] for e in steps("64_bf16_warm_compile")]
+    assert all(p.baseline_gpu_busy_us and p.trace_gpu_busy_us for p in pairs)
+
+
+def test_counts_and_what_only_one_side_has(eager_vs_compiled: Comparison) -> None:
+    eager, compiled = eager_vs_compiled.baseline, eager_vs_compiled.trace
+    assert (eager.kernels_per_step, compiled.kernels_per_step) == (2, 1)  # mm + add; addmm
+    assert (eager.launches_per_step, compiled.launches_per_step) == (2, 2)  # copy + GEMM
+    assert compiled.launch_apis == {"cudaMemcpyAsync": 3, "cuLaunchKernelEx": 3}
+    assert (eager.compiled, compiled.compiled) == (False, True)
+    only_eager = {n.name for n in eager_vs_compiled.ops_only_in_baseline}
+    only_compiled = {n.name for n in eager_vs_compiled.ops_only_in_trace}
+    assert {"aten::matmul", "aten::mm", "aten::add"} <= only_eager
+    assert {"TorchDynamo Cache Lookup", "aten::addmm"} <= only_compiled
+    assert "aten::addmm" not in only_eager
+    # The compiled GEMM is another variant of the eager kernel, and the add kernel is gone.
+    assert len(eager_vs_compiled.kernels_only_in_baseline) == 2
+    assert len(eager_vs_compiled.kernels_only_in_trace) == 1
+    assert all(n.count == 3 for n in eager_vs_compiled.kernels_only_in_trace)
+
+
+def test_compile_cpu_tax_against_the_eager_baseline(eager_vs_compiled: Comparison) -> None:
+    (finding,) = eager_vs_compiled.findings
+    assert (finding.rule, finding.severity, finding.table) == (
+        "compile-cpu-tax",
+        "warning",
+        "torch.compile",
+    )
+    ratio = cpu_median("64_bf16_warm_compile") / cpu_median("64_bf16_warm_eager")
+    assert finding.evidence["ratio"] == pytest.approx(ratio, 1e-3)
+    assert eager_vs_compiled.cpu_ratio == pytest.approx(ratio)
+    assert ratio > 1.2
+
+
+def test_compile_cpu_tax_with_the_compiled_run_as_baseline() -> None:
+    comparison = compare(gpu_fixture("4096_bf16_warm_compile"), gpu_fixture("4096_bf16_warm_eager"))
+    (finding,) = comparison.findings
+    assert finding.evidence["eager"]["trace"].endswith("4096_bf16_warm_eager.json.gz")
+    assert finding.evidence["compiled"]["trace"].endswith("4096_bf16_warm_compile.json.gz")
+
+
+def test_cuda_graphs_still_pay_the_compile_tax_on_the_h100() -> None:
+    comparison = compare(
+        gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile-reduce-overhead")
+    )
+    assert comparison.trace.cuda_graph_launches == 3
+    assert comparison.trace.launch_apis["cudaGraphLaunch"] == 3
+    (finding,) = comparison.findings
+    assert finding.evidence["compiled"]["cuda_graph_launches"] == 3
+    assert finding.evidence["ratio"] > 2
+
+
+@pytest.mark.parametrize(
+    ("baseline", "trace"),
+    [
+        ("64_bf16_warm_eager", "64_bf16_cold_eager"),  # both eager
+        ("64_bf16_warm_compile", "4096_bf16_warm_compile"),  # both compiled
+    ],
+)
+def test_no_compile_tax_without_an_eager_and_a_compiled_side(baseline: str, trace: str) -> None:
+    assert compare(gpu_fixture(baseline), gpu_fixture(trace)).findings == []
+
+
+def test_a_trace_against_itself() -> None:
+    trace = load_trace(gpu_fixture("4096_bf16_warm_eager"))
+    comparison = compare(trace, trace)
+    assert comparison.findings == []
+    assert not comparison.ops_only_in_baseline and not comparison.ops_only_in_trace
+    assert not comparison.kernels_only_in_baseline and not comparison.kernels_only_in_trace
+    assert comparison.cpu_ratio == 1.0
+
+
+def test_steps_pair_by_position_when_numbers_differ() -> None:
+    comparison = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_eager_w0a20"))
+    assert len(comparison.steps) == 20
+    assert (comparison.steps[0].baseline_step, comparison.steps[0].trace_step) == (2, 0)
+    assert comparison.steps[5].baseline_step is None
+    assert comparison.steps[5].baseline_cpu_us is None
+    assert comparison.steps[5].trace_step == 5
+
+
+def test_to_dict_is_plain_json_and_to_text_reads(eager_vs_compiled: Comparison) -> None:
+    data = eager_vs_compiled.to_dict()
+    assert json.loads(json.dumps(data, allow_nan=False)) == data
+    assert data["findings"][0]["rule"] == "compile-cpu-tax"
+    assert data["baseline"]["trace"].endswith("64_bf16_warm_eager.json.gz")
+    text = eager_vs_compiled.to_text()
+    assert "median step CPU (µs)" in text
+    assert "TorchDynamo Cache Lookup" in text
+    assert "[warning] compile-cpu-tax" in text
+
+
+def test_compare_raises_trace_error_for_a_bad_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError):
+        compare(gpu_fixture("64_bf16_warm_eager"), tmp_path / "missing.json.gz")
