@@ -27,10 +27,10 @@ _REPORTED = 5
 )
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
-    step_lanes = {step.span.lane for step in facts.steps}
+    step_lanes = {id(step.span.lane) for step in facts.steps}  # few lanes: compare identity
     launch, longest = None, -1.0
     for candidate in facts.launches:  # the launch with the most GPU time, made inside a step
-        if candidate.op is None or candidate.call.lane not in step_lanes:
+        if candidate.op is None or id(candidate.call.lane) not in step_lanes:
             continue
         gpu_us = sum(work.dur for work in candidate.work)
         if gpu_us > longest and facts.step_number_of(candidate.call) is not None:

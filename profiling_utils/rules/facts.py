@@ -169,48 +169,59 @@ class Facts:
         return measures.step_times(self.trace)
 
     @cached_property
-    def launches(self) -> list[Launch]:
-        """Every call that started GPU work, with its op and planning calls, in start order.
+    def _launch_index(
+        self,
+    ) -> tuple[list[Launch], list[tuple[Launch, Span]], dict[int, list[Launch]]]:
+        """One pass over the runtime and driver calls builds every launch structure.
 
-        One pass over the runtime and driver calls: a planning call is remembered under the
-        span it was made in until the next launch from that span takes it.
+        A planning call is remembered under the span it was made in until the next launch
+        from that span takes it.
         """
         trace = self.trace
         spans = trace.spans
+        gpu_work_of = trace.gpu_work_of
         prefixes = measures.PLANNING_CALL_PREFIXES
         pending: dict[int | None, list[Span]] = {}
-        launches = []
+        launches: list[Launch] = []
+        with_kernel: list[tuple[Launch, Span]] = []
+        by_op: dict[int, list[Launch]] = {}
         for call in trace.runtime_calls:
             parent = call.parent
             if call.is_launch:
                 op = spans[parent] if parent is not None else None
                 if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
                     op = trace.op_of(call)
-                planning = tuple(pending.pop(parent, ()))
-                launches.append(Launch(call, op, planning, tuple(trace.gpu_work_of(call))))
+                work = tuple(gpu_work_of(call))
+                launch = Launch(call, op, tuple(pending.pop(parent, ())), work)
+                launches.append(launch)
+                for activity in work:
+                    if activity.cat == "kernel":
+                        with_kernel.append((launch, activity))
+                        break
+                if op is not None:
+                    on_op = by_op.get(op.id)
+                    if on_op is None:
+                        by_op[op.id] = [launch]
+                    else:
+                        on_op.append(launch)
             elif call.name.startswith(prefixes):
                 pending.setdefault(parent, []).append(call)
-        return launches
+        return launches, with_kernel, by_op
 
-    @cached_property
+    @property
+    def launches(self) -> list[Launch]:
+        """Every call that started GPU work, with its op and planning calls, in start order."""
+        return self._launch_index[0]
+
+    @property
     def kernel_launches(self) -> list[tuple[Launch, Span]]:
-        """Launches that started a kernel, each with its (first) kernel."""
-        found = []
-        for launch in self.launches:
-            for work in launch.work:
-                if work.cat == "kernel":
-                    found.append((launch, work))
-                    break
-        return found
+        """Launches that started a kernel, each with its (first) kernel, in start order."""
+        return self._launch_index[1]
 
-    @cached_property
+    @property
     def launches_by_op(self) -> dict[int, list[Launch]]:
         """The launches made from each op, by op id, in start order."""
-        by_op: dict[int, list[Launch]] = {}
-        for launch in self.launches:
-            if launch.op is not None:
-                by_op.setdefault(launch.op.id, []).append(launch)
-        return by_op
+        return self._launch_index[2]
 
     @cached_property
     def copies(self) -> list[Copy]:
@@ -295,16 +306,10 @@ class Facts:
         ]
         rows = np.isin(codes, row_codes)
         # GPU lanes repeat record_function labels (gpu_user_annotation): not table rows.
-        trace = self.trace
-        rows[
-            [
-                span.id
-                for lane in trace.lanes
-                if lane.kind == "gpu"
-                for span in trace.lane_spans(lane)
-                if span.cat == "gpu_user_annotation"
-            ]
-        ] = False
+        label_codes = [c for c in row_codes if spans[c].cat == "user_annotation"]
+        for index_ in np.flatnonzero(np.isin(codes, label_codes)):
+            if spans[index_].cat != "user_annotation":
+                rows[index_] = False
         same_name_parent = (parents >= 0) & (codes[np.maximum(parents, 0)] == codes)
         outer = rows & ~same_name_parent
         size = len(spans)

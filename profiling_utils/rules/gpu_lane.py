@@ -112,16 +112,18 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     queued: dict[int, list[tuple[Span, Span, Span]]] = {}
     # One pass over the GPU work of each device, in start order; only a gap long enough to
     # report is looked at further (measures.gpu_gaps would materialize every gap).
-    latest: dict[Any, Span] = {}
+    latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
     for work in trace.gpu_work:
         device = work.lane.device
-        before = latest.get(device)
-        if before is None or work.end > before.end:
-            latest[device] = work
-        if before is None or work.start - before.end < GAP_MIN_US:
+        end = work.start + work.dur
+        previous = latest.get(device)
+        if previous is None or end > previous[1]:
+            latest[device] = (work, end)
+        if previous is None or work.start - previous[1] < GAP_MIN_US:
             continue
+        before, before_end = previous
         launch = trace.launch_of(work)
-        if launch is None or launch.end > before.end:
+        if launch is None or launch.start + launch.dur > before_end:
             continue  # launched after the GPU went idle: the CPU was late, not the GPU
         number = facts.step_number_of(work)
         if number is not None and number == facts.step_number_of(before):
