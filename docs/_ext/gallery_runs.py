@@ -244,6 +244,8 @@ def _before_gallery(app: Sphinx) -> None:
             "gallery examples must not exit the interpreter (sphinx-build would then end with "
             "status 0 and no HTML); raise an exception instead: " + ", ".join(offenders)
         )
+    if not app.config.sphinx_gallery_conf["plot_gallery"]:
+        return  # a build that executes nothing keeps the cache it cannot remake
     current, parts = _current_fingerprint()
     stale = invalidate_stale(examples, current)
     if stale:
@@ -304,7 +306,7 @@ def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
         )
     else:
         env = Environment(**record["environment"])
-        note += nodes.paragraph(text=f"Executed when this site was built, on {env.one_line()}.")
+        note += nodes.paragraph(text=f"Produced by executing this example on {env.one_line()}.")
         if not env.has_gpu:
             note["classes"].append("pu-cpu-only")
             note += nodes.paragraph(text=CPU_ONLY_NOTE)
@@ -339,8 +341,8 @@ class GalleryProvenance(SphinxDirective):
             count = f"{len(runs)} of {len(examples)} example{'s' if len(examples) > 1 else ''}"
             items += nodes.list_item("", nodes.paragraph(text=f"{count}: {summary}."))
         box += nodes.paragraph(
-            text="Every table, timeline and number in the tutorials was produced when this "
-            "site was built, on:"
+            text="Every table, timeline and number in the tutorials was produced by executing "
+            "the examples on:"
         )
         box += items
         if any(not runs[0].has_gpu for runs in groups.values()):
