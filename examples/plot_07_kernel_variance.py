@@ -1,0 +1,323 @@
+"""
+Kernel variance: one GEMM, twenty timings
+=========================================
+
+*The same kernel, on the same data, twenty times in a row: does it take the same time every
+time? And which of the twenty numbers should you report?*
+
+A kernel's duration is not a constant of the code. The GPU changes its clock with load,
+power draw and temperature, the driver does housekeeping, and on a shared machine other
+work competes. A single timing, or the mean of a handful, can be far from what the kernel
+usually takes. The
+`Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ met this on its A100:
+the mean of its five 4096 GEMMs was 1084 µs while the kernel typically took about 580 µs,
+because one step ran far longer than the rest.
+
+We record twenty steps of the same GEMM, look at the whole distribution, and then go
+beyond the post: a long run of large GEMMs straight after an idle pause, to watch the
+GPU's clock management at work.
+"""
+
+# %%
+# Twenty steps of the same GEMM
+# -----------------------------
+# The post's ``matmul_add`` at 4096 in bf16 (128 on a machine without a GPU, where a 4096
+# product would take seconds). Three calls warm it up; then every one of twenty steps is
+# recorded (``wait=0``, ``warmup=0``, ``active=20``).
+
+import statistics
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+from profiling_utils import (
+    achieved_tflops,
+    capture,
+    diagnose,
+    gemm_flops,
+    measure_peaks,
+    run_name,
+)
+from profiling_utils.measures import kernel_launches, kernel_stats
+from profiling_utils.render import (
+    findings_table,
+    highlight_span,
+    plot_timeline,
+    profiler_table,
+    trace_dir,
+    trace_links,
+)
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+n = 4096 if device == "cuda" else 128
+x, w, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(3))
+
+run = capture(
+    lambda: torch.add(torch.matmul(x, w), b),
+    name=run_name(n, "bf16", warm=True) + "_w0a20",
+    label="matmul_add",
+    wait=0,
+    warmup=0,
+    active=20,
+    warmup_iters=3,
+    out_dir=trace_dir(),
+)
+trace = run.trace
+print(f"{len(trace.steps)} steps recorded on {'the GPU' if run.has_gpu else 'the CPU'}")
+
+# %%
+# torch warns that a schedule without a warm-up step can skew the results: the first
+# recorded step also carries the profiler's own start-up. That is the post's setup, and we
+# keep it; keep an eye on step 0.
+
+# %%
+# The GEMM of each step
+# ---------------------
+# On a GPU the GEMM is the kernel launched from ``aten::mm``
+# (:func:`~profiling_utils.measures.kernel_launches` links each kernel to its operator).
+# Without a GPU the product runs inside ``aten::mm`` on the CPU, so we time that operator
+# instead; everything below works the same on either.
+
+if run.has_gpu:
+    gemms = [k.kernel for k in kernel_launches(trace) if k.op and k.op.name == "aten::mm"]
+else:
+    gemms = [op for op in trace.find("aten::mm") if trace.step_of(op) is not None]
+steps = [trace.step_of(gemm).number for gemm in gemms]
+durations = [gemm.dur for gemm in gemms]
+print(f"{gemms[0].name[:70]}")
+print("µs per step:", ", ".join(f"{d:.1f}" for d in durations))
+
+# %%
+# Twenty numbers are easier to read as a picture. Each point is one step; the lines mark
+# the mean, the median and the minimum.
+
+mean_us = statistics.fmean(durations)
+median_us = statistics.median(durations)
+min_us = min(durations)
+
+fig, ax = plt.subplots(figsize=(8, 3.8))
+ax.plot(steps, durations, "o-", color="#009e73", label="GEMM duration")
+for value, name, style in (
+    (mean_us, "mean", "-"),
+    (median_us, "median", "--"),
+    (min_us, "min", ":"),
+):
+    ax.axhline(value, color="0.3", linestyle=style, linewidth=1)
+    ax.annotate(
+        f"{name} {value:.1f} µs",
+        xy=(1.0, value),
+        xycoords=("axes fraction", "data"),
+        xytext=(4, 0),
+        textcoords="offset points",
+        va="center",
+        fontsize=8,
+    )
+ax.set_xlabel("ProfilerStep")
+ax.set_ylabel("µs")
+ax.set_xticks(steps)
+ax.set_title(f"The same {n}x{n} bf16 GEMM in {len(steps)} steps", loc="left")
+ax.grid(True, color="0.92")
+fig.subplots_adjust(right=0.8)
+
+# %%
+# :func:`~profiling_utils.measures.kernel_stats` gives the same statistics for every kernel
+# of a trace, and flags *outlier steps*: steps holding an instance outside Tukey's fences
+# (1.5 interquartile ranges beyond the quartiles) that is also at least 10% away from the
+# median, so that nanosecond jitter is not reported.
+
+if run.has_gpu:
+    for stats in kernel_stats(trace):
+        print(
+            f"{stats.name[:50]:50s} n={stats.count:2d}  min {stats.min_us:7.1f}  median "
+            f"{stats.median_us:7.1f}  mean {stats.mean_us:7.1f}  max {stats.max_us:7.1f} µs  "
+            f"spread {stats.spread:.1%}  outlier steps: {list(stats.outlier_steps) or 'none'}"
+        )
+    gemm_stats = next(s for s in kernel_stats(trace) if s.name == gemms[0].name)
+    outliers = list(gemm_stats.outlier_steps)
+else:
+    print("kernel_stats reads GPU kernels, and there are none here; the same numbers for")
+    print(f"aten::mm: min {min_us:.1f}, median {median_us:.1f}, mean {mean_us:.1f} µs")
+    q1, _, q3 = statistics.quantiles(durations, n=4)
+    outliers = [
+        step
+        for step, d in zip(steps, durations, strict=True)
+        if not q1 - 1.5 * (q3 - q1) <= d <= q3 + 1.5 * (q3 - q1)
+        and abs(d - median_us) >= 0.1 * median_us
+    ]
+
+# %%
+# What this run says, computed from the numbers above:
+
+slowest = max(range(len(durations)), key=durations.__getitem__)
+print(
+    f"The mean is {mean_us / median_us - 1:+.1%} off the median; the slowest step "
+    f"(#{steps[slowest]}, {durations[slowest]:.1f} µs) took {durations[slowest] / min_us:.2f}x "
+    f"the fastest. Outlier steps: {outliers or 'none'}."
+)
+first_five = durations[:5]
+print(
+    f"A reader who timed only the first five steps would report a mean of "
+    f"{statistics.fmean(first_five):.1f} µs; the median of all twenty is {median_us:.1f} µs."
+)
+print(f"The post, on its A100: mean of five 1084 µs against a typical ~580 µs, {1084 / 580:.2f}x.")
+
+# %%
+# The post's outlier came from one slow step. On the H100 this site is built on, the twenty
+# GEMMs of our recorded runs stayed close together; the output above says how close in
+# this one. Three warm-up calls are enough for the GPU to raise its clock, and twenty 4096
+# products are a short load: too short to heat the chip or reach its power limit.
+#
+# How fast is that?
+# -----------------
+# A 4096 product is :math:`2n^3` floating-point operations. From each statistic we get a
+# throughput, and put it next to the GPU's measured peak: a large bf16 GEMM timed the same
+# way by :func:`~profiling_utils.peaks.measure_peaks`.
+
+peaks = measure_peaks()
+if run.has_gpu and peaks is not None:
+    print(peaks.summary())
+    flops = gemm_flops(n, n, n)
+    for name, value in (("median", median_us), ("min", min_us), ("mean", mean_us)):
+        tflops = achieved_tflops(flops, value)
+        print(
+            f"at the {name:6s} {value:7.1f} µs: {tflops:6.1f} TFLOP/s, "
+            f"{tflops / peaks.matmul_tflops:.0%} of the measured peak"
+        )
+    share = achieved_tflops(flops, median_us) / peaks.matmul_tflops
+    if share >= 0.97:
+        print(
+            f"At {share:.0%} of the peak, the {n} product runs as fast per operation as the "
+            f"{peaks.matmul_size} one that set it: at this size the GEMM already fills the GPU."
+        )
+else:
+    print("No GPU here: there is no GEMM kernel and no GPU peak to compare it with.")
+
+# %%
+# The slowest and the fastest GEMM on the timeline of the whole run:
+
+marks = [highlight_span(gemms[slowest], "slowest")]
+fastest = min(range(len(durations)), key=durations.__getitem__)
+if fastest != slowest:
+    marks.append(highlight_span(gemms[fastest], "fastest"))
+plot_timeline(trace, highlights=marks, max_depth=2, title=f"{run.name}: all twenty steps")
+
+# %%
+# The profiler table sums the twenty steps. Its average column is the mean: the statistic
+# the post warns about.
+
+profiler_table(run)
+
+# %%
+# Beyond the post: a long burst after an idle pause
+# -------------------------------------------------
+# The likely causes of variance (clocks, power, heat) need a longer load to show. We let
+# the GPU idle for two seconds, then run 400 back-to-back bf16 8192 GEMMs (40 recorded
+# steps of ten), about half a second of full load, and plot every kernel's duration against
+# its start time.
+
+burst = None
+if device == "cuda":
+    a, c = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+    torch.cuda.synchronize()
+    time.sleep(2.0)
+    burst = capture(
+        lambda: [torch.matmul(a, c) for _ in range(10)],
+        name="8192_bf16_burst-after-idle_eager",
+        label="ten_gemms",
+        wait=0,
+        warmup=0,
+        active=40,
+        out_dir=trace_dir(),
+    )
+    kernels = [k for k in burst.trace.kernels if burst.trace.step_of(k) is not None]
+    starts_ms = [(k.start - kernels[0].start) / 1000 for k in kernels]
+    burst_us = [k.dur for k in kernels]
+    early, late = statistics.median(burst_us[:20]), statistics.median(burst_us[-100:])
+    print(
+        f"{len(kernels)} GEMMs in {starts_ms[-1] + burst_us[-1] / 1000:.0f} ms. Median of the "
+        f"first 20: {early:.0f} µs; of the last 100: {late:.0f} µs ({late / early - 1:+.1%}); "
+        f"slowest {max(burst_us):.0f} µs, fastest {min(burst_us):.0f} µs."
+    )
+    if late > 1.03 * early:
+        print(f"The same GEMM ran {late / early - 1:.0%} slower by the end of the burst.")
+    else:
+        print("The GEMM kept its speed through the burst (within 3%).")
+    try:  # needs the nvidia-ml-py package (pynvml)
+        print(
+            f"Right after the burst: SM clock {torch.cuda.clock_rate()} MHz, power draw "
+            f"{torch.cuda.power_draw() / 1000:.0f} W, temperature {torch.cuda.temperature()} °C."
+        )
+    except Exception as error:  # noqa: BLE001 - any failure only means no readings
+        print(f"No clock or power readings ({type(error).__name__}: {error}).")
+    del a, c
+else:
+    print("No GPU here: the burst needs one, so this part is skipped.")
+
+# %%
+# Every kernel of the burst:
+
+if burst is not None:
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    ax.plot(starts_ms, burst_us, ".", markersize=3, color="#009e73")
+    ax.axhline(early, color="0.3", linestyle="--", linewidth=1)
+    ax.annotate(
+        f"median of the first 20: {early:.0f} µs",
+        xy=(0.0, early),
+        xycoords=("axes fraction", "data"),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+    )
+    ax.set_xlabel("ms since the first GEMM of the burst")
+    ax.set_ylabel("GEMM duration (µs)")
+    ax.set_title("400 back-to-back bf16 8192 GEMMs after 2 s idle", loc="left")
+    ax.grid(True, color="0.92")
+    fig.tight_layout()
+
+# %%
+# On the H100 this site is built on, our bursts started at the speed of the short runs and
+# then slowed in steps as the load went on (the output and the plot above show this run).
+# The kernel, its inputs and its launch are the same throughout; what changes is the clock
+# the GPU allows itself as its power draw climbs towards its limit. A short benchmark sees
+# the first part only; a long training run lives in the second.
+#
+# What the cheatsheet finds
+# -------------------------
+# :func:`~profiling_utils.rules.diagnose` on the twenty-step run, with every rule: whether
+# the variance rule fires, and the other marks that a ``wait=0, warmup=0`` schedule leaves.
+
+findings_table(diagnose(trace), caption=run.name)
+
+# %%
+# And the variance rule on the burst:
+
+if burst is not None:
+    burst_findings = diagnose(burst.trace, select=["kernel-variance"])
+else:
+    burst_findings = []
+    print("No GPU here, so there is no burst to diagnose.")
+findings_table(burst_findings, caption="the burst")
+
+# %%
+# What this means for reporting a number
+# --------------------------------------
+# - **Warm up first**, and say so: the first calls pay one-time costs (see the cold-start
+#   tutorial), and the clock needs a moment to rise.
+# - **Report the median** over many steps, or the minimum when you want the best the
+#   hardware can do; give the **spread** (min and max, or the quartiles) and the number of
+#   steps. A mean over a handful of steps is pulled by a single slow one.
+# - **Match the load you care about.** Short bursts and long sustained runs settle at
+#   different clocks; a benchmark of one is not evidence about the other.
+# - **Look at the trace, not only the table.** The table's average hides whether one step
+#   was slow or all were.
+#
+# The traces
+# ----------
+
+trace_links(run)
+
+# %%
+
+trace_links(burst) if burst is not None else print("No burst trace without a GPU.")
