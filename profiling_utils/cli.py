@@ -45,6 +45,7 @@ exits with status 2 (the status argparse uses for bad usage).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -150,7 +151,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "spans": len(trace.spans),
         "duration_us": max((s.end for s in trace.spans), default=0.0),
         "has_gpu": trace.has_gpu,
-        "devices": [measures._jsonable(device) for device in trace.devices],
+        "devices": [dataclasses.asdict(device) for device in trace.devices],
         "cuda_runtime_version": trace.cuda_runtime_version,
         "cuda_driver_version": trace.cuda_driver_version,
         "cupti_version": trace.cupti_version,
