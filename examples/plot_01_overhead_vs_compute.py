@@ -31,9 +31,10 @@ import matplotlib.pyplot as plt
 import torch
 from torch.autograd import DeviceType
 
-from profiling_utils import capture, run_name
+from profiling_utils import capture, diagnose, run_name
 from profiling_utils.measures import gpu_gaps, kernel_launches, step_times
 from profiling_utils.render import (
+    findings_table,
     highlight_between,
     highlight_span,
     plot_timeline,
@@ -217,6 +218,28 @@ plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name
 # CPU queued the kernels and moved on. The zoom also shows the previous step's kernels
 # still running on the GPU when this step starts on the CPU.
 #
+# What the cheatsheet says
+# ------------------------
+#
+# :func:`~profiling_utils.diagnose` applies the post's trace reading cheatsheet to a trace.
+# We ask for the rules of its first table, the profiler table. They read the trace rather
+# than the table, so they compare the GPU's busy time with the CPU time of the median step
+# instead of the two totals; the verdict is the same kind.
+
+TABLE_RULES = ["overhead-bound", "compute-bound", "hotspot", "many-calls", "cost-in-children"]
+findings_table(diagnose(small.trace, select=TABLE_RULES), caption=small.name)
+
+# %%
+# With a GPU, the small run is flagged **overhead-bound**, a warning: the GPU is busy for
+# a small fraction of each step. The other rows name the hotspot kernel and the rows whose
+# cost is in their children, as read above.
+
+findings_table(diagnose(large.trace, select=TABLE_RULES), caption=large.name)
+
+# %%
+# The large run is **compute-bound** instead: an ``info`` finding, since that is where you
+# want to be.
+#
 # Which kernel did the product, and how fast was it?
 # --------------------------------------------------
 #
@@ -262,7 +285,7 @@ else:
 #
 # Two sizes show that both regimes exist, not where one turns into the other. We profile a
 # range of sizes (fewer on a CPU), warmed up this time, and take from each trace the median
-# over five recorded steps of two numbers from :func:`~profiling_utils.measures.step_times`:
+# over ten recorded steps of two numbers from :func:`~profiling_utils.measures.step_times`:
 #
 # - **CPU time per step**: how long the ``ProfilerStep`` lasted on the CPU;
 # - **GPU time per step**: how long the GPU was busy with that step's work.
@@ -279,7 +302,7 @@ for size in sizes:
         out_dir=trace_dir() / "sweep",
         wait=0,
         warmup=1,
-        active=5,
+        active=10,
         warmup_iters=3,
     )
     times = step_times(run.trace)
@@ -335,7 +358,7 @@ ax.set_xscale("log", base=2)
 ax.set_yscale("log")
 ax.set_xticks(sizes, [str(s) for s in sizes])
 ax.set_xlabel("n (bf16 n×n @ n×n, then an n×n add)")
-ax.set_ylabel("µs per step (median of 5)")
+ax.set_ylabel("µs per step (median of 10)")
 ax.set_title("CPU and GPU time per step against the size", loc="left")
 ax.grid(True, color="0.9")
 ax.legend(frameon=False)
