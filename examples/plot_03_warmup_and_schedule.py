@@ -1,0 +1,321 @@
+"""
+Warm-up and the schedule: what does each step hide?
+===================================================
+
+*The profiler's schedule has four knobs, and ``capture`` can run warm-up iterations before
+it. Which costs does each one keep out of the trace, and does keeping a cost out of the
+trace make it go away?*
+
+We read the schedule step by step, then profile the same 64 by 64 matmul plus add three
+ways, each in a fresh Python process: with nothing hidden, with the post's schedule, and
+with the post's schedule after three warm-up iterations. Last, we time the first calls
+with a plain clock, outside the profiler, to see what the trace no longer shows.
+"""
+
+# %%
+# The schedule, step by step
+# --------------------------
+#
+# ``torch.profiler.schedule(wait, warmup, active, repeat)`` is a function from a step
+# number to what the profiler does in that step. Calling it shows the whole plan:
+#
+# - ``wait`` steps run with the profiler *off*: nothing about them is recorded;
+# - ``warmup`` steps run with the profiler *on*, and what it collected is then thrown away,
+#   so its own start-up costs land there;
+# - ``active`` steps are recorded; the last one also hands the trace over
+#   (``RECORD_AND_SAVE``);
+# - ``repeat`` runs that cycle again; ``0`` repeats it for as long as steps come.
+
+import math
+import statistics
+import subprocess
+import sys
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from torch.profiler import schedule
+
+from profiling_utils import capture, diagnose, load_trace, run_name
+from profiling_utils.measures import step_times
+from profiling_utils.render import (
+    findings_table,
+    highlight_span,
+    plot_timeline,
+    profiler_table,
+    trace_dir,
+    trace_links,
+)
+
+plan = schedule(wait=1, warmup=1, active=3, repeat=2)
+for number in range(12):
+    print(f"step {number:2d}: {plan(number).name}")
+
+# %%
+# Five steps make one cycle; after two cycles the profiler does nothing more. Each
+# ``RECORD_AND_SAVE`` ends a cycle, and with ``repeat=2`` there are two of them. A profiler
+# that is exported once, at the end, keeps only the last cycle (torch warns about this
+# unless ``acc_events=True``). We check with a capture in this process:
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x, w, b = (torch.randn(64, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+cycles = capture(
+    lambda: torch.add(torch.matmul(x, w), b),
+    name=run_name(64, "bf16", warm=True) + "_repeat2",
+    label="matmul_add",
+    out_dir=trace_dir(),
+    warmup_iters=3,
+    wait=1,
+    warmup=1,
+    active=3,
+    repeat=2,
+)
+print(f"steps in the exported trace: {[s.number for s in cycles.trace.steps]}")
+profiler_table(cycles)
+
+# %%
+# Only the second cycle's steps are in the trace, and the table's ``# of Calls`` counts only
+# them. To keep several cycles, export each one as it ends (``on_trace_ready``) or pass
+# ``acc_events=True`` to ``torch.profiler.profile``.
+#
+# Three ways to record the same steps
+# -----------------------------------
+#
+# Costs that are paid once happen once per *process*. This page is built in the same Python
+# process as the tutorials before it, so every comparison below runs in a new Python
+# process of its own. This is the whole program; its three arguments are the warm-up
+# iterations, ``wait`` and ``warmup``:
+
+PROGRAM = """
+import sys
+import torch
+from profiling_utils import capture, run_name
+from profiling_utils.render import trace_dir
+
+warmup_iters, wait, warmup = (int(arg) for arg in sys.argv[1:4])
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x, w, b = (torch.randn(64, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+run = capture(
+    lambda: torch.add(torch.matmul(x, w), b),
+    name=f"{run_name(64, 'bf16', warm=warmup_iters > 0)}_wait{wait}_warmup{warmup}",
+    label="matmul_add",
+    out_dir=trace_dir(),
+    warmup_iters=warmup_iters,
+    wait=wait,
+    warmup=warmup,
+    active=5,
+)
+print(run.trace_path)
+"""
+
+
+def in_fresh_process(program, *args):
+    """Run ``program`` in a new Python process; return the last line it printed."""
+    child = subprocess.run(
+        [sys.executable, "-c", program, *map(str, args)], capture_output=True, text=True
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"the child process failed:\n{child.stderr}")
+    return child.stdout.strip().splitlines()[-1]
+
+
+setups = {
+    "nothing hidden": (0, 0, 0),
+    "post's schedule": (0, 1, 1),
+    "post's schedule, warmed up": (3, 1, 1),
+}
+traces = {label: load_trace(in_fresh_process(PROGRAM, *args)) for label, args in setups.items()}
+for label, (warmup_iters, wait, warmup) in setups.items():
+    print(f"{label:27s} warmup_iters={warmup_iters} wait={wait} warmup={warmup}")
+
+# %%
+# Step widths side by side
+# ------------------------
+#
+# Each run recorded five steps. Their widths on the CPU, from
+# :func:`~profiling_utils.measures.step_times`, in µs:
+
+widths = {label: [t.cpu_us for t in step_times(trace)] for label, trace in traces.items()}
+print(f"{'':27s}" + "".join(f"{f'step {i + 1}':>11s}" for i in range(5)) + "   first/median")
+for label, row in widths.items():
+    ratio = row[0] / statistics.median(row[1:])
+    print(f"{label:27s}" + "".join(f"{v:11.1f}" for v in row) + f"   {ratio:11.1f}x")
+
+# %%
+# The last column is the first step's width over the median of the other four: 1 means the
+# first step looks like the rest.
+
+fig, ax = plt.subplots(figsize=(7, 4))
+positions = np.arange(5)
+for offset, (label, row) in zip((-0.27, 0, 0.27), widths.items(), strict=True):
+    ax.bar(positions + offset, row, width=0.27, label=label)
+ax.set_yscale("log")
+ax.set_xticks(positions, [str(i + 1) for i in range(5)])
+ax.set_xlabel("recorded step")
+ax.set_ylabel("step width on the CPU (µs, log scale)")
+ax.set_title("The same five steps, recorded three ways", loc="left")
+ax.legend(frameon=False)
+fig.tight_layout()
+
+# %%
+# With nothing hidden, the first recorded step holds the first call of the process and
+# the profiler's own start-up (the next tutorial takes that part apart), so it dwarfs the
+# others. The post's schedule moves the first call into the ``wait`` step and the
+# profiler's start-up into the ``warmup`` step: neither is recorded. Warm-up iterations
+# move the first calls out of the profiled steps altogether.
+#
+# Which setup made the first step most like the others in this run?
+
+
+def first_over_rest(row):
+    return row[0] / statistics.median(row[1:])
+
+
+alike = min(widths, key=lambda label: abs(math.log(first_over_rest(widths[label]))))
+row = widths[alike]
+print(
+    f"Most alike: '{alike}', first step {first_over_rest(row):.1f}x the median of the "
+    f"others; widths from {min(row):.1f} to {max(row):.1f} µs."
+)
+
+# %%
+# The post saw every step take about the same time once it warmed up. Where a first
+# recorded step still stands out after warming up, the likely reason is the profiler's own
+# first recorded step, which the previous tutorial measured in a process that had run the
+# code before.
+#
+# Where the time of the unwarmed first step goes
+# ----------------------------------------------
+#
+# The "nothing hidden" trace, with the matrix product's ``aten::mm`` of its first step
+# highlighted:
+
+raw = traces["nothing hidden"]
+first = raw.steps[0]
+mm = next(op for op in raw.find("aten::mm") if raw.step_of(op) is first)
+for name in ("aten::mm", "aten::add"):
+    durations = {raw.step_of(op).number: op.dur for op in raw.find(name)}
+    later = statistics.median(d for number, d in durations.items() if number != first.number)
+    print(
+        f"{name:9s} in ProfilerStep#{first.number}: {durations[first.number]:9.1f} µs "
+        f"({durations[first.number] / first.span.dur:.0%} of the step); later steps: "
+        f"median {later:.1f} µs"
+    )
+plot_timeline(
+    raw,
+    highlights=[highlight_span(mm, "first aten::mm")],
+    max_depth=3,
+    title="Nothing hidden: the first step holds the first call",
+)
+
+# %%
+# With a GPU, the first ``aten::mm`` of a process takes most of its step, and the first
+# ``aten::add`` is far slower than the later ones too, though no math library is involved
+# in an add: loading each kernel's code on its first launch is a likely part of both, and
+# setting up cuBLAS a likely part of the product's. The later steps are thin slivers at the
+# right. Under the post's schedule the same calls still happen, in the ``wait`` step, where
+# the profiler is off.
+#
+# The cheatsheet's rules about first steps, applied to the trace with nothing hidden and to
+# the warmed-up one:
+
+FIRST_STEP_RULES = ["cold-start", "dead-window", "buffer-request"]
+findings_table(diagnose(raw, select=FIRST_STEP_RULES), caption="nothing hidden")
+
+# %%
+
+warmed = traces["post's schedule, warmed up"]
+findings_table(diagnose(warmed, select=FIRST_STEP_RULES), caption="post's schedule, warmed up")
+
+# %%
+# In words, for this build:
+
+for label in ("nothing hidden", "post's schedule, warmed up"):
+    fired = sorted({f.rule for f in diagnose(traces[label], select=FIRST_STEP_RULES)})
+    print(f"{label}: {', '.join(fired) if fired else 'none of them fired'}")
+
+# %%
+# ``cold-start`` is the rule for a first step several times wider than the rest;
+# ``buffer-request`` reports the profiler's own start-up, which the trace with nothing
+# hidden also holds (the next tutorial takes it apart). Once the schedule and the warm-up
+# iterations have done their job, a first step that still stands out a little, as measured
+# above, stays under the rules' thresholds or near them: read steady-state numbers from the
+# later steps either way.
+#
+# Not profiling a cost is not removing it
+# ---------------------------------------
+#
+# Warm-up keeps one-time costs out of the measurement. The costs themselves are still paid,
+# once per process, by whoever runs the code first: the first request a server answers,
+# the first step of a training job. A plain clock shows them. We time the first five calls
+# of the step in a fresh process, waiting for the GPU after each one so that the clock
+# covers the GPU's work too:
+
+FIRST_CALLS = """
+import time
+import torch
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x, w, b = (torch.randn(64, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+times = []
+for _ in range(5):
+    start = time.perf_counter()
+    torch.add(torch.matmul(x, w), b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    times.append((time.perf_counter() - start) * 1e6)
+print(" ".join(f"{t:.1f}" for t in times))
+"""
+
+fresh_calls = [float(v) for v in in_fresh_process(FIRST_CALLS).split()]
+
+
+def timed_calls(count=5):
+    """The same clock, in this process, which has run this code before."""
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        torch.add(torch.matmul(x, w), b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+this_process = timed_calls()
+print("call               " + "".join(f"{i + 1:>11d}" for i in range(5)))
+print("fresh process (µs) " + "".join(f"{t:11.1f}" for t in fresh_calls))
+print("this process (µs)  " + "".join(f"{t:11.1f}" for t in this_process))
+ratio = fresh_calls[0] / statistics.median(this_process)
+print(f"The first call of a fresh process took {ratio:.0f}x as long as a call in this process.")
+
+# %%
+# With a GPU, the first call of a fresh process costs many times a later one, whatever the
+# profiler's schedule says. (Creating the CUDA context is not in these numbers: the operands
+# were made on the device before the clock started.) Warm-up iterations and the schedule's ``wait``
+# and ``warmup`` only decide whether the trace shows it. To shrink the cost itself you need
+# other tools: keep a process alive and reuse it, load what is needed ahead of time, or
+# capture the work once and replay it (CUDA graphs, in a later tutorial).
+#
+# The traces
+# ----------
+#
+# The three fresh-process runs, and the two-cycle capture:
+
+trace_links(traces["nothing hidden"].path)
+
+# %%
+
+trace_links(traces["post's schedule"].path)
+
+# %%
+
+trace_links(traces["post's schedule, warmed up"].path)
+
+# %%
+
+trace_links(cycles)
