@@ -1,0 +1,313 @@
+"""
+The profiler's own footprint: buffer requests, lane offsets and the final sync
+==============================================================================
+
+*With no* ``wait`` *and no* ``warmup`` *in the schedule, the first recorded step holds work
+that is not yours. What is it, how long does it take, and how do you tell it from your own
+code?*
+
+We profile a warmed-up 64 by 64 matmul plus add with ``wait=0, warmup=0``, so that the
+profiler's start-up lands in the recording, and look at three things the post points out:
+the ``Activity Buffer Request`` on the profiler's own row, the offset between the CPU and
+GPU lanes with a gap inside the first step, and the ``cudaDeviceSynchronize`` that ends
+the recording. Twenty recorded steps then show which of these happen once.
+"""
+
+# %%
+# Record with nothing to absorb the start-up
+# ------------------------------------------
+#
+# Three warm-up iterations run before the profiler starts, so the process has already done
+# this work: what remains unusual in the first step is the profiler's.
+
+import statistics
+
+import matplotlib.pyplot as plt
+import torch
+
+from profiling_utils import capture, diagnose, run_name
+from profiling_utils.measures import gpu_gaps, lane_offset, step_times
+from profiling_utils.render import (
+    Highlight,
+    findings_table,
+    highlight_between,
+    highlight_span,
+    plot_timeline,
+    profiler_table,
+    trace_dir,
+    trace_links,
+)
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+x, w, b = (torch.randn(64, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+
+
+def step():
+    return torch.add(torch.matmul(x, w), b)
+
+
+run = capture(
+    step,
+    name=run_name(64, "bf16", warm=True) + "_w0a3",
+    label="matmul_add",
+    out_dir=trace_dir(),
+    warmup_iters=3,
+    wait=0,
+    warmup=0,
+    active=3,
+)
+trace = run.trace
+profiler_table(run)
+
+# %%
+# The table has nothing that says "profiler": its rows are our operators, the launch calls
+# and the kernels. The profiler's own work is in the trace, on a row of its own.
+#
+# The Activity Buffer Request
+# ---------------------------
+#
+# The profiler collects GPU activity through NVIDIA's CUPTI, which hands the records over
+# in buffers that the profiler provides. Kineto shows the time it spent providing one as an
+# ``Activity Buffer Request`` on the overhead row of the trace (``pid -1``).
+
+requests = [span for span in trace.overhead if span.name == "Activity Buffer Request"]
+for request in requests:
+    inside = trace.step_of(request)
+    ops = [op for op in trace.cpu_ops if op.start <= request.start < op.end]
+    running = max(ops, key=lambda op: op.depth).name if ops else "no operator"
+    print(
+        f"Activity Buffer Request: {request.dur:.1f} µs, starting {request.start:.1f} µs into "
+        f"the trace, in ProfilerStep#{inside.number if inside else '?'}, while {running} runs"
+    )
+if not requests:
+    print("No Activity Buffer Request in this trace", end="")
+    print(": there is no GPU, so no CUPTI." if not trace.has_gpu else ".")
+
+# %%
+# With a GPU, the request falls in the first recorded step, inside the first operator that
+# launches a kernel: the first GPU activity of the session is when the profiler needs its
+# first buffer. In the timeline, the request sits on the "CUPTI overhead" row, and the CPU
+# lane above it is stalled inside that operator for as long as it lasts.
+
+first = trace.steps[0]
+marks = [highlight_span(r, "Activity Buffer Request") for r in requests]
+if not marks:
+    marks = [highlight_span(first.span, "first step")]
+plot_timeline(trace, highlights=marks, max_depth=4, title=run.name)
+
+# %%
+# The post saw the same row on its A100 and tied it to the offset between its CPU and GPU
+# lanes (`the post <https://huggingface.co/blog/torch-profiler>`_).
+#
+# The offset between the lanes
+# ----------------------------
+#
+# :func:`~profiling_utils.measures.lane_offset` measures, per step, how far the GPU lane
+# runs behind the CPU lane: from the step's first launch call to the start of the GPU work
+# it started, and from the step's start on the CPU to its first GPU work.
+
+offsets = lane_offset(trace)
+for offset in offsets:
+    print(
+        f"ProfilerStep#{offset.step}: launch {offset.launch.name} → GPU start "
+        f"{offset.offset_us:8.1f} µs; step start → first GPU work "
+        f"{offset.step_start_to_gpu_us:8.1f} µs"
+    )
+if offsets and requests:
+    share = (
+        sum(r.dur for r in requests if trace.step_of(r) is first) / offsets[0].step_start_to_gpu_us
+    )
+    print(f"The buffer request is {share:.0%} of the first step's start-to-GPU offset.")
+if not offsets:
+    print("No GPU work in this trace: there is no GPU lane to be offset from.")
+
+# %%
+# With a GPU, the first step's offset is many times the later ones'. The buffer request
+# holds the CPU before it reaches the first launch, and the last line above says how much
+# of the offset it makes up; the first launch call of the session can itself be slow. In
+# later steps the GPU starts a few microseconds after each launch. The post measured an
+# offset of about 2.5 ms on its A100.
+#
+# Zoomed to the first step, with the offset from the step's start to its first GPU work
+# marked across all lanes, and the largest idle stretch of the GPU inside the step:
+
+marks = []
+if offsets:
+    marks.append(Highlight(first.start, offsets[0].gpu.start, "step start → first GPU work"))
+first_gaps = [gap for gap in gpu_gaps(trace) if gap.step == first.number]
+if first_gaps:
+    widest_gap = max(first_gaps, key=lambda gap: gap.gap_us)
+    marks.append(highlight_between(widest_gap.before, widest_gap.after, "GPU gap"))
+plot_timeline(trace, step=first.number, highlights=marks, max_depth=4, title=run.name)
+
+# %%
+# The gap inside the step
+# -----------------------
+#
+# The post also saw the GPU idle between the two kernels of this first step, and suggested
+# another buffer request as the likely cause. The trace can tell: if the second kernel was
+# launched *before* the GPU went idle, something other than our code held the GPU back; if
+# it was launched *after*, the GPU was simply waiting for the CPU.
+
+for gap in gpu_gaps(trace):
+    launch = trace.launch_of(gap.after)
+    late = launch.end - gap.before.end
+    reason = (
+        f"launched {late:.1f} µs after the GPU went idle: the GPU waited for the CPU"
+        if late > 0
+        else f"launched {-late:.1f} µs before the GPU went idle: the GPU was held back"
+    )
+    print(f"ProfilerStep#{gap.step}: {gap.gap_us:6.1f} µs idle before the add kernel, {reason}")
+if not trace.has_gpu:
+    print("No GPU here, so no GPU gaps.")
+
+# %%
+# Compare the first step's line with the others. On the H100 this site is built on, the
+# add kernel of the first step was launched after the GEMM had finished, so the gap is CPU
+# time: the first step's operators run slower, after the buffer request, and the GPU waits
+# for them (see the output above for this build).
+#
+# Twenty steps: once, or every time?
+# ----------------------------------
+#
+# The post's test: record many steps. Whatever the profiler does once shows in one step;
+# whatever your code does shows in all of them.
+
+long_run = capture(
+    step,
+    name=run_name(64, "bf16", warm=True) + "_w0a20",
+    label="matmul_add",
+    out_dir=trace_dir(),
+    warmup_iters=3,
+    wait=0,
+    warmup=0,
+    active=20,
+)
+long_trace = long_run.trace
+long_requests = [span for span in long_trace.overhead if span.name == "Activity Buffer Request"]
+request_steps = sorted({long_trace.step_of(r).number for r in long_requests})
+print(f"{len(long_requests)} Activity Buffer Request(s) in 20 steps, in steps {request_steps}")
+widths = [t.cpu_us for t in step_times(long_trace)]
+gap_by_step = {gap.step: gap.gap_us for gap in gpu_gaps(long_trace)}
+gaps = [gap_by_step.get(s.number, 0.0) for s in long_trace.steps]
+print(
+    f"first step {widths[0]:.1f} µs wide, the others median {statistics.median(widths[1:]):.1f}"
+    f" µs; GPU gap in the first step {gaps[0]:.1f} µs, the others median "
+    f"{statistics.median(gaps[1:]):.1f} µs"
+)
+
+# %%
+# Step by step:
+
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 4.6), sharex=True)
+numbers = [s.number for s in long_trace.steps]
+top.bar(numbers, widths, color="#56b4e9")
+top.set_yscale("log")
+top.set_ylabel("step width (µs)")
+top.set_title("Twenty recorded steps, step by step", loc="left")
+bottom.bar(numbers, gaps, color="#009e73")
+bottom.set_ylabel("GPU gap (µs)")
+bottom.set_xlabel("ProfilerStep#")
+bottom.set_xticks(numbers)
+fig.tight_layout()
+
+# %%
+# With a GPU there is one buffer request, in the first step, and the first step's width
+# and gap stand out from the nineteen after it: the profiler's start-up, paid once. A
+# gap that your code causes would show in every step. A schedule with ``wait`` and
+# ``warmup`` steps keeps all of this out of the recording, which is why the post's default
+# schedule has them.
+#
+# The synchronisation that ends the window
+# ----------------------------------------
+#
+# When the recording ends, the profiler calls ``cudaDeviceSynchronize`` so that every GPU
+# activity has finished and been reported before it collects them. The call blocks the CPU
+# for as long as the GPU still has queued work, so its length says more about the GPU than
+# about the CPU. We measure it against two amounts of GPU work: what ran *during* the sync
+# (what it actually waited for) and what ran in all the recorded steps.
+
+
+def sync_report(trace):
+    syncs = [
+        span for span in trace.find("cudaDeviceSynchronize") if span.start >= trace.steps[-1].start
+    ]
+    if not syncs:
+        print(f"{trace.path.name}: no cudaDeviceSynchronize after the last step")
+        return
+    sync = syncs[-1]
+    during = sum(
+        max(0.0, min(work.end, sync.end) - max(work.start, sync.start)) for work in trace.gpu_work
+    )
+    recorded = sum(t.gpu_busy_us for t in step_times(trace))
+    print(
+        f"{trace.path.name}: cudaDeviceSynchronize {sync.dur:.1f} µs; GPU busy during it "
+        f"{during:.1f} µs ({during / sync.dur:.0%} of it); GPU work in all recorded steps "
+        f"{recorded:.1f} µs"
+    )
+
+
+sync_report(trace)
+
+# %%
+# At this size the GPU finished its last kernel long before the steps ended, so the sync
+# has next to nothing to wait for. The post measured a 1.78 ms sync on its A100, covering
+# 26 µs of GPU work, and read it as the overhead-bound symptom: the CPU, not the GPU, set
+# the pace. For contrast, the same recording at 4096, where the CPU runs ahead of a busy
+# GPU:
+
+if device == "cuda":
+    x, w, b = (torch.randn(4096, 4096, device=device, dtype=torch.bfloat16) for _ in range(3))
+    big = capture(
+        step,
+        name=run_name(4096, "bf16", warm=True) + "_w0a3",
+        label="matmul_add",
+        out_dir=trace_dir(),
+        warmup_iters=3,
+        wait=0,
+        warmup=0,
+        active=3,
+    )
+    sync_report(big.trace)
+else:
+    big = None
+    print("No GPU here: no sync to wait for a busy GPU, so no contrast to show.")
+
+# %%
+# With a GPU, the sync of the large run is mostly GPU work: the CPU had queued the steps'
+# GEMMs and the sync waits for them to finish. A long sync is therefore not CPU cost to
+# optimise; it tells you how far the CPU was ahead of the GPU when the window closed.
+#
+# What the cheatsheet says
+# ------------------------
+#
+# The rules about the profiler's own footprint, applied to the three-step and the
+# twenty-step recordings:
+
+FOOTPRINT_RULES = ["buffer-request", "cold-start", "intra-step-gap", "sync-flush"]
+findings_table(diagnose(trace, select=FOOTPRINT_RULES), caption=run.name)
+
+# %%
+
+findings_table(diagnose(long_trace, select=FOOTPRINT_RULES), caption=long_run.name)
+
+# %%
+# With a GPU, ``buffer-request`` reports the request with the step it fell in and the
+# offset it caused, and ``cold-start`` flags the first step's width, overlapping the
+# request. ``intra-step-gap`` stays silent where the idle GPU was waiting for a late launch,
+# as measured above: that is CPU time, not the profiler holding the GPU back. And
+# ``sync-flush`` speaks only of a sync longer than a step, as in the 4096 run:
+
+big_findings = diagnose(big.trace, select=["sync-flush"]) if big is not None else []
+findings_table(big_findings, caption="the 4096 recording")
+
+# %%
+# The traces
+# ----------
+
+trace_links(run)
+
+# %%
+
+trace_links(long_run)
