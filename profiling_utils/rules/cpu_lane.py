@@ -94,7 +94,8 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         f"of the other steps ({typical:.1f} µs)"
     )
     if overhead:
-        message += f"; {overhead_us:.1f} µs of it overlaps the profiler's {overhead[0].name}"
+        names = ", ".join(dict.fromkeys(span.name for span in overhead))
+        message += f"; {overhead_us:.1f} µs of it overlaps the profiler's own rows ({names})"
     if slowest is not None:
         evidence["slowest_call"] = slowest
         message += (
@@ -192,13 +193,17 @@ def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> 
         first, kernel = members[0]
         row: dict[str, Any] = {"op": op, "api": api, "kernel": kernel_name, "count": len(members)}
         if with_planning:
-            row["planning_calls"] = list(planning)
+            row["planning_calls"] = dict(Counter(planning))
             planning_us = sum(c.dur for launch, _ in members for c in launch.planning)
             row["planning_us"] = us(planning_us / len(members))
         row["footprint"] = _footprint(kernel)
         row["first"] = span_ref(first.call)
         rows.append(row)
     return rows
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " + ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
 
 
 def _describe(row: dict[str, Any]) -> str:
@@ -224,6 +229,7 @@ def _describe(row: dict[str, Any]) -> str:
     an occupancy query before the post's A100 GEMMs, an attribute query before the fp32 GEMM
     on an H100.""",
     severity="info",
+    example="auto_examples/plot_06_launch_planning",
 )
 def planned_launch(facts: Facts) -> Iterator[Hit]:
     planned = [(launch, kernel) for launch, kernel in facts.kernel_launches if launch.planning]
@@ -233,7 +239,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     top = rows[0]
     yield (
         f"{len(planned)} kernel launch(es) follow a planning call; most often "
-        f"{' + '.join(top['planning_calls'])} → {top['api']} in {_describe(top)}, "
+        f"{_counts(top['planning_calls'])} → {top['api']} in {_describe(top)}, "
         f"{top['count']}×.",
         {"launches": len(planned), "groups": rows[:_GROUPS_REPORTED]},
     )
@@ -246,6 +252,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     means="""An elementwise or reduction kernel with a small, fixed footprint (few registers,
     little or no shared memory): there is nothing to plan, PyTorch launches it directly.""",
     severity="info",
+    example="auto_examples/plot_06_launch_planning",
 )
 def plain_launch(facts: Facts) -> Iterator[Hit]:
     plain = [
@@ -274,6 +281,7 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
     planning call, shows that it is heavyweight. On an H100 this is how bf16 GEMMs appear.""",
     severity="info",
     from_post=False,
+    example="auto_examples/plot_06_launch_planning",
 )
 def driver_launch(facts: Facts) -> Iterator[Hit]:
     direct = [
@@ -357,6 +365,7 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
     the bias into its output and then lets the GEMM accumulate onto it. It costs memory
     bandwidth and an extra launch.""",
     severity="info",
+    example="auto_examples/plot_08_torch_compile",
 )
 def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     groups: dict[tuple[str, str], list[Copy]] = {}

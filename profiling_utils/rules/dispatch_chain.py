@@ -24,6 +24,7 @@ _REPORTED = 5
     leaves the rows below out, total time includes them; the launch call links the CPU side to
     the kernel on the GPU lane.""",
     severity="info",
+    example="auto_examples/plot_05_dispatch_chain",
 )
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
@@ -81,6 +82,7 @@ def _kernels_of(facts: Facts, op: Span) -> list[Span]:
     matmul folded the leading (batch) dimensions of a 3-D input into rows because the other
     operand is 2-D: still one plain mm, not a batched one.""",
     severity="info",
+    example="auto_examples/plot_05_dispatch_chain",
 )
 def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     pairs = _under(facts, "aten::mm", "aten::matmul")
@@ -117,6 +119,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     more work to choose and set up the batched kernel, which shows as extra calls under the
     op.""",
     severity="info",
+    example="auto_examples/plot_05_dispatch_chain",
 )
 def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     bmms = [span for span in facts.named("aten::bmm") if span.cat == "cpu_op"]
@@ -159,6 +162,7 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     the bias. No new kernel was generated; a full-matrix bias is first copied into the output
     (see bias-copy), a vector bias (nn.Linear) goes straight into the epilogue.""",
     severity="info",
+    example="auto_examples/plot_08_torch_compile",
 )
 def addmm_fusion(facts: Facts) -> Iterator[Hit]:
     addmms = [span for span in facts.named("aten::addmm") if span.cat == "cpu_op"]

@@ -225,6 +225,7 @@ def _varies(kernels: list[Span]) -> bool:
     not by name: the same shapes can pick another variant when the bias is added differently
     (on an H100 the compiled addmm runs a bias-accumulating variant of the eager kernel).""",
     severity="info",
+    example="auto_examples/plot_08_torch_compile",
 )
 def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     gemms = facts.gemm_launches
@@ -306,6 +307,7 @@ def _pair_rows(facts: Facts, pairs: list[tuple[Copy, Span]]) -> dict[str, Any]:
     still moves the whole bias once. A bias that is a vector can go into a bias epilogue
     with no copy, as nn.Linear's addmm does.""",
     severity="info",
+    example="auto_examples/plot_08_torch_compile",
 )
 def bias_copy(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "DtoD", BIAS_MATMUL_OPS)
@@ -333,6 +335,7 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     not one GPU activity.""",
     severity="info",
     from_post=False,
+    example="auto_examples/plot_08_torch_compile",
 )
 def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "memset", MATMUL_OPS)
