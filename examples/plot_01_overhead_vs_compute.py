@@ -114,7 +114,7 @@ for name in ("matmul_add", "aten::matmul"):
 # ------------------------------
 #
 # Under the table torch prints two sums. *Self CPU time total* adds every row's Self CPU:
-# all the host time of the recorded steps, each microsecond counted once. *Self CUDA time
+# the host time spent inside recorded events, each microsecond counted once. *Self CUDA time
 # total* adds the Self time of the rows that ran *on the GPU*, kernels and copies. The CPU
 # operators are left out, since their Self CUDA column repeats the time of the kernels they
 # launched, and so is the GPU's copy of our label. We compute both from the
@@ -134,12 +134,12 @@ def self_totals(averages):
 
 def print_totals(run):
     cpu_us, device_us = self_totals(run.key_averages)
-    line = f"{run.name}: Self CPU time total {as_time(cpu_us)}"
+    print(f"{run.name}\n  Self CPU time total:  {as_time(cpu_us)}")
     if device_us > 0:
-        line += f", Self CUDA time total {as_time(device_us)}, ratio {cpu_us / device_us:.1f}"
+        print(f"  Self CUDA time total: {as_time(device_us)}")
+        print(f"  CPU total / CUDA total: {cpu_us / device_us:.1f}")
     else:
-        line += "; no GPU work was recorded, so there is no device total"
-    print(line)
+        print("  no GPU work was recorded, so there is no device total")
     return cpu_us, device_us
 
 

@@ -148,26 +148,21 @@ for label, widths, dead in (
     ("same process ", again_widths, again_dead),
 ):
     print(
-        f"{label}: first step {widths[first] / widths[last]:.1f}x as wide as the last, "
-        f"dead window {dead[first] / dead[last]:.1f}x as long "
-        f"({dead[first] - dead[last]:+.1f} µs)"
+        f"{label}: first step {widths[first] / widths[last]:.1f}x the last's width, "
+        f"dead window {dead[first] / dead[last]:.1f}x ({dead[first] - dead[last]:+.1f} µs)"
     )
 cold_excess = cold_dead[first] - cold_dead[last]
 again_excess = again_dead[first] - again_dead[last]
 if cold_excess <= 0:
     print("In the fresh process the first dead window was no longer than the last one.")
 elif again_excess >= cold_excess / 2:
-    print(
-        f"Most of the first step's extra dead window ({again_excess:+.1f} µs against "
-        f"{cold_excess:+.1f} µs) shows up even in a process that has run this code before: "
-        "it is not a cold start of the process, it comes with the first recorded step."
-    )
+    print(f"Extra dead window of the first step: {cold_excess:+.1f} µs in the fresh process,")
+    print(f"{again_excess:+.1f} µs in a process that has run this code before. Most of it is")
+    print("not a cold start of the process: it comes with the first recorded step.")
 else:
-    print(
-        f"Most of the first step's extra dead window is gone in a process that has run this "
-        f"code before ({again_excess:+.1f} µs against {cold_excess:+.1f} µs): it was a cold "
-        "start of the process."
-    )
+    print(f"Extra dead window of the first step: {cold_excess:+.1f} µs in the fresh process,")
+    print(f"{again_excess:+.1f} µs in a process that has run this code before. Most of it")
+    print("was a cold start of the process.")
 
 # %%
 # Where the dead window is
@@ -249,18 +244,12 @@ width_ratio = cold_widths[first] / statistics.median(
 dead_ratio = cold_dead[first] / statistics.median(
     gap for number, gap in cold_dead.items() if number != first
 )
-print(
-    f"cold-start {'fired' if 'cold-start' in fired else 'did not fire'}: it asks for a first "
-    f"step at least {cpu_lane.COLD_START_MIN_RATIO}x the median of the others and "
-    f"{cpu_lane.COLD_START_MIN_EXCESS_US:.0f} µs longer; here "
-    f"{width_ratio:.1f}x."
-)
-print(
-    f"dead-window {'fired' if 'dead-window' in fired else 'did not fire'}: it asks for a dead "
-    f"window at least {cpu_lane.DEAD_WINDOW_MIN_RATIO}x the median of the others and "
-    f"{cpu_lane.DEAD_WINDOW_MIN_EXCESS_US:.0f} µs longer; here "
-    f"{dead_ratio:.1f}x."
-)
+print(f"cold-start {'fired' if 'cold-start' in fired else 'did not fire'}: it asks for a first")
+print(f"  step at least {cpu_lane.COLD_START_MIN_RATIO}x the median of the others and")
+print(f"  {cpu_lane.COLD_START_MIN_EXCESS_US:.0f} µs longer; here {width_ratio:.1f}x.")
+print(f"dead-window {'fired' if 'dead-window' in fired else 'did not fire'}: it asks for a dead")
+print(f"  window at least {cpu_lane.DEAD_WINDOW_MIN_RATIO}x the median of the others and")
+print(f"  {cpu_lane.DEAD_WINDOW_MIN_EXCESS_US:.0f} µs longer; here {dead_ratio:.1f}x.")
 
 # %%
 # A first step that stands out by less than that is what a warmed-up recording normally

@@ -139,10 +139,10 @@ for label, (warmup_iters, wait, warmup) in setups.items():
 # :func:`~profiling_utils.measures.step_times`, in µs:
 
 widths = {label: [t.cpu_us for t in step_times(trace)] for label, trace in traces.items()}
-print(f"{'':27s}" + "".join(f"{f'step {i + 1}':>11s}" for i in range(5)) + "   first/median")
+print(f"{'':27s}" + "".join(f"{f'step {i + 1}':>9s}" for i in range(5)) + "  1st/median")
 for label, row in widths.items():
     ratio = row[0] / statistics.median(row[1:])
-    print(f"{label:27s}" + "".join(f"{v:11.1f}" for v in row) + f"   {ratio:11.1f}x")
+    print(f"{label:27s}" + "".join(f"{v:9.1f}" for v in row) + f"  {ratio:9.1f}x")
 
 # %%
 # The last column is the first step's width over the median of the other four: 1 means the
@@ -176,10 +176,9 @@ def first_over_rest(row):
 
 alike = min(widths, key=lambda label: abs(math.log(first_over_rest(widths[label]))))
 row = widths[alike]
-print(
-    f"Most alike: '{alike}', first step {first_over_rest(row):.1f}x the median of the "
-    f"others; widths from {min(row):.1f} to {max(row):.1f} µs."
-)
+print(f"Most alike: '{alike}'")
+print(f"  first step {first_over_rest(row):.1f}x the median of the others;")
+print(f"  widths from {min(row):.1f} to {max(row):.1f} µs")
 
 # %%
 # The post saw every step take about the same time once it warmed up. Where a first
@@ -201,8 +200,7 @@ for name in ("aten::mm", "aten::add"):
     later = statistics.median(d for number, d in durations.items() if number != first.number)
     print(
         f"{name:9s} in ProfilerStep#{first.number}: {durations[first.number]:9.1f} µs "
-        f"({durations[first.number] / first.span.dur:.0%} of the step); later steps: "
-        f"median {later:.1f} µs"
+        f"({durations[first.number] / first.span.dur:.0%} of the step); later: {later:.1f} µs"
     )
 plot_timeline(
     raw,

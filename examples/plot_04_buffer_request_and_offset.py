@@ -85,10 +85,12 @@ if not requests:
     print(": there is no GPU, so no CUPTI." if not trace.has_gpu else ".")
 
 # %%
-# With a GPU, the request falls in the first recorded step, inside the first operator that
-# launches a kernel: the first GPU activity of the session is when the profiler needs its
-# first buffer. In the timeline, the request sits on the "CUPTI overhead" row, and the CPU
-# lane above it is stalled inside that operator for as long as it lasts.
+# With a GPU, the request falls in the first recorded step, inside the operator named
+# above. On the H100 this site is built on that is the first ``aten::mm``, the first
+# operator to launch a kernel, which suggests that the profiler asks for its first buffer
+# when the session's first GPU activity is about to be recorded. In the timeline the
+# request sits on the "CUPTI overhead" row, and the operator above it does not end before
+# the request does: the CPU thread waits for it.
 
 first = trace.steps[0]
 marks = [highlight_span(r, "Activity Buffer Request") for r in requests]
@@ -191,11 +193,9 @@ print(f"{len(long_requests)} Activity Buffer Request(s) in 20 steps, in steps {r
 widths = [t.cpu_us for t in step_times(long_trace)]
 gap_by_step = {gap.step: gap.gap_us for gap in gpu_gaps(long_trace)}
 gaps = [gap_by_step.get(s.number, 0.0) for s in long_trace.steps]
-print(
-    f"first step {widths[0]:.1f} µs wide, the others median {statistics.median(widths[1:]):.1f}"
-    f" µs; GPU gap in the first step {gaps[0]:.1f} µs, the others median "
-    f"{statistics.median(gaps[1:]):.1f} µs"
-)
+for label, values in (("step width", widths), ("GPU gap", gaps)):
+    others = statistics.median(values[1:])
+    print(f"{label:10s}: first step {values[0]:7.1f} µs, the others' median {others:7.1f} µs")
 
 # %%
 # Step by step:
