@@ -92,7 +92,14 @@ def main() -> None:
     parser.add_argument("--multiples", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool and size")
     parser.add_argument("--json", action="store_true", help="print raw measurements as JSON")
+    parser.add_argument(
+        "--save", type=Path, help="also write the raw measurements there, after each size"
+    )
     args = parser.parse_args()
+    info = machine()
+    info["traceinsight"] = _version("traceinsight")
+    info["pandas"] = _version("pandas")
+    info["numpy"] = _version("numpy")
 
     rows = []
     for multiple in args.multiples:
@@ -117,11 +124,10 @@ def main() -> None:
         row["speedup"] = row["hta_seconds_median"] / row["diagnose_seconds_median"]
         row["peak_ratio"] = row["hta_peak_rss_bytes"] / row["diagnose_peak_rss_bytes"]
         rows.append(row)
+        if args.save:
+            raw = {"machine": info, "repeat": args.repeat, "rows": rows}
+            args.save.write_text(json.dumps(raw, indent=2) + "\n")
 
-    info = machine()
-    info["traceinsight"] = _version("traceinsight")
-    info["pandas"] = _version("pandas")
-    info["numpy"] = _version("numpy")
     if args.json:
         print(json.dumps({"machine": info, "repeat": args.repeat, "rows": rows}, indent=2))
         return

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -88,8 +88,7 @@ def step_label(number: int) -> str:
     return f"ProfilerStep#{number}"
 
 
-@dataclass(frozen=True, slots=True)
-class Launch:
+class Launch(NamedTuple):
     """A runtime or driver call that started GPU work, with what led to it."""
 
     call: Span
@@ -98,7 +97,7 @@ class Launch:
     """The ``cpu_op`` it was made from."""
     planning: tuple[Span, ...]
     """Planning calls (:data:`profiling_utils.measures.PLANNING_CALL_PREFIXES`) made in the
-    same enclosing span after its previous launch."""
+    same enclosing span after its previous kernel launch (kernel launches only)."""
     work: tuple[Span, ...]
     """The GPU work it started, in start order."""
 
@@ -174,8 +173,8 @@ class Facts:
     ) -> tuple[list[Launch], list[tuple[Launch, Span]], dict[int, list[Launch]]]:
         """One pass over the runtime and driver calls builds every launch structure.
 
-        A planning call is remembered under the span it was made in until the next launch
-        from that span takes it.
+        A planning call is remembered under the span it was made in until the next kernel
+        launch from that span takes it.
         """
         trace = self.trace
         spans = trace.spans
@@ -187,25 +186,31 @@ class Facts:
         by_op: dict[int, list[Launch]] = {}
         for call in trace.runtime_calls:
             parent = call.parent
-            if call.is_launch:
-                op = spans[parent] if parent is not None else None
-                if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
-                    op = trace.op_of(call)
-                work = tuple(gpu_work_of(call))
-                launch = Launch(call, op, tuple(pending.pop(parent, ())), work)
-                launches.append(launch)
-                for activity in work:
-                    if activity.cat == "kernel":
-                        with_kernel.append((launch, activity))
-                        break
-                if op is not None:
-                    on_op = by_op.get(op.id)
-                    if on_op is None:
-                        by_op[op.id] = [launch]
-                    else:
-                        on_op.append(launch)
-            elif call.name.startswith(prefixes):
-                pending.setdefault(parent, []).append(call)
+            if not call.is_launch:
+                if call.name.startswith(prefixes):
+                    pending.setdefault(parent, []).append(call)
+                continue
+            op = spans[parent] if parent is not None else None
+            if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
+                op = trace.op_of(call)
+            work = tuple(gpu_work_of(call))
+            kernel = None
+            for activity in work:
+                if activity.cat == "kernel":
+                    kernel = activity
+                    break
+            # Planning is for kernels: a memset or copy launched in between leaves it be.
+            planning = tuple(pending.pop(parent, ())) if pending and kernel is not None else ()
+            launch = Launch(call, op, planning, work)
+            launches.append(launch)
+            if kernel is not None:
+                with_kernel.append((launch, kernel))
+            if op is not None:
+                on_op = by_op.get(op.id)
+                if on_op is None:
+                    by_op[op.id] = [launch]
+                else:
+                    on_op.append(launch)
         return launches, with_kernel, by_op
 
     @property
