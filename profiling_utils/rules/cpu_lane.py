@@ -58,8 +58,9 @@ def _other_median(values: dict[int, float], skip: int) -> float | None:
     see="The first profiled step is several times wider than the others.",
     means="""One-time work landed in it: lazy loading of kernels and libraries, workspace
     allocation, library heuristics, or the profiler's own start-up (its first buffer request).
-    Warm up before profiling, or let the schedule's wait and warmup steps absorb it, and read
-    steady-state numbers from the later steps.""",
+    The overhead row often names some of it (Lazy Function Loading, Runtime Triggered Module
+    Loading, Activity Buffer Request). Warm up before profiling, or let the schedule's wait
+    and warmup steps absorb it, and read steady-state numbers from the later steps.""",
     severity="warning",
 )
 def cold_start(facts: Facts) -> Iterator[Hit]:
@@ -95,7 +96,7 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     )
     if overhead:
         names = ", ".join(dict.fromkeys(span.name for span in overhead))
-        message += f"; {overhead_us:.1f} µs of it overlaps the profiler's own rows ({names})"
+        message += f"; {overhead_us:.1f} µs of it overlaps the overhead row's {names}"
     if slowest is not None:
         evidence["slowest_call"] = slowest
         message += (
@@ -225,9 +226,10 @@ def _describe(row: dict[str, Any]) -> str:
     (cudaFuncGetAttributes) or a function lookup.""",
     means="""A heavyweight kernel whose launch is worked out at run time: usually a GEMM,
     convolution or attention kernel from a library, sized to what fits in an SM's registers
-    and shared memory. Which planning call shows depends on the library path and the GPU:
-    an occupancy query before the post's A100 GEMMs, an attribute query before the fp32 GEMM
-    on an H100.""",
+    and shared memory. Which planning call shows, and how often, depends on the library path
+    and the GPU: an occupancy query before every GEMM on the post's A100; on an H100, an
+    attribute query before every fp32 GEMM, while bf16 GEMMs query occupancy only on their
+    first call in a process and then launch from cached choices (see driver-launch).""",
     severity="info",
     example="auto_examples/plot_06_launch_planning",
 )

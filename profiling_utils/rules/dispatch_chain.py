@@ -114,10 +114,12 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
 @rule(
     "bmm-dispatch",
     "dispatch chain",
-    see="aten::matmul resolving to aten::bmm, with extra CUDA runtime calls.",
-    means="""A batched matrix multiply on 3-D (or higher) tensors on both sides. cuBLAS does
-    more work to choose and set up the batched kernel, which shows as extra calls under the
-    op.""",
+    see="""aten::matmul resolving to aten::bmm, with extra CUDA runtime calls on the post's
+    A100.""",
+    means="""A batched matrix multiply on 3-D (or higher) tensors on both sides. On the A100
+    cuBLAS did more work to choose and set up the batched kernel, which showed as extra calls
+    under the op; on an H100 the batched product launches the same kind of kernel as mm,
+    with no extra call, so the op name is what tells them apart.""",
     severity="info",
     example="auto_examples/plot_05_dispatch_chain",
 )
