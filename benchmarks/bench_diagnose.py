@@ -7,7 +7,8 @@ Python process and alternating between the two tools:
 - ``diagnose``: :func:`profiling_utils.rules.diagnose` on the file, the trace's load and every
   rule included;
 - ``HTA load``: ``hta.common.trace.parse_trace_file`` on the same file, HTA's default (JSON)
-  parser, the first step of any HTA analysis.
+  parser, the first step of any HTA analysis;
+- and, apart, diagnose's split: ``load_trace`` and then all the rules on the loaded trace.
 
 Time is ``time.perf_counter()`` around that one call (imports excluded, on both sides), with
 ``time.process_time()`` beside it (steadier on a shared machine); peak memory is the child's
@@ -66,6 +67,19 @@ findings = diagnose(sys.argv[1])
 seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
 print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
                   "peak_rss_bytes": peak_rss_bytes(), "findings": len(findings)}))
+""",
+    "split": PREAMBLE
+    + """
+from profiling_utils.rules import diagnose
+from profiling_utils.rules.diagnose import gc_paused
+from profiling_utils.trace import load_trace
+start = time.perf_counter()
+trace = load_trace(sys.argv[1])
+loaded = time.perf_counter()
+with gc_paused():
+    findings = diagnose(trace)
+done = time.perf_counter()
+print(json.dumps({"load_seconds": loaded - start, "rules_seconds": done - loaded}))
 """,
     "hta": PREAMBLE
     + """
@@ -141,6 +155,9 @@ def main() -> None:
             row[f"{tool}_peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in results)
         row["speedup"] = row["hta_seconds_median"] / row["diagnose_seconds_median"]
         row["cpu_speedup"] = row["hta_cpu_seconds_median"] / row["diagnose_cpu_seconds_median"]
+        splits = [measure("split", path) for _ in range(args.repeat)]
+        row["load_seconds_median"] = statistics.median(s["load_seconds"] for s in splits)
+        row["rules_seconds_median"] = statistics.median(s["rules_seconds"] for s in splits)
         row["peak_ratio"] = row["hta_peak_rss_bytes"] / row["diagnose_peak_rss_bytes"]
         rows.append(row)
         if args.save:
@@ -169,6 +186,14 @@ def main() -> None:
             f"{row['hta_cpu_seconds_median']:.2f} s ({row['cpu_speedup']:.1f}x) "
             f"| {row['diagnose_peak_rss_bytes'] / 1e6:.0f} MB "
             f"| {row['hta_peak_rss_bytes'] / 1e6:.0f} MB |"
+        )
+    print("\nWhere diagnose's time goes (separate runs, medians):\n")
+    print("| size | load_trace | all rules on the loaded trace |")
+    print("| --: | --: | --: |")
+    for row in rows:
+        print(
+            f"| {row['multiple']}x | {row['load_seconds_median']:.2f} s "
+            f"| {row['rules_seconds_median']:.2f} s |"
         )
 
 
