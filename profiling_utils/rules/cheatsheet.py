@@ -69,7 +69,7 @@ def cheatsheet_markdown() -> str:
             "",
             f"## {_TITLES[table]}",
             "",
-            f"The post's [{_TITLES[table]} table]({POST}#{_POST_ANCHORS[table]}).",
+            f"In the post: [{_TITLES[table]}]({POST}#{_POST_ANCHORS[table]}).",
             "",
             *_table(rows, with_table=False),
         ]
