@@ -1,8 +1,9 @@
 """Sphinx configuration: furo, MyST prose pages, and the gallery executed from ../examples.
 
-Build with ``nox -s docs`` (warnings are errors). Two local extensions live in ``_ext/``:
-``gallery_runs`` (run records, provenance, stale-output detection, trace publishing) and
-``reference_pages`` (the cheatsheet, API and CLI reference generated from the code).
+Build with ``nox -s docs`` (warnings are errors). The local extensions live in ``_ext/``:
+``gallery_runs`` (run records, provenance, stale-output detection, trace publishing),
+``reference_pages`` (the cheatsheet, API and CLI reference generated from the code) and
+``site_policy`` (nothing on a page is loaded from another site).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "gallery_runs",
     "reference_pages",
+    "site_policy",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -46,6 +48,7 @@ html_css_files = ["site.css"]
 # Our own script only: nothing on these pages loads a script or a font from another site.
 html_js_files = [("perfetto.js", {"defer": "defer"})]
 html_favicon = "_static/favicon.svg"
+html_math_renderer = "no_external_script"  # site_policy: math markup is refused, not MathJax
 html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
