@@ -62,6 +62,7 @@ def _other_median(values: dict[int, float], skip: int) -> float | None:
     Loading, Activity Buffer Request). Warm up before profiling, or let the schedule's wait
     and warmup steps absorb it, and read steady-state numbers from the later steps.""",
     severity="warning",
+    example="auto_examples/plot_03_warmup_and_schedule",
 )
 def cold_start(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
@@ -311,6 +312,7 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     the CPU had run ahead of a busy GPU; if it covers little GPU work, the wait is the flush
     itself, a classic overhead-bound sign.""",
     severity="info",
+    example="auto_examples/plot_04_buffer_request_and_offset",
 )
 def sync_flush(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps

@@ -54,6 +54,7 @@ _REPORTED = 5
     offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps it out
     of the recorded ones.""",
     severity="warning",
+    example="auto_examples/plot_04_buffer_request_and_offset",
 )
 def buffer_request(facts: Facts) -> Iterator[Hit]:
     requests = [span for span in facts.trace.overhead if span.name == BUFFER_REQUEST]

@@ -82,6 +82,7 @@ def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
     graph.""",
     severity="warning",
+    example="auto_examples/plot_01_overhead_vs_compute",
 )
 def overhead_bound(facts: Facts) -> Iterator[Hit]:
     rows = _busy_fractions(facts)
@@ -107,6 +108,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     come from the kernels themselves (precision, algorithm, memory traffic), not from the
     launch path.""",
     severity="info",
+    example="auto_examples/plot_01_overhead_vs_compute",
 )
 def compute_bound(facts: Facts) -> Iterator[Hit]:
     rows = _busy_fractions(facts)
@@ -130,6 +132,7 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     means="""That is the hotspot: start optimizing there, since it bounds what any other
     change can gain.""",
     severity="info",
+    example="auto_examples/plot_01_overhead_vs_compute",
 )
 def hotspot(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
@@ -177,6 +180,7 @@ def _steps_cpu_us(facts: Facts) -> float:
     means="""Each call may be cheap, but together they cost dispatch and launch time; see
     whether they can be fused or batched (foreach ops, torch.compile, larger operands).""",
     severity="warning",
+    example="auto_examples/plot_09_diagnose_your_own_trace",
 )
 def many_calls(facts: Facts) -> Iterator[Hit]:
     steps = len(facts.steps)
@@ -217,6 +221,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     means="""The row's own code is cheap; its time is spent in the calls nested under it.
     Follow the nesting down to the row that holds the time itself.""",
     severity="info",
+    example="auto_examples/plot_01_overhead_vs_compute",
 )
 def cost_in_children(facts: Facts) -> Iterator[Hit]:
     steps_cpu = _steps_cpu_us(facts)
