@@ -144,3 +144,22 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     gallery_runs.reset_example(conf, "plot_01_a.py", when="after")
     assert trace_dir() == Path("traces")
     assert perfetto.PAGE_DIR_ENV not in os.environ
+
+
+@pytest.mark.parametrize("plot_gallery", [True, False])
+def test_only_a_build_that_executes_examples_drops_stale_outputs(
+    tmp_path: Path, plot_gallery: bool
+) -> None:
+    from types import SimpleNamespace
+
+    example = _cached_example(tmp_path, "plot_a", "made with another torch")
+    conf = {
+        "examples_dirs": "../examples",
+        "gallery_dirs": "auto_examples",
+        "plot_gallery": plot_gallery,
+    }
+    config = SimpleNamespace(sphinx_gallery_conf=conf)
+    app = SimpleNamespace(srcdir=tmp_path / "docs", config=config)
+    gallery_runs._before_gallery(app)
+    # A build that executes nothing (plot_gallery off) could not remake what it dropped.
+    assert example.md5.exists() == (not plot_gallery)
