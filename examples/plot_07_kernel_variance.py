@@ -178,7 +178,7 @@ print(f"The post, on its A100: mean of five 1084 µs against a typical ~580 µs,
 #
 # How fast is that?
 # -----------------
-# A 4096 product is :math:`2n^3` floating-point operations. From each statistic we get a
+# A 4096 product is 2n³ floating-point operations. From each statistic we get a
 # throughput, and put it next to the GPU's measured peak: a large bf16 GEMM timed the same
 # way by :func:`~profiling_utils.peaks.measure_peaks`.
 

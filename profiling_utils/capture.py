@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -104,7 +105,8 @@ def capture(
         label: The ``record_function`` label put around every call of ``step``.
         wait, warmup, active, repeat: The ``torch.profiler.schedule``. Steps in ``wait`` are
             run unprofiled; steps in ``warmup`` run with the profiler on but are discarded;
-            ``active`` steps are recorded; the cycle is done ``repeat`` times.
+            ``active`` steps are recorded; the cycle is done ``repeat`` times. As in torch's
+            default, the trace and the table hold the last cycle only.
         warmup_iters: Calls of ``step`` before the profiler starts (the post's ``--warmup``
             runs three), followed by a device synchronisation.
         trace_format: ``"json.gz"`` (default) or ``"json"``.
@@ -140,15 +142,19 @@ def capture(
     trace_path = out / f"{name}.{trace_format}"
     table_path = out / f"{name}.txt"
     steps = (wait + warmup + active) * repeat
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
-        record_shapes=record_shapes,
-        with_stack=with_stack,
-    ) as prof:
-        for _ in range(steps):
-            labelled_step()
-            prof.step()
+    with warnings.catch_warnings():
+        # Keeping only the last cycle when repeat > 1 is torch's default, kept here and said in
+        # the docstring; torch's warning about it would otherwise print on every gallery page.
+        warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+        with profile(
+            activities=activities,
+            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
+            record_shapes=record_shapes,
+            with_stack=with_stack,
+        ) as prof:
+            for _ in range(steps):
+                labelled_step()
+                prof.step()
     if has_gpu:
         torch.cuda.synchronize()
     prof.export_chrome_trace(str(trace_path))

@@ -65,7 +65,7 @@ def test_table_from_a_capture_has_torchs_rows_columns_and_totals(cpu_run) -> Non
     matmul_row = next(row for row in _body_rows(markup) if "aten::matmul" in row)
     cells = re.findall(r'<td class="pu-num[^"]*">(.*?)</td>', matmul_row)
     self_share, self_cpu, _, cpu_total, _, calls = matmul_line.split()[1:]
-    assert cells == [self_share, self_cpu, cpu_total, calls]
+    assert cells == [calls, self_share, self_cpu, cpu_total]
     assert "<caption>32_fp32_cold_eager</caption>" in markup
 
 
@@ -93,7 +93,7 @@ def test_device_columns_and_device_total_leave_out_annotations() -> None:
     ]
     assert '<th scope="colgroup" colspan="3" class="pu-group pu-device">CUDA</th>' in markup
     kernel_row = next(row for row in _body_rows(markup) if "gemm_kernel" in row)
-    assert re.findall(r'<td class="pu-num[^"]*">(.*?)</td>', kernel_row)[3:6] == [
+    assert re.findall(r'<td class="pu-num[^"]*">(.*?)</td>', kernel_row)[4:7] == [
         "100.00%",  # of the 40us that excludes the annotation's 55us
         "40.000us",
         "40.000us",
@@ -102,6 +102,10 @@ def test_device_columns_and_device_total_leave_out_annotations() -> None:
     # Default order with device time: by device total, largest first.
     names = [re.search(r"<code>(.*?)</code>", row).group(1) for row in _body_rows(markup)]
     assert names[0] == "step"
+    # The GPU-side label row is marked, and explained once under the table.
+    step_row = next(row for row in _body_rows(markup) if "<code>step</code>" in row)
+    assert "pu-gpu-label" in step_row and "pu-gpu-label" not in kernel_row
+    assert markup.count('class="pu-table-note"') == 1
 
 
 def test_sort_key_and_row_limit() -> None:

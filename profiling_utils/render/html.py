@@ -58,6 +58,18 @@ _SORT_KEYS = {
 _SELF_HELP = "Time spent in this event itself, excluding the events it called."
 _TOTAL_HELP = "Time spent in this event including every event it called."
 _CALLS_HELP = "How many times the event happened in the profiled steps."
+_GPU_LABEL_HELP = (
+    "A record_function label as the profiler projects it onto the GPU stream: its device time "
+    "is the stretch of GPU timeline the label covers, idle time included, not GPU work, so its "
+    "share can pass 100%. Torch leaves it out of the Self device time total."
+)
+
+
+def _is_gpu_label(event: Any) -> bool:
+    """Whether a profiler-table row is a user label's projection onto the GPU stream."""
+    from torch.autograd import DeviceType
+
+    return event.device_type != DeviceType.CPU and bool(getattr(event, "is_user_annotation", False))
 
 
 def profiler_table(
@@ -132,24 +144,34 @@ def profiler_table(
         parts.append(f"<caption>{html.escape(caption)}</caption>")
     calls = f'<th scope="col" rowspan="2" class="pu-calls" title="{html.escape(_CALLS_HELP)}">'
     parts.append('<thead><tr><th scope="col" rowspan="2" class="pu-name">Name</th>')
+    # The call count sits next to the name: it is read with it, and on a narrow page the
+    # last column of a wide table would scroll out of sight.
+    parts.append(f"{calls}# of Calls</th>")
     for name, css, group in groups:
         parts.append(
             f'<th scope="colgroup" colspan="{len(group)}" class="pu-group{css}">'
             f"{html.escape(name)}</th>"
         )
-    parts.append(f"{calls}# of Calls</th></tr><tr>")
+    parts.append("</tr><tr>")
     for column in columns:
         parts.append(
             f'<th scope="col" class="{column.css}" title="{html.escape(column.help)}">'
             f"{html.escape(column.header)}</th>"
         )
     parts.append("</tr></thead><tbody>")
+    gpu_labels = 0
     for event in rows:
-        cells = [f'<th scope="row" class="pu-name"><code>{html.escape(event.key)}</code></th>']
-        cells += [_number(column.value(event), column.css) for column in columns]
+        name = f"<code>{html.escape(event.key)}</code>"
+        if _is_gpu_label(event):
+            gpu_labels += 1
+            name += f' <span class="pu-gpu-label" title="{html.escape(_GPU_LABEL_HELP)}">†</span>'
+        cells = [f'<th scope="row" class="pu-name">{name}</th>']
         cells.append(_number(str(event.count), "pu-calls"))
+        cells += [_number(column.value(event), column.css) for column in columns]
         parts.append(f"<tr>{''.join(cells)}</tr>")
     parts.append("</tbody></table></div>")
+    if gpu_labels:
+        parts.append(f'<p class="pu-table-note">† {html.escape(_GPU_LABEL_HELP)}</p>')
     totals = [f"Self CPU time total: <strong>{_format_time(self_cpu_sum)}</strong>"]
     if has_device_time:
         totals.append(
