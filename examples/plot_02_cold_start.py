@@ -214,7 +214,8 @@ plot_timeline(
 #   ones reuse the caching allocator's blocks. CPU caches and branch predictors are cold
 #   too.
 # - **The profiler itself.** The first step it records may pay for setting up its own
-#   recording, which is why even the same-process run above has a wide first step.
+#   recording, which would explain why even the same-process run above has a wide first
+#   step.
 #
 # With the post's schedule, the first *call* lands in the unrecorded ``wait`` step, so most
 # of the set-up costs above are paid before anything is recorded. What a first recorded

@@ -21,7 +21,7 @@ with a plain clock, outside the profiler, to see what the trace no longer shows.
 #
 # - ``wait`` steps run with the profiler *off*: nothing about them is recorded;
 # - ``warmup`` steps run with the profiler *on*, and what it collected is then thrown away,
-#   so its own start-up costs land there;
+#   so its own start-up costs can land there;
 # - ``active`` steps are recorded; the last one also hands the trace over
 #   (``RECORD_AND_SAVE``);
 # - ``repeat`` runs that cycle again; ``0`` repeats it for as long as steps come.

@@ -293,11 +293,19 @@ findings_table(diagnose(trace, select=FOOTPRINT_RULES), caption=run.name)
 findings_table(diagnose(long_trace, select=FOOTPRINT_RULES), caption=long_run.name)
 
 # %%
-# With a GPU, ``buffer-request`` reports the request with the step it fell in and the
-# offset it caused, and ``cold-start`` flags the first step's width, overlapping the
-# request. ``intra-step-gap`` stays silent where the idle GPU was waiting for a late launch,
-# as measured above: that is CPU time, not the profiler holding the GPU back. And
-# ``sync-flush`` speaks only of a sync longer than a step, as in the 4096 run:
+# Which rules fired, for each recording:
+
+for recording in (run, long_run):
+    fired = sorted({f.rule for f in diagnose(recording.trace, select=FOOTPRINT_RULES)})
+    print(f"{recording.name}: {', '.join(fired) if fired else 'none'}")
+
+# %%
+# ``buffer-request`` reports the request with the step it fell in and the offset it
+# caused; ``cold-start`` flags the first step's width and says how much of it overlaps the
+# request. ``intra-step-gap`` is for a GPU that idles although its next kernel was already
+# launched; where the GPU was waiting for a late launch, as measured above, that is CPU
+# time and the rule stays silent. ``sync-flush`` speaks only of a sync longer than a median
+# step, as in the 4096 recording:
 
 big_findings = diagnose(big.trace, select=["sync-flush"]) if big is not None else []
 findings_table(big_findings, caption="the 4096 recording")
