@@ -145,7 +145,7 @@ def capture(
     with warnings.catch_warnings():
         # Keeping only the last cycle when repeat > 1 is torch's default, kept here and said in
         # the docstring; torch's warning about it would otherwise print on every gallery page.
-        warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         with profile(
             activities=activities,
             schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
