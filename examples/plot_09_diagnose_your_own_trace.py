@@ -155,7 +155,8 @@ def inside(span, outer):
 
 ops = [op for op in trace.cpu_ops if inside(op, optimizer) and op.depth == optimizer.depth + 1]
 launches = [call for call in trace.runtime_calls if call.is_launch and inside(call, optimizer)]
-step_launches = [call for call in trace.runtime_calls if call.is_launch and inside(call, step.span)]
+# The backward pass runs on a thread of its own: count the step's launches on every thread.
+step_launches = [c for c in trace.runtime_calls if c.is_launch and trace.step_of(c) is step]
 print(f"{optimizer.name}: {optimizer.dur:.1f} µs of the step's {step.span.dur:.1f} µs,")
 print(f"  {len(ops)} operator calls, {len(launches)} of the step's {len(step_launches)} launches")
 plot_timeline(
