@@ -26,6 +26,8 @@ the batched 3-D product that the
 # profiler starts) and recorded with the post's schedule: one step skipped, one warm-up
 # step, three recorded steps.
 
+import statistics
+
 import torch
 
 from profiling_utils import capture, diagnose, run_name
@@ -109,8 +111,8 @@ flat_chain = print_chain(flat.trace, flat_step)
 # Read it from the top:
 #
 # - ``ProfilerStep#N`` is written by the profiler, one per ``prof.step()``;
-# - ``matmul_add`` is our ``record_function`` label: it costs almost nothing and makes the
-#   step easy to find;
+# - ``matmul_add`` is our ``record_function`` label: it marks where our code starts and ends,
+#   so the step is easy to find;
 # - ``aten::matmul`` is the operator that ``torch.matmul`` lands on. It does no arithmetic
 #   itself: it looks at the shapes and picks the operator that does;
 # - ``aten::mm`` is that operator for two 2-D matrices;
@@ -153,8 +155,12 @@ print_tree(flat.trace, flat_step.span)
 
 # %%
 # ``aten::add`` sits beside ``aten::matmul`` inside the label: the bias add is its own
-# operator with its own launch. The same step as a timeline, with the operator that starts
-# the chain and, on a GPU, the kernel it ends in, highlighted:
+# operator with its own launch. A row's self time is whatever ran inside it but outside its
+# children: for our label, the Python that calls the two operators and the profiler's own
+# bookkeeping.
+#
+# The same step as a timeline, with the operator that starts the chain and, on a GPU, the
+# kernel it ends in, highlighted:
 
 matmul_span = next(s for s in flat_chain if s.name == "aten::matmul")
 marks = [highlight_span(matmul_span, "aten::matmul")]
@@ -169,9 +175,13 @@ plot_timeline(
 
 # %%
 # Each row of the CPU lane is one level deeper in the chain. On a GPU, the kernels sit on the
-# stream's lane, each a little after the launch call that queued it.
+# stream's lane, each a little after the launch call that queued it, and the profiler also
+# draws our label there: a copy of ``matmul_add`` stretched over the GPU work launched inside
+# it.
 #
-# The profiler table adds up the same spans over the three recorded steps, one row per name:
+# The profiler table adds up the same spans over the three recorded steps, one row per name.
+# On a GPU that GPU-side copy of the label is a row of its own (marked †), with the GPU time
+# it covers rather than CPU time:
 
 profiler_table(flat)
 
@@ -233,11 +243,44 @@ plot_timeline(
 )
 
 # %%
-# What the extra runtime calls are
-# --------------------------------
-# On its A100 the post saw ``aten::matmul`` hold several extra CUDA runtime calls in the
-# batched case, besides the kernel launch. Here is every runtime or driver call made
-# inside ``aten::matmul``, step by step, for both runs on this machine:
+# What does the batch cost the CPU? Per ``aten::matmul`` call (median of the three recorded
+# steps), the time in the product operator and the time around it, in the views and in
+# ``aten::matmul``'s own code:
+
+
+PRODUCTS = ("aten::mm", "aten::bmm")
+
+
+def matmul_cost(run):
+    """Median µs per recorded ``aten::matmul``: in total, and in its product operator."""
+    trace = run.trace
+    matmuls = [op for op in trace.find("aten::matmul") if trace.step_of(op) is not None]
+    products = [c for op in matmuls for c in trace.children(op) if c.name in PRODUCTS]
+    return statistics.median(op.dur for op in matmuls), statistics.median(p.dur for p in products)
+
+
+costs = {run.name: matmul_cost(run) for run in (flat, batched)}
+for name, (total, product) in costs.items():
+    print(
+        f"{name:22s} {total:6.1f} µs: {product:6.1f} in the product, {total - product:5.1f} around"
+    )
+(flat_total, flat_product), (batched_total, batched_product) = costs.values()
+print(
+    f"The batched call cost {batched_total - flat_total:+.1f} µs against the 2-D one: "
+    f"{batched_product - flat_product:+.1f} µs in the product operator, "
+    f"{(batched_total - batched_product) - (flat_total - flat_product):+.1f} µs around it."
+)
+
+# %%
+# Split this way, the output shows where a batch's CPU cost goes: into the extra view
+# operators, each with its own dispatch, into the batched product operator itself, or both.
+#
+# Extra runtime calls?
+# --------------------
+# On its A100 the `post <https://huggingface.co/blog/torch-profiler>`__ saw ``aten::matmul``
+# hold several extra CUDA runtime calls in the batched case, besides the kernel launch. Here
+# is every runtime or driver call made inside ``aten::matmul``, step by step, for both runs
+# on this machine:
 
 
 def runtime_calls(trace, op_name="aten::matmul"):
@@ -278,15 +321,18 @@ else:
         "In the recorded steps the batched product made no runtime call that the 2-D one "
         f"did not: both made only {', '.join(sorted(flat_names))}."
     )
+if flat.has_gpu:
+    same = flat_chain[-1].name == batched_chain[-1].name
+    print(f"GEMM kernel: {'the same in both runs' if same else 'different in the two runs'}.")
 
 # %%
 # On the H100 this site is built on, both paths launch one kernel through the driver's
-# ``cuLaunchKernelEx`` and make no other call in a warmed-up step (see the output above).
-# The batched path's extra cost is the view operators, on the CPU. The calls the post saw
-# belong to choosing and preparing a kernel; on this machine that work is done once, on a
-# kernel's first use, and its result reused, so it does not appear in warm steps. The next
-# tutorial, :ref:`sphx_glr_auto_examples_plot_06_launch_planning.py`, profiles a first call
-# to show it.
+# ``cuLaunchKernelEx`` and make no other call in a warmed-up step (see the output above,
+# whose last line also says whether the batch changed the kernel).
+# The post reads its extra calls as cuBLAS working out which kernel to run. A warm step
+# cannot show that work if the library does it once and reuses the answer: the next
+# tutorial, :ref:`sphx_glr_auto_examples_plot_06_launch_planning.py`, profiles a GEMM's very
+# first call to look for it.
 #
 # One more shape: a batch times a matrix
 # --------------------------------------
@@ -325,6 +371,10 @@ findings_table(diagnose(batched.trace, select=chain_rules), caption=batched.name
 findings_table(diagnose(folded.trace, select=chain_rules), caption=folded.name)
 
 # %%
+# ``call-chain`` follows the launch with the most GPU time in the trace. Where the bias
+# add's kernel outlasts the small GEMM's, it shows the add's chain rather than the
+# product's; either is a true chain of a recorded step.
+#
 # The traces
 # ----------
 # Open a trace in Perfetto and click a kernel: the arrow from its launch call leads back up
