@@ -13,10 +13,11 @@ kernels for one product and sizes each launch to the GPU, so it may ask the CUDA
 first: how many blocks fit on an SM (``cudaOccupancy*``), what a kernel needs
 (``cudaFuncGetAttributes``). Those *planning calls* sit in the trace right before the launch.
 
-The `Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ saw
-``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` before every GEMM launch on its A100. We
-look for planning calls on this machine, for two kernels (a GEMM and the bias add), two
-dtypes and two sizes, and read each kernel's resource footprint from the trace.
+In its 64×64 trace on an A100, the
+`Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ found
+``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` before the GEMM's launch. We look for
+planning calls on this machine, for two kernels (a GEMM and the bias add), two dtypes and
+two sizes, and read each kernel's resource footprint from the trace.
 """
 
 # %%
@@ -157,8 +158,8 @@ if device == "cuda":
 # - The **add** is launched with plain ``cudaLaunchKernel`` and nothing before it, as on
 #   the post's A100.
 #
-# The post quotes the A100's add kernel at 32 registers per thread and no shared memory.
-# The footprints measured here:
+# The `post <https://huggingface.co/blog/torch-profiler>`__ gives the A100's add kernel 32
+# registers per thread and no shared memory. The footprints recorded here:
 
 for run in runs.values():
     _, add = gemm_and_add(run)
@@ -212,6 +213,8 @@ def launch_picture(run):
         if gemm.planning_calls:
             first = gemm.planning_calls[0]
             marks.append(highlight_span(first, f"planning: {first.name}"))
+        calls = " → ".join(call.name for call in trace.children(op))
+        print(f"{run.name}: the calls inside {op.name}: {calls}")
     margin = op.dur * 0.15
     return plot_timeline(
         trace,
@@ -229,10 +232,33 @@ launch_picture(runs[sizes[-1], "fp32"])
 launch_picture(runs[sizes[-1], "bf16"])
 
 # %%
+# Not every call before a launch is a planning call. Where a ``cudaMemsetAsync`` comes first
+# (printed above the bf16 picture on the H100), it queues GPU work of its own, a Memset of a
+# few bytes that runs right before the GEMM, so it is not counted as planning.
+#
 # The profiler table of the large fp32 run. On a GPU, a planning call is a row of its own:
 # compare its ``# of Calls`` with the GEMM kernel's.
 
 profiler_table(runs[sizes[-1], "fp32"])
+
+# %%
+# A kernel's ``# of Calls`` can also exceed its operator's by one. GPU work in the trace
+# whose launch is not:
+
+large_trace = runs[sizes[-1], "fp32"].trace
+unlaunched = collections.Counter(
+    short(work.name, 60) for work in large_trace.gpu_work if large_trace.launch_of(work) is None
+)
+print(
+    "GPU work without its launch: "
+    + (", ".join(f"{k} x{v}" for k, v in unlaunched.items()) or "none")
+)
+
+# %%
+# Work listed here (on the H100, see the output above) was launched before recording
+# began, in the last step that was not recorded, and ran after it began: behind a GEMM this
+# long, the GPU was still working through its queue when the CPU reached the first
+# recorded step. Its kernel is counted; its launch is not.
 
 # %%
 # Where did the occupancy query go?
@@ -271,16 +297,51 @@ else:
 # none. The planning is still there; it moved from every launch to the first one, and its
 # answer is reused. A trace of warm steps cannot show it.
 #
-# How long the first ``aten::mm`` took against the later ones, and a zoom on its planning
-# calls:
+# What else the first call does
+# -----------------------------
+# How long the first ``aten::mm`` took against the later ones, and what the trace recorded
+# inside it: the CUDA calls nested in it, the profiler's overhead lane over the same time,
+# and the longest stretch in which no CUDA call was recorded.
 
 if first_call is not None:
-    mm_by_step = {
-        first_call.step_of(op).number: op
-        for op in first_call.find("aten::mm")
-        if first_call.step_of(op) is not None
-    }
-    print(", ".join(f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs" for k, op in mm_by_step.items()))
+    first_mm = {}
+    for op in first_call.find("aten::mm"):
+        if first_call.step_of(op) is not None:
+            first_mm.setdefault(first_call.step_of(op).number, op)
+    print(", ".join(f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs" for k, op in first_mm.items()))
+    mm = first_mm[first_call.steps[0].number]
+    calls = first_call.children(mm)
+    by_name = collections.Counter()
+    for call in calls:
+        by_name[call.name] += call.dur
+    overhead = [s for s in first_call.overhead if mm.start <= s.start and s.end <= mm.end]
+    edges = [mm.start, *(t for c in calls for t in (c.start, c.end)), mm.end]
+    silent = max(edges[i + 1] - edges[i] for i in range(0, len(edges) - 1, 2))
+    top = ", ".join(f"{name} {us:,.0f} µs" for name, us in by_name.most_common(4))
+    print(f"Calls inside the first aten::mm: {sum(by_name.values()):,.0f} µs in all ({top})")
+    print(
+        "On the overhead lane meanwhile: "
+        + ", ".join(f"{s.name} {s.dur:,.0f} µs" for s in overhead)
+    )
+    print(
+        f"Longest stretch with no CUDA call recorded: {silent:,.0f} µs, {silent / mm.dur:.0%} of it"
+    )
+
+# %%
+# On the H100 (see the output above) the planning calls are a small part of that first
+# ``aten::mm``, and so are the other recorded calls: device queries
+# (``cudaDeviceGetAttribute``), memory allocations (``cudaMalloc``) and, on the overhead
+# lane, the driver loading the kernel's code (*Runtime Triggered Module Loading*, *Lazy
+# Function Loading*) besides the profiler's own buffer request. Most of the time is one
+# stretch with no CUDA call recorded: the CPU is busy inside the libraries without calling
+# CUDA, most likely setting them up on first use. The trace tells when that time passes,
+# not what it is spent on. The
+# :ref:`cold-start tutorial <sphx_glr_auto_examples_plot_02_cold_start.py>` measures what
+# such first-use work costs a step.
+#
+# A zoom on the planning calls, with the overhead lane below the CPU lane:
+
+if first_call is not None:
     launch = next(
         k
         for k in kernel_launches(first_call)
@@ -288,25 +349,27 @@ if first_call is not None:
     )
     if launch.planning_calls:
         first, last = launch.planning_calls[0], launch.planning_calls[-1]
-        pad = (last.end - first.start) * 0.4
-        span_us = last.end - first.start
+        occupancy_us = sum(c.dur for c in launch.planning_calls if "Occupancy" in c.name)
+        loading = [s for s in first_call.overhead if first.start <= s.start <= last.end]
         print(
-            f"The {len(launch.planning_calls)} planning calls span {span_us:.1f} µs; the "
-            f"launch follows {(launch.launch.start - last.end) / 1000:.1f} ms after the last."
+            f"The {len(launch.planning_calls)} planning calls span {last.end - first.start:.1f} "
+            f"µs; the occupancy queries among them take {occupancy_us:.1f} µs in all. Overhead "
+            f"lane meanwhile: {', '.join(f'{s.name} {s.dur:.1f} µs' for s in loading) or 'none'}."
         )
+        lanes = [launch.op.lane, *(lane for lane in first_call.lanes if lane.kind == "overhead")]
+        pad = (last.end - first.start) * 0.4
         plot_timeline(
             first_call,
             window=(first.start - pad, last.end + pad),
-            lanes=[launch.op.lane],
+            lanes=lanes,
             highlights=[Highlight(first.start, last.end, "planning calls", lane=launch.op.lane)],
             title=f"First GEMM of a process: planning inside aten::mm, ProfilerStep#{launch.step}",
         )
 
 # %%
-# The planning calls are a small part of that first ``aten::mm``. The rest is first-use
-# work too: creating the cuBLAS handle, device queries (``cudaDeviceGetAttribute``), the
-# workspace's ``cudaMalloc``, and loading the kernel's code, which the profiler shows on
-# its overhead lane. The second tutorial measures what such first-use work costs a step.
+# Where the overhead lane shows module loading under the first ``cudaFuncSetAttribute``, as
+# in the output above, that call is long because the driver loads the kernel's code while it
+# runs; the occupancy queries themselves are the thin slivers after it.
 #
 # What the cheatsheet finds
 # -------------------------
