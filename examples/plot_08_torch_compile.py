@@ -79,8 +79,11 @@ for name, fn in variants.items():
     print(f"{name:16s} first three calls: {time.perf_counter() - start:6.2f} s")
 
 # %%
+# The first compilation in a process also pays for setting the compiler itself up, which
+# later compilations reuse: one reason a second compiled variant can take far less time.
+#
 # Compilation also leaves worker processes and caches behind, and the CPU's own clock moves
-# with its load, so the CPU cost of a step drifts over a process's life. To compare the
+# with its load, so the CPU cost of a step can drift over a process's life. To compare the
 # variants fairly we profile them in turns: three rounds, each variant once per round
 # (three warm-up calls, the post's schedule with five recorded steps). Each variant's last
 # round is the trace we read below.
@@ -91,7 +94,7 @@ names = {
     "reduce-overhead": run_name(n, "bf16", warm=True, compiled="reduce-overhead"),
     "torch.addmm": run_name(n, "bf16", warm=True) + "_addmm",
 }
-runs, step_cpu_us = {}, {name: [] for name in variants}
+runs, rounds = {}, {name: [] for name in variants}
 for _ in range(3):
     for name, fn in variants.items():
         runs[name] = capture(
@@ -102,7 +105,7 @@ for _ in range(3):
             warmup_iters=3,
             out_dir=trace_dir(),
         )
-        step_cpu_us[name] += [t.cpu_us for t in step_times(runs[name].trace)]
+        rounds[name].append(step_times(runs[name].trace))
 eager, compiled = runs["eager"], runs["compiled"]
 
 # %%
@@ -180,6 +183,15 @@ print(
     f"compiled {comparison.trace.kernels_per_step:g}; launch calls per step: eager "
     f"{comparison.baseline.launches_per_step:g}, compiled {comparison.trace.launches_per_step:g}"
 )
+if eager.has_gpu:
+    busy = {
+        name: statistics.median(t.gpu_busy_us for t in step_times(runs[name].trace))
+        for name in ("eager", "compiled")
+    }
+    print(
+        f"GPU busy per step (median): eager {busy['eager']:.1f} µs, compiled "
+        f"{busy['compiled']:.1f} µs ({busy['compiled'] / busy['eager'] - 1:+.1%})"
+    )
 
 # %%
 # On a GPU, the add kernel is gone, but the compiled step still moves the bias before its
@@ -187,8 +199,9 @@ print(
 # cuBLAS's own and is in both runs). ``addmm`` writes ``x @ w + b`` into an output that
 # must first hold ``b``: the copy puts it there, and the GEMM adds its product to what it
 # finds (a GEMM *epilogue* that reads the output, ``β = 1``). The bias still crosses memory,
-# now as a copy instead of an add. Without a GPU the same copy is the ``aten::copy_``
-# inside ``aten::addmm`` in the tree above.
+# now as a copy instead of an add: compare the launch calls and the GPU time per step in
+# the last lines above. Without a GPU the same copy is the ``aten::copy_`` inside
+# ``aten::addmm`` in the tree above.
 #
 # The copy before the GEMM
 # ------------------------
@@ -209,8 +222,9 @@ if copies and peaks is not None:
     l2_mib = torch.cuda.get_device_properties(0).L2_cache_size / 2**20
     if rate > peaks.copy_gb_s:
         print(
-            f"Faster than the 1 GiB copy: a {copies[0].bytes / 2**20:.0f} MiB buffer fits "
-            f"in this GPU's {l2_mib:.0f} MiB L2 cache, so not every byte goes to memory."
+            f"Faster than the {peaks.copy_bytes / 2**30:g} GiB copy: the "
+            f"{copies[0].bytes / 2**20:.0f} MiB this copy writes fit in this GPU's "
+            f"{l2_mib:.0f} MiB L2 cache."
         )
 elif peaks is None:
     print("No GPU here: no device-to-device copy to measure.")
@@ -218,9 +232,17 @@ else:
     print("This compiled run made no device-to-device copy in its steps.")
 
 # %%
-# The post measured this copy at 32 MB in about 33 µs on its A100. (The cheatsheet's
-# ``bias-copy`` finding below quotes the copy's rate as a trace viewer does, bytes over
-# time, counting each byte once; here we count it read and written, as the peak does.)
+# Every byte a GPU reads or writes passes through its L2 cache, which sends written data
+# on to memory later. A copy is over when its last write has reached the cache, not memory.
+# The copy that set the peak is many times larger than the cache, so it runs at the speed
+# of memory; a copy whose writes fit in the cache can finish sooner. A share above 100%
+# (as on the H100, see the output above) means the copy's bytes did not all reach memory
+# within its time, not that memory got faster.
+#
+# The `post <https://huggingface.co/blog/torch-profiler>`__ measured this copy at 32 MB in
+# about 33 µs on its A100; ours is in the output above. (The cheatsheet's ``bias-copy``
+# finding below quotes the copy's rate as a trace viewer does, bytes over time, counting
+# each byte once; here we count it read and written, as the peak does.)
 #
 # Is the GEMM kernel eager's?
 # ---------------------------
@@ -261,7 +283,12 @@ if gemms["eager"][0] is not None:
 # read against what the two runs do, one is the variant that ignores the output's old
 # contents (``β = 0``) and the other the variant that adds to them (``β = 1``). So the
 # "fused" compiled step runs a different, bias-adding GEMM, plus a copy, in place of a
-# GEMM plus an add kernel.
+# GEMM plus an add kernel. The bias-adding variant reads the output before it writes it,
+# more memory traffic than a GEMM that only writes: compare the two durations above. A
+# share above 100% of the peak means a GEMM ran a little faster per operation than the
+# larger reference GEMM that set it; the
+# :ref:`kernel-variance tutorial <sphx_glr_auto_examples_plot_07_kernel_variance.py>`
+# shows the same.
 #
 # The compiled step on a timeline, with the copy and Dynamo's guard check highlighted:
 
@@ -278,8 +305,9 @@ plot_timeline(trace, step=step.number, highlights=marks, title=f"{compiled.name}
 # %%
 # CPU cost per step
 # -----------------
-# The post's eager and compiled steps took 0.1 and 0.2 ms, then 0.07 and 0.1 ms, then again
-# 0.07 and 0.1 ms of CPU time on its A100: the compiled step was about twice as expensive.
+# The `post's <https://huggingface.co/blog/torch-profiler>`__ eager and compiled steps took
+# 0.1 and 0.2 ms, then 0.07 and 0.1 ms, then again 0.07 and 0.1 ms of CPU time on its A100:
+# the compiled step was about twice as expensive.
 # :func:`~profiling_utils.compare.compare` pairs the steps of our last round the same way:
 
 print(f"{'step':>8s} {'eager CPU':>12s} {'compiled CPU':>14s}")
@@ -290,15 +318,23 @@ for finding in comparison.findings:
     print(f"[{finding.rule}] {finding.message}")
 
 # %%
-# Pooled over the three rounds, for every variant (median and range of the fifteen recorded
-# steps; the slowest is usually the first recorded step of a capture):
+# Pooled over the three rounds, for every variant: the median and the range of the fifteen
+# recorded steps, and how often a capture's slowest step was its first.
 
+step_cpu_us = {
+    name: [t.cpu_us for times in captures for t in times] for name, captures in rounds.items()
+}
 medians = {name: statistics.median(values) for name, values in step_cpu_us.items()}
 for name, values in step_cpu_us.items():
+    first_slowest = sum(max(times, key=lambda t: t.cpu_us) is times[0] for times in rounds[name])
     print(
-        f"{name:16s} median {medians[name]:8.1f} µs per step (min {min(values):.1f}, max "
-        f"{max(values):.1f}), {medians[name] / medians['eager']:.2f}x eager"
+        f"{name:16s} median {medians[name]:6.1f} µs (min {min(values):5.1f}, max "
+        f"{max(values):5.1f}), {medians[name] / medians['eager']:.2f}x eager; slowest step "
+        f"first in {first_slowest} of {len(rounds[name])}"
     )
+
+# %%
+# The same medians as bars, with the middle half of each variant's steps as a line:
 
 fig, ax = plt.subplots(figsize=(7, 3.6))
 labels = list(step_cpu_us)
@@ -324,12 +360,61 @@ if device == "cpu":
     print("Without a GPU, a step's CPU time includes the product itself, computed on the CPU.")
 
 # %%
-# Where the compiled step costs more, the reason is in its tree: the guard check, the
-# region, the AOT wrapper and the graph call are paid on every call, around an
-# ``aten::addmm`` dispatch that costs about what eager's two operators cost. That overhead
-# is per call, not per operator, so it pays off in functions with many operators, where
-# fusion removes many launches and kernels; for one matrix product plus an add there is
-# little to win back.
+# Where does the extra time go? Per step of the last round (median), the time inside the
+# operators that do the work, and the compiled step's time around them, inside our label:
+
+
+def per_step_us(trace, names):
+    """Median over the recorded steps of the time spent in the CPU spans called ``names``."""
+    per_step = {}
+    for name in names:
+        for span in trace.find(name):
+            if span.lane.kind == "cpu" and trace.step_of(span) is not None:
+                number = trace.step_of(span).number
+                per_step[number] = per_step.get(number, 0.0) + span.dur
+    return statistics.median(per_step.values())
+
+
+eager_ops_us = per_step_us(eager.trace, ["aten::matmul", "aten::add"])
+addmm_us = per_step_us(compiled.trace, ["aten::addmm"])
+around_us = per_step_us(compiled.trace, ["matmul_add"]) - addmm_us
+print(f"eager:    aten::matmul + aten::add  {eager_ops_us:6.1f} µs")
+print(f"compiled: aten::addmm               {addmm_us:6.1f} µs")
+print(f"compiled: around aten::addmm        {around_us:6.1f} µs (guard check, region, wrappers)")
+
+# %%
+# The layers that ``torch.compile`` puts around the operator (the guard check, the region,
+# the AOT wrapper and the generated code's entry) are paid on every call. That cost is per
+# call, not per operator, so it pays off in functions with many operators, where fusion
+# removes many launches and kernels; for one matrix product plus an add there is little to
+# win back.
+#
+# Does the extra CPU time cost anything? Only if the GPU has to wait for it. Per variant,
+# the GPU's busy time in the median step and the share of the step's window in which it
+# sat idle, pooled over the rounds:
+
+if eager.has_gpu:
+    gpu_busy_us = {}
+    for name, captures in rounds.items():
+        times = [t for times in captures for t in times]
+        gpu_busy_us[name] = statistics.median(t.gpu_busy_us for t in times)
+        idle = statistics.median(t.gpu_idle_fraction for t in times)
+        print(
+            f"{name:16s} GPU busy {gpu_busy_us[name]:6.1f} µs per step, "
+            f"idle {idle:4.0%} of its window"
+        )
+    waits = [name for name in rounds if medians[name] > gpu_busy_us[name]]
+    print(f"Median CPU step longer than the GPU's work per step: {', '.join(waits) or 'none'}.")
+else:
+    print("No GPU here: the CPU does all the work, so nothing waits for it.")
+
+# %%
+# Where the CPU takes longer over a step than the GPU needs for its work, the GPU idles
+# between steps and the extra CPU time is paid in wall time; where the GPU's work is
+# longer, the CPU runs ahead and its extra time is hidden. The post's 4096 GEMM took about
+# 580 µs on its A100, longer than any of the CPU steps it reports, so there the GPU set the
+# pace either way. The last line above names the variants for which that does not hold on
+# this GPU. The profiler adds CPU time to every operator, so a run without it idles less.
 #
 # Beyond the post: ``mode="reduce-overhead"``
 # -------------------------------------------
@@ -346,7 +431,14 @@ if ro is not None:
     replayed = [w.name[:50] for w in ro.trace.gpu_work_of(replays[-1])]
     print(f"\ncudaGraphLaunch calls in the steps: {len(replays)}; one replays: {replayed}")
     copies_in = [op for op in ro.trace.find("aten::_foreach_copy_") if ro.trace.step_of(op)]
-    print(f"aten::_foreach_copy_ calls in the steps: {len(copies_in)}")
+    copy_work = [
+        w for op in copies_in for c in ro.trace.children(op) for w in ro.trace.gpu_work_of(c)
+    ]
+    copy_gpu_us = sum(w.dur for w in copy_work) / max(len(copies_in), 1)
+    print(
+        f"aten::_foreach_copy_ calls in the steps: {len(copies_in)}, with {len(copy_work)} "
+        f"kernels and {copy_gpu_us:.1f} µs of GPU time per call"
+    )
 else:
     print("No GPU here: reduce-overhead needs CUDA graphs, so it was not run.")
 
@@ -355,7 +447,9 @@ else:
 # ``aten::_foreach_copy_`` copies our three inputs into the graph's own buffers: a CUDA
 # graph replays fixed memory addresses, and ``x``, ``w`` and ``b`` are plain tensors that
 # could live anywhere next time (the weights of an ``nn.Module``, parameters, are kept in
-# place instead). Did the replay save CPU time here? From the pooled medians:
+# place instead). Those copies are GPU work too (their time is in the output above), which
+# the eager step does not do; the GPU busy times per step above include it. Did the replay
+# save CPU time here? From the pooled medians:
 
 if ro is not None:
     print(
@@ -452,7 +546,8 @@ print(
 # The profiler table and the findings
 # -----------------------------------
 # The compiled run's table: the region rows carry CPU time of their own, and
-# ``aten::addmm`` takes the place of the eager pair.
+# ``aten::addmm`` takes the place of the eager pair. On a GPU, the row marked † is our label
+# as the profiler draws it on the GPU: the GPU time it spans, not work of its own.
 
 profiler_table(compiled)
 
