@@ -10,7 +10,7 @@ A kernel launch names a grid of thread blocks, and each block needs registers an
 memory on a streaming multiprocessor (SM). An elementwise kernel needs little of either, so
 PyTorch launches it with a fixed shape and nothing to work out. A GEMM library has many
 kernels for one product and sizes each launch to the GPU, so it may ask the CUDA runtime
-first: how many blocks fit on an SM (``cudaOccupancy*``), what a kernel needs
+first: how many of a kernel's blocks one SM can hold (``cudaOccupancy*``), what a kernel needs
 (``cudaFuncGetAttributes``). Those *planning calls* sit in the trace right before the launch.
 
 In its 64×64 trace on an A100, the
