@@ -233,8 +233,8 @@ launch_picture(runs[sizes[-1], "bf16"])
 
 # %%
 # Not every call before a launch is a planning call. Where a ``cudaMemsetAsync`` comes first
-# (printed above the bf16 picture on the H100), it queues GPU work of its own, a Memset of a
-# few bytes that runs right before the GEMM, so it is not counted as planning.
+# (see the line printed with the bf16 picture, on the H100), it queues GPU work of its own,
+# a Memset of a few bytes that runs right before the GEMM, so it is not counted as planning.
 #
 # The profiler table of the large fp32 run. On a GPU, a planning call is a row of its own:
 # compare its ``# of Calls`` with the GEMM kernel's.
