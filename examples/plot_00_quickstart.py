@@ -1,14 +1,15 @@
 """
-Quickstart: what does the profiler hand back?
-=============================================
+Quickstart: the profiler table and the trace
+============================================
 
-*You profile a matrix multiplication followed by a bias add. What do you get, and where do
-you look first?*
+*You run one matrix product and one bias add under the PyTorch profiler. What comes out,
+and where do you look first?*
 
 Two things: the **profiler table**, which adds up where the time went, and the **trace**,
 which shows when each piece of work ran on the CPU and on the GPU. This page makes both for
 ``torch.add(torch.matmul(x, w), b)`` and shows them the way every tutorial on this site does:
-the table as a table, the trace as a file you can download or open in Perfetto.
+the table as a table, the trace as a timeline and as a file you can download or open in
+Perfetto.
 """
 
 # %%
@@ -59,9 +60,12 @@ print(f"recorded {', '.join(run.activities)} activity into {run.trace_path.name}
 #
 # One row per kind of event, summed over the three recorded steps. The **Self** columns
 # count time spent in the event itself; the **total** columns add the events it called, so
-# ``matmul_add`` has a large total and a small self time. The two lines under the table,
-# *Self CPU time total* and *Self CUDA time total*, compare how long the CPU spent issuing
-# the work with how long the GPU spent doing it.
+# the CPU row of ``matmul_add`` has a total that takes in the ``aten::`` operators below it
+# and a self time that is only its own share. With a GPU, a second ``matmul_add`` row,
+# marked †, is the same label as the GPU stream sees it; the note under the table says how
+# to read it. The two lines under the table, *Self CPU time total* and *Self CUDA time
+# total*, compare how long the CPU spent issuing the work with how long the GPU spent
+# doing it.
 
 profiler_table(run)
 
@@ -71,7 +75,8 @@ profiler_table(run)
 #
 # The same three steps on one time axis. Each box is an event; a box drawn under another
 # ran inside it: the ``ProfilerStep`` spans, the ``matmul_add`` label, the ``aten::``
-# operators and, with a GPU, the kernels they launched, on their own lane.
+# operators and the CUDA calls they made. With a GPU, the kernels they launched have a lane
+# of their own, under the GPU's copy of the ``matmul_add`` label.
 
 plot_timeline(run.trace, title=run.name)
 
@@ -88,4 +93,11 @@ trace_links(run)
 for recorded in run.trace.steps:
     cpu_us = recorded.end - recorded.start
     gpu_count = len(recorded.gpu_work)
-    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} us, {gpu_count} on the GPU")
+    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} µs, {gpu_count} GPU activities")
+
+# %%
+# A step's width is CPU time: how long the step took to issue its work. Where the first
+# recorded step is wider than the others, as it often is even after warm-up calls, the
+# :ref:`cold-start <sphx_glr_auto_examples_plot_02_cold_start.py>` and
+# :ref:`profiler-footprint <sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py>`
+# tutorials show what is in the extra time. Read steady-state numbers from the later steps.
