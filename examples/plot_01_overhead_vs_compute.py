@@ -31,7 +31,14 @@ import matplotlib.pyplot as plt
 import torch
 from torch.autograd import DeviceType
 
-from profiling_utils import capture, diagnose, run_name
+from profiling_utils import (
+    achieved_tflops,
+    capture,
+    diagnose,
+    gemm_flops,
+    measure_peaks,
+    run_name,
+)
 from profiling_utils.measures import gpu_gaps, kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
@@ -93,8 +100,8 @@ profiler_table(small)
 # called; its **Total** counts both. Our label does no work of its own: it calls
 # ``aten::matmul`` and ``aten::add``. So its Self CPU should be small and its CPU total
 # large, and the difference is what its children took. (With a GPU the table has a second
-# ``matmul_add`` row, the same label as the GPU sees it, with no CPU time; we read the CPU
-# one.)
+# ``matmul_add`` row, marked †: the same label as the GPU stream sees it, with no CPU time.
+# We read the CPU one.)
 
 rows = {e.key: e for e in small.key_averages if e.device_type == DeviceType.CPU}
 for name in ("matmul_add", "aten::matmul"):
@@ -118,7 +125,8 @@ for name in ("matmul_add", "aten::matmul"):
 # total* adds the Self time of the rows that ran *on the GPU*, kernels and copies. The CPU
 # operators are left out, since their Self CUDA column repeats the time of the kernels they
 # launched, and so is the GPU's copy of our label. We compute both from the
-# ``key_averages()`` the table was made from:
+# ``key_averages()`` the table was made from, along with the part of the CPU total spent in
+# ``cudaDeviceSynchronize``, which will matter at the large size:
 
 
 def self_totals(averages):
@@ -135,15 +143,19 @@ def self_totals(averages):
 def print_totals(run):
     cpu_us, device_us = self_totals(run.key_averages)
     print(f"{run.name}\n  Self CPU time total:  {as_time(cpu_us)}")
+    sync_us = sum(
+        e.self_cpu_time_total for e in run.key_averages if e.key == "cudaDeviceSynchronize"
+    )
+    if sync_us > 0:
+        print(f"    of it in cudaDeviceSynchronize: {as_time(sync_us)}")
     if device_us > 0:
         print(f"  Self CUDA time total: {as_time(device_us)}")
         print(f"  CPU total / CUDA total: {cpu_us / device_us:.1f}")
     else:
         print("  no GPU work was recorded, so there is no device total")
-    return cpu_us, device_us
 
 
-small_cpu_us, small_device_us = print_totals(small)
+print_totals(small)
 
 # %%
 # With a GPU, the CPU total is many times the GPU total at this size. The GPU finishes a
@@ -152,8 +164,8 @@ small_cpu_us, small_device_us = print_totals(small)
 # the GPU waits. That is an **overhead-bound** step: a faster GPU would not make it faster;
 # less CPU work per kernel, or more GPU work per launch, would.
 #
-# The post measured 2.314 ms of Self CPU against 23.104 µs of Self CUDA for this run on its
-# A100, a ratio of about a hundred.
+# `The post <https://huggingface.co/blog/torch-profiler>`_ measured 2.314 ms of Self CPU
+# against 23.104 µs of Self CUDA for this run on its A100, a ratio of about a hundred.
 #
 # Profile the large size
 # ----------------------
@@ -173,13 +185,18 @@ profiler_table(large)
 # GPU time, while the CPU rows stay of the same order as before: launching a kernel costs
 # the CPU about the same whatever the kernel does once it runs.
 
-large_cpu_us, large_device_us = print_totals(large)
+print_totals(large)
 
 # %%
 # With a GPU, the two totals are now of the same order: the GPU is kept busy, and the CPU's
 # launches run ahead of it. That is a **compute-bound** step, the one you want: making the
 # GPU's work faster (a better kernel, a lower precision, a bigger GPU) now makes the step
-# faster. The post saw 4.908 ms of Self CPU against 4.495 ms of Self CUDA on its A100.
+# faster. Part of the CPU total is not work at all: ``cudaDeviceSynchronize`` is the
+# profiler waiting, when the recording ends, for the GPU to finish what the CPU queued, so
+# it grows with the GPU's backlog (the
+# :ref:`footprint tutorial <sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py>`
+# measures it). `The post <https://huggingface.co/blog/torch-profiler>`_ saw 4.908 ms of
+# Self CPU against 4.495 ms of Self CUDA on its A100.
 #
 # What the two timelines look like
 # --------------------------------
@@ -216,7 +233,8 @@ plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name
 # %%
 # Now the GPU lane is full, and the CPU's part of the step ends long before the GPU's: the
 # CPU queued the kernels and moved on. The zoom also shows the previous step's kernels
-# still running on the GPU when this step starts on the CPU.
+# still running on the GPU when this step starts on the CPU, and, after the last step, the
+# CPU waiting in ``cudaDeviceSynchronize`` until the GPU has caught up.
 #
 # What the cheatsheet says
 # ------------------------
@@ -248,37 +266,33 @@ findings_table(diagnose(large.trace, select=TABLE_RULES), caption=large.name)
 # ``ampere_bf16_s16816gemm_...`` kernels. Its duration gives the achieved throughput, since
 # a product of two n by n matrices does 2n³ floating-point operations. To judge it we set it
 # beside what this GPU reaches on a larger product timed the same way, measured on this
-# run by :func:`profiling_utils.peaks.measure_peaks`.
+# run by :func:`~profiling_utils.measure_peaks` (``None`` without a GPU).
 
-
-def gemm_kernels(run):
-    """The kernels launched from ``aten::mm``: the matrix product's GPU work."""
-    return [k for k in kernel_launches(run.trace) if k.op is not None and k.op.name == "aten::mm"]
-
-
-if device == "cuda":
-    from profiling_utils.peaks import achieved_tflops, gemm_flops, measure_peaks
-
-    peaks = measure_peaks()
+peaks = measure_peaks()
+if peaks is not None:
     print(peaks.summary())
     for run, size in ((small, SMALL), (large, LARGE)):
-        gemms = gemm_kernels(run)
+        gemms = [k for k in kernel_launches(run.trace) if k.op and k.op.name == "aten::mm"]
         gemm_us = statistics.median(k.kernel.dur for k in gemms)
         tflops = achieved_tflops(gemm_flops(size, size, size), gemm_us)
         print(
             f"{size}x{size}x{size}: {gemms[0].kernel.name}\n"
             f"    launched with {gemms[0].api}; median {gemm_us:.1f} µs over {len(gemms)} "
-            f"steps: {tflops:.1f} TFLOP/s, {tflops / peaks.matmul_tflops:.1%} of the peak"
+            f"steps: {tflops:.1f} TFLOP/s, {tflops / peaks.matmul_tflops:.2%} of the peak"
         )
 else:
     print("No GPU here: there is no GEMM kernel to time and no GPU peak to compare with.")
 
 # %%
-# With a GPU, the large product runs at a sizeable share of the measured peak (the peak
-# is a median over a few steps, not a ceiling, so a share near or even above 100% only says
-# the two run alike). The small product reaches a tiny share: a 64 by 64 product cannot
-# fill the GPU, and the kernel's fixed start-up is most of its duration. The kernel names
-# differ too: cuBLAS picks a routine per shape, from a family per GPU generation.
+# With a GPU, the large product runs at a large share of the measured peak. The peak is
+# not a ceiling of the hardware: it is the median rate of one reference product (the bf16
+# matmul in the summary above), so a share near or even above 100% only says that this
+# product ran about as fast per operation as that one; the
+# :ref:`kernel-variance tutorial <sphx_glr_auto_examples_plot_07_kernel_variance.py>`
+# looks at a share above 100% more closely. The small product reaches a tiny share: a 64
+# by 64 product cannot fill the GPU, and the kernel's fixed start-up is most of its
+# duration. The kernel names differ too: cuBLAS picks a routine per shape, from a family
+# per GPU generation.
 #
 # Beyond the post: where do the two costs cross?
 # ----------------------------------------------
@@ -313,10 +327,21 @@ for size in sizes:
 
 # %%
 # On a GPU the CPU column hardly moves with the size: launching the same two kernels costs
-# about the same. The GPU column grows with the work, which is eight times larger each time
-# n doubles. Where the GPU column overtakes the CPU column, the step stops being
-# overhead-bound. We look for the first pair of neighbouring sizes where that happens and
-# interpolate between them on the log-log scale:
+# about the same. The work grows eightfold each time n doubles, but the GPU column does not
+# follow it at once: while the kernels are too small to fill the GPU, their fixed start-up
+# sets their duration. Only at the large sizes does the GPU time grow nearly as fast as the
+# work:
+
+if device == "cuda":
+    print(
+        f"GPU time per step from n={sizes[-2]} to n={sizes[-1]}: "
+        f"{gpu_per_step[-1] / gpu_per_step[-2]:.1f}x, for 8x the product's work"
+    )
+
+# %%
+# Where the GPU column overtakes the CPU column, the step stops being overhead-bound. We
+# look for the first pair of neighbouring sizes where that happens and interpolate between
+# them on the log-log scale:
 
 crossing = None
 for i in range(len(sizes) - 1):
@@ -348,9 +373,9 @@ if crossing is not None:
     ax.axvline(crossing, color="0.4", linestyle="--", linewidth=1)
     ax.annotate(
         f"cross at n ≈ {crossing:.0f}",
-        xy=(crossing, 1.0),
+        xy=(crossing, 0.0),
         xycoords=("data", "axes fraction"),
-        xytext=(4, -14),
+        xytext=(4, 6),
         textcoords="offset points",
         color="0.25",
     )
