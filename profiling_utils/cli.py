@@ -408,7 +408,8 @@ def add_diagnose_parser(subcommands: Any) -> None:
         help="apply the trace reading cheatsheet to one trace",
         description=(
             "Find the cheatsheet's patterns in one trace and show the evidence for each, "
-            "grouped by cheatsheet table, the most important first."
+            "grouped by cheatsheet table, the most important first. (compile-cpu-tax needs "
+            "an eager baseline: compare reports it.)"
         ),
         epilog=f"{DIAGNOSE_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
