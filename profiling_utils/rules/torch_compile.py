@@ -263,8 +263,8 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
     if copies:
         message += (
             f"; before each replay, inputs are copied into the graph's buffers "
-            f"({len(copies) / steps:g} launches, {copy_gpu_us / steps:.1f} µs of GPU time "
-            "per step)"
+            f"({len(copies) / steps:g} copy launch(es) and {copy_gpu_us / steps:.1f} µs of "
+            "GPU time per step)"
         )
     yield (
         message + ".",
