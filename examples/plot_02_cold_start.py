@@ -10,7 +10,7 @@ and measure two things in every recorded step: its width, and the *dead window* 
 entering the ``record_function("matmul_add")`` label and the start of the first ``aten::``
 operator inside it. To tell one-time costs of the process from costs of the profiler's
 first recorded step, we make the same recording twice: once in a fresh Python process, and
-once more in this one.
+once more in this one, after it has run the step a few times.
 """
 
 # %%
@@ -29,7 +29,7 @@ import sys
 import torch
 
 from profiling_utils import capture, diagnose, load_trace, run_name
-from profiling_utils.measures import dead_windows, step_times
+from profiling_utils.measures import dead_windows, kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
     highlight_between,
@@ -72,17 +72,20 @@ print(f"cold run: {cold.path.name}, recorded steps {[s.number for s in cold.step
 # The same recording, in a process that has done it before
 # --------------------------------------------------------
 #
-# Now the same capture in this process, right after the fresh one and after the earlier
-# tutorials: still no warm-up iterations, but nothing in it is new to the process.
+# Now the same capture in this process, with three warm-up iterations first
+# (``warmup_iters=3``), so that nothing in the recording is new to the process, even when
+# you run this file on its own. Whatever still makes its first recorded step wide is not a
+# cold start of the process.
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 x, w, b = (torch.randn(64, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
 again = capture(
     lambda: torch.add(torch.matmul(x, w), b),
-    name=run_name(64, "bf16", warm=False) + "_same_process",
+    name=run_name(64, "bf16", warm=True) + "_same_process",
     label="matmul_add",
     out_dir=trace_dir(),
+    warmup_iters=3,
 )
 profiler_table(again)
 
@@ -94,77 +97,79 @@ profiler_table(again)
 # ------------
 #
 # :func:`~profiling_utils.measures.step_times` gives each ``ProfilerStep``'s width on the
-# CPU, and :func:`~profiling_utils.measures.dead_windows` the time from the label's start to
-# its first ``aten::`` operator.
+# CPU, :func:`~profiling_utils.measures.dead_windows` the time from the label's start to its
+# first ``aten::`` operator, and :func:`~profiling_utils.measures.kernel_launches` where
+# each kernel's launch call sits, from which we take the time ``aten::mm`` spends before
+# it launches the product's kernel (there is no launch on a CPU).
 
 
-def widths_and_dead_windows(trace):
+def per_step(trace):
+    """Step width, dead window and aten::mm's time before its launch call, by step (µs)."""
     widths = {t.step: t.cpu_us for t in step_times(trace)}
     dead = {d.step: d.gap_us for d in dead_windows(trace, label="matmul_add")}
-    return widths, dead
+    mm_before_launch = {
+        k.step: k.launch.start - k.op.start
+        for k in kernel_launches(trace)
+        if k.op and k.op.name == "aten::mm" and k.launch
+    }
+    return widths, dead, mm_before_launch
 
 
-cold_widths, cold_dead = widths_and_dead_windows(cold)
-again_widths, again_dead = widths_and_dead_windows(again.trace)
-print("               step width (µs)           dead window (µs)")
-print("step    fresh process  same process   fresh process  same process")
-for number in cold_widths:
+recordings = {"fresh process": cold, "same process, warmed up": again.trace}
+for label, trace in recordings.items():
+    widths, dead, mm_before_launch = per_step(trace)
+    print(f"{label:24s}  step width   dead window   aten::mm before its launch")
+    for number, width in widths.items():
+        before = mm_before_launch.get(number)
+        before_text = f"{before:12.1f}" if before is not None else "           -"
+        print(f"  ProfilerStep#{number:<10d} {width:10.1f} {dead[number]:13.1f} {before_text}")
+
+# %%
+# In both recordings we compare the first step with the last: how much wider it is, and
+# how much of that the dead window and the wait inside ``aten::mm`` account for. If the
+# warmed-up recording's first step stands out about as much as the fresh process's, the
+# extra time comes with the profiler's first recorded step, not with a cold process.
+
+extra_width = {}
+for label, trace in recordings.items():
+    widths, dead, mm_before_launch = per_step(trace)
+    first, last = min(widths), max(widths)
+    extra_width[label] = widths[first] - widths[last]
+    print(f"{label}: first step {extra_width[label]:+.1f} µs wider than the last;")
+    print(f"  dead window {dead[first] - dead[last]:+.1f} µs", end="")
+    if first in mm_before_launch and last in mm_before_launch:
+        extra = mm_before_launch[first] - mm_before_launch[last]
+        print(f", aten::mm before its launch {extra:+.1f} µs", end="")
+    print()
+if extra_width["fresh process"] > 0:
+    kept = extra_width["same process, warmed up"] / extra_width["fresh process"]
+    print(f"The warmed-up recording's extra width is {kept:.0%} of the fresh process's:")
     print(
-        f"#{number:<5d} {cold_widths[number]:14.1f} {again_widths[number]:13.1f}"
-        f" {cold_dead[number]:15.2f} {again_dead[number]:13.2f}"
+        "  most of it comes with the profiler's first recorded step."
+        if kept >= 0.5
+        else "  most of it was a cold start of the process."
     )
 
 # %%
-# Read it row by row: is the first recorded step the widest, is its dead window the
-# longest, and have both settled by the last step? We let the code answer for this run:
-
-
-def verdict(widths, dead):
-    first, *rest = widths
-    wide = widths[first] > max(widths[n] for n in rest)
-    long = dead[first] > max(dead[n] for n in rest)
-    return (
-        f"first step {'is' if wide else 'is not'} the widest, its dead window "
-        f"{'is' if long else 'is not'} the longest"
-    )
-
-
-print(f"fresh process: {verdict(cold_widths, cold_dead)}")
-print(f"same process:  {verdict(again_widths, again_dead)}")
-
-# %%
-# The post saw a long first dead window on its A100: 227.757 µs in its first recorded step
-# (``ProfilerStep#2``), then 5.521 µs and 4.488 µs in the next two (`the post
-# <https://huggingface.co/blog/torch-profiler>`_).
+# The dead window the post points at is one part of the extra width; the lines above say
+# how it compares with the wait inside ``aten::mm`` in this build.
 #
-# How much of the first step's excess is a cold start of the *process*, and how much
-# comes with the first recorded step of *any* profile? The second column answers that: the
-# same process had already run this code, yet its first step still stands out. We put the
-# two side by side as "first step over last step":
+# `The post <https://huggingface.co/blog/torch-profiler>`_ saw a long first dead window on
+# its A100: 227.757 µs in its first recorded step (``ProfilerStep#2``), then 5.521 µs and
+# 4.488 µs in the next two. Ours, in the fresh process:
 
+cold_widths, cold_dead, _ = per_step(cold)
 first, last = min(cold_widths), max(cold_widths)
-for label, widths, dead in (
-    ("fresh process", cold_widths, cold_dead),
-    ("same process ", again_widths, again_dead),
-):
-    print(
-        f"{label}: first step {widths[first] / widths[last]:.1f}x the last's width, "
-        f"dead window {dead[first] / dead[last]:.1f}x ({dead[first] - dead[last]:+.1f} µs)"
-    )
-cold_excess = cold_dead[first] - cold_dead[last]
-again_excess = again_dead[first] - again_dead[last]
-if cold_excess <= 0:
-    print("In the fresh process the first dead window was no longer than the last one.")
-elif again_excess >= cold_excess / 2:
-    print(f"Extra dead window of the first step: {cold_excess:+.1f} µs in the fresh process,")
-    print(f"{again_excess:+.1f} µs in a process that has run this code before. Most of it is")
-    print("not a cold start of the process: it comes with the first recorded step.")
-else:
-    print(f"Extra dead window of the first step: {cold_excess:+.1f} µs in the fresh process,")
-    print(f"{again_excess:+.1f} µs in a process that has run this code before. Most of it")
-    print("was a cold start of the process.")
+print(
+    f"first dead window {cold_dead[first]:.1f} µs, last {cold_dead[last]:.1f} µs "
+    f"(the post's first: 227.757 µs)"
+)
 
 # %%
+# A different GPU, driver, CUDA and torch pay different one-time costs, so how long the
+# first dead window lasts belongs to the machine; that the first one is the longest is
+# what carries over.
+#
 # Where the dead window is
 # ------------------------
 #
@@ -184,8 +189,12 @@ plot_timeline(
 # The dead window is CPU time spent between our label and the operator: calling the
 # lambda, entering ``torch.matmul`` through Python and the dispatcher, and the profiler's
 # own work when it records the operator's start. Nothing runs on the GPU for this step yet.
+# The long ``aten::mm`` box is the other part measured above: the time before its launch
+# call (the :ref:`launch-planning tutorial <sphx_glr_auto_examples_plot_06_launch_planning.py>`
+# looks inside a first ``aten::mm``).
 #
-# And the last recorded step of the same run, for comparison:
+# And the last recorded step of the same run, for comparison. Each picture is zoomed to
+# its own step, so read the time axis: this one spans less time.
 
 window = next(d for d in dead_windows(cold, label="matmul_add") if d.step == last)
 plot_timeline(
@@ -214,8 +223,7 @@ plot_timeline(
 #   ones reuse the caching allocator's blocks. CPU caches and branch predictors are cold
 #   too.
 # - **The profiler itself.** The first step it records may pay for setting up its own
-#   recording, which would explain why even the same-process run above has a wide first
-#   step.
+#   recording, which would explain a wide first step in the warmed-up recording above.
 #
 # With the post's schedule, the first *call* lands in the unrecorded ``wait`` step, so most
 # of the set-up costs above are paid before anything is recorded. What a first recorded
@@ -235,22 +243,24 @@ findings = diagnose(cold, select=["cold-start", "dead-window"])
 findings_table(findings, caption=cold.path.name)
 
 # %%
-# Each rule has a threshold, so that ordinary step-to-step jitter is not reported. Whether
-# they fired here, and what they ask for:
+# Each rule has a threshold, so that ordinary step-to-step jitter is not reported: the
+# first step must be some multiple of the median of the others, and longer by a minimum.
+# The thresholds, and this recording's first step against them:
+
+
+def first_over_median(by_step):
+    return by_step[first] / statistics.median(v for n, v in by_step.items() if n != first)
+
 
 fired = {finding.rule for finding in findings}
-width_ratio = cold_widths[first] / statistics.median(
-    width for number, width in cold_widths.items() if number != first
-)
-dead_ratio = cold_dead[first] / statistics.median(
-    gap for number, gap in cold_dead.items() if number != first
-)
-print(f"cold-start {'fired' if 'cold-start' in fired else 'did not fire'}: it asks for a first")
-print(f"  step at least {cpu_lane.COLD_START_MIN_RATIO}x the median of the others and")
-print(f"  {cpu_lane.COLD_START_MIN_EXCESS_US:.0f} µs longer; here {width_ratio:.1f}x.")
-print(f"dead-window {'fired' if 'dead-window' in fired else 'did not fire'}: it asks for a dead")
-print(f"  window at least {cpu_lane.DEAD_WINDOW_MIN_RATIO}x the median of the others and")
-print(f"  {cpu_lane.DEAD_WINDOW_MIN_EXCESS_US:.0f} µs longer; here {dead_ratio:.1f}x.")
+checks = {
+    "cold-start": (cold_widths, cpu_lane.COLD_START_MIN_RATIO, cpu_lane.COLD_START_MIN_EXCESS_US),
+    "dead-window": (cold_dead, cpu_lane.DEAD_WINDOW_MIN_RATIO, cpu_lane.DEAD_WINDOW_MIN_EXCESS_US),
+}
+for rule, (by_step, min_ratio, min_excess_us) in checks.items():
+    verdict = "fired" if rule in fired else "did not fire"
+    print(f"{rule} {verdict}: it asks for {min_ratio}x the median and {min_excess_us:.0f} µs more;")
+    print(f"  here {first_over_median(by_step):.1f}x")
 
 # %%
 # A first step that stands out by less than that is what a warmed-up recording normally
