@@ -24,7 +24,8 @@ _TITLES = {
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    # A table cell is Markdown: "|" would end the cell and "<hash>" would be read as HTML.
+    return text.replace("|", "\\|").replace("<", "\\<")
 
 
 def _example(rule: Rule) -> str:

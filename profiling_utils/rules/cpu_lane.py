@@ -228,9 +228,9 @@ def _describe(row: dict[str, Any]) -> str:
     means="""A heavyweight kernel whose launch is worked out at run time: usually a GEMM,
     convolution or attention kernel from a library, sized to what fits in an SM's registers
     and shared memory. Which planning call shows, and how often, depends on the library path
-    and the GPU: an occupancy query before every GEMM on the post's A100; on an H100, an
-    attribute query before every fp32 GEMM, while bf16 GEMMs query occupancy only on their
-    first call in a process and then launch from cached choices (see driver-launch).""",
+    and the GPU: an occupancy query before the GEMM launch in the post's A100 trace; on an
+    H100, an attribute query before every fp32 GEMM, while bf16 GEMMs query occupancy only on
+    their first call in a process and then launch from cached choices (see driver-launch).""",
     severity="info",
     example="auto_examples/plot_06_launch_planning",
 )

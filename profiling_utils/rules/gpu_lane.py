@@ -50,7 +50,7 @@ _REPORTED = 5
     "GPU lane",
     see="Activity Buffer Request on the profiler's overhead row.",
     means="""The profiler allocating its own event buffers, not your code. With no wait or
-    warmup in the schedule it lands in the first profiled step and accounts for that step's
+    warmup in the schedule it lands in the first profiled step and adds to that step's
     offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps it out
     of the recorded ones.""",
     severity="warning",
