@@ -2,9 +2,9 @@
 Warm-up and the schedule: what does each step hide?
 ===================================================
 
-*The profiler's schedule has four knobs, and ``capture`` can run warm-up iterations before
-it. Which costs does each one keep out of the trace, and does keeping a cost out of the
-trace make it go away?*
+*The profiler's schedule has four knobs, and warm-up iterations can run before the profiler
+starts. Which costs does each one keep out of the trace, and does keeping a cost out of
+the trace make it go away?*
 
 We read the schedule step by step, then profile the same 64 by 64 matmul plus add three
 ways, each in a fresh Python process: with nothing hidden, with the post's schedule, and
@@ -26,11 +26,9 @@ with a plain clock, outside the profiler, to see what the trace no longer shows.
 #   (``RECORD_AND_SAVE``);
 # - ``repeat`` runs that cycle again; ``0`` repeats it for as long as steps come.
 
-import math
 import statistics
 import subprocess
 import sys
-import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -56,7 +54,8 @@ for number in range(12):
 # Five steps make one cycle; after two cycles the profiler does nothing more. Each
 # ``RECORD_AND_SAVE`` ends a cycle, and with ``repeat=2`` there are two of them. A profiler
 # that is exported once, at the end, keeps only the last cycle (torch warns about this
-# unless ``acc_events=True``). We check with a capture in this process:
+# unless ``acc_events=True``; ``capture`` keeps torch's behaviour, says so in its
+# documentation, and silences the warning). We check with a capture in this process:
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -163,28 +162,24 @@ fig.tight_layout()
 # %%
 # With nothing hidden, the first recorded step holds the first call of the process and
 # the profiler's own start-up (the next tutorial takes that part apart), so it dwarfs the
-# others. The post's schedule moves the first call into the ``wait`` step and the
-# profiler's start-up into the ``warmup`` step: neither is recorded. Warm-up iterations
-# move the first calls out of the profiled steps altogether.
-#
-# Which setup made the first step most like the others in this run?
+# others. The post's schedule moves the first call into the unrecorded ``wait`` step and
+# throws away the profiler's first step (``warmup``). Warm-up iterations move the first
+# calls out of the profiler's steps altogether. What did they add on top of the schedule
+# in this run?
 
-
-def first_over_rest(row):
-    return row[0] / statistics.median(row[1:])
-
-
-alike = min(widths, key=lambda label: abs(math.log(first_over_rest(widths[label]))))
-row = widths[alike]
-print(f"Most alike: '{alike}'")
-print(f"  first step {first_over_rest(row):.1f}x the median of the others;")
-print(f"  widths from {min(row):.1f} to {max(row):.1f} µs")
+schedule_only = widths["post's schedule"]
+warmed_up = widths["post's schedule, warmed up"]
+for label, row in (("schedule only", schedule_only), ("warmed up", warmed_up)):
+    ratio = row[0] / statistics.median(row[1:])
+    print(f"{label:13s}: first step {row[0]:.1f} µs, {ratio:.1f}x the median of the others")
 
 # %%
-# The post saw every step take about the same time once it warmed up. Where a first
-# recorded step still stands out after warming up, the likely reason is the profiler's own
+# `The post <https://huggingface.co/blog/torch-profiler>`_ saw every step take about the
+# same time once it had warmed up. Where a first recorded step still stands out, with the
+# schedule alone or with warm-up iterations too, the likely reason is the profiler's own
 # first recorded step, which the previous tutorial measured in a process that had run the
-# code before.
+# code before: warm-up iterations cannot remove that, since the profiler is not running
+# during them.
 #
 # Where the time of the unwarmed first step goes
 # ----------------------------------------------
@@ -202,6 +197,9 @@ for name in ("aten::mm", "aten::add"):
         f"{name:9s} in ProfilerStep#{first.number}: {durations[first.number]:9.1f} µs "
         f"({durations[first.number] / first.span.dur:.0%} of the step); later: {later:.1f} µs"
     )
+in_first_step = [o for o in raw.overhead if first.start <= o.start < first.end]
+print(f"on the CUPTI overhead row in ProfilerStep#{first.number}:", end="")
+print("".join(f"\n  {o.name}: {o.dur:.1f} µs" for o in in_first_step) or " nothing")
 plot_timeline(
     raw,
     highlights=[highlight_span(mm, "first aten::mm")],
@@ -212,10 +210,14 @@ plot_timeline(
 # %%
 # With a GPU, the first ``aten::mm`` of a process takes most of its step, and the first
 # ``aten::add`` is far slower than the later ones too, though no math library is involved
-# in an add: loading each kernel's code on its first launch is a likely part of both, and
-# setting up cuBLAS a likely part of the product's. The later steps are thin slivers at the
-# right. Under the post's schedule the same calls still happen, in the ``wait`` step, where
-# the profiler is off.
+# in an add. The overhead row (the grey boxes at the bottom of the timeline) names part of
+# it: besides the profiler's ``Activity Buffer Request``, CUPTI records the driver loading
+# kernel code on first use (``Runtime Triggered Module Loading``, ``Lazy Function
+# Loading``). On the H100 this site is built on, those rows add up to far less than the
+# two first calls (compare the lines above); setting up cuBLAS is a likely part of the
+# product's remaining time, though no row names it. The later steps
+# are thin slivers at the right. Under the post's schedule the same calls still happen, in
+# the ``wait`` step, where the profiler is off.
 #
 # The cheatsheet's rules about first steps, applied to the trace with nothing hidden and to
 # the warmed-up one:
@@ -229,19 +231,12 @@ warmed = traces["post's schedule, warmed up"]
 findings_table(diagnose(warmed, select=FIRST_STEP_RULES), caption="post's schedule, warmed up")
 
 # %%
-# In words, for this build:
-
-for label in ("nothing hidden", "post's schedule, warmed up"):
-    fired = sorted({f.rule for f in diagnose(traces[label], select=FIRST_STEP_RULES)})
-    print(f"{label}: {', '.join(fired) if fired else 'none of them fired'}")
-
-# %%
 # ``cold-start`` is the rule for a first step several times wider than the rest;
 # ``buffer-request`` reports the profiler's own start-up, which the trace with nothing
 # hidden also holds (the next tutorial takes it apart). Once the schedule and the warm-up
 # iterations have done their job, a first step that still stands out a little, as measured
-# above, stays under the rules' thresholds or near them: read steady-state numbers from the
-# later steps either way.
+# above, stays under the rules' thresholds or near them (the second table): read
+# steady-state numbers from the later steps either way.
 #
 # Not profiling a cost is not removing it
 # ---------------------------------------
@@ -270,34 +265,19 @@ print(" ".join(f"{t:.1f}" for t in times))
 """
 
 fresh_calls = [float(v) for v in in_fresh_process(FIRST_CALLS).split()]
-
-
-def timed_calls(count=5):
-    """The same clock, in this process, which has run this code before."""
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        torch.add(torch.matmul(x, w), b)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e6)
-    return times
-
-
-this_process = timed_calls()
-print("call               " + "".join(f"{i + 1:>11d}" for i in range(5)))
-print("fresh process (µs) " + "".join(f"{t:11.1f}" for t in fresh_calls))
-print("this process (µs)  " + "".join(f"{t:11.1f}" for t in this_process))
-ratio = fresh_calls[0] / statistics.median(this_process)
-print(f"The first call of a fresh process took {ratio:.0f}x as long as a call in this process.")
+print("call           " + "".join(f"{i + 1:>10d}" for i in range(len(fresh_calls))))
+print("time (µs)      " + "".join(f"{t:10.1f}" for t in fresh_calls))
+later = statistics.median(fresh_calls[1:])
+print(f"The first call took {fresh_calls[0] / later:.0f}x the median of the calls after it.")
 
 # %%
 # With a GPU, the first call of a fresh process costs many times a later one, whatever the
-# profiler's schedule says. (Creating the CUDA context is not in these numbers: the operands
-# were made on the device before the clock started.) Warm-up iterations and the schedule's ``wait``
-# and ``warmup`` only decide whether the trace shows it. To shrink the cost itself you need
-# other tools: keep a process alive and reuse it, load what is needed ahead of time, or
-# capture the work once and replay it (CUDA graphs, in a later tutorial).
+# profiler's schedule says, and no profiler was running here at all. (Creating the CUDA
+# context is not in these numbers: the operands were made on the device before the clock
+# started.) Warm-up iterations and the schedule's ``wait`` and ``warmup`` only decide
+# whether the trace shows the cost. To shrink the cost itself you need other tools: keep a
+# process alive and reuse it, load what is needed ahead of time, or capture the work once
+# and replay it (CUDA graphs, in a later tutorial).
 #
 # The traces
 # ----------
