@@ -13,6 +13,7 @@ import dataclasses
 import gzip
 import inspect
 import json
+import re
 import statistics
 from functools import cache
 from pathlib import Path
@@ -646,7 +647,7 @@ def test_cheatsheet_has_the_five_tables_and_every_rule_once() -> None:
         assert page.count(f"| `{rule.id}` |") == 1, rule.id
         # Cells are Markdown: "<" is escaped so that "<hash>" is not read as an HTML tag.
         assert rule.what_it_means.replace("<", "\\<") in page
-        assert "<hash>" not in page and "<user>" not in page
+        assert re.search(r"(?<!\\)<(hash|user)>", page) is None
 
 
 def test_cheatsheet_links_the_example_that_shows_a_rule() -> None:
