@@ -61,8 +61,22 @@ trace = run.trace
 profiler_table(run)
 
 # %%
-# The table has nothing that says "profiler": its rows are our operators, the launch calls
-# and the kernels. The profiler's own work is in the trace, on a row of its own.
+# torch warned, above the table, that the profiler "won't be using warmup" and that this
+# "can skew profiler results". That skew is what this page is about: with ``warmup=0`` the
+# profiler's own start-up is recorded with the first step instead of being thrown away
+# with a warm-up step.
+#
+# Most rows of the table are ours: the operators, the launch calls and the kernels. With a
+# GPU one is not:
+
+profiler_rows = [row for row in run.key_averages if row.key == "Activity Buffer Request"]
+for row in profiler_rows:
+    print(f"{row.key}: {row.count} call(s), {row.self_cpu_time_total:.1f} µs of CPU time")
+if not profiler_rows:
+    print("No Activity Buffer Request row: without a GPU there is no CUPTI to ask for one.")
+
+# %%
+# That row is the profiler's own work. In the trace it has a row of its own.
 #
 # The Activity Buffer Request
 # ---------------------------
@@ -128,8 +142,9 @@ if not offsets:
 # With a GPU, the first step's offset is many times the later ones'. The buffer request
 # holds the CPU before it reaches the first launch, and the last line above says how much
 # of the offset it makes up; the first launch call of the session can itself be slow. In
-# later steps the GPU starts a few microseconds after each launch. The post measured an
-# offset of about 2.5 ms on its A100.
+# later steps the GPU starts a few microseconds after each launch.
+# `The post <https://huggingface.co/blog/torch-profiler>`_ measured an offset of about
+# 2.5 ms on its A100.
 #
 # Zoomed to the first step, with the offset from the step's start to its first GPU work
 # marked across all lanes, and the largest idle stretch of the GPU inside the step:
@@ -214,10 +229,11 @@ fig.tight_layout()
 
 # %%
 # With a GPU there is one buffer request, in the first step, and the first step's width
-# and gap stand out from the nineteen after it: the profiler's start-up, paid once. A
-# gap that your code causes would show in every step. A schedule with ``wait`` and
-# ``warmup`` steps keeps all of this out of the recording, which is why the post's default
-# schedule has them.
+# and gap stand out from the nineteen after it: the profiler's start-up, paid once. A gap
+# that your code causes shows in every step, like the smaller gap of the other nineteen:
+# the GPU waiting while the CPU gets from the product's launch to the add's. A schedule
+# with ``wait`` and ``warmup`` steps keeps the start-up out of the recording, which is why
+# the post's default schedule has them.
 #
 # The synchronisation that ends the window
 # ----------------------------------------
@@ -230,9 +246,8 @@ fig.tight_layout()
 
 
 def sync_report(trace):
-    syncs = [
-        span for span in trace.find("cudaDeviceSynchronize") if span.start >= trace.steps[-1].start
-    ]
+    """The final cudaDeviceSynchronize against the GPU work it waited for and a median step."""
+    syncs = [s for s in trace.find("cudaDeviceSynchronize") if s.start >= trace.steps[-1].start]
     if not syncs:
         print(f"{trace.path.name}: no cudaDeviceSynchronize after the last step")
         return
@@ -240,28 +255,29 @@ def sync_report(trace):
     during = sum(
         max(0.0, min(work.end, sync.end) - max(work.start, sync.start)) for work in trace.gpu_work
     )
-    recorded = sum(t.gpu_busy_us for t in step_times(trace))
-    print(
-        f"{trace.path.name}: cudaDeviceSynchronize {sync.dur:.1f} µs; GPU busy during it "
-        f"{during:.1f} µs ({during / sync.dur:.0%} of it); GPU work in all recorded steps "
-        f"{recorded:.1f} µs"
-    )
+    times = step_times(trace)
+    recorded = sum(t.gpu_busy_us for t in times)
+    median_step = statistics.median(t.cpu_us for t in times)
+    print(f"{trace.path.name}: cudaDeviceSynchronize {sync.dur:.1f} µs")
+    print(f"  GPU busy during it {during:.1f} µs ({during / sync.dur:.0%} of it)")
+    print(f"  GPU work in all recorded steps {recorded:.1f} µs; median step {median_step:.1f} µs")
 
 
 sync_report(trace)
 
 # %%
 # At this size the GPU finished its last kernel long before the steps ended, so the sync
-# has next to nothing to wait for. The post measured a 1.78 ms sync on its A100, covering
-# 26 µs of GPU work, and read it as the overhead-bound symptom: the CPU, not the GPU, set
-# the pace. For contrast, the same recording at 4096, where the CPU runs ahead of a busy
-# GPU:
+# has next to nothing to wait for. `The post <https://huggingface.co/blog/torch-profiler>`_
+# measured a 1.78 ms sync on its A100, covering 26 µs of GPU work, and read it as the
+# overhead-bound symptom: the CPU, not the GPU, set the pace. For contrast, the same
+# recording at 8192, where each product keeps the GPU busy far longer than the CPU takes to
+# launch it, so the CPU runs ahead of a busy GPU:
 
 if device == "cuda":
-    x, w, b = (torch.randn(4096, 4096, device=device, dtype=torch.bfloat16) for _ in range(3))
+    x, w, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(3))
     big = capture(
         step,
-        name=run_name(4096, "bf16", warm=True) + "_w0a3",
+        name=run_name(8192, "bf16", warm=True) + "_w0a3",
         label="matmul_add",
         out_dir=trace_dir(),
         warmup_iters=3,
@@ -275,9 +291,10 @@ else:
     print("No GPU here: no sync to wait for a busy GPU, so no contrast to show.")
 
 # %%
-# With a GPU, the sync of the large run is mostly GPU work: the CPU had queued the steps'
-# GEMMs and the sync waits for them to finish. A long sync is therefore not CPU cost to
-# optimise; it tells you how far the CPU was ahead of the GPU when the window closed.
+# With a GPU, the sync of the large run is mostly GPU work (the second line): the CPU had
+# queued the steps' GEMMs and the sync waits for them to finish. A long sync is therefore
+# not CPU cost to optimise; it tells you how far the CPU was ahead of the GPU when the
+# window closed.
 #
 # What the cheatsheet says
 # ------------------------
@@ -293,22 +310,15 @@ findings_table(diagnose(trace, select=FOOTPRINT_RULES), caption=run.name)
 findings_table(diagnose(long_trace, select=FOOTPRINT_RULES), caption=long_run.name)
 
 # %%
-# Which rules fired, for each recording:
-
-for recording in (run, long_run):
-    fired = sorted({f.rule for f in diagnose(recording.trace, select=FOOTPRINT_RULES)})
-    print(f"{recording.name}: {', '.join(fired) if fired else 'none'}")
-
-# %%
 # ``buffer-request`` reports the request with the step it fell in and the offset it
 # caused; ``cold-start`` flags the first step's width and says how much of it overlaps the
 # request. ``intra-step-gap`` is for a GPU that idles although its next kernel was already
 # launched; where the GPU was waiting for a late launch, as measured above, that is CPU
 # time and the rule stays silent. ``sync-flush`` speaks only of a sync longer than a median
-# step, as in the 4096 recording:
+# step, which the large recording's lines above compare; its finding, if it fired:
 
 big_findings = diagnose(big.trace, select=["sync-flush"]) if big is not None else []
-findings_table(big_findings, caption="the 4096 recording")
+findings_table(big_findings, caption="the 8192 recording")
 
 # %%
 # The traces
@@ -319,3 +329,8 @@ trace_links(run)
 # %%
 
 trace_links(long_run)
+
+# %%
+# With a GPU, the 8192 recording too:
+
+trace_links(big) if big is not None else None
