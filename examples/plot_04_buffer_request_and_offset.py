@@ -8,8 +8,8 @@ code?*
 
 We profile a warmed-up 64 by 64 matmul plus add with ``wait=0, warmup=0``, so that the
 profiler's start-up lands in the recording, and look at three things the post points out:
-the ``Activity Buffer Request`` on the profiler's own row, the offset between the CPU and
-GPU lanes with a gap inside the first step, and the ``cudaDeviceSynchronize`` that ends
+the ``Activity Buffer Request`` on the profiler's own row, how far the GPU lane lags behind
+the CPU lane, with a gap inside the first step, and the ``cudaDeviceSynchronize`` that ends
 the recording. Twenty recorded steps then show which of these happen once.
 """
 
