@@ -275,11 +275,9 @@ if peaks is not None:
         gemms = [k for k in kernel_launches(run.trace) if k.op and k.op.name == "aten::mm"]
         gemm_us = statistics.median(k.kernel.dur for k in gemms)
         tflops = achieved_tflops(gemm_flops(size, size, size), gemm_us)
-        print(
-            f"{size}x{size}x{size}: {gemms[0].kernel.name}\n"
-            f"    launched with {gemms[0].api}; median {gemm_us:.1f} µs over {len(gemms)} "
-            f"steps: {tflops:.1f} TFLOP/s, {tflops / peaks.matmul_tflops:.2%} of the peak"
-        )
+        print(f"{size}x{size}x{size}: {gemms[0].kernel.name}, launched with {gemms[0].api}")
+        print(f"    median {gemm_us:.1f} µs over {len(gemms)} steps: {tflops:.1f} TFLOP/s,")
+        print(f"    {tflops / peaks.matmul_tflops:.2%} of the measured peak")
 else:
     print("No GPU here: there is no GEMM kernel to time and no GPU peak to compare with.")
 
@@ -351,10 +349,8 @@ for i in range(len(sizes) - 1):
     after = math.log(gpu_per_step[i + 1] / cpu_per_step[i + 1])
     if before < 0 <= after:
         crossing = sizes[i] * (sizes[i + 1] / sizes[i]) ** (before / (before - after))
-        print(
-            f"The GPU time per step overtakes the CPU time per step between n={sizes[i]} and "
-            f"n={sizes[i + 1]}, at about n={crossing:.0f} on this GPU."
-        )
+        print(f"The GPU time per step overtakes the CPU time per step between n={sizes[i]}")
+        print(f"and n={sizes[i + 1]}, at about n={crossing:.0f} on this GPU.")
         break
 if device == "cpu":
     print("No GPU here: the products ran inside the CPU operators, so there is no GPU time")
