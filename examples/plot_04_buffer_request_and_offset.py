@@ -90,10 +90,8 @@ for request in requests:
     inside = trace.step_of(request)
     ops = [op for op in trace.cpu_ops if op.start <= request.start < op.end]
     running = max(ops, key=lambda op: op.depth).name if ops else "no operator"
-    print(
-        f"Activity Buffer Request: {request.dur:.1f} µs, starting {request.start:.1f} µs into "
-        f"the trace, in ProfilerStep#{inside.number if inside else '?'}, while {running} runs"
-    )
+    print(f"Activity Buffer Request: {request.dur:.1f} µs, from {request.start:.1f} µs")
+    print(f"  in ProfilerStep#{inside.number if inside else '?'}, while {running} runs")
 if not requests:
     print("No Activity Buffer Request in this trace", end="")
     print(": there is no GPU, so no CUPTI." if not trace.has_gpu else ".")
@@ -124,11 +122,12 @@ plot_timeline(trace, highlights=marks, max_depth=4, title=run.name)
 # it started, and from the step's start on the CPU to its first GPU work.
 
 offsets = lane_offset(trace)
+if offsets:
+    print("step  first launch       launch → GPU start   step start → first GPU work")
 for offset in offsets:
     print(
-        f"ProfilerStep#{offset.step}: launch {offset.launch.name} → GPU start "
-        f"{offset.offset_us:8.1f} µs; step start → first GPU work "
-        f"{offset.step_start_to_gpu_us:8.1f} µs"
+        f"#{offset.step:<4d} {offset.launch.name:18s} {offset.offset_us:15.1f} µs"
+        f" {offset.step_start_to_gpu_us:26.1f} µs"
     )
 if offsets and requests:
     share = (
@@ -175,7 +174,8 @@ for gap in gpu_gaps(trace):
         if late > 0
         else f"launched {-late:.1f} µs before the GPU went idle: the GPU was held back"
     )
-    print(f"ProfilerStep#{gap.step}: {gap.gap_us:6.1f} µs idle before the add kernel, {reason}")
+    print(f"ProfilerStep#{gap.step}: {gap.gap_us:.1f} µs idle before the add kernel,")
+    print(f"  {reason}")
 if not trace.has_gpu:
     print("No GPU here, so no GPU gaps.")
 
