@@ -125,8 +125,8 @@ findings_table(findings, caption=run.name)
 first = findings[0]
 print(f"{first.rule} ({first.table}, {first.severity})")
 for key, value in first.evidence.items():
-    text = json.dumps(value)
-    print(f"  {key}: {text if len(text) <= 70 else text[:67] + '...'}")
+    text, room = json.dumps(value), 76 - len(key)
+    print(f"  {key}: {text if len(text) <= room else text[: room - 3] + '...'}")
 
 # %%
 # The evidence names steps, events and times on the trace's own axis, so a finding can
@@ -239,9 +239,8 @@ cli("compare", run.trace_path.name, fused.trace_path.name)
 comparison = compare(run.trace, fused.trace)
 for label, side in (("loop ", comparison.baseline), ("fused", comparison.trace)):
     print(
-        f"{label}: median step CPU {side.median_step_cpu_us:10.1f} µs, "
-        f"{side.launches_per_step or 0:6.1f} launches and "
-        f"{side.kernels_per_step or 0:6.1f} kernels per step"
+        f"{label}: median CPU per step {side.median_step_cpu_us:9.1f} µs, "
+        f"{side.launches_per_step or 0:5.1f} launches, {side.kernels_per_step or 0:5.1f} kernels"
     )
 
 # %%
