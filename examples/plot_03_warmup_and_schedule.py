@@ -164,16 +164,9 @@ fig.tight_layout()
 # the profiler's own start-up (the next tutorial takes that part apart), so it dwarfs the
 # others. The post's schedule moves the first call into the unrecorded ``wait`` step and
 # throws away the profiler's first step (``warmup``). Warm-up iterations move the first
-# calls out of the profiler's steps altogether. What did they add on top of the schedule
-# in this run?
-
-schedule_only = widths["post's schedule"]
-warmed_up = widths["post's schedule, warmed up"]
-for label, row in (("schedule only", schedule_only), ("warmed up", warmed_up)):
-    ratio = row[0] / statistics.median(row[1:])
-    print(f"{label:13s}: first step {row[0]:.1f} µs, {ratio:.1f}x the median of the others")
-
-# %%
+# calls out of the profiler's steps altogether. What they add on top of the schedule is
+# the difference between the last two rows of the table above.
+#
 # `The post <https://huggingface.co/blog/torch-profiler>`_ saw every step take about the
 # same time once it had warmed up. Where a first recorded step still stands out, with the
 # schedule alone or with warm-up iterations too, the likely reason is the profiler's own
@@ -197,9 +190,10 @@ for name in ("aten::mm", "aten::add"):
         f"{name:9s} in ProfilerStep#{first.number}: {durations[first.number]:9.1f} µs "
         f"({durations[first.number] / first.span.dur:.0%} of the step); later: {later:.1f} µs"
     )
-in_first_step = [o for o in raw.overhead if first.start <= o.start < first.end]
-print(f"on the CUPTI overhead row in ProfilerStep#{first.number}:", end="")
-print("".join(f"\n  {o.name}: {o.dur:.1f} µs" for o in in_first_step) or " nothing")
+overhead = [o for o in raw.overhead if first.start <= o.start < first.end]
+print(f"CUPTI overhead rows in ProfilerStep#{first.number}: {len(overhead)}")
+for row in overhead:
+    print(f"  {row.name}: {row.dur:.1f} µs")
 plot_timeline(
     raw,
     highlights=[highlight_span(mm, "first aten::mm")],
@@ -215,9 +209,9 @@ plot_timeline(
 # kernel code on first use (``Runtime Triggered Module Loading``, ``Lazy Function
 # Loading``). On the H100 this site is built on, those rows add up to far less than the
 # two first calls (compare the lines above); setting up cuBLAS is a likely part of the
-# product's remaining time, though no row names it. The later steps
-# are thin slivers at the right. Under the post's schedule the same calls still happen, in
-# the ``wait`` step, where the profiler is off.
+# product's remaining time, though no row names it. The later steps are thin slivers at
+# the right. Under the post's schedule the same calls still happen, in the ``wait`` step,
+# where the profiler is off.
 #
 # The cheatsheet's rules about first steps, applied to the trace with nothing hidden and to
 # the warmed-up one:
