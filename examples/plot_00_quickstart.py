@@ -93,7 +93,9 @@ trace_links(run)
 for recorded in run.trace.steps:
     cpu_us = recorded.end - recorded.start
     gpu_count = len(recorded.gpu_work)
-    print(f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} µs, {gpu_count} GPU activities")
+    print(
+        f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} µs, {gpu_count} GPU activities"
+    )
 
 # %%
 # A step's width is CPU time: how long the step took to issue its work. Where the first

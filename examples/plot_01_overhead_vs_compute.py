@@ -60,7 +60,9 @@ def matmul_add(x, w, b):
 
 
 def operands(size):
-    return [torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(3)]
+    return [
+        torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(3)
+    ]
 
 
 def as_time(us):
@@ -144,7 +146,9 @@ def print_totals(run):
     cpu_us, device_us = self_totals(run.key_averages)
     print(f"{run.name}\n  Self CPU time total:  {as_time(cpu_us)}")
     sync_us = sum(
-        e.self_cpu_time_total for e in run.key_averages if e.key == "cudaDeviceSynchronize"
+        e.self_cpu_time_total
+        for e in run.key_averages
+        if e.key == "cudaDeviceSynchronize"
     )
     if sync_us > 0:
         print(f"    of it in cudaDeviceSynchronize: {as_time(sync_us)}")
@@ -207,10 +211,15 @@ print_totals(large)
 
 last = small.trace.steps[-1]
 if small.has_gpu:
-    gap = max((g for g in gpu_gaps(small.trace) if g.step == last.number), key=lambda g: g.gap_us)
+    gap = max(
+        (g for g in gpu_gaps(small.trace) if g.step == last.number),
+        key=lambda g: g.gap_us,
+    )
     mark = highlight_between(gap.before, gap.after, "GPU idle")
 else:
-    mm = next(op for op in small.trace.find("aten::mm") if small.trace.step_of(op) is last)
+    mm = next(
+        op for op in small.trace.find("aten::mm") if small.trace.step_of(op) is last
+    )
     mark = highlight_span(mm, "aten::mm, on the CPU")
 plot_timeline(small.trace, step=last.number, highlights=[mark], title=small.name)
 
@@ -226,7 +235,9 @@ if large.has_gpu:
     gemm = max(last.gpu_work, key=lambda work: work.dur)
     mark = highlight_span(gemm, "GEMM kernel")
 else:
-    mm = next(op for op in large.trace.find("aten::mm") if large.trace.step_of(op) is last)
+    mm = next(
+        op for op in large.trace.find("aten::mm") if large.trace.step_of(op) is last
+    )
     mark = highlight_span(mm, "aten::mm, on the CPU")
 plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name)
 
@@ -244,7 +255,13 @@ plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name
 # than the table, so they compare the GPU's busy time with the CPU time of the median step
 # instead of the two totals; the verdict is the same kind.
 
-TABLE_RULES = ["overhead-bound", "compute-bound", "hotspot", "many-calls", "cost-in-children"]
+TABLE_RULES = [
+    "overhead-bound",
+    "compute-bound",
+    "hotspot",
+    "many-calls",
+    "cost-in-children",
+]
 findings_table(diagnose(small.trace, select=TABLE_RULES), caption=small.name)
 
 # %%
@@ -272,14 +289,22 @@ peaks = measure_peaks()
 if peaks is not None:
     print(peaks.summary())
     for run, size in ((small, SMALL), (large, LARGE)):
-        gemms = [k for k in kernel_launches(run.trace) if k.op and k.op.name == "aten::mm"]
+        gemms = [
+            k for k in kernel_launches(run.trace) if k.op and k.op.name == "aten::mm"
+        ]
         gemm_us = statistics.median(k.kernel.dur for k in gemms)
         tflops = achieved_tflops(gemm_flops(size, size, size), gemm_us)
-        print(f"{size}x{size}x{size}: {gemms[0].kernel.name}, launched with {gemms[0].api}")
-        print(f"    median {gemm_us:.1f} µs over {len(gemms)} steps: {tflops:.1f} TFLOP/s,")
+        print(
+            f"{size}x{size}x{size}: {gemms[0].kernel.name}, launched with {gemms[0].api}"
+        )
+        print(
+            f"    median {gemm_us:.1f} µs over {len(gemms)} steps: {tflops:.1f} TFLOP/s,"
+        )
         print(f"    {tflops / peaks.matmul_tflops:.2%} of the measured peak")
 else:
-    print("No GPU here: there is no GEMM kernel to time and no GPU peak to compare with.")
+    print(
+        "No GPU here: there is no GEMM kernel to time and no GPU peak to compare with."
+    )
 
 # %%
 # With a GPU, the large product runs at a large share of the measured peak. The peak is
@@ -304,7 +329,11 @@ else:
 #
 # The sweep's traces are published too, in a ``sweep`` folder beside this page's traces.
 
-sizes = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192] if device == "cuda" else [32, 64, 128, 256]
+sizes = (
+    [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    if device == "cuda"
+    else [32, 64, 128, 256]
+)
 cpu_per_step, gpu_per_step = [], []
 for size in sizes:
     run = capture(
@@ -349,11 +378,15 @@ for i in range(len(sizes) - 1):
     after = math.log(gpu_per_step[i + 1] / cpu_per_step[i + 1])
     if before < 0 <= after:
         crossing = sizes[i] * (sizes[i + 1] / sizes[i]) ** (before / (before - after))
-        print(f"The GPU time per step overtakes the CPU time per step between n={sizes[i]}")
+        print(
+            f"The GPU time per step overtakes the CPU time per step between n={sizes[i]}"
+        )
         print(f"and n={sizes[i + 1]}, at about n={crossing:.0f} on this GPU.")
         break
 if device == "cpu":
-    print("No GPU here: the products ran inside the CPU operators, so there is no GPU time")
+    print(
+        "No GPU here: the products ran inside the CPU operators, so there is no GPU time"
+    )
     print("per step to compare with and no crossing to find.")
 elif crossing is None:
     print("In this sweep the GPU time per step never overtook the CPU time per step.")

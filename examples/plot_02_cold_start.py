@@ -57,7 +57,9 @@ run = capture(
 print(run.trace_path)
 """
 
-child = subprocess.run([sys.executable, "-c", COLD_PROGRAM], capture_output=True, text=True)
+child = subprocess.run(
+    [sys.executable, "-c", COLD_PROGRAM], capture_output=True, text=True
+)
 if child.returncode != 0:
     raise RuntimeError(f"the cold run failed:\n{child.stderr}")
 cold = load_trace(child.stdout.strip().splitlines()[-1])
@@ -122,7 +124,9 @@ for label, trace in recordings.items():
     for number, width in widths.items():
         before = mm_before_launch.get(number)
         before_text = f"{before:12.1f}" if before is not None else "           -"
-        print(f"  ProfilerStep#{number:<10d} {width:10.1f} {dead[number]:13.1f} {before_text}")
+        print(
+            f"  ProfilerStep#{number:<10d} {width:10.1f} {dead[number]:13.1f} {before_text}"
+        )
 
 # %%
 # In both recordings we compare the first step with the last: how much wider it is, and
@@ -143,7 +147,9 @@ for label, trace in recordings.items():
     print()
 if extra_width["fresh process"] > 0:
     kept = extra_width["same process, warmed up"] / extra_width["fresh process"]
-    print(f"The warmed-up recording's extra width is {kept:.0%} of the fresh process's:")
+    print(
+        f"The warmed-up recording's extra width is {kept:.0%} of the fresh process's:"
+    )
     print(
         "  most of it comes with the profiler's first recorded step."
         if kept >= 0.5
@@ -249,17 +255,29 @@ findings_table(findings, caption=cold.path.name)
 
 
 def first_over_median(by_step):
-    return by_step[first] / statistics.median(v for n, v in by_step.items() if n != first)
+    return by_step[first] / statistics.median(
+        v for n, v in by_step.items() if n != first
+    )
 
 
 fired = {finding.rule for finding in findings}
 checks = {
-    "cold-start": (cold_widths, cpu_lane.COLD_START_MIN_RATIO, cpu_lane.COLD_START_MIN_EXCESS_US),
-    "dead-window": (cold_dead, cpu_lane.DEAD_WINDOW_MIN_RATIO, cpu_lane.DEAD_WINDOW_MIN_EXCESS_US),
+    "cold-start": (
+        cold_widths,
+        cpu_lane.COLD_START_MIN_RATIO,
+        cpu_lane.COLD_START_MIN_EXCESS_US,
+    ),
+    "dead-window": (
+        cold_dead,
+        cpu_lane.DEAD_WINDOW_MIN_RATIO,
+        cpu_lane.DEAD_WINDOW_MIN_EXCESS_US,
+    ),
 }
 for rule, (by_step, min_ratio, min_excess_us) in checks.items():
     verdict = "fired" if rule in fired else "did not fire"
-    print(f"{rule} {verdict}: it asks for {min_ratio}x the median and {min_excess_us:.0f} µs more;")
+    print(
+        f"{rule} {verdict}: it asks for {min_ratio}x the median and {min_excess_us:.0f} µs more;"
+    )
     print(f"  here {first_over_median(by_step):.1f}x")
 
 # %%

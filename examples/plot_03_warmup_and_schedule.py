@@ -126,7 +126,10 @@ setups = {
     "post's schedule": (0, 1, 1),
     "post's schedule, warmed up": (3, 1, 1),
 }
-traces = {label: load_trace(in_fresh_process(PROGRAM, *args)) for label, args in setups.items()}
+traces = {
+    label: load_trace(in_fresh_process(PROGRAM, *args))
+    for label, args in setups.items()
+}
 for label, (warmup_iters, wait, warmup) in setups.items():
     print(f"{label:27s} warmup_iters={warmup_iters} wait={wait} warmup={warmup}")
 
@@ -137,8 +140,12 @@ for label, (warmup_iters, wait, warmup) in setups.items():
 # Each run recorded five steps. Their widths on the CPU, from
 # :func:`~profiling_utils.measures.step_times`, in µs:
 
-widths = {label: [t.cpu_us for t in step_times(trace)] for label, trace in traces.items()}
-print(f"{'':27s}" + "".join(f"{f'step {i + 1}':>9s}" for i in range(5)) + "  1st/median")
+widths = {
+    label: [t.cpu_us for t in step_times(trace)] for label, trace in traces.items()
+}
+print(
+    f"{'':27s}" + "".join(f"{f'step {i + 1}':>9s}" for i in range(5)) + "  1st/median"
+)
 for label, row in widths.items():
     ratio = row[0] / statistics.median(row[1:])
     print(f"{label:27s}" + "".join(f"{v:9.1f}" for v in row) + f"  {ratio:9.1f}x")
@@ -185,7 +192,9 @@ first = raw.steps[0]
 mm = next(op for op in raw.find("aten::mm") if raw.step_of(op) is first)
 for name in ("aten::mm", "aten::add"):
     durations = {raw.step_of(op).number: op.dur for op in raw.find(name)}
-    later = statistics.median(d for number, d in durations.items() if number != first.number)
+    later = statistics.median(
+        d for number, d in durations.items() if number != first.number
+    )
     print(
         f"{name:9s} in ProfilerStep#{first.number}: {durations[first.number]:9.1f} µs "
         f"({durations[first.number] / first.span.dur:.0%} of the step); later: {later:.1f} µs"
@@ -222,7 +231,9 @@ findings_table(diagnose(raw, select=FIRST_STEP_RULES), caption="nothing hidden")
 # %%
 
 warmed = traces["post's schedule, warmed up"]
-findings_table(diagnose(warmed, select=FIRST_STEP_RULES), caption="post's schedule, warmed up")
+findings_table(
+    diagnose(warmed, select=FIRST_STEP_RULES), caption="post's schedule, warmed up"
+)
 
 # %%
 # ``cold-start`` is the rule for a first step several times wider than the rest;
@@ -262,7 +273,9 @@ fresh_calls = [float(v) for v in in_fresh_process(FIRST_CALLS).split()]
 print("call           " + "".join(f"{i + 1:>10d}" for i in range(len(fresh_calls))))
 print("time (µs)      " + "".join(f"{t:10.1f}" for t in fresh_calls))
 later = statistics.median(fresh_calls[1:])
-print(f"The first call took {fresh_calls[0] / later:.0f}x the median of the calls after it.")
+print(
+    f"The first call took {fresh_calls[0] / later:.0f}x the median of the calls after it."
+)
 
 # %%
 # With a GPU, the first call of a fresh process costs many times a later one, whatever the

@@ -69,11 +69,17 @@ profiler_table(run)
 # Most rows of the table are ours: the operators, the launch calls and the kernels. With a
 # GPU one is not:
 
-profiler_rows = [row for row in run.key_averages if row.key == "Activity Buffer Request"]
+profiler_rows = [
+    row for row in run.key_averages if row.key == "Activity Buffer Request"
+]
 for row in profiler_rows:
-    print(f"{row.key}: {row.count} call(s), {row.self_cpu_time_total:.1f} µs of CPU time")
+    print(
+        f"{row.key}: {row.count} call(s), {row.self_cpu_time_total:.1f} µs of CPU time"
+    )
 if not profiler_rows:
-    print("No Activity Buffer Request row: without a GPU there is no CUPTI to ask for one.")
+    print(
+        "No Activity Buffer Request row: without a GPU there is no CUPTI to ask for one."
+    )
 
 # %%
 # That row is the profiler's own work. In the trace it has a row of its own.
@@ -131,7 +137,8 @@ for offset in offsets:
     )
 if offsets and requests:
     share = (
-        sum(r.dur for r in requests if trace.step_of(r) is first) / offsets[0].step_start_to_gpu_us
+        sum(r.dur for r in requests if trace.step_of(r) is first)
+        / offsets[0].step_start_to_gpu_us
     )
     print(f"The buffer request is {share:.0%} of the first step's start-to-GPU offset.")
 if not offsets:
@@ -150,7 +157,9 @@ if not offsets:
 
 marks = []
 if offsets:
-    marks.append(Highlight(first.start, offsets[0].gpu.start, "step start → first GPU work"))
+    marks.append(
+        Highlight(first.start, offsets[0].gpu.start, "step start → first GPU work")
+    )
 first_gaps = [gap for gap in gpu_gaps(trace) if gap.step == first.number]
 if first_gaps:
     widest_gap = max(first_gaps, key=lambda gap: gap.gap_us)
@@ -202,15 +211,21 @@ long_run = capture(
     active=20,
 )
 long_trace = long_run.trace
-long_requests = [span for span in long_trace.overhead if span.name == "Activity Buffer Request"]
+long_requests = [
+    span for span in long_trace.overhead if span.name == "Activity Buffer Request"
+]
 request_steps = sorted({long_trace.step_of(r).number for r in long_requests})
-print(f"{len(long_requests)} Activity Buffer Request(s) in 20 steps, in steps {request_steps}")
+print(
+    f"{len(long_requests)} Activity Buffer Request(s) in 20 steps, in steps {request_steps}"
+)
 widths = [t.cpu_us for t in step_times(long_trace)]
 gap_by_step = {gap.step: gap.gap_us for gap in gpu_gaps(long_trace)}
 gaps = [gap_by_step.get(s.number, 0.0) for s in long_trace.steps]
 for label, values in (("step width", widths), ("GPU gap", gaps)):
     others = statistics.median(values[1:])
-    print(f"{label:10s}: first step {values[0]:7.1f} µs, the others' median {others:7.1f} µs")
+    print(
+        f"{label:10s}: first step {values[0]:7.1f} µs, the others' median {others:7.1f} µs"
+    )
 
 # %%
 # Step by step:
@@ -247,20 +262,27 @@ fig.tight_layout()
 
 def sync_report(trace):
     """The final cudaDeviceSynchronize against the GPU work it waited for and a median step."""
-    syncs = [s for s in trace.find("cudaDeviceSynchronize") if s.start >= trace.steps[-1].start]
+    syncs = [
+        s
+        for s in trace.find("cudaDeviceSynchronize")
+        if s.start >= trace.steps[-1].start
+    ]
     if not syncs:
         print(f"{trace.path.name}: no cudaDeviceSynchronize after the last step")
         return
     sync = syncs[-1]
     during = sum(
-        max(0.0, min(work.end, sync.end) - max(work.start, sync.start)) for work in trace.gpu_work
+        max(0.0, min(work.end, sync.end) - max(work.start, sync.start))
+        for work in trace.gpu_work
     )
     times = step_times(trace)
     recorded = sum(t.gpu_busy_us for t in times)
     median_step = statistics.median(t.cpu_us for t in times)
     print(f"{trace.path.name}: cudaDeviceSynchronize {sync.dur:.1f} µs")
     print(f"  GPU busy during it {during:.1f} µs ({during / sync.dur:.0%} of it)")
-    print(f"  GPU work in all recorded steps {recorded:.1f} µs; median step {median_step:.1f} µs")
+    print(
+        f"  GPU work in all recorded steps {recorded:.1f} µs; median step {median_step:.1f} µs"
+    )
 
 
 sync_report(trace)
@@ -274,7 +296,9 @@ sync_report(trace)
 # launch it, so the CPU runs ahead of a busy GPU:
 
 if device == "cuda":
-    x, w, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(3))
+    x, w, b = (
+        torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(3)
+    )
     big = capture(
         step,
         name=run_name(8192, "bf16", warm=True) + "_w0a3",

@@ -51,7 +51,9 @@ def matmul_add(x, w, b):
 
 
 def profile(shape):
-    x, w, b = (torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(3))
+    x, w, b = (
+        torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(3)
+    )
     return capture(
         lambda: matmul_add(x, w, b),
         name=run_name(shape, "bf16", warm=True),
@@ -62,7 +64,9 @@ def profile(shape):
 
 
 flat = profile((n, n))
-print(f"Profiled {flat.name} on {'the GPU' if flat.has_gpu else 'the CPU (no GPU here)'}")
+print(
+    f"Profiled {flat.name} on {'the GPU' if flat.has_gpu else 'the CPU (no GPU here)'}"
+)
 
 # %%
 # Walk up from the kernel
@@ -85,13 +89,16 @@ def chain(trace, step):
         kernel = next(
             work
             for work in step.gpu_work
-            if work.cat == "kernel" and inside(trace, trace.launch_of(work), "aten::matmul")
+            if work.cat == "kernel"
+            and inside(trace, trace.launch_of(work), "aten::matmul")
         )
         launch = trace.launch_of(kernel)
         return [*reversed(list(trace.ancestors(launch))), launch, kernel]
     matmul = next(op for op in trace.find("aten::matmul") if trace.step_of(op) is step)
     innermost = matmul
-    while ops := [c for c in trace.children(innermost) if c.name in ("aten::mm", "aten::bmm")]:
+    while ops := [
+        c for c in trace.children(innermost) if c.name in ("aten::mm", "aten::bmm")
+    ]:
         innermost = ops[0]
     return [*reversed(list(trace.ancestors(innermost))), innermost]
 
@@ -145,7 +152,10 @@ else:
 
 def print_tree(trace, span, depth=0):
     below = sum(child.dur for child in trace.children(span))
-    print(f"{'    ' * depth}{span.name:<{44 - 4 * depth}} total {span.dur:7.1f} µs", end="")
+    print(
+        f"{'    ' * depth}{span.name:<{44 - 4 * depth}} total {span.dur:7.1f} µs",
+        end="",
+    )
     print(f"   self {span.dur - below:7.1f} µs")
     for child in trace.children(span):
         print_tree(trace, child, depth + 1)
@@ -218,14 +228,18 @@ for run in (flat, batched):
 # copy would show an ``aten::clone`` or ``aten::copy_`` under it:
 
 trace = batched.trace
-matmul = next(op for op in trace.find("aten::matmul") if trace.step_of(op) is batched_step)
+matmul = next(
+    op for op in trace.find("aten::matmul") if trace.step_of(op) is batched_step
+)
 copies = [
     span.name
     for span in trace.spans
     if span.name in ("aten::clone", "aten::copy_", "aten::contiguous")
     and inside(trace, span, "aten::matmul")
 ]
-print(f"Copies made inside aten::matmul in the batched run: {', '.join(copies) or 'none'}")
+print(
+    f"Copies made inside aten::matmul in the batched run: {', '.join(copies) or 'none'}"
+)
 
 # %%
 # The batched step on a timeline, with the preparation before the product highlighted:
@@ -234,7 +248,9 @@ children = trace.children(matmul)
 product = next(c for c in children if c.name in ("aten::bmm", "aten::mm"))
 marks = [highlight_span(product, product.name)]
 if children[0] is not product:
-    marks.append(Highlight(children[0].start, product.start, "views first", lane=matmul.lane))
+    marks.append(
+        Highlight(children[0].start, product.start, "views first", lane=matmul.lane)
+    )
 plot_timeline(
     trace,
     step=batched_step.number,
@@ -256,7 +272,9 @@ def matmul_cost(run):
     trace = run.trace
     matmuls = [op for op in trace.find("aten::matmul") if trace.step_of(op) is not None]
     products = [c for op in matmuls for c in trace.children(op) if c.name in PRODUCTS]
-    return statistics.median(op.dur for op in matmuls), statistics.median(p.dur for p in products)
+    return statistics.median(op.dur for op in matmuls), statistics.median(
+        p.dur for p in products
+    )
 
 
 costs = {run.name: matmul_cost(run) for run in (flat, batched)}
@@ -313,7 +331,9 @@ flat_names = {span.name for found in calls[flat.name].values() for span in found
 batched_names = {span.name for found in calls[batched.name].values() for span in found}
 extra = sorted(batched_names - flat_names)
 if not flat.has_gpu:
-    print("No GPU here: neither product made a CUDA call, so there is nothing to compare.")
+    print(
+        "No GPU here: neither product made a CUDA call, so there is nothing to compare."
+    )
 elif extra:
     print(f"The batched product made calls the 2-D one did not: {', '.join(extra)}.")
 else:
@@ -323,7 +343,9 @@ else:
     )
 if flat.has_gpu:
     same = flat_chain[-1].name == batched_chain[-1].name
-    print(f"GEMM kernel: {'the same in both runs' if same else 'different in the two runs'}.")
+    print(
+        f"GEMM kernel: {'the same in both runs' if same else 'different in the two runs'}."
+    )
 
 # %%
 # On the H100 this site is built on, both paths launch one kernel through the driver's

@@ -56,7 +56,10 @@ def matmul_add(x, w, b):
 
 
 def profile(size, dtype_name):
-    x, w, b = (torch.randn(size, size, device=device, dtype=dtypes[dtype_name]) for _ in range(3))
+    x, w, b = (
+        torch.randn(size, size, device=device, dtype=dtypes[dtype_name])
+        for _ in range(3)
+    )
     return capture(
         lambda: matmul_add(x, w, b),
         name=run_name(size, dtype_name, warm=True),
@@ -66,8 +69,14 @@ def profile(size, dtype_name):
     )
 
 
-runs = {(size, dtype_name): profile(size, dtype_name) for size in sizes for dtype_name in dtypes}
-print(f"{len(runs)} runs on {torch.cuda.get_device_name() if device == 'cuda' else 'the CPU'}")
+runs = {
+    (size, dtype_name): profile(size, dtype_name)
+    for size in sizes
+    for dtype_name in dtypes
+}
+print(
+    f"{len(runs)} runs on {torch.cuda.get_device_name() if device == 'cuda' else 'the CPU'}"
+)
 
 # %%
 # How each kernel was launched
@@ -99,7 +108,9 @@ for run in runs.values():
     for launch in launches:
         planning = ", ".join(call.name for call in launch.planning_calls) or "none"
         op = launch.op.name if launch.op else "?"
-        print(f"{run.name:22s} {op:10s} {short(launch.kernel.name)} {launch.api:20s} {planning}")
+        print(
+            f"{run.name:22s} {op:10s} {short(launch.kernel.name)} {launch.api:20s} {planning}"
+        )
 
 # %%
 # The footprints of the same kernels:
@@ -122,7 +133,9 @@ for run in runs.values():
 
 def gemm_and_add(run):
     launches = last_step_launches(run)
-    gemm = next((k for k in launches if k.op and k.op.name in ("aten::mm", "aten::bmm")), None)
+    gemm = next(
+        (k for k in launches if k.op and k.op.name in ("aten::mm", "aten::bmm")), None
+    )
     add = next((k for k in launches if k.op and k.op.name == "aten::add"), None)
     return gemm, add
 
@@ -139,9 +152,15 @@ for (size, dtype_name), run in runs.items():
         f"{gemm.api}; planning calls before it: {planning}. The add was launched with "
         f"{add.api} after {len(add.planning_calls)} planning calls."
     )
-occupancy = [call.name for run in runs.values() for call in run.trace.find(prefix="cudaOccupancy")]
+occupancy = [
+    call.name
+    for run in runs.values()
+    for call in run.trace.find(prefix="cudaOccupancy")
+]
 if device == "cuda":
-    print(f"cudaOccupancy* calls in the recorded (warm) steps of all runs: {len(occupancy)}.")
+    print(
+        f"cudaOccupancy* calls in the recorded (warm) steps of all runs: {len(occupancy)}."
+    )
 
 # %%
 # On the H100 this site is built on, the runs above show two launch paths, neither of them
@@ -205,7 +224,9 @@ def launch_picture(run):
     gemm, _ = gemm_and_add(run)
     trace = run.trace
     if gemm is None:
-        op = next(s for s in trace.find("aten::mm") if trace.step_of(s) is trace.steps[-1])
+        op = next(
+            s for s in trace.find("aten::mm") if trace.step_of(s) is trace.steps[-1]
+        )
         marks = [highlight_span(op, "aten::mm computes on the CPU")]
     else:
         op = gemm.op
@@ -247,7 +268,9 @@ profiler_table(runs[sizes[-1], "fp32"])
 
 large_trace = runs[sizes[-1], "fp32"].trace
 unlaunched = collections.Counter(
-    short(work.name, 60) for work in large_trace.gpu_work if large_trace.launch_of(work) is None
+    short(work.name, 60)
+    for work in large_trace.gpu_work
+    if large_trace.launch_of(work) is None
 )
 print(
     "GPU work without its launch: "
@@ -280,12 +303,17 @@ capture(lambda: torch.add(torch.matmul(x, w), b), name=sys.argv[2], out_dir=sys.
 first_call = None
 if device == "cuda":
     first_name = "64_bf16_first-call_eager"
-    subprocess.run([sys.executable, "-c", FIRST_CALL, str(trace_dir()), first_name], check=True)
+    subprocess.run(
+        [sys.executable, "-c", FIRST_CALL, str(trace_dir()), first_name], check=True
+    )
     first_call = load_trace(trace_dir() / f"{first_name}.json.gz")
     for launch in kernel_launches(first_call):
         if launch.op is not None and launch.op.name == "aten::mm":
             counts = collections.Counter(call.name for call in launch.planning_calls)
-            listed = ", ".join(f"{name} x{count}" for name, count in counts.items()) or "none"
+            listed = (
+                ", ".join(f"{name} x{count}" for name, count in counts.items())
+                or "none"
+            )
             print(f"ProfilerStep#{launch.step}: {launch.api}; planning calls: {listed}")
 else:
     print("No GPU here: there is no first kernel launch to profile.")
@@ -308,17 +336,25 @@ if first_call is not None:
     for op in first_call.find("aten::mm"):
         if first_call.step_of(op) is not None:
             first_mm.setdefault(first_call.step_of(op).number, op)
-    print(", ".join(f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs" for k, op in first_mm.items()))
+    print(
+        ", ".join(
+            f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs" for k, op in first_mm.items()
+        )
+    )
     mm = first_mm[first_call.steps[0].number]
     calls = first_call.children(mm)
     by_name = collections.Counter()
     for call in calls:
         by_name[call.name] += call.dur
-    overhead = [s for s in first_call.overhead if mm.start <= s.start and s.end <= mm.end]
+    overhead = [
+        s for s in first_call.overhead if mm.start <= s.start and s.end <= mm.end
+    ]
     edges = [mm.start, *(t for c in calls for t in (c.start, c.end)), mm.end]
     silent = max(edges[i + 1] - edges[i] for i in range(0, len(edges) - 1, 2))
     top = ", ".join(f"{name} {us:,.0f} µs" for name, us in by_name.most_common(4))
-    print(f"Calls inside the first aten::mm: {sum(by_name.values()):,.0f} µs in all ({top})")
+    print(
+        f"Calls inside the first aten::mm: {sum(by_name.values()):,.0f} µs in all ({top})"
+    )
     print(
         "On the overhead lane meanwhile: "
         + ", ".join(f"{s.name} {s.dur:,.0f} µs" for s in overhead)
@@ -349,20 +385,27 @@ if first_call is not None:
     )
     if launch.planning_calls:
         first, last = launch.planning_calls[0], launch.planning_calls[-1]
-        occupancy_us = sum(c.dur for c in launch.planning_calls if "Occupancy" in c.name)
+        occupancy_us = sum(
+            c.dur for c in launch.planning_calls if "Occupancy" in c.name
+        )
         loading = [s for s in first_call.overhead if first.start <= s.start <= last.end]
         print(
             f"The {len(launch.planning_calls)} planning calls span {last.end - first.start:.1f} "
             f"µs; the occupancy queries among them take {occupancy_us:.1f} µs in all. Overhead "
             f"lane meanwhile: {', '.join(f'{s.name} {s.dur:.1f} µs' for s in loading) or 'none'}."
         )
-        lanes = [launch.op.lane, *(lane for lane in first_call.lanes if lane.kind == "overhead")]
+        lanes = [
+            launch.op.lane,
+            *(lane for lane in first_call.lanes if lane.kind == "overhead"),
+        ]
         pad = (last.end - first.start) * 0.4
         plot_timeline(
             first_call,
             window=(first.start - pad, last.end + pad),
             lanes=lanes,
-            highlights=[Highlight(first.start, last.end, "planning calls", lane=launch.op.lane)],
+            highlights=[
+                Highlight(first.start, last.end, "planning calls", lane=launch.op.lane)
+            ],
             title=f"First GEMM of a process: planning inside aten::mm, ProfilerStep#{launch.step}",
         )
 
@@ -416,4 +459,6 @@ trace_links(large_bf16)
 
 # %%
 
-trace_links(first_call.path) if first_call is not None else print("No first-call trace here.")
+trace_links(first_call.path) if first_call is not None else print(
+    "No first-call trace here."
+)

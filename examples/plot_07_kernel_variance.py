@@ -82,7 +82,9 @@ print(f"{len(trace.steps)} steps recorded on {'the GPU' if run.has_gpu else 'the
 # instead; everything below works the same on either.
 
 if run.has_gpu:
-    gemms = [k.kernel for k in kernel_launches(trace) if k.op and k.op.name == "aten::mm"]
+    gemms = [
+        k.kernel for k in kernel_launches(trace) if k.op and k.op.name == "aten::mm"
+    ]
 else:
     gemms = [op for op in trace.find("aten::mm") if trace.step_of(op) is not None]
 steps = [trace.step_of(gemm).number for gemm in gemms]
@@ -138,7 +140,9 @@ if run.has_gpu:
     gemm_stats = next(s for s in kernel_stats(trace) if s.name == gemms[0].name)
     outliers = list(gemm_stats.outlier_steps)
 else:
-    print("kernel_stats reads GPU kernels, and there are none here; the same numbers for")
+    print(
+        "kernel_stats reads GPU kernels, and there are none here; the same numbers for"
+    )
     print(f"aten::mm: min {min_us:.1f}, median {median_us:.1f}, mean {mean_us:.1f} µs")
     q1, _, q3 = statistics.quantiles(durations, n=4)
     outliers = [
@@ -167,7 +171,9 @@ print(
     f"The first two steps averaged {statistics.fmean(durations[:2]):.1f} µs, "
     f"{statistics.fmean(durations[:2]) / rest - 1:+.1%} against the median of the other steps."
 )
-print(f"The post, on its A100: mean of five 1084 µs against a typical ~580 µs, {1084 / 580:.2f}x.")
+print(
+    f"The post, on its A100: mean of five 1084 µs against a typical ~580 µs, {1084 / 580:.2f}x."
+)
 
 # %%
 # The post's mean was pulled up by slow instances. On the H100 this site is built on, the
@@ -216,7 +222,9 @@ marks = [highlight_span(gemms[slowest], "slowest")]
 fastest = min(range(len(durations)), key=durations.__getitem__)
 if fastest != slowest:
     marks.append(highlight_span(gemms[fastest], "fastest"))
-plot_timeline(trace, highlights=marks, max_depth=2, title=f"{run.name}: all twenty steps")
+plot_timeline(
+    trace, highlights=marks, max_depth=2, title=f"{run.name}: all twenty steps"
+)
 
 # %%
 # The profiler table sums the twenty steps. Its average column is the mean: the statistic
@@ -234,7 +242,9 @@ profiler_table(run)
 
 burst = None
 if device == "cuda":
-    a, c = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+    a, c = (
+        torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2)
+    )
     torch.cuda.synchronize()
     time.sleep(2.0)
     burst = capture(
@@ -256,7 +266,9 @@ if device == "cuda":
         f"slowest {max(burst_us):.0f} µs, fastest {min(burst_us):.0f} µs."
     )
     if late > 1.03 * early:
-        print(f"The same GEMM ran {late / early - 1:.0%} slower by the end of the burst.")
+        print(
+            f"The same GEMM ran {late / early - 1:.0%} slower by the end of the burst."
+        )
     else:
         print("The GEMM kept its speed through the burst (within 3%).")
     if peaks is not None:
@@ -295,12 +307,16 @@ if burst is not None:
 # kept the GPU busy?
 
 if burst is not None:
-    held_ms = next((t for t, d in zip(starts_ms, burst_us, strict=True) if d > 1.03 * early), None)
+    held_ms = next(
+        (t for t, d in zip(starts_ms, burst_us, strict=True) if d > 1.03 * early), None
+    )
     short_ms = sum(work.dur for work in trace.gpu_work if trace.step_of(work)) / 1000
     if held_ms is None:
         print("The burst never ran 3% slower than its first 20 GEMMs.")
     else:
-        print(f"The burst first ran more than 3% slower {held_ms:.0f} ms after it began.")
+        print(
+            f"The burst first ran more than 3% slower {held_ms:.0f} ms after it began."
+        )
     print(f"The twenty-step run kept the GPU busy for {short_ms:.1f} ms in all.")
 
 # %%

@@ -39,7 +39,12 @@ from profiling_utils import (
     measure_peaks,
     run_name,
 )
-from profiling_utils.measures import compiled_regions, kernel_launches, memory_copies, step_times
+from profiling_utils.measures import (
+    compiled_regions,
+    kernel_launches,
+    memory_copies,
+    step_times,
+)
 from profiling_utils.render import (
     findings_table,
     highlight_span,
@@ -64,7 +69,9 @@ if device == "cuda":
     variants["reduce-overhead"] = torch.compile(matmul_add, mode="reduce-overhead")
 variants["torch.addmm"] = lambda x, w, b: torch.addmm(b, x, w)
 if device == "cpu":
-    print("No GPU here: n=256 and the default compile mode only (CUDA graphs need a GPU).")
+    print(
+        "No GPU here: n=256 and the default compile mode only (CUDA graphs need a GPU)."
+    )
 
 # %%
 # The first call of a compiled function compiles it. We make that call for each variant
@@ -116,11 +123,19 @@ eager, compiled = runs["eager"], runs["compiled"]
 
 info = compiled_regions(compiled.trace)
 lookup_us = statistics.median(span.dur for span in info.cache_lookups)
-print(f"Torch-Compiled Region ids: {', '.join(info.region_ids)} ({len(info.regions)} calls)")
-print(f"TorchDynamo Cache Lookup: {len(info.cache_lookups)} calls, median {lookup_us:.1f} µs")
+print(
+    f"Torch-Compiled Region ids: {', '.join(info.region_ids)} ({len(info.regions)} calls)"
+)
+print(
+    f"TorchDynamo Cache Lookup: {len(info.cache_lookups)} calls, median {lookup_us:.1f} µs"
+)
 print(f"AOTDispatcher rows: {sorted({span.name for span in info.aot_wrappers})}")
-print(f"## Call CompiledFxGraph: {len(info.graph_calls)} calls, hashes {list(info.graph_hashes)}")
-print(f"steps: {len(compiled.trace.steps)}, cudaGraphLaunch calls: {len(info.cuda_graph_launches)}")
+print(
+    f"## Call CompiledFxGraph: {len(info.graph_calls)} calls, hashes {list(info.graph_hashes)}"
+)
+print(
+    f"steps: {len(compiled.trace.steps)}, cudaGraphLaunch calls: {len(info.cuda_graph_launches)}"
+)
 
 # %%
 # Every step makes the same calls:
@@ -139,7 +154,9 @@ print(f"steps: {len(compiled.trace.steps)}, cudaGraphLaunch calls: {len(info.cud
 
 
 def print_tree(trace, span, depth=0):
-    print(f"{'    ' * depth}{span.name[: 64 - 4 * depth]:<{64 - 4 * depth}} {span.dur:9.1f} µs")
+    print(
+        f"{'    ' * depth}{span.name[: 64 - 4 * depth]:<{64 - 4 * depth}} {span.dur:9.1f} µs"
+    )
     for child in trace.children(span):
         print_tree(trace, child, depth + 1)
 
@@ -169,7 +186,13 @@ def gpu_work_of_step(run):
     step = run.trace.steps[-1]
     for work in step.gpu_work:
         size = work.args.get("bytes")
-        size = "" if not size else f", {size / 2**20:.0f} MiB" if size >= 2**20 else f", {size} B"
+        size = (
+            ""
+            if not size
+            else f", {size / 2**20:.0f} MiB"
+            if size >= 2**20
+            else f", {size} B"
+        )
         print(f"    {work.cat:11s} {work.dur:8.1f} µs  {work.name[:60]}{size}")
     if not step.gpu_work:
         print("    none: without a GPU the work runs inside the CPU ops")
@@ -210,7 +233,9 @@ if eager.has_gpu:
 # this GPU's measured copy peak (a 1 GiB copy timed the same way).
 
 peaks = measure_peaks()
-copies = [c for c in memory_copies(compiled.trace) if c.kind == "DtoD" and c.step is not None]
+copies = [
+    c for c in memory_copies(compiled.trace) if c.kind == "DtoD" and c.step is not None
+]
 if copies and peaks is not None:
     copy_us = statistics.median(c.span.dur for c in copies)
     rate = achieved_gb_s(2 * copies[0].bytes, copy_us)
@@ -295,12 +320,16 @@ if gemms["eager"][0] is not None:
 trace = compiled.trace
 step = trace.steps[-1]
 marks = [
-    highlight_span(next(s for s in info.cache_lookups if trace.step_of(s) is step), "guard check")
+    highlight_span(
+        next(s for s in info.cache_lookups if trace.step_of(s) is step), "guard check"
+    )
 ]
 copy_in_step = [c.span for c in copies if c.step == step.number]
 if copy_in_step:
     marks.append(highlight_span(copy_in_step[0], "bias copy"))
-plot_timeline(trace, step=step.number, highlights=marks, title=f"{compiled.name}: one step")
+plot_timeline(
+    trace, step=step.number, highlights=marks, title=f"{compiled.name}: one step"
+)
 
 # %%
 # CPU cost per step
@@ -312,7 +341,9 @@ plot_timeline(trace, step=step.number, highlights=marks, title=f"{compiled.name}
 
 print(f"{'step':>8s} {'eager CPU':>12s} {'compiled CPU':>14s}")
 for pair in comparison.steps:
-    print(f"{pair.index:8d} {pair.baseline_cpu_us:9.1f} µs {pair.trace_cpu_us:11.1f} µs")
+    print(
+        f"{pair.index:8d} {pair.baseline_cpu_us:9.1f} µs {pair.trace_cpu_us:11.1f} µs"
+    )
 print(f"compiled / eager, median step: {comparison.cpu_ratio:.2f}x")
 for finding in comparison.findings:
     print(f"[{finding.rule}] {finding.message}")
@@ -322,11 +353,14 @@ for finding in comparison.findings:
 # recorded steps, and how often a capture's slowest step was its first.
 
 step_cpu_us = {
-    name: [t.cpu_us for times in captures for t in times] for name, captures in rounds.items()
+    name: [t.cpu_us for times in captures for t in times]
+    for name, captures in rounds.items()
 }
 medians = {name: statistics.median(values) for name, values in step_cpu_us.items()}
 for name, values in step_cpu_us.items():
-    first_slowest = sum(max(times, key=lambda t: t.cpu_us) is times[0] for times in rounds[name])
+    first_slowest = sum(
+        max(times, key=lambda t: t.cpu_us) is times[0] for times in rounds[name]
+    )
     print(
         f"{name:16s} median {medians[name]:6.1f} µs (min {min(values):5.1f}, max "
         f"{max(values):5.1f}), {medians[name] / medians['eager']:.2f}x eager; slowest step "
@@ -357,7 +391,9 @@ print(
     + (", as in the post." if ratio > 1.05 else ".")
 )
 if device == "cpu":
-    print("Without a GPU, a step's CPU time includes the product itself, computed on the CPU.")
+    print(
+        "Without a GPU, a step's CPU time includes the product itself, computed on the CPU."
+    )
 
 # %%
 # Where does the extra time go? Per step of the last round (median), the time inside the
@@ -380,7 +416,9 @@ addmm_us = per_step_us(compiled.trace, ["aten::addmm"])
 around_us = per_step_us(compiled.trace, ["matmul_add"]) - addmm_us
 print(f"eager:    aten::matmul + aten::add  {eager_ops_us:6.1f} µs")
 print(f"compiled: aten::addmm               {addmm_us:6.1f} µs")
-print(f"compiled: around aten::addmm        {around_us:6.1f} µs (guard check, region, wrappers)")
+print(
+    f"compiled: around aten::addmm        {around_us:6.1f} µs (guard check, region, wrappers)"
+)
 
 # %%
 # The layers that ``torch.compile`` puts around the operator (the guard check, the region,
@@ -404,7 +442,9 @@ if eager.has_gpu:
             f"idle {idle:4.0%} of its window"
         )
     waits = [name for name in rounds if medians[name] > gpu_busy_us[name]]
-    print(f"Median CPU step longer than the GPU's work per step: {', '.join(waits) or 'none'}.")
+    print(
+        f"Median CPU step longer than the GPU's work per step: {', '.join(waits) or 'none'}."
+    )
 else:
     print("No GPU here: the CPU does all the work, so nothing waits for it.")
 
@@ -427,12 +467,21 @@ ro = runs.get("reduce-overhead")
 if ro is not None:
     print_tree(ro.trace, ro.trace.steps[-1].span)
     ro_info = compiled_regions(ro.trace)
-    replays = [s for s in ro_info.cuda_graph_launches if ro.trace.step_of(s) is not None]
+    replays = [
+        s for s in ro_info.cuda_graph_launches if ro.trace.step_of(s) is not None
+    ]
     replayed = [w.name[:50] for w in ro.trace.gpu_work_of(replays[-1])]
-    print(f"\ncudaGraphLaunch calls in the steps: {len(replays)}; one replays: {replayed}")
-    copies_in = [op for op in ro.trace.find("aten::_foreach_copy_") if ro.trace.step_of(op)]
+    print(
+        f"\ncudaGraphLaunch calls in the steps: {len(replays)}; one replays: {replayed}"
+    )
+    copies_in = [
+        op for op in ro.trace.find("aten::_foreach_copy_") if ro.trace.step_of(op)
+    ]
     copy_work = [
-        w for op in copies_in for c in ro.trace.children(op) for w in ro.trace.gpu_work_of(c)
+        w
+        for op in copies_in
+        for c in ro.trace.children(op)
+        for w in ro.trace.gpu_work_of(c)
     ]
     copy_gpu_us = sum(w.dur for w in copy_work) / max(len(copies_in), 1)
     print(
@@ -481,7 +530,8 @@ if device == "cuda":
             model(layers_in)
         stack_runs[mode] = capture(
             lambda model=model: model(layers_in),
-            name="linear-stack_" + run_name((16, 64), "bf16", warm=True, compiled=compiled_as),
+            name="linear-stack_"
+            + run_name((16, 64), "bf16", warm=True, compiled=compiled_as),
             label="linear_stack",
             active=5,
             warmup_iters=3,
@@ -511,11 +561,15 @@ else:
 if ro is not None:
     trace = ro.trace
     step = trace.steps[-1]
-    marks = [highlight_span(next(s for s in replays if trace.step_of(s) is step), "replay")]
+    marks = [
+        highlight_span(next(s for s in replays if trace.step_of(s) is step), "replay")
+    ]
     inputs = [op for op in copies_in if trace.step_of(op) is step]
     if inputs:
         marks.append(highlight_span(inputs[0], "input copies"))
-    plot_timeline(trace, step=step.number, highlights=marks, title=f"{ro.name}: one step")
+    plot_timeline(
+        trace, step=step.number, highlights=marks, title=f"{ro.name}: one step"
+    )
 
 # %%
 # Beyond the post: ``torch.addmm`` by hand

@@ -48,7 +48,9 @@ class TinyTransformer(torch.nn.Module):
         layer = torch.nn.TransformerEncoderLayer(
             dim, nhead=4, dim_feedforward=4 * dim, batch_first=True, norm_first=True
         )
-        self.body = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.body = torch.nn.TransformerEncoder(
+            layer, layers, enable_nested_tensor=False
+        )
         self.head = torch.nn.Linear(dim, vocab)
 
     def forward(self, tokens):
@@ -65,7 +67,9 @@ def training_step(**optimizer_options):
     def step():
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(tokens)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), tokens.flatten()
+            )
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -80,7 +84,9 @@ run = capture(
     out_dir=trace_dir(),
     warmup_iters=3,
 )
-print(f"{run.trace_path.name}: {len(run.trace.spans):,} events in {len(run.trace.steps)} steps")
+print(
+    f"{run.trace_path.name}: {len(run.trace.spans):,} events in {len(run.trace.steps)} steps"
+)
 
 # %%
 # We asked AdamW for its simplest implementation, a Python loop over the parameters
@@ -147,15 +153,25 @@ def inside(span, outer):
     return outer.start <= span.start < outer.end and span.lane == outer.lane
 
 
-ops = [op for op in trace.cpu_ops if inside(op, optimizer) and op.depth == optimizer.depth + 1]
-launches = [call for call in trace.runtime_calls if call.is_launch and inside(call, optimizer)]
+ops = [
+    op
+    for op in trace.cpu_ops
+    if inside(op, optimizer) and op.depth == optimizer.depth + 1
+]
+launches = [
+    call for call in trace.runtime_calls if call.is_launch and inside(call, optimizer)
+]
 # The backward pass runs on a thread of its own: count the step's launches on every thread.
-step_launches = [c for c in trace.runtime_calls if c.is_launch and trace.step_of(c) is step]
+step_launches = [
+    c for c in trace.runtime_calls if c.is_launch and trace.step_of(c) is step
+]
 share = optimizer.dur / step.span.dur
 print(f"{optimizer.name}: {optimizer.dur:.1f} µs, {share:.0%} of the step's CPU time;")
 print(f"  {len(ops)} operator calls", end="")
 if step_launches:
-    print(f", {len(launches)} of the step's {len(step_launches)} kernel launches", end="")
+    print(
+        f", {len(launches)} of the step's {len(step_launches)} kernel launches", end=""
+    )
 print()
 plot_timeline(
     trace,
@@ -191,7 +207,9 @@ def cli(*args):
     )
     print(done.stdout + done.stderr)
     if done.returncode != 0:
-        raise RuntimeError(f"profiling_utils {args[0]} exited with status {done.returncode}")
+        raise RuntimeError(
+            f"profiling_utils {args[0]} exited with status {done.returncode}"
+        )
 
 
 cli("summary", "--top", "3", run.trace_path.name)

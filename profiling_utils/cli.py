@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import textwrap
@@ -486,3 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(err).split())  # one line, whatever the reason held
         print(f"error: {message}", file=sys.stderr)
         return EXIT_BAD_TRACE
+    except BrokenPipeError:
+        # The reader closed the pipe (``... | head``): not an error. Point stdout at devnull
+        # so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
