@@ -19,8 +19,9 @@ COLD_START_MIN_EXCESS_US = 50.0
 """... and at least this much longer (µs)."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
-"""``dead-window``: a step's gap is at least this many times the median gap of the other
-steps under the same label..."""
+"""``dead-window``: a step's gap is at least this many times the shortest gap of the other
+steps under the same label (the steady state: right after a cold start the second step is
+often still settling, so a median of few steps would understate the contrast)..."""
 
 DEAD_WINDOW_MIN_EXCESS_US = 50.0
 """... and at least this much longer (µs)."""
@@ -145,22 +146,23 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
     for label, windows in by_label.items():
         gaps = {number: window.gap_us for number, window in windows.items()}
         for number, window in windows.items():
-            typical = _other_median(gaps, number)
-            if typical is None:
+            others = [g for n, g in gaps.items() if n != number]
+            if not others:
                 continue
+            typical = min(others)
             gap = window.gap_us
             if gap < DEAD_WINDOW_MIN_RATIO * typical or gap - typical < DEAD_WINDOW_MIN_EXCESS_US:
                 continue
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
-                f"{window.first_op.name}, against {typical:.1f} µs in the other steps "
+                f"{window.first_op.name}, against {typical:.1f} µs in the quickest other step "
                 f"({gap / typical:.0f}×).",
                 {
                     "step": number,
                     "annotation": span_ref(window.annotation),
                     "first_op": span_ref(window.first_op),
                     "gap_us": us(gap),
-                    "median_other_gap_us": us(typical),
+                    "quickest_other_gap_us": us(typical),
                     "ratio": round(gap / typical, 2) if typical > 0 else None,
                     "gaps_us": {str(n): us(g) for n, g in gaps.items()},
                 },
