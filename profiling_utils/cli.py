@@ -334,7 +334,8 @@ def _summary_keys_help() -> str:
     """The JSON keys documented in the module docstring, for ``summary --help``."""
     doc = __doc__ or ""
     start, end = doc.find("    - ``file``"), doc.find("\n\nA trace that")
-    return textwrap.dedent(doc[start:end]) if 0 <= start < end else ""
+    keys = textwrap.dedent(doc[start:end]) if 0 <= start < end else ""
+    return keys.replace("``", "")  # reStructuredText literals read as noise in a terminal
 
 
 def add_summary_parser(subcommands: Any) -> None:
