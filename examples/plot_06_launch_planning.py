@@ -98,7 +98,7 @@ def last_step_launches(run):
     return [launch for launch in kernel_launches(run.trace) if launch.step == last]
 
 
-header = f"{'run':22s} {'op':10s} {'kernel':46s} {'launched with':20s} planning calls"
+header = f"{'run':22s} {'op':10s} {'launched with':20s} planning calls"
 print(header)
 print("-" * len(header))
 for run in runs.values():
@@ -108,9 +108,8 @@ for run in runs.values():
     for launch in launches:
         planning = ", ".join(call.name for call in launch.planning_calls) or "none"
         op = launch.op.name if launch.op else "?"
-        print(
-            f"{run.name:22s} {op:10s} {short(launch.kernel.name)} {launch.api:20s} {planning}"
-        )
+        print(f"{run.name:22s} {op:10s} {launch.api:20s} {planning}")
+        print(f"    kernel: {short(launch.kernel.name, 76)}")
 
 # %%
 # The footprints of the same kernels:
@@ -147,10 +146,11 @@ for (size, dtype_name), run in runs.items():
     if gemm is None:
         continue
     planning = ", ".join(c.name for c in gemm.planning_calls) or "none"
+    print(f"{size} {dtype_name}: the GEMM {short(gemm.kernel.name, 60)}")
+    print(f"  was launched with {gemm.api}; planning calls before it: {planning}.")
     print(
-        f"{size} {dtype_name}: the GEMM {short(gemm.kernel.name, 40)} was launched with "
-        f"{gemm.api}; planning calls before it: {planning}. The add was launched with "
-        f"{add.api} after {len(add.planning_calls)} planning calls."
+        f"  The add was launched with {add.api} after "
+        f"{len(add.planning_calls)} planning calls."
     )
 occupancy = [
     call.name
@@ -186,8 +186,9 @@ for run in runs.values():
         fp = add.footprint
         print(
             f"{run.name:22s} add kernel: {fp.registers_per_thread} registers per thread, "
-            f"{fp.shared_memory_bytes} bytes of shared memory, blocks of {fp.block[0]} threads"
+            f"{fp.shared_memory_bytes} bytes of shared memory,"
         )
+        print(f"{'':22s} blocks of {fp.block[0]} threads")
 if device == "cpu":
     print("No GPU here: no kernel footprints were recorded.")
 
@@ -235,7 +236,8 @@ def launch_picture(run):
             first = gemm.planning_calls[0]
             marks.append(highlight_span(first, f"planning: {first.name}"))
         calls = " → ".join(call.name for call in trace.children(op))
-        print(f"{run.name}: the calls inside {op.name}: {calls}")
+        print(f"{run.name}: the calls inside {op.name}:")
+        print(f"  {calls}")
     margin = op.dur * 0.15
     return plot_timeline(
         trace,
@@ -272,10 +274,9 @@ unlaunched = collections.Counter(
     for work in large_trace.gpu_work
     if large_trace.launch_of(work) is None
 )
-print(
-    "GPU work without its launch: "
-    + (", ".join(f"{k} x{v}" for k, v in unlaunched.items()) or "none")
-)
+print("GPU work without its launch:" + ("" if unlaunched else " none"))
+for name, count in unlaunched.items():
+    print(f"  {name} x{count}")
 
 # %%
 # Work listed here (on the H100, see the output above) was launched before recording
@@ -310,11 +311,10 @@ if device == "cuda":
     for launch in kernel_launches(first_call):
         if launch.op is not None and launch.op.name == "aten::mm":
             counts = collections.Counter(call.name for call in launch.planning_calls)
-            listed = (
-                ", ".join(f"{name} x{count}" for name, count in counts.items())
-                or "none"
-            )
-            print(f"ProfilerStep#{launch.step}: {launch.api}; planning calls: {listed}")
+            listed = "" if counts else " none"
+            print(f"ProfilerStep#{launch.step}: {launch.api}; planning calls:{listed}")
+            for name, count in counts.items():
+                print(f"  {name} x{count}")
 else:
     print("No GPU here: there is no first kernel launch to profile.")
 
@@ -336,11 +336,8 @@ if first_call is not None:
     for op in first_call.find("aten::mm"):
         if first_call.step_of(op) is not None:
             first_mm.setdefault(first_call.step_of(op).number, op)
-    print(
-        ", ".join(
-            f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs" for k, op in first_mm.items()
-        )
-    )
+    for k, op in first_mm.items():
+        print(f"ProfilerStep#{k}: aten::mm {op.dur:,.1f} µs")
     mm = first_mm[first_call.steps[0].number]
     calls = first_call.children(mm)
     by_name = collections.Counter()
@@ -351,14 +348,14 @@ if first_call is not None:
     ]
     edges = [mm.start, *(t for c in calls for t in (c.start, c.end)), mm.end]
     silent = max(edges[i + 1] - edges[i] for i in range(0, len(edges) - 1, 2))
-    top = ", ".join(f"{name} {us:,.0f} µs" for name, us in by_name.most_common(4))
     print(
-        f"Calls inside the first aten::mm: {sum(by_name.values()):,.0f} µs in all ({top})"
+        f"Calls inside the first aten::mm: {sum(by_name.values()):,.0f} µs in all, most:"
     )
-    print(
-        "On the overhead lane meanwhile: "
-        + ", ".join(f"{s.name} {s.dur:,.0f} µs" for s in overhead)
-    )
+    for name, us in by_name.most_common(4):
+        print(f"  {name} {us:,.0f} µs")
+    print("On the overhead lane meanwhile:" + ("" if overhead else " none"))
+    for s in overhead:
+        print(f"  {s.name} {s.dur:,.0f} µs")
     print(
         f"Longest stretch with no CUDA call recorded: {silent:,.0f} µs, {silent / mm.dur:.0%} of it"
     )
@@ -390,10 +387,13 @@ if first_call is not None:
         )
         loading = [s for s in first_call.overhead if first.start <= s.start <= last.end]
         print(
-            f"The {len(launch.planning_calls)} planning calls span {last.end - first.start:.1f} "
-            f"µs; the occupancy queries among them take {occupancy_us:.1f} µs in all. Overhead "
-            f"lane meanwhile: {', '.join(f'{s.name} {s.dur:.1f} µs' for s in loading) or 'none'}."
+            f"The {len(launch.planning_calls)} planning calls span "
+            f"{last.end - first.start:.1f} µs;"
         )
+        print(f"the occupancy queries among them take {occupancy_us:.1f} µs in all.")
+        print("Overhead lane meanwhile:" + ("" if loading else " none"))
+        for s in loading:
+            print(f"  {s.name} {s.dur:.1f} µs")
         lanes = [
             launch.op.lane,
             *(lane for lane in first_call.lanes if lane.kind == "overhead"),
