@@ -25,6 +25,7 @@ command line, where ``summary`` and ``compare`` join ``diagnose``.
 import json
 import subprocess
 import sys
+import textwrap
 
 import torch
 
@@ -196,16 +197,36 @@ plot_timeline(
 # print what it prints.
 
 
+def fold(line, width=88):
+    """Wrap a long output line to the page, cutting very long ones (kernel names) short."""
+    indent = line[: len(line) - len(line.lstrip())] + "    "
+    return textwrap.fill(
+        line,
+        width,
+        subsequent_indent=indent,
+        max_lines=3,
+        placeholder=" …",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def cli(*args):
-    """Run ``python -m profiling_utils ARGS`` in the trace folder and print its output."""
-    print("$ python -m profiling_utils " + " ".join(args))
+    """Run ``python -m profiling_utils ARGS`` in the trace folder and print its output.
+
+    Lines wider than this page are folded, and very long ones cut short.
+    """
+    print(fold("$ python -m profiling_utils " + " ".join(args)))
     done = subprocess.run(
         [sys.executable, "-m", "profiling_utils", *args],
         cwd=run.trace_path.parent,
         capture_output=True,
         text=True,
     )
-    print(done.stdout + done.stderr)
+    output = done.stdout + done.stderr
+    print(
+        "\n".join(fold(line) if len(line) > 88 else line for line in output.split("\n"))
+    )
     if done.returncode != 0:
         raise RuntimeError(
             f"profiling_utils {args[0]} exited with status {done.returncode}"
