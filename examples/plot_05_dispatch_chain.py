@@ -27,6 +27,7 @@ the batched 3-D product that the
 # step, three recorded steps.
 
 import statistics
+import textwrap
 
 import torch
 
@@ -134,10 +135,12 @@ op, call = cpu_links[-2], cpu_links[-1]
 if flat.has_gpu:
     kernel = flat_chain[-1]
     print(
-        f"{op.name} took {op.dur:.1f} µs on the CPU, {call.dur:.1f} µs of it in {call.name}; "
-        f"the kernel {kernel.name[:40]}... ran for {kernel.dur:.1f} µs on the GPU: the CPU "
-        f"spent {op.dur / kernel.dur:.1f}x as long getting the product started as the GPU "
-        "spent computing it."
+        f"{op.name} took {op.dur:.1f} µs on the CPU, {call.dur:.1f} µs of it in {call.name};"
+    )
+    print(f"the kernel {kernel.name[:40]}... ran for {kernel.dur:.1f} µs on the GPU:")
+    print(
+        f"the CPU spent {op.dur / kernel.dur:.1f}x as long getting the product started "
+        "as the GPU spent computing it."
     )
 else:
     print(f"{call.name} did the product itself on the CPU, in {call.dur:.1f} µs.")
@@ -218,7 +221,8 @@ def matmul_children(run):
 
 
 for run in (flat, batched):
-    print(f"{run.name:22s} aten::matmul -> {', '.join(matmul_children(run))}")
+    print(f"{run.name:22s} aten::matmul ->")
+    print(textwrap.fill(", ".join(matmul_children(run)), 88, initial_indent="    ", subsequent_indent="    "))
 
 # %%
 # For 3-D inputs ``aten::matmul`` first shapes the operands into a stack of matrices
@@ -284,7 +288,9 @@ for name, (total, product) in costs.items():
     )
 (flat_total, flat_product), (batched_total, batched_product) = costs.values()
 print(
-    f"The batched call cost {batched_total - flat_total:+.1f} µs against the 2-D one: "
+    f"The batched call cost {batched_total - flat_total:+.1f} µs against the 2-D one:"
+)
+print(
     f"{batched_product - flat_product:+.1f} µs in the product operator, "
     f"{(batched_total - batched_product) - (flat_total - flat_product):+.1f} µs around it."
 )
@@ -338,9 +344,9 @@ elif extra:
     print(f"The batched product made calls the 2-D one did not: {', '.join(extra)}.")
 else:
     print(
-        "In the recorded steps the batched product made no runtime call that the 2-D one "
-        f"did not: both made only {', '.join(sorted(flat_names))}."
+        "In the recorded steps the batched product made no runtime call that the 2-D one"
     )
+    print(f"did not: both made only {', '.join(sorted(flat_names))}.")
 if flat.has_gpu:
     same = flat_chain[-1].name == batched_chain[-1].name
     print(
@@ -370,7 +376,8 @@ folded = capture(
     warmup_iters=3,
     out_dir=trace_dir(),
 )
-print(f"{folded.name}: aten::matmul -> {', '.join(matmul_children(folded))}")
+print(f"{folded.name}: aten::matmul ->")
+print(textwrap.fill(", ".join(matmul_children(folded)), 88, initial_indent="    ", subsequent_indent="    "))
 
 # %%
 # With a 2-D weight the chain goes through ``aten::mm`` again, between a reshape and a view
