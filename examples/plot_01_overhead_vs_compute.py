@@ -294,9 +294,8 @@ if peaks is not None:
         ]
         gemm_us = statistics.median(k.kernel.dur for k in gemms)
         tflops = achieved_tflops(gemm_flops(size, size, size), gemm_us)
-        print(
-            f"{size}x{size}x{size}: {gemms[0].kernel.name}, launched with {gemms[0].api}"
-        )
+        print(f"{size}x{size}x{size}: {gemms[0].kernel.name},")
+        print(f"    launched with {gemms[0].api}")
         print(
             f"    median {gemm_us:.1f} µs over {len(gemms)} steps: {tflops:.1f} TFLOP/s,"
         )
