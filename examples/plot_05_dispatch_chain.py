@@ -222,7 +222,14 @@ def matmul_children(run):
 
 for run in (flat, batched):
     print(f"{run.name:22s} aten::matmul ->")
-    print(textwrap.fill(", ".join(matmul_children(run)), 88, initial_indent="    ", subsequent_indent="    "))
+    print(
+        textwrap.fill(
+            ", ".join(matmul_children(run)),
+            88,
+            initial_indent="    ",
+            subsequent_indent="    ",
+        )
+    )
 
 # %%
 # For 3-D inputs ``aten::matmul`` first shapes the operands into a stack of matrices
@@ -377,7 +384,14 @@ folded = capture(
     out_dir=trace_dir(),
 )
 print(f"{folded.name}: aten::matmul ->")
-print(textwrap.fill(", ".join(matmul_children(folded)), 88, initial_indent="    ", subsequent_indent="    "))
+print(
+    textwrap.fill(
+        ", ".join(matmul_children(folded)),
+        88,
+        initial_indent="    ",
+        subsequent_indent="    ",
+    )
+)
 
 # %%
 # With a 2-D weight the chain goes through ``aten::mm`` again, between a reshape and a view
