@@ -24,6 +24,7 @@ We check each of these on this machine, then try what the post leaves to its rea
 # graphs need a GPU.
 
 import statistics
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -130,9 +131,9 @@ print(
     f"TorchDynamo Cache Lookup: {len(info.cache_lookups)} calls, median {lookup_us:.1f} µs"
 )
 print(f"AOTDispatcher rows: {sorted({span.name for span in info.aot_wrappers})}")
-print(
-    f"## Call CompiledFxGraph: {len(info.graph_calls)} calls, hashes {list(info.graph_hashes)}"
-)
+print(f"## Call CompiledFxGraph: {len(info.graph_calls)} calls, hashes:")
+for graph_hash in info.graph_hashes:
+    print(f"  {graph_hash}")
 print(
     f"steps: {len(compiled.trace.steps)}, cudaGraphLaunch calls: {len(info.cuda_graph_launches)}"
 )
@@ -172,8 +173,9 @@ print_tree(compiled.trace, compiled.trace.steps[-1].span)
 comparison = compare(eager.trace, compiled.trace)
 only_eager = [f"{op.name} x{op.count}" for op in comparison.ops_only_in_baseline]
 only_compiled = [f"{op.name} x{op.count}" for op in comparison.ops_only_in_trace]
-print(f"ops only in eager:    {', '.join(only_eager) or 'none'}")
-print(f"ops only in compiled: {', '.join(only_compiled) or 'none'}")
+for label, ops in (("eager:   ", only_eager), ("compiled:", only_compiled)):
+    listed = ", ".join(ops) or "none"
+    print(textwrap.fill(f"ops only in {label} {listed}", 88, subsequent_indent="    "))
 
 # %%
 # ``aten::matmul``, ``aten::mm`` and ``aten::add`` are gone; ``aten::addmm`` does both:
@@ -193,7 +195,7 @@ def gpu_work_of_step(run):
             if size >= 2**20
             else f", {size} B"
         )
-        print(f"    {work.cat:11s} {work.dur:8.1f} µs  {work.name[:60]}{size}")
+        print(f"    {work.cat:11s} {work.dur:8.1f} µs  {work.name[:56]}{size}")
     if not step.gpu_work:
         print("    none: without a GPU the work runs inside the CPU ops")
 
@@ -240,7 +242,9 @@ if copies and peaks is not None:
     copy_us = statistics.median(c.span.dur for c in copies)
     rate = achieved_gb_s(2 * copies[0].bytes, copy_us)
     print(
-        f"{copies[0].span.name}: {copies[0].bytes / 2**20:.0f} MiB through {copies[0].api}, "
+        f"{copies[0].span.name}: {copies[0].bytes / 2**20:.0f} MiB through {copies[0].api},"
+    )
+    print(
         f"median {copy_us:.1f} µs over {len(copies)} steps: {rate:,.0f} GB/s read + write, "
         f"{rate / peaks.copy_gb_s:.0%} of the measured peak of {peaks.copy_gb_s:,.0f} GB/s"
     )
@@ -248,7 +252,7 @@ if copies and peaks is not None:
     if rate > peaks.copy_gb_s:
         print(
             f"Faster than the {peaks.copy_bytes / 2**30:g} GiB copy: the "
-            f"{copies[0].bytes / 2**20:.0f} MiB this copy writes fit in this GPU's "
+            f"{copies[0].bytes / 2**20:.0f} MiB this copy writes fit in this GPU's\n"
             f"{l2_mib:.0f} MiB L2 cache."
         )
 elif peaks is None:
@@ -346,7 +350,11 @@ for pair in comparison.steps:
     )
 print(f"compiled / eager, median step: {comparison.cpu_ratio:.2f}x")
 for finding in comparison.findings:
-    print(f"[{finding.rule}] {finding.message}")
+    print(
+        textwrap.fill(
+            f"[{finding.rule}] {finding.message}", 88, subsequent_indent="    "
+        )
+    )
 
 # %%
 # Pooled over the three rounds, for every variant: the median and the range of the fifteen
@@ -363,9 +371,9 @@ for name, values in step_cpu_us.items():
     )
     print(
         f"{name:16s} median {medians[name]:6.1f} µs (min {min(values):5.1f}, max "
-        f"{max(values):5.1f}), {medians[name] / medians['eager']:.2f}x eager; slowest step "
-        f"first in {first_slowest} of {len(rounds[name])}"
+        f"{max(values):5.1f}), {medians[name] / medians['eager']:.2f}x eager;"
     )
+    print(f"{'':16s} slowest step first in {first_slowest} of {len(rounds[name])}")
 
 # %%
 # The same medians as bars, with the middle half of each variant's steps as a line:
@@ -471,9 +479,9 @@ if ro is not None:
         s for s in ro_info.cuda_graph_launches if ro.trace.step_of(s) is not None
     ]
     replayed = [w.name[:50] for w in ro.trace.gpu_work_of(replays[-1])]
-    print(
-        f"\ncudaGraphLaunch calls in the steps: {len(replays)}; one replays: {replayed}"
-    )
+    print(f"\ncudaGraphLaunch calls in the steps: {len(replays)}; one replays:")
+    for name in replayed:
+        print(f"  {name}")
     copies_in = [
         op for op in ro.trace.find("aten::_foreach_copy_") if ro.trace.step_of(op)
     ]
@@ -485,7 +493,8 @@ if ro is not None:
     ]
     copy_gpu_us = sum(w.dur for w in copy_work) / max(len(copies_in), 1)
     print(
-        f"aten::_foreach_copy_ calls in the steps: {len(copies_in)}, with {len(copy_work)} "
+        f"aten::_foreach_copy_ calls in the steps: {len(copies_in)},\n"
+        f"with {len(copy_work)} "
         f"kernels and {copy_gpu_us:.1f} µs of GPU time per call"
     )
 else:
@@ -547,7 +556,7 @@ if device == "cuda":
     print(
         f"For the stack, reduce-overhead costs "
         f"{stack_cpu_us['reduce-overhead'] / stack_cpu_us['eager']:.2f}x eager's CPU time per "
-        f"step, against {medians['reduce-overhead'] / medians['eager']:.2f}x for the one GEMM."
+        f"step,\nagainst {medians['reduce-overhead'] / medians['eager']:.2f}x for the one GEMM."
     )
 else:
     print("No GPU here: CUDA graphs need one, so this comparison is skipped.")
