@@ -35,6 +35,7 @@ __all__ = [
     "GpuGap",
     "KernelStats",
     "KernelFootprint",
+    "Launch",
     "KernelLaunch",
     "MemoryCopy",
     "CompileInfo",
@@ -44,6 +45,7 @@ __all__ = [
     "dead_windows",
     "gpu_gaps",
     "kernel_stats",
+    "launches",
     "kernel_launches",
     "memory_copies",
     "compiled_regions",
@@ -455,60 +457,80 @@ class KernelLaunch(_Result):
     op: Span | None
     """The ``cpu_op`` the launch was made from."""
     planning_calls: tuple[Span, ...]
-    """Calls named in :data:`PLANNING_CALL_PREFIXES` made inside the same op after its
-    previous launch and before this one."""
+    """The planning calls before its launch (:attr:`Launch.planning`)."""
     footprint: KernelFootprint
     """Registers, shared memory, grid and block as recorded."""
     step: int | None
     """The step the kernel belongs to."""
 
 
-def _planning_calls(trace: Trace, launch: Span, scope: Span | None) -> tuple[Span, ...]:
-    if scope is None:
-        return ()
-    found: list[Span] = []
+@dataclass(frozen=True, slots=True)
+class Launch(_Result):
+    """A runtime or driver call that started GPU work, with what led to it."""
+
+    call: Span
+    """The call: ``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaMemcpyAsync``,
+    ``cudaGraphLaunch``..."""
+    op: Span | None
+    """The ``cpu_op`` it was made from."""
+    planning: tuple[Span, ...]
+    """Calls named in :data:`PLANNING_CALL_PREFIXES` made in the same enclosing span after
+    its previous kernel launch (for kernel launches only: a copy or memset launched in
+    between leaves them to the kernel that follows)."""
+    work: tuple[Span, ...]
+    """The GPU work it started, in start order."""
+
+    @property
+    def kernel(self) -> Span | None:
+        """The first kernel among :attr:`work`, if it started one."""
+        return next((activity for activity in self.work if activity.cat == "kernel"), None)
+
+
+def launches(trace: Trace) -> list[Launch]:
+    """Every call that started GPU work, with its op and planning calls, in start order.
+
+    One pass over the runtime and driver calls: a planning call is remembered under the
+    span it was made in until the next kernel launch from that span takes it.
+    """
     spans = trace.spans
-    for index in range(scope.id + 1, launch.id):
-        span = spans[index]
-        if span.lane != launch.lane or span.cat not in ("cuda_runtime", "cuda_driver"):
+    pending: dict[int | None, list[Span]] = {}
+    found: list[Launch] = []
+    for call in trace.runtime_calls:
+        parent = call.parent
+        if not call.is_launch:
+            if call.name.startswith(PLANNING_CALL_PREFIXES):
+                pending.setdefault(parent, []).append(call)
             continue
-        if span.is_launch:
-            found.clear()  # calls before an earlier launch were planning for that one
-        elif span.name.startswith(PLANNING_CALL_PREFIXES):
-            found.append(span)
-    return tuple(found)
+        op = spans[parent] if parent is not None else None
+        if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
+            op = trace.op_of(call)
+        work = tuple(trace.gpu_work_of(call))
+        starts_kernel = any(activity.cat == "kernel" for activity in work)
+        planning = tuple(pending.pop(parent, ())) if pending and starts_kernel else ()
+        found.append(Launch(call, op, planning, work))
+    return found
 
 
 def kernel_launches(trace: Trace) -> list[KernelLaunch]:
     """For every kernel: launch API, op, the planning calls before the launch, footprint."""
+    by_call = {launch.call.id: launch for launch in launches(trace)}
     results = []
-    planning_by_launch: dict[int, tuple[Span, ...]] = {}
     for kernel in trace.kernels:
-        launch = trace.launch_of(kernel)
-        op = trace.op_of(kernel)
-        planning: tuple[Span, ...] = ()
-        if launch is not None:
-            planning = planning_by_launch.get(launch.id, ())
-            if launch.id not in planning_by_launch:
-                scope = op if op is not None else _parent(trace, launch)
-                planning = planning_by_launch[launch.id] = _planning_calls(trace, launch, scope)
+        call = trace.launch_of(kernel)
+        launch = None if call is None else by_call.get(call.id)
         step = trace.step_of(kernel)
         results.append(
             KernelLaunch(
                 kernel=kernel,
-                launch=launch,
-                api=None if launch is None else launch.name,
-                op=op,
-                planning_calls=planning,
+                launch=call,
+                api=None if call is None else call.name,
+                op=launch.op if launch is not None else trace.op_of(kernel),
+                planning_calls=launch.planning if launch is not None else (),
                 footprint=_footprint(kernel),
                 step=None if step is None else step.number,
             )
         )
     return results
-
-
-def _parent(trace: Trace, span: Span) -> Span | None:
-    return None if span.parent is None else trace.spans[span.parent]
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from profiling_utils.measures import (
     kernel_stats,
     lane_offset,
     launch_delays,
+    launches,
     memory_copies,
     span_dict,
     step_times,
@@ -28,6 +29,7 @@ from profiling_utils.measures import (
 
 ALL_MEASURES = [
     step_times,
+    launches,
     launch_delays,
     lane_offset,
     dead_windows,
@@ -323,6 +325,28 @@ def test_planning_calls_belong_to_the_next_launch_only(make_trace) -> None:
     assert [c.name for c in second.planning_calls] == ["cudaFuncSetAttribute"]
     assert first.op.name == second.op.name == "aten::op"
     assert first.footprint.grid is None and first.step is None
+
+
+def test_a_memset_launched_in_between_leaves_the_planning_to_the_kernel(make_trace) -> None:
+    # As before the H100's bf16 GEMMs: plan, zero a workspace, then launch the GEMM.
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 100),
+        complete_event("cudaOccupancyMaxActiveBlocksPerMultiprocessor", "cuda_runtime", 1, 2),
+        complete_event("cudaMemsetAsync", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("cuLaunchKernelEx", "cuda_driver", 20, 5, correlation=2),
+        complete_event("Memset (Device)", "gpu_memset", 30, 1, pid=0, tid=7, correlation=1),
+        complete_event("gemm", "kernel", 40, 5, pid=0, tid=7, correlation=2),
+    ]
+    trace = load_trace(make_trace(events))
+    memset, gemm = launches(trace)
+    assert memset.call.name == "cudaMemsetAsync" and memset.planning == ()
+    assert memset.kernel is None and [w.name for w in memset.work] == ["Memset (Device)"]
+    assert gemm.kernel.name == "gemm" and gemm.op.name == "aten::mm"
+    assert [c.name for c in gemm.planning] == ["cudaOccupancyMaxActiveBlocksPerMultiprocessor"]
+    (kernel_launch,) = kernel_launches(trace)
+    assert kernel_launch.planning_calls == gemm.planning
+    assert kernel_launch.api == "cuLaunchKernelEx"
+    assert gemm.to_dict()["call"]["name"] == "cuLaunchKernelEx"
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .. import measures
+from ..measures import Launch
 from ..trace import Span, Step, Trace
 
 __all__ = [
@@ -86,20 +87,6 @@ def short_name(name: str, width: int = 72) -> str:
 def step_label(number: int) -> str:
     """``ProfilerStep#N``."""
     return f"ProfilerStep#{number}"
-
-
-class Launch(NamedTuple):
-    """A runtime or driver call that started GPU work, with what led to it."""
-
-    call: Span
-    """The call (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaMemcpyAsync``...)."""
-    op: Span | None
-    """The ``cpu_op`` it was made from."""
-    planning: tuple[Span, ...]
-    """Planning calls (:data:`profiling_utils.measures.PLANNING_CALL_PREFIXES`) made in the
-    same enclosing span after its previous kernel launch (kernel launches only)."""
-    work: tuple[Span, ...]
-    """The GPU work it started, in start order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,47 +158,17 @@ class Facts:
     def _launch_index(
         self,
     ) -> tuple[list[Launch], list[tuple[Launch, Span]], dict[int, list[Launch]]]:
-        """One pass over the runtime and driver calls builds every launch structure.
-
-        A planning call is remembered under the span it was made in until the next kernel
-        launch from that span takes it.
-        """
-        trace = self.trace
-        spans = trace.spans
-        gpu_work_of = trace.gpu_work_of
-        prefixes = measures.PLANNING_CALL_PREFIXES
-        pending: dict[int | None, list[Span]] = {}
-        launches: list[Launch] = []
+        """:func:`profiling_utils.measures.launches`, with its kernel launches and by op."""
+        every = measures.launches(self.trace)
         with_kernel: list[tuple[Launch, Span]] = []
         by_op: dict[int, list[Launch]] = {}
-        for call in trace.runtime_calls:
-            parent = call.parent
-            if not call.is_launch:
-                if call.name.startswith(prefixes):
-                    pending.setdefault(parent, []).append(call)
-                continue
-            op = spans[parent] if parent is not None else None
-            if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
-                op = trace.op_of(call)
-            work = tuple(gpu_work_of(call))
-            kernel = None
-            for activity in work:
-                if activity.cat == "kernel":
-                    kernel = activity
-                    break
-            # Planning is for kernels: a memset or copy launched in between leaves it be.
-            planning = tuple(pending.pop(parent, ())) if pending and kernel is not None else ()
-            launch = Launch(call, op, planning, work)
-            launches.append(launch)
+        for launch in every:
+            kernel = launch.kernel
             if kernel is not None:
                 with_kernel.append((launch, kernel))
-            if op is not None:
-                on_op = by_op.get(op.id)
-                if on_op is None:
-                    by_op[op.id] = [launch]
-                else:
-                    on_op.append(launch)
-        return launches, with_kernel, by_op
+            if launch.op is not None:
+                by_op.setdefault(launch.op.id, []).append(launch)
+        return every, with_kernel, by_op
 
     @property
     def launches(self) -> list[Launch]:
