@@ -91,26 +91,32 @@ def step_label(number: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Copy:
-    """A memcpy or memset on the GPU and the launch that issued it."""
+    """A memcpy or memset on the GPU, as measured, and the launch that issued it."""
 
-    work: Span
-    """The ``gpu_memcpy`` or ``gpu_memset`` activity."""
+    measured: measures.MemoryCopy
+    """Kind, bytes and bandwidth (:func:`profiling_utils.measures.memory_copies`)."""
     launch: Launch
     """The call that issued it (``cudaMemcpyAsync``, ``cudaMemsetAsync``, ``cudaGraphLaunch``)."""
-    kind: str
-    """``DtoD``, ``HtoD``, ``DtoH``... for copies, ``memset`` for memsets."""
+
+    @property
+    def work(self) -> Span:
+        """The ``gpu_memcpy`` or ``gpu_memset`` activity."""
+        return self.measured.span
+
+    @property
+    def kind(self) -> str:
+        """``DtoD``, ``HtoD``, ``DtoH``... for copies, ``memset`` for memsets."""
+        return self.measured.kind
 
     @property
     def bytes(self) -> int | None:
         """Bytes copied or set, as recorded."""
-        size = self.work.args.get("bytes")
-        return size if isinstance(size, int) and not isinstance(size, bool) else None
+        return self.measured.bytes
 
     @property
     def bandwidth_gb_s(self) -> float | None:
         """Achieved bandwidth in GB/s (10^9 bytes per second)."""
-        size = self.bytes
-        return size / self.work.dur / 1e3 if size is not None and self.work.dur > 0 else None
+        return self.measured.bandwidth_gb_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,15 +194,12 @@ class Facts:
     @cached_property
     def copies(self) -> list[Copy]:
         """Memcpys and memsets whose launch is in the trace, in start order."""
+        by_call = {launch.call.id: launch for launch in self.launches}
         found = []
-        for launch in self.launches:
-            for work in launch.work:
-                if work.cat == "gpu_memcpy":
-                    kind = work.name.split(" ", 2)[1] if work.name.startswith("Memcpy ") else "copy"
-                    found.append(Copy(work, launch, kind))
-                elif work.cat == "gpu_memset":
-                    found.append(Copy(work, launch, "memset"))
-        found.sort(key=lambda copy: copy.work.id)
+        for measured in measures.memory_copies(self.trace):
+            call = self.trace.launch_of(measured.span)
+            if call is not None and call.id in by_call:
+                found.append(Copy(measured, by_call[call.id]))
         return found
 
     @cached_property
