@@ -31,35 +31,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import count_events, machine  # noqa: E402
+from bench_load import CHILD_PREAMBLE, count_events, machine, run_child  # noqa: E402
 from make_large_trace import BASE_SCALE, make  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# Peak memory is VmHWM, the high-water mark of the child's own address space: ru_maxrss
-# carries over exec, so a child would report at least what this script held when it spawned
-# the child (it builds and counts whole traces).
-PREAMBLE = """
-import json, sys, time
-
-def peak_rss_bytes():
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-"""
 CHILDREN = {
-    "diagnose": PREAMBLE
+    "diagnose": CHILD_PREAMBLE
     + """
 from profiling_utils.rules import diagnose
 start, cpu_start = time.perf_counter(), time.process_time()
@@ -68,7 +50,7 @@ seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_st
 print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
                   "peak_rss_bytes": peak_rss_bytes(), "findings": len(findings)}))
 """,
-    "split": PREAMBLE
+    "split": CHILD_PREAMBLE
     + """
 from profiling_utils.rules import diagnose
 from profiling_utils.rules.diagnose import gc_paused
@@ -81,7 +63,7 @@ with gc_paused():
 done = time.perf_counter()
 print(json.dumps({"load_seconds": loaded - start, "rules_seconds": done - loaded}))
 """,
-    "hta": PREAMBLE
+    "hta": CHILD_PREAMBLE
     + """
 import logging
 logging.disable(logging.CRITICAL)
@@ -97,17 +79,7 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
 
 def measure(tool: str, path: Path) -> dict[str, float]:
     """Run ``tool`` on ``path`` once in a fresh process."""
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path_entries))}
-    out = subprocess.run(
-        [sys.executable, "-c", CHILDREN[tool], str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        cwd=ROOT,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_child(CHILDREN[tool], path)
 
 
 def _version(name: str) -> str:

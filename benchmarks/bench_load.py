@@ -27,30 +27,30 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_large_trace import BASE_SCALE, make  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from make_large_trace import BASE_SCALE, ROOT, make  # noqa: E402
 
 # Peak RSS comes from VmHWM, the high-water mark of the child's own address space. ru_maxrss
 # would not do: Linux carries it across exec, so a child reports at least the RSS its parent
-# had when it was spawned (this script holds whole traces while it counts their events).
-CHILD = """
-import json, resource, sys, time
+# had when it was spawned (these scripts hold whole traces while they count their events).
+CHILD_PREAMBLE = """
+import json, sys, time
 
 def peak_rss_bytes():
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
+"""
+CHILD = (
+    CHILD_PREAMBLE
+    + """
 from profiling_utils import load_trace
 imported = peak_rss_bytes()
 start, cpu_start = time.perf_counter(), time.process_time()
@@ -61,6 +61,7 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_byte
                   "imported_rss_bytes": imported, "spans": len(trace.spans),
                   "steps": len(trace.steps), "gpu_work": len(trace.gpu_work)}))
 """
+)
 
 
 def machine() -> dict[str, str]:
@@ -90,18 +91,24 @@ def machine() -> dict[str, str]:
     }
 
 
-def measure(path: Path) -> dict[str, float]:
-    """Load ``path`` once in a fresh process."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_child(code: str, path: Path) -> dict[str, Any]:
+    """Run ``code`` on ``path`` in a fresh Python process; the JSON of its last output line."""
+    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path_entries))}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path)],
+        [sys.executable, "-c", code, str(path)],
         capture_output=True,
         text=True,
         check=True,
         env=env,
         cwd=ROOT,
     ).stdout
-    return json.loads(out)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def measure(path: Path) -> dict[str, Any]:
+    """Load ``path`` once in a fresh process."""
+    return run_child(CHILD, path)
 
 
 def count_events(path: Path) -> int:
