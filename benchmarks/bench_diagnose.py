@@ -53,7 +53,7 @@ print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
     "split": CHILD_PREAMBLE
     + """
 from profiling_utils.rules import diagnose
-from profiling_utils.rules.diagnose import gc_paused
+from profiling_utils.trace import gc_paused
 from profiling_utils.trace import load_trace
 start = time.perf_counter()
 trace = load_trace(sys.argv[1])

@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .rules import RULES, Facts, Finding, order_findings
-from .rules.diagnose import gc_paused
-from .trace import Trace, load_trace
+from .trace import Trace, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 

@@ -39,7 +39,7 @@ import msgspec
 from .errors import TraceError
 from .loading import Event, RawTrace, load_raw_trace
 
-__all__ = ["LaneKind", "Lane", "Span", "Step", "DeviceInfo", "Trace", "load_trace"]
+__all__ = ["LaneKind", "Lane", "Span", "Step", "DeviceInfo", "Trace", "load_trace", "gc_paused"]
 
 LaneKind = Literal["cpu", "gpu", "overhead", "other"]
 
@@ -264,8 +264,10 @@ def _lane_order(lane: Lane) -> tuple[Any, ...]:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: building creates many containers and no cycles."""
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building or analysing a trace: that creates
+    many small objects and no cycles, and on a large trace a collection would walk every one
+    of them again and again."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -601,6 +603,6 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         TraceError: The file cannot be read as a trace; the message names the file and the
             problem. No other exception escapes for bad input.
     """
-    with _gc_paused():
+    with gc_paused():
         raw = load_raw_trace(path, Span)
         return Trace(raw)

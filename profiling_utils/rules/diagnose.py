@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any
 
-from ..trace import Trace, load_trace
+from ..trace import Trace, gc_paused, load_trace
 from .facts import Facts
 from .registry import RULES, TABLES, Finding, Rule
 
@@ -19,21 +17,7 @@ __all__ = [
     "order_findings",
     "diagnosis_dict",
     "format_diagnosis",
-    "gc_paused",
 ]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: the rules build many small objects and no cycles,
-    and a collection would walk every one of them again and again on a large trace."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def select_rules(
