@@ -183,7 +183,7 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
         kernels.update(w.name for w in work if w.cat == "kernel")
         with_copy += any(w.cat == "gpu_memcpy" for w in work)
     pattern, _ = activities.most_common(1)[0]
-    parent_names = ", ".join(_short(name) for name in parents)
+    parent_names = ", ".join(short_name(name, 48) for name in parents)
     yield (
         f"aten::addmm {len(addmms)}× (under {parent_names}); on the GPU: {pattern}"
         + (f"; {with_copy} with a bias copy first" if with_copy else "; no bias copy")
@@ -203,7 +203,3 @@ def _activity(work: Span) -> str:
     if work.cat == "kernel":
         return "GEMM kernel"
     return work.name.split(" (")[0]
-
-
-def _short(name: str, width: int = 48) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
