@@ -2,6 +2,8 @@
 
 Other test modules use these through pytest fixtures (``fixture_path``, ``make_trace``) or
 import the plain functions (``from conftest import complete_event, minimal_gpu_events``).
+A recorded trace's own JSON (``fixture_document``, ``fixture_events``, ``fixture_steps``) is read
+with ``json`` alone, so tests can hold ``profiling_utils`` to what the file says.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,27 @@ def gpu_fixture_names() -> list[str]:
 def provenance() -> dict[str, Any]:
     """``tests/fixtures/gpu/provenance.json``: the machine and each run's parameters."""
     return json.loads((GPU_FIXTURES / "provenance.json").read_text())
+
+
+def fixture_document(name: str) -> dict[str, Any]:
+    """A recorded trace's JSON document, parsed afresh on each call (callers may change it)."""
+    return json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))
+
+
+@cache
+def fixture_events(name: str) -> tuple[dict[str, Any], ...]:
+    """A recorded trace's ``traceEvents``, parsed once and shared: read them, do not change them."""
+    return tuple(fixture_document(name)["traceEvents"])
+
+
+def fixture_steps(name: str) -> list[dict[str, Any]]:
+    """A recorded trace's ``ProfilerStep#N`` complete events, in time order."""
+    steps = [
+        e
+        for e in fixture_events(name)
+        if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")
+    ]
+    return sorted(steps, key=lambda e: e["ts"])
 
 
 def complete_event(

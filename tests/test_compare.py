@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import gpu_fixture
+from conftest import fixture_steps, gpu_fixture
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
 
 
-def steps(name: str) -> list[dict[str, Any]]:
-    events = json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))["traceEvents"]
-    found = [e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
-    return sorted(found, key=lambda e: e["ts"])
-
-
 def cpu_median(name: str) -> float:
-    return statistics.median(e["dur"] for e in steps(name))
+    return statistics.median(e["dur"] for e in fixture_steps(name))
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +24,12 @@ def eager_vs_compiled() -> Comparison:
 def test_steps_side_by_side(eager_vs_compiled: Comparison) -> None:
     pairs = eager_vs_compiled.steps
     assert [(p.baseline_step, p.trace_step) for p in pairs] == [(2, 2), (3, 3), (4, 4)]
-    assert [p.baseline_cpu_us for p in pairs] == [e["dur"] for e in steps("64_bf16_warm_eager")]
-    assert [p.trace_cpu_us for p in pairs] == [e["dur"] for e in steps("64_bf16_warm_compile")]
+    assert [p.baseline_cpu_us for p in pairs] == [
+        e["dur"] for e in fixture_steps("64_bf16_warm_eager")
+    ]
+    assert [p.trace_cpu_us for p in pairs] == [
+        e["dur"] for e in fixture_steps("64_bf16_warm_compile")
+    ]
     assert all(p.baseline_gpu_busy_us and p.trace_gpu_busy_us for p in pairs)
 
 

@@ -10,7 +10,6 @@ buffer request in its first step, a compiled run shows Dynamo's rows, and so on.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import inspect
 import json
 import re
@@ -20,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import complete_event, gpu_fixture, gpu_fixture_names, write_trace
+from conftest import (
+    complete_event,
+    fixture_document,
+    fixture_events,
+    fixture_steps,
+    gpu_fixture,
+    gpu_fixture_names,
+    write_trace,
+)
 
 from profiling_utils import Finding, TraceError, diagnose, load_trace
 from profiling_utils.rules import (
@@ -158,21 +165,11 @@ def only(name: str, rule_id: str) -> Finding:
     return found[0]
 
 
-@cache
-def raw_events(name: str) -> tuple[dict[str, Any], ...]:
-    document = json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))
-    return tuple(document["traceEvents"])
-
-
 def raw_spans(recording: str, **match: str) -> list[dict[str, Any]]:
     """Complete events of a recording whose keys equal ``match``, in time order."""
-    spans = [e for e in raw_events(recording) if e.get("ph") == "X"]
+    spans = [e for e in fixture_events(recording) if e.get("ph") == "X"]
     spans = [e for e in spans if all(e.get(k) == v for k, v in match.items())]
     return sorted(spans, key=lambda e: e["ts"])
-
-
-def steps_of(name: str) -> list[dict[str, Any]]:
-    return [e for e in raw_spans(name, cat="user_annotation") if e["name"].startswith("Profiler")]
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -260,9 +257,9 @@ def test_findings_are_plain_json() -> None:
 def test_overhead_bound_reports_each_steps_cpu_and_gpu_time() -> None:
     name = "64_bf16_cold_eager"
     evidence = only(name, "overhead-bound").evidence
-    steps = steps_of(name)
+    steps = fixture_steps(name)
     assert [s["cpu_us"] for s in evidence["steps"]] == [round(s["dur"], 3) for s in steps]
-    gpu = sum(e["dur"] for e in raw_events(name) if e.get("cat") in ("kernel",))
+    gpu = sum(e["dur"] for e in fixture_events(name) if e.get("cat") in ("kernel",))
     assert evidence["gpu_busy_total_us"] == pytest.approx(gpu, abs=1e-2)
     assert evidence["median_gpu_busy_fraction"] <= 0.1
 
@@ -275,7 +272,9 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
 def test_hotspot_share_is_the_gemm_share_of_gpu_time() -> None:
     name = "4096_fp32_warm_eager"
     evidence = only(name, "hotspot").evidence
-    work = [e for e in raw_events(name) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    work = [
+        e for e in fixture_events(name) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     mm_ids = {e["args"]["External id"] for e in raw_spans(name, name="aten::mm")}
     gemm = [e for e in work if e["args"].get("External id") in mm_ids]
     assert evidence["kernel"] == gemm[0]["name"]
@@ -290,7 +289,7 @@ def test_many_calls_counts_calls_per_step() -> None:
     top = evidence["ops"][0]
     calls = len(raw_spans(name, name=top["op"], cat="cpu_op"))
     assert top["calls"] == calls
-    assert top["calls_per_step"] == pytest.approx(calls / len(steps_of(name)), abs=0.1)
+    assert top["calls_per_step"] == pytest.approx(calls / len(fixture_steps(name)), abs=0.1)
     assert top["calls_per_step"] >= 50
 
 
@@ -308,7 +307,7 @@ def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:
 def test_cold_start_names_the_profilers_buffer_request() -> None:
     name = "64_bf16_warm_eager_w0a3"
     evidence = only(name, "cold-start").evidence
-    durations = [s["dur"] for s in steps_of(name)]
+    durations = [s["dur"] for s in fixture_steps(name)]
     assert evidence["step"] == 0
     assert evidence["ratio"] == pytest.approx(durations[0] / statistics.median(durations[1:]), 0.01)
     (request,) = raw_spans(name, cat="overhead")
@@ -317,14 +316,14 @@ def test_cold_start_names_the_profilers_buffer_request() -> None:
 
 
 def test_cold_start_is_silent_when_the_first_step_is_only_a_few_times_wider() -> None:
-    durations = [s["dur"] for s in steps_of("64_bf16_cold_eager")]
+    durations = [s["dur"] for s in fixture_steps("64_bf16_cold_eager")]
     assert 2 < durations[0] / statistics.median(durations[1:]) < 3.5
     assert "cold-start" not in fired("64_bf16_cold_eager")
 
 
 def altered(tmp_path: Path, name: str, change: Any) -> Path:
     """A copy of a recording with ``change(events)`` applied, written as .json.gz."""
-    document = json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))
+    document = fixture_document(name)
     change(document["traceEvents"])
     return write_trace(tmp_path / f"{name}_altered.json.gz", document)
 
@@ -463,7 +462,7 @@ def test_intra_step_gap_ignores_gaps_the_cpu_caused() -> None:
     # Step #0 of the w0a3 run has an 83 µs gap between the GEMM and the add, but the add was
     # launched after the GEMM had finished: the CPU was late, not the GPU.
     name = "64_bf16_warm_eager_w0a3"
-    events = list(raw_events(name))
+    events = list(fixture_events(name))
     gemm, add = _gemm_and_add(events, 0)
     assert add["ts"] - (gemm["ts"] + gemm["dur"]) > 50
     assert "intra-step-gap" not in fired(name)
@@ -485,7 +484,7 @@ def test_kernel_variance_fires_on_one_slow_gemm(tmp_path: Path) -> None:
 
 def test_kernel_variance_is_silent_on_twenty_steady_h100_gemms() -> None:
     name = "4096_bf16_warm_eager_w0a20"
-    events = list(raw_events(name))
+    events = list(fixture_events(name))
     durations = [_gemm_and_add(events, step)[0]["dur"] for step in range(20)]
     assert max(durations) / statistics.median(durations) < 1.1
     assert "kernel-variance" not in fired(name)
