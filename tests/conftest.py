@@ -54,6 +54,15 @@ def provenance() -> dict[str, Any]:
     return json.loads((GPU_FIXTURES / "provenance.json").read_text())
 
 
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``python -m profiling_utils *argv`` in this process: (exit status, stdout, stderr)."""
+    from profiling_utils.cli import main
+
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 def fixture_document(name: str) -> dict[str, Any]:
     """A recorded trace's JSON document, parsed afresh on each call (callers may change it)."""
     return json.loads(gzip.decompress(gpu_fixture(name).read_bytes()))

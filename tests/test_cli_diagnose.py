@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import gpu_fixture
+from conftest import gpu_fixture, run_cli
 
 from profiling_utils.cli import main
 from profiling_utils.rules import TABLES, rule_ids
@@ -17,15 +17,9 @@ from profiling_utils.rules import TABLES, rule_ids
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def test_diagnose_text_groups_findings_under_their_table(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("64_bf16_warm_eager_w0a3"))
-    status, out, err = run(capsys, "diagnose", path)
+    status, out, err = run_cli(capsys, "diagnose", path)
     assert (status, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == path
@@ -39,7 +33,7 @@ def test_diagnose_text_groups_findings_under_their_table(capsys: pytest.CaptureF
 
 def test_diagnose_json(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("4096_bf16_warm_compile"))
-    status, out, _ = run(capsys, "diagnose", "--json", path)
+    status, out, _ = run_cli(capsys, "diagnose", "--json", path)
     assert status == 0
     data = json.loads(out)
     assert set(data) == {"trace", "device", "findings"}
@@ -54,29 +48,29 @@ def test_diagnose_json(capsys: pytest.CaptureFixture) -> None:
 
 def test_diagnose_select_and_ignore(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("64_bf16_warm_eager_w0a3"))
-    _, out, _ = run(capsys, "diagnose", "--json", "--select", "cold-start,buffer-request", path)
+    _, out, _ = run_cli(capsys, "diagnose", "--json", "--select", "cold-start,buffer-request", path)
     assert {f["rule"] for f in json.loads(out)["findings"]} == {"cold-start", "buffer-request"}
-    _, out, _ = run(
+    _, out, _ = run_cli(
         capsys, "diagnose", "--json", "--select", "cold-start", "--select", "hotspot", path
     )
     assert {f["rule"] for f in json.loads(out)["findings"]} == {"cold-start", "hotspot"}
-    _, out, _ = run(capsys, "diagnose", "--json", "--ignore", "cold-start", path)
+    _, out, _ = run_cli(capsys, "diagnose", "--json", "--ignore", "cold-start", path)
     rules = {f["rule"] for f in json.loads(out)["findings"]}
     assert "cold-start" not in rules and "buffer-request" in rules
 
 
 def test_diagnose_without_findings_still_succeeds(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("64_bf16_warm_eager"))
-    status, out, _ = run(capsys, "diagnose", "--select", "dead-window", path)
+    status, out, _ = run_cli(capsys, "diagnose", "--select", "dead-window", path)
     assert status == 0
     assert out.rstrip().endswith("No cheatsheet pattern found.")
-    status, out, _ = run(capsys, "diagnose", "--json", "--select", "dead-window", path)
+    status, out, _ = run_cli(capsys, "diagnose", "--json", "--select", "dead-window", path)
     assert (status, json.loads(out)["findings"]) == (0, [])
 
 
 def test_unknown_rule_id_is_bad_input(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("64_bf16_warm_eager"))
-    status, out, err = run(capsys, "diagnose", "--select", "cold-start,no-such-rule", path)
+    status, out, err = run_cli(capsys, "diagnose", "--select", "cold-start,no-such-rule", path)
     assert (status, out) == (2, "")
     assert err == "error: unknown rule id(s): no-such-rule\n"
 
@@ -92,7 +86,7 @@ def test_unreadable_trace_is_one_line_and_status_2(
         ["diagnose", str(path)],
         ["compare", str(gpu_fixture("64_bf16_warm_eager")), str(path)],
     ):
-        status, out, err = run(capsys, *argv)
+        status, out, err = run_cli(capsys, *argv)
         assert (status, out) == (2, "")
         assert err.startswith(f"error: {path}: ") and err.count("\n") == 1
 
@@ -100,11 +94,11 @@ def test_unreadable_trace_is_one_line_and_status_2(
 def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
     eager = str(gpu_fixture("4096_bf16_warm_eager"))
     compiled = str(gpu_fixture("4096_bf16_warm_compile"))
-    status, out, _ = run(capsys, "compare", eager, compiled)
+    status, out, _ = run_cli(capsys, "compare", eager, compiled)
     assert status == 0
     assert out.startswith(f"baseline: {eager}\ntrace:    {compiled}\n")
     assert "[warning] compile-cpu-tax" in out
-    status, out, _ = run(capsys, "compare", "--json", eager, compiled)
+    status, out, _ = run_cli(capsys, "compare", "--json", eager, compiled)
     data = json.loads(out)
     assert status == 0
     assert set(data) == {

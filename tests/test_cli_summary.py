@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+from conftest import (
+    complete_event,
+    gpu_fixture,
+    gpu_fixture_names,
+    minimal_gpu_events,
+    run_cli,
+)
 
 from profiling_utils import cli, load_trace
 from profiling_utils.measures import kernel_stats, step_times
@@ -36,12 +42,6 @@ SUMMARY_KEYS = {
 }
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def test_every_documented_key_is_in_the_module_docs() -> None:
     documented = set(re.findall(r"``(\w+)``", cli.__doc__))
     assert SUMMARY_KEYS <= documented
@@ -50,7 +50,7 @@ def test_every_documented_key_is_in_the_module_docs() -> None:
 @pytest.mark.parametrize("name", gpu_fixture_names())
 def test_json_summary_of_every_fixture(capsys, name: str) -> None:
     path = gpu_fixture(name)
-    status, out, err = run(capsys, "summary", str(path), "--json")
+    status, out, err = run_cli(capsys, "summary", str(path), "--json")
     assert (status, err) == (0, "")
     summary = json.loads(out)
     assert set(summary) == SUMMARY_KEYS
@@ -67,7 +67,7 @@ def test_json_summary_of_every_fixture(capsys, name: str) -> None:
 
 @pytest.mark.parametrize("name", gpu_fixture_names())
 def test_text_summary_of_every_fixture(capsys, name: str) -> None:
-    status, out, err = run(capsys, "summary", str(gpu_fixture(name)))
+    status, out, err = run_cli(capsys, "summary", str(gpu_fixture(name)))
     assert (status, err) == (0, "")
     assert "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB, compute 9.0)" in out
     assert "CUDA runtime 13.0" in out
@@ -76,17 +76,19 @@ def test_text_summary_of_every_fixture(capsys, name: str) -> None:
 
 
 def test_text_summary_names_what_each_run_shows(capsys) -> None:
-    _, fp32, _ = run(capsys, "summary", str(gpu_fixture("4096_fp32_warm_eager")))
+    _, fp32, _ = run_cli(capsys, "summary", str(gpu_fixture("4096_fp32_warm_eager")))
     assert "cudaLaunchKernelExC" in fp32 and "planned with: cudaFuncGetAttributes x3" in fp32
-    _, graph, _ = run(capsys, "summary", str(gpu_fixture("64_bf16_warm_compile-reduce-overhead")))
+    _, graph, _ = run_cli(
+        capsys, "summary", str(gpu_fixture("64_bf16_warm_compile-reduce-overhead"))
+    )
     assert "CUDA graph launches: 3" in graph and "DtoD" in graph
-    _, w0a3, _ = run(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager_w0a3")))
+    _, w0a3, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager_w0a3")))
     assert "Activity Buffer Request x1" in w0a3 and "CUPTI overhead" in w0a3
 
 
 def test_top_limits_the_kernel_list(capsys) -> None:
     path = str(gpu_fixture("train_tiny_transformer_a3"))
-    _, out, _ = run(capsys, "summary", path, "--json", "--top", "3")
+    _, out, _ = run_cli(capsys, "summary", path, "--json", "--top", "3")
     assert len(json.loads(out)["top_kernels"]) == 3
 
 
@@ -98,11 +100,11 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
         cuda_driver_version=None,
         cupti_version=None,
     )
-    status, out, _ = run(capsys, "summary", str(path), "--json")
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
     summary = json.loads(out)
     assert status == 0 and not summary["has_gpu"] and summary["devices"] == []
     assert summary["steps"][0]["gpu_idle_fraction"] is None
-    status, text, _ = run(capsys, "summary", str(path))
+    status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "no GPU work (CPU-only trace)" in text
 
 
@@ -144,7 +146,7 @@ def _bad_inputs(tmp: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("as_json", [False, True])
 def test_bad_input_prints_one_line_and_exits_2(capsys, tmp_path, case: str, as_json) -> None:
     path = _bad_inputs(tmp_path)[case]
-    status, out, err = run(capsys, "summary", str(path), *(["--json"] if as_json else []))
+    status, out, err = run_cli(capsys, "summary", str(path), *(["--json"] if as_json else []))
     assert status == 2
     assert out == ""
     assert err.endswith("\n") and err.count("\n") == 1
