@@ -22,6 +22,7 @@ import re
 import statistics
 from bisect import bisect_left
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .trace import Span, Step, Trace
@@ -315,6 +316,9 @@ class GpuGap(_Result):
     """``after.start - before.end``."""
 
 
+_SPAN_ID = attrgetter("id")
+
+
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
     """Gaps between consecutive GPU activities of each step, per device, longer than
     ``min_gap_us`` (all streams of a device together: a gap is time no stream ran)."""
@@ -324,14 +328,16 @@ def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
         for work in step.gpu_work:
             by_device.setdefault(work.lane.device, []).append(work)
         for device, work in by_device.items():
-            work.sort(key=lambda s: (s.start, s.id))
+            work.sort(key=_SPAN_ID)  # ids follow start order (Trace.spans is sorted)
             latest = work[0]
+            latest_end = latest.start + latest.dur
             for after in work[1:]:
-                gap = after.start - latest.end
+                gap = after.start - latest_end
                 if gap > 0 and gap >= min_gap_us:
                     results.append(GpuGap(step.number, device, latest, after, gap))
-                if after.end > latest.end:
-                    latest = after
+                end = after.start + after.dur
+                if end > latest_end:
+                    latest, latest_end = after, end
     return results
 
 
