@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import builtins
 import importlib
-import importlib.util
 import os
 import pkgutil
 from pathlib import Path
@@ -31,6 +30,9 @@ from typing import Any
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
+
+from profiling_utils.cli import build_parser
+from profiling_utils.rules import cheatsheet_markdown
 
 GENERATED = "_generated"
 PACKAGE = "profiling_utils"
@@ -50,20 +52,6 @@ API_ORDER = (
     "provenance",
     "cli",
 )
-
-
-def cheatsheet_markdown() -> str:
-    """The cheatsheet page body from the rules registry, or a note where there is none yet."""
-    if importlib.util.find_spec(f"{PACKAGE}.rules") is not None:
-        rules = importlib.import_module(f"{PACKAGE}.rules")
-        render = getattr(rules, "cheatsheet_markdown", None)
-        if render is not None:
-            return render().rstrip() + "\n"
-    return (
-        ":::{note}\nThe cheatsheet is generated from the rules registry "
-        "(`profiling_utils.rules.cheatsheet_markdown()`), which this build does not have yet.\n"
-        ":::\n"
-    )
 
 
 def public_modules() -> list[str]:
@@ -96,12 +84,7 @@ def api_markdown() -> str:
 
 def cli_markdown() -> str:
     """The help text of ``python -m profiling_utils`` and of each of its commands."""
-    if importlib.util.find_spec(f"{PACKAGE}.cli") is None:
-        return (
-            ":::{note}\nThe command-line interface (`profiling_utils.cli`) is not in this "
-            "build yet.\n:::\n"
-        )
-    parser = importlib.import_module(f"{PACKAGE}.cli").build_parser()
+    parser = build_parser()
     parsers = [parser]
     for action in parser._actions:  # argparse offers no public way to list subcommands
         if isinstance(action, argparse._SubParsersAction):
@@ -139,7 +122,7 @@ _BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith
 
 def _generate(app: Sphinx) -> None:
     out = Path(app.srcdir) / GENERATED
-    write_if_changed(out / "cheatsheet.md", cheatsheet_markdown())
+    write_if_changed(out / "cheatsheet.md", cheatsheet_markdown().rstrip() + "\n")
     write_if_changed(out / "api.md", api_markdown())
     write_if_changed(out / "cli.md", cli_markdown())
 
