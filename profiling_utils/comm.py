@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .trace import Span, Trace
@@ -97,12 +98,12 @@ _DTYPE_BYTES = {
 _LABEL_PREFIXES = ("nccl:", "rccl:", "gloo:")
 _C10D_PREFIX = "c10d::"
 _PARAM_COMMS = "record_param_comms"
+_START = attrgetter("start")
 
 
 def _is_communication_name(name: str) -> bool:
     # TEMPORARY: stands in for trace.is_communication until branch `model` lands it.
-    lowered = name.lower()
-    return lowered.startswith(("nccl", "rccl")) or "nccldevkernel" in lowered
+    return name.startswith(("nccl", "rccl"))
 
 
 def _communication_kernels(trace: Trace) -> list[Span]:
@@ -357,7 +358,7 @@ class CommOverlap:
 def _merged(spans: list[Span]) -> list[tuple[float, float]]:
     """The union of the spans' intervals as sorted, disjoint (start, end) pairs."""
     merged: list[tuple[float, float]] = []
-    for span in sorted(spans, key=lambda s: s.start):
+    for span in sorted(spans, key=_START):
         start, end = span.start, span.start + span.dur
         if merged and start <= merged[-1][1]:
             if end > merged[-1][1]:
@@ -372,12 +373,16 @@ def _length(intervals: list[tuple[float, float]]) -> float:
 
 
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+    """Length of the intersection of two unions of sorted, disjoint intervals."""
+    total, i, j, len_a, len_b = 0.0, 0, 0, len(a), len(b)
+    while i < len_a and j < len_b:
+        a_start, a_end = a[i]
+        b_start, b_end = b[j]
+        low = a_start if a_start > b_start else b_start
+        high = a_end if a_end < b_end else b_end
         if high > low:
             total += high - low
-        if a[i][1] < b[j][1]:
+        if a_end < b_end:
             i += 1
         else:
             j += 1
