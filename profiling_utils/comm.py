@@ -101,21 +101,6 @@ _PARAM_COMMS = "record_param_comms"
 _START = attrgetter("start")
 
 
-def _is_communication_name(name: str) -> bool:
-    # TEMPORARY: stands in for trace.is_communication until branch `model` lands it.
-    return name.startswith(("nccl", "rccl"))
-
-
-def _communication_kernels(trace: Trace) -> list[Span]:
-    # TEMPORARY: stands in for Trace.communication until branch `model` lands it.
-    return [kernel for kernel in trace.kernels if _is_communication_name(kernel.name)]
-
-
-def _compute_kernels(trace: Trace) -> list[Span]:
-    # TEMPORARY: stands in for Trace.compute_kernels until branch `model` lands it.
-    return [kernel for kernel in trace.kernels if not _is_communication_name(kernel.name)]
-
-
 def _operation(text: str) -> str:
     """``"allreduce"``, ``"_allgather_base"``, ``"nccl:all_reduce"``, ``"AllReduce"``,
     ``"reduce_scatter_tensor_coalesced"``... as one of :data:`OPERATIONS`."""
@@ -298,7 +283,7 @@ def collectives(trace: Trace) -> list[Collective]:
     """
     found = []
     seen_in_group: dict[str | None, int] = {}
-    for kernel in _communication_kernels(trace):
+    for kernel in trace.communication:
         op, message_bytes, dtype, group, group_size = _describe(trace, kernel)
         index = seen_in_group.get(group, 0)
         seen_in_group[group] = index + 1
@@ -418,8 +403,8 @@ def comm_overlap(trace: Trace) -> CommOverlap:
     Returns:
         A :class:`CommOverlap`; its numbers are 0 for a trace without communication.
     """
-    comm = _communication_kernels(trace)
-    compute = _compute_kernels(trace)
+    comm = trace.communication
+    compute = trace.compute_kernels
     per_step: dict[int, tuple[list[Span], list[Span]]] = {}
     for kernels, slot in ((comm, 0), (compute, 1)):
         for kernel in kernels:
