@@ -62,6 +62,9 @@ class DeviceSpec:
     """DRAM bandwidth, GB/s (10^9 bytes per second)."""
     memory_kind: str = "HBM"
     """``HBM3``, ``HBM2e``, ``GDDR6``...: what the bandwidth is the bandwidth of."""
+    l2_cache_bytes: int | None = None
+    """The L2 cache, bytes. Vendors write "50 MB" where CUDA reports 50 MiB
+    (``L2_cache_size``); the table holds what CUDA reports. A trace does not record it."""
     note: str = ""
     """What a reader must know to use these figures (e.g. a matrix-core figure per die)."""
 
@@ -79,7 +82,7 @@ class DatasheetPeak:
     product: str
     """The product, e.g. ``"H100 SXM5 80 GB"``."""
     source: str
-    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU Architecture (2022)"``."""
+    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU Architecture, 2022"``."""
 
     def describe(self) -> str:
         """``"989.4 TFLOP/s, the H100 SXM5 80 GB's dense bf16 tensor-core peak (source)"``."""
@@ -94,11 +97,11 @@ def _nvidia_sparse_halved(sparse: dict[str, float]) -> dict[str, float]:
     return {dtype: value / 2 for dtype, value in sparse.items()}
 
 
-_H100_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)"
-_H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet (2023)"
-_H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet (2024)"
-_A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet (2021)"
-_V100_DATASHEET = "NVIDIA Tesla V100 GPU datasheet (2018)"
+_H100_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022"
+_H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet, 2023"
+_H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet, 2024"
+_A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet, 2021"
+_V100_DATASHEET = "NVIDIA Tesla V100 GPU datasheet, 2018"
 _AMD_PER_GCD = (
     "An MI250X or MI250 is two dies (GCDs), and PyTorch sees each die as one device: these "
     "figures are half the package's."
@@ -110,6 +113,7 @@ _H100_SXM5 = DeviceSpec(
     tflops={"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp8": 1978.9, "fp32": 66.9},
     memory_gb_s=3350.0,
     memory_kind="HBM3",
+    l2_cache_bytes=50 * 2**20,
 )
 _H100_PCIE = DeviceSpec(
     product="H100 PCIe 80 GB",
@@ -120,6 +124,7 @@ _H100_PCIE = DeviceSpec(
     },
     memory_gb_s=2000.0,
     memory_kind="HBM2e",
+    l2_cache_bytes=50 * 2**20,
 )
 _H100_NVL = DeviceSpec(
     product="H100 NVL 94 GB",
@@ -130,6 +135,7 @@ _H100_NVL = DeviceSpec(
     },
     memory_gb_s=3900.0,
     memory_kind="HBM3",
+    l2_cache_bytes=50 * 2**20,
 )
 _H200_SXM = DeviceSpec(
     product="H200 SXM 141 GB",
@@ -140,6 +146,7 @@ _H200_SXM = DeviceSpec(
     },
     memory_gb_s=4800.0,
     memory_kind="HBM3e",
+    l2_cache_bytes=50 * 2**20,
 )
 _H200_NVL = DeviceSpec(
     product="H200 NVL 141 GB",
@@ -150,15 +157,25 @@ _H200_NVL = DeviceSpec(
     },
     memory_gb_s=4800.0,
     memory_kind="HBM3e",
+    l2_cache_bytes=50 * 2**20,
 )
 _A100_TFLOPS = {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}  # dense, printed
-_A100_SXM_40 = DeviceSpec("A100 SXM4 40 GB", _A100_DATASHEET, _A100_TFLOPS, 1555.0, "HBM2")
-_A100_SXM_80 = DeviceSpec("A100 SXM4 80 GB", _A100_DATASHEET, _A100_TFLOPS, 2039.0, "HBM2e")
-_A100_PCIE_40 = DeviceSpec("A100 PCIe 40 GB", _A100_DATASHEET, _A100_TFLOPS, 1555.0, "HBM2")
-_A100_PCIE_80 = DeviceSpec("A100 PCIe 80 GB", _A100_DATASHEET, _A100_TFLOPS, 1935.0, "HBM2e")
+_A100_L2 = 40 * 2**20
+_A100_SXM_40 = DeviceSpec(
+    "A100 SXM4 40 GB", _A100_DATASHEET, _A100_TFLOPS, 1555.0, "HBM2", _A100_L2
+)
+_A100_SXM_80 = DeviceSpec(
+    "A100 SXM4 80 GB", _A100_DATASHEET, _A100_TFLOPS, 2039.0, "HBM2e", _A100_L2
+)
+_A100_PCIE_40 = DeviceSpec(
+    "A100 PCIe 40 GB", _A100_DATASHEET, _A100_TFLOPS, 1555.0, "HBM2", _A100_L2
+)
+_A100_PCIE_80 = DeviceSpec(
+    "A100 PCIe 80 GB", _A100_DATASHEET, _A100_TFLOPS, 1935.0, "HBM2e", _A100_L2
+)
 _B200 = DeviceSpec(
     product="B200 (HGX)",
-    source="NVIDIA HGX B200 datasheet (2024)",
+    source="NVIDIA HGX B200 datasheet, 2024",
     tflops=_nvidia_sparse_halved({"bf16": 4500, "fp16": 4500, "fp8": 9000}),
     note="No memory bandwidth: NVIDIA's documents print both 8 TB/s and 7.7 TB/s.",
 )
@@ -168,6 +185,7 @@ _V100_SXM2 = DeviceSpec(
     tflops={"fp16": 125.0, "fp32": 15.7},  # Volta's tensor cores take fp16 only
     memory_gb_s=900.0,
     memory_kind="HBM2",
+    l2_cache_bytes=6 * 2**20,
 )
 _V100_PCIE = DeviceSpec(
     product="V100 PCIe",
@@ -175,44 +193,48 @@ _V100_PCIE = DeviceSpec(
     tflops={"fp16": 112.0, "fp32": 14.0},
     memory_gb_s=900.0,
     memory_kind="HBM2",
+    l2_cache_bytes=6 * 2**20,
 )
 _L4 = DeviceSpec(
     product="L4",
-    source="NVIDIA L4 Tensor Core GPU datasheet (2023)",
+    source="NVIDIA L4 Tensor Core GPU datasheet, 2023",
     tflops={
         **_nvidia_sparse_halved({"bf16": 242, "fp16": 242, "tf32": 120, "fp8": 485}),
         "fp32": 30.3,
     },
     memory_gb_s=300.0,
     memory_kind="GDDR6",
+    l2_cache_bytes=48 * 2**20,
 )
 _L40S = DeviceSpec(
     product="L40S",
-    source="NVIDIA L40S GPU datasheet (2023)",
+    source="NVIDIA L40S GPU datasheet, 2023",
     tflops={"bf16": 362.05, "fp16": 362.05, "tf32": 183.0, "fp8": 733.0, "fp32": 91.6},
     memory_gb_s=864.0,
     memory_kind="GDDR6",
+    l2_cache_bytes=96 * 2**20,
 )
 _RTX_4090 = DeviceSpec(
     product="GeForce RTX 4090",
-    source="NVIDIA Ada GPU Architecture whitepaper (2023)",
+    source="NVIDIA Ada GPU Architecture whitepaper, 2023",
     # With fp32 accumulation, what a PyTorch matmul uses; GeForce parts run fp16
     # accumulation at twice these rates.
     tflops={"bf16": 165.2, "fp16": 165.2, "tf32": 82.6, "fp8": 330.3, "fp32": 82.6},
     memory_gb_s=1008.0,
     memory_kind="GDDR6X",
+    l2_cache_bytes=72 * 2**20,
     note="Tensor-core figures with fp32 accumulation (half the fp16-accumulation ones).",
 )
 _MI300X = DeviceSpec(
     product="Instinct MI300X",
-    source="AMD Instinct MI300X data sheet (2023)",
+    source="AMD Instinct MI300X data sheet, 2023",
     tflops={"bf16": 1307.4, "fp16": 1307.4, "tf32": 653.7, "fp8": 2614.9, "fp32": 163.4},
     memory_gb_s=5300.0,
     memory_kind="HBM3",
 )
 _MI250X_GCD = DeviceSpec(
     product="Instinct MI250X (one of its two dies)",
-    source="AMD Instinct MI250X data sheet (2021)",
+    source="AMD Instinct MI250X data sheet, 2021",
     tflops={"bf16": 383.0 / 2, "fp16": 383.0 / 2, "fp32": 47.9 / 2},
     memory_gb_s=3276.8 / 2,
     memory_kind="HBM2e",
@@ -220,7 +242,7 @@ _MI250X_GCD = DeviceSpec(
 )
 _MI250_GCD = DeviceSpec(
     product="Instinct MI250 (one of its two dies)",
-    source="AMD Instinct MI250 data sheet (2021)",
+    source="AMD Instinct MI250 data sheet, 2021",
     tflops={"bf16": 362.1 / 2, "fp16": 362.1 / 2, "fp32": 45.3 / 2},
     memory_gb_s=3276.8 / 2,
     memory_kind="HBM2e",
@@ -228,14 +250,14 @@ _MI250_GCD = DeviceSpec(
 )
 _MI250X_OR_MI250_GCD = DeviceSpec(
     product="Instinct MI250X or MI250 (one of its two dies)",
-    source="AMD Instinct MI250X and MI250 data sheets (2021)",
+    source="AMD Instinct MI250X and MI250 data sheets, 2021",
     memory_gb_s=3276.8 / 2,  # the same on both; their compute differs, so it is left out
     memory_kind="HBM2e",
     note=_AMD_PER_GCD + " ROCm names both parts alike, so only the memory figure is known.",
 )
 _MI210 = DeviceSpec(
     product="Instinct MI210",
-    source="AMD Instinct MI210 data sheet (2022)",
+    source="AMD Instinct MI210 data sheet, 2022",
     tflops={"bf16": 181.0, "fp16": 181.0, "fp32": 22.6},
     memory_gb_s=1638.4,
     memory_kind="HBM2e",

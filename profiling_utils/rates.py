@@ -37,7 +37,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from .datasheet import datasheet_peak
+from .datasheet import datasheet_peak, device_spec
 from .peaks import Measurement, Peaks
 
 __all__ = ["PeakShare", "RateKind", "RateReport", "rate_report"]
@@ -144,8 +144,9 @@ def rate_report(
             same dtype.
         copy_bytes: Bytes copied, for a copy: with the L2 cache's size, it tells whether the
             copy could outrun memory.
-        l2_cache_bytes: The GPU's L2 cache. Defaults to ``peaks.l2_cache_bytes`` when the
-            peaks were measured on ``device``.
+        l2_cache_bytes: The GPU's L2 cache, bytes. Defaults to ``peaks.l2_cache_bytes`` when
+            the peaks were measured on ``device``, else to the datasheet table's (a trace does
+            not record it).
         subject: What achieved the rate, for the first line. Defaults to ``"bf16 GEMM"`` or
             ``"device-to-device copy"`` (with its size when given).
 
@@ -163,6 +164,9 @@ def rate_report(
     same_gpu = peaks is not None and device is not None and _same(peaks.device, device)
     if l2_cache_bytes is None and same_gpu and peaks is not None:
         l2_cache_bytes = peaks.l2_cache_bytes
+    spec = device_spec(device) if device is not None else None
+    if l2_cache_bytes is None and spec is not None:
+        l2_cache_bytes = spec.l2_cache_bytes
     if kind == "copy":
         unit = "GB/s"
         default_subject = "device-to-device copy"
