@@ -189,6 +189,7 @@ class Peaks:
             f"Measured peaks of {self.device} (GB = 10^9 bytes; a copy's GB/s counts the "
             "bytes copied, each once):",
             width,
+            break_on_hyphens=False,
         )
         for measurement in (
             self.matmul_burst,
@@ -203,6 +204,7 @@ class Peaks:
                 width,
                 initial_indent="  - ",
                 subsequent_indent="    ",
+                break_on_hyphens=False,
             )
         return "\n".join(lines)
 

@@ -106,12 +106,18 @@ class RateReport:
         lines = [f"{_number(self.rate)} {self.unit} ({self.subject}) is"]
         for share in self.shares:
             lines += textwrap.wrap(
-                share.sentence(), width, initial_indent="  - ", subsequent_indent="    "
+                share.sentence(),
+                width,
+                initial_indent="  - ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
             )
         if not self.shares:
             lines[0] += " compared with no peak:"
         for reason in self.missing:
-            lines += textwrap.wrap(reason, width, initial_indent="  ", subsequent_indent="  ")
+            lines += textwrap.wrap(
+                reason, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+            )
         return "\n".join(lines)
 
     def __str__(self) -> str:
