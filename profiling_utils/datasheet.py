@@ -82,7 +82,7 @@ class DatasheetPeak:
     product: str
     """The product, e.g. ``"H100 SXM5 80 GB"``."""
     source: str
-    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU Architecture, 2022"``."""
+    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU datasheet, 2023"``."""
 
     def describe(self) -> str:
         """``"989.4 TFLOP/s, the H100 SXM5 80 GB's dense bf16 tensor-core peak (source)"``."""
@@ -97,7 +97,10 @@ def _nvidia_sparse_halved(sparse: dict[str, float]) -> dict[str, float]:
     return {dtype: value / 2 for dtype, value in sparse.items()}
 
 
-_H100_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022"
+_H100_SXM5_SOURCES = (
+    "NVIDIA H100 Tensor Core GPU datasheet, 2023; dense figures from the H100 architecture "
+    "whitepaper, 2022"
+)
 _H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet, 2023"
 _H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet, 2024"
 _A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet, 2021"
@@ -109,7 +112,7 @@ _AMD_PER_GCD = (
 
 _H100_SXM5 = DeviceSpec(
     product="H100 SXM5 80 GB",
-    source=_H100_WHITEPAPER,
+    source=_H100_SXM5_SOURCES,
     tflops={"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp8": 1978.9, "fp32": 66.9},
     memory_gb_s=3350.0,
     memory_kind="HBM3",

@@ -16,7 +16,7 @@ def test_the_recorded_h100_traces_name_the_sxm5_part() -> None:
     assert bf16 is not None
     assert (bf16.value, bf16.unit, bf16.figure) == (989.4, "TFLOP/s", "dense bf16 tensor-core")
     assert bf16.product == "H100 SXM5 80 GB"
-    assert "H100 Tensor Core GPU Architecture whitepaper, 2022" in bf16.describe()
+    assert "H100 architecture whitepaper, 2022" in bf16.describe()
     memory = datasheet_peak("NVIDIA H100 80GB HBM3", "memory")
     assert memory is not None
     assert (memory.value, memory.unit, memory.figure) == (3350.0, "GB/s", "HBM3 bandwidth")
