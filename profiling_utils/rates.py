@@ -191,7 +191,9 @@ def rate_report(
         shares.append(datasheet)
 
     if peaks is None:
-        missing.append("No measured peaks: there was no GPU to measure them on.")
+        missing.append(
+            "No measured peaks to compare with: no GPU to measure them on, or none were given."
+        )
     elif not same_gpu:
         missing.append(
             f"The measured peaks are not compared with: they were measured on a "
