@@ -150,7 +150,9 @@ def rate_report(
             copy's bytes, or :attr:`MemoryCopy.bandwidth_gb_s
             <profiling_utils.measures.MemoryCopy.bandwidth_gb_s>`) for a copy.
         kind: The GEMM's dtype (``"bf16"``, ``"fp16"``, ``"tf32"``, ``"fp32"``, ``"fp8"``),
-            or ``"copy"`` for a device-to-device copy.
+            or ``"copy"`` for a device-to-device copy. An fp32 matmul run with
+            ``torch.backends.cuda.matmul.allow_tf32`` is ``"tf32"``. A host-to-device copy
+            has no ceiling here: PCIe and NVLink are not in the datasheet table.
         device: The GPU's name, for the datasheet (a trace's ``trace.devices[0].name``).
             Defaults to ``peaks.device``.
         peaks: The measured peaks (:func:`~profiling_utils.peaks.measure_peaks`). They are
