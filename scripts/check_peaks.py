@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from profiling_utils.datasheet import datasheet_peak, device_spec
-from profiling_utils.peaks import achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
-from profiling_utils.rates import rate_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from profiling_utils.datasheet import datasheet_peak, device_spec  # noqa: E402
+from profiling_utils.peaks import (  # noqa: E402
+    achieved_gb_s,
+    achieved_tflops,
+    gemm_flops,
+    measure_peaks,
+)
+from profiling_utils.rates import rate_report  # noqa: E402
 
 MiB = 2**20
 
