@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec"]
+__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec", "same_device"]
 
 Figure = Literal["bf16", "fp16", "tf32", "fp32", "fp8", "memory"]
 """The figures a :class:`DeviceSpec` may hold."""
@@ -298,6 +298,11 @@ def _normalise(name: str) -> str:
 
 
 _BY_NORMALISED_NAME = {_normalise(name): spec for name, spec in _TABLE.items()}
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two device names are the same GPU, as :func:`device_spec` matches names."""
+    return _normalise(a) == _normalise(b)
 
 
 def device_spec(device_name: str) -> DeviceSpec | None:
