@@ -55,7 +55,7 @@ CLAIMS_FILE_ENV = "PROFILING_UTILS_CLAIMS_FILE"
 
 STRICT = "strict"
 REPORT = "report"
-_MODES = (STRICT, REPORT)
+MODES = (STRICT, REPORT)
 
 Number = int | float | bool | str
 
@@ -81,8 +81,8 @@ def format_number(value: Any) -> str:
     """A value as the claims box shows it: compact, without float noise.
 
     Integers as they are, floats with one decimal from 100 up and three significant digits
-    below (``92.0``, ``5.56``, ``0.123``), anything else (a :class:`~profiling_utils.stats.Distribution`, a kernel name) as
-    its ``str``.
+    below (``92.0``, ``5.56``, ``0.123``), anything else (a
+    :class:`~profiling_utils.stats.Distribution`, a kernel name) as its ``str``.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
@@ -109,6 +109,8 @@ class Claim:
     """The measured values that decided it, by name (names carry their unit: ``_us``)."""
     example: str = ""
     """The file that made the claim (its name only), for the failure message."""
+    mode: str = STRICT
+    """How it was checked: ``"strict"`` (a failure raised) or ``"report"`` (recorded only)."""
 
     def numbers_text(self) -> str:
         """``name=value, ...`` in the order given, or ``""`` when there are none."""
@@ -118,17 +120,16 @@ class Claim:
         """The one-line message of a claim that did not hold."""
         numbers = self.numbers_text()
         where = f"{self.example}: " if self.example else ""
-        return f"{where}claim did not hold: {self.statement}" + (
-            f" ({numbers})" if numbers else ""
-        )
+        return f"{where}claim did not hold: {self.statement}" + (f" ({numbers})" if numbers else "")
 
-    def as_dict(self, mode: str) -> dict[str, Any]:
-        """The claim as one JSON object, numbers formatted; ``mode`` is how it was checked."""
+    def as_dict(self) -> dict[str, Any]:
+        """The claim as one JSON object, its numbers formatted as the box shows them."""
         return {
             "statement": self.statement,
             "holds": self.holds,
             "numbers": {name: format_number(v) for name, v in self.numbers.items()},
-            "mode": mode,
+            "example": self.example,
+            "mode": self.mode,
         }
 
     def __str__(self) -> str:
@@ -174,10 +175,9 @@ def claim(
     holds = bool(holds)
     if otherwise is not None:
         statement, holds = (statement if holds else otherwise), True
-    made = Claim(statement=statement, holds=holds, numbers=dict(numbers), example=_example())
-    mode = _mode()
-    _record(made, mode)
-    if not made.holds and mode == STRICT:
+    made = Claim(statement, holds, dict(numbers), example=_example(), mode=_mode())
+    _record(made)
+    if not made.holds and made.mode == STRICT:
         raise ClaimFailed(made)
     return made
 
@@ -198,27 +198,28 @@ def at_least_times(statement: str, factor: float, **two_numbers: float) -> Claim
             baseline. Checked as ``value >= factor * baseline``.
     """
     if len(two_numbers) != 2:
-        raise TypeError(
-            f"at_least_times() takes exactly two named numbers, not {len(two_numbers)}"
-        )
+        raise TypeError(f"at_least_times() takes exactly two named numbers, not {len(two_numbers)}")
     value, baseline = two_numbers.values()
     ratio = value / baseline if baseline else math.inf
     return claim(statement, value >= factor * baseline, **two_numbers, ratio=ratio)
 
 
-def read_claims(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The claims recorded in a claims file, in the order they were made (``[]`` if none)."""
+def read_claims(path: str | os.PathLike[str]) -> list[Claim]:
+    """The claims recorded in a claims file, in the order they were made (``[]`` if none).
+
+    Their numbers are the formatted strings that were recorded.
+    """
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [Claim(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 def _mode() -> str:
     mode = os.environ.get(CLAIMS_MODE_ENV, STRICT).strip().lower() or STRICT
-    if mode not in _MODES:
-        raise ValueError(f"{CLAIMS_MODE_ENV} must be one of {', '.join(_MODES)}, not {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"{CLAIMS_MODE_ENV} must be one of {', '.join(MODES)}, not {mode!r}")
     return mode
 
 
@@ -228,9 +229,9 @@ def _example() -> str:
     return script if script.endswith(".py") else ""
 
 
-def _record(made: Claim, mode: str) -> None:
+def _record(made: Claim) -> None:
     target = os.environ.get(CLAIMS_FILE_ENV)
     if not target:
         return
     with open(target, "a", encoding="utf-8") as out:
-        out.write(json.dumps(made.as_dict(mode), ensure_ascii=False) + "\n")
+        out.write(json.dumps(made.as_dict(), ensure_ascii=False) + "\n")
