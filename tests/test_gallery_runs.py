@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "docs" / "_ext"))
 import gallery_runs  # noqa: E402
 from gallery_runs import Example  # noqa: E402
 
+from profiling_utils.claims import CLAIMS_FILE_ENV  # noqa: E402
 from profiling_utils.render import perfetto, trace_dir  # noqa: E402
 
 
@@ -119,6 +120,7 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
 ) -> None:
     monkeypatch.delenv(perfetto.TRACE_DIR_ENV, raising=False)
     monkeypatch.delenv(perfetto.PAGE_DIR_ENV, raising=False)
+    monkeypatch.delenv(CLAIMS_FILE_ENV, raising=False)
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "plot_01_a.py").write_text("")
     conf = {
@@ -129,6 +131,7 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     (example,) = gallery_runs.gallery_examples(tmp_path / "docs", conf)
     example.trace_dir.mkdir(parents=True)
     (example.trace_dir / "old.json.gz").write_bytes(b"left from the last run")
+    example.claims.write_text('{"statement": "left from the last run"}\n')
 
     gallery_runs.reset_example(conf, "plot_01_a.py", when="before")
 
@@ -140,10 +143,13 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     assert record["fingerprint"] == gallery_runs.fingerprint(record["fingerprint_parts"])
     assert record["fingerprint_parts"] == gallery_runs.fingerprint_parts()
     assert set(record["environment"]) >= {"gpu", "driver", "cuda", "torch", "date"}
+    assert os.environ[CLAIMS_FILE_ENV] == str(example.claims)
+    assert example.claims.read_text() == ""  # claims of an earlier run are gone
 
     gallery_runs.reset_example(conf, "plot_01_a.py", when="after")
     assert trace_dir() == Path("traces")
     assert perfetto.PAGE_DIR_ENV not in os.environ
+    assert CLAIMS_FILE_ENV not in os.environ
 
 
 @pytest.mark.parametrize("plot_gallery", [True, False])
