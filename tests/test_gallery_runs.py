@@ -154,9 +154,11 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
 
 @pytest.mark.parametrize("plot_gallery", [True, False])
 def test_only_a_build_that_executes_examples_drops_stale_outputs(
-    tmp_path: Path, plot_gallery: bool
+    tmp_path: Path, plot_gallery: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from types import SimpleNamespace
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # restored after _before_gallery sets it
 
     example = _cached_example(tmp_path, "plot_a", "made with another torch")
     conf = {
@@ -169,3 +171,25 @@ def test_only_a_build_that_executes_examples_drops_stale_outputs(
     gallery_runs._before_gallery(app)
     # A build that executes nothing (plot_gallery off) could not remake what it dropped.
     assert example.md5.exists() == (not plot_gallery)
+
+
+def test_processes_started_by_examples_import_the_builds_profiling_utils(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    import profiling_utils
+
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    gallery_runs.share_import_path()
+    gallery_runs.share_import_path()  # once only
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([root, "elsewhere"])
+    child = subprocess.run(
+        [sys.executable, "-c", "import profiling_utils; print(profiling_utils.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == profiling_utils.__file__

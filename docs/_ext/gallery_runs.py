@@ -278,8 +278,25 @@ def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) ->
     torch.manual_seed(0)
 
 
+def share_import_path() -> None:
+    """Make Python processes that examples start import this build's ``profiling_utils``.
+
+    Examples run the CLI (``python -m profiling_utils``) and fresh processes
+    (:func:`profiling_utils.fresh.run_in_fresh_process`) from other folders; with the
+    package's folder first on ``PYTHONPATH`` they import the same sources as the build,
+    installed or not.
+    """
+    import profiling_utils
+
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [root]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def _before_gallery(app: Sphinx) -> None:
     """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    share_import_path()
     examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
     offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
     if offenders:
