@@ -227,3 +227,20 @@ def test_reverse_order_runs_the_examples_last_to_first() -> None:
     names = ["plot_01_a.py", "plot_10_c.py", "plot_02_b.py"]
     key = gallery_runs.ReverseFileNameSortKey("examples")
     assert sorted(names, key=key) == ["plot_10_c.py", "plot_02_b.py", "plot_01_a.py"]
+
+
+@pytest.mark.parametrize(
+    ("order", "key"),
+    [("", "FileNameSortKey"), ("reverse", "gallery_runs.ReverseFileNameSortKey")],
+)
+def test_docs_conf_picks_the_gallery_order_from_the_environment(
+    order: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runpy
+
+    monkeypatch.setenv("PROFILING_UTILS_GALLERY_ORDER", order)
+    conf = runpy.run_path(str(ROOT / "docs" / "conf.py"))
+    assert conf["sphinx_gallery_conf"]["within_subsection_order"] == key
+    monkeypatch.setenv("PROFILING_UTILS_GALLERY_ORDER", "random")
+    with pytest.raises(ValueError, match="name, reverse"):
+        runpy.run_path(str(ROOT / "docs" / "conf.py"))
