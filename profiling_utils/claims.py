@@ -142,7 +142,7 @@ class Claim:
         verdict = "" if self.holds else " <strong>did not hold on this machine</strong>"
         numbers = self.numbers_text()
         numbers_html = (
-            f' <span class="claim-numbers">{html.escape(numbers)}</span>' if numbers else ""
+            f' <span class="claim-numbers">({html.escape(numbers)})</span>' if numbers else ""
         )
         return (
             f'<div class="claims-inline"><p class="claim {state}">'

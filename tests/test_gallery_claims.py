@@ -137,7 +137,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Build:
 
 def test_a_claim_that_holds_is_listed_with_its_numbers(strict: Build) -> None:
     assert claim_items(strict.page("plot_a_holds")) == [
-        ("claim claim-pass", "the first step is the widest first_us=219.4, widest_other_us=92.0")
+        ("claim claim-pass", "the first step is the widest (first_us=219.4, widest_other_us=92.0)")
     ]
     assert "Checked on this run" in strict.page("plot_a_holds")
 
@@ -159,7 +159,7 @@ def test_report_mode_marks_the_failed_claim_and_finishes(report: Build) -> None:
         (
             "claim claim-fail",
             "the first step is the widest: did not hold on this machine "
-            "first_us=80.0, widest_other_us=92.0",
+            "(first_us=80.0, widest_other_us=92.0)",
         )
     ]
     assert "carried on" in report.page("plot_b_fails")

@@ -423,7 +423,7 @@ def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.cont
         numbers = made.numbers_text()
         if numbers:
             line += nodes.Text(" ")
-            line += nodes.inline(text=numbers, classes=["claim-numbers"])
+            line += nodes.inline(text=f"({numbers})", classes=["claim-numbers"])
         items += nodes.list_item("", line, classes=["claim", state])
     box += items
     return box
