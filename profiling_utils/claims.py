@@ -18,7 +18,11 @@ is worded by the outcome instead, with ``otherwise``: it always holds, and says 
 run found::
 
     claim("the compiled GEMM is a different kernel from the eager one", eager != compiled,
-          otherwise="the compiled GEMM is the same kernel as the eager one")
+          otherwise="the compiled GEMM is the same kernel as the eager one",
+          eager=eager, compiled=compiled)
+
+A claim about GPU work is made under ``if run.has_gpu:``: a build without a GPU does not
+make it, and its pages say that their GPU claims were not checked.
 
 While the documentation builds, each example's claims are also written to a file
 (:data:`CLAIMS_FILE_ENV`) from which its page shows a "Checked on this run" box, and
