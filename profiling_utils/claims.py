@@ -49,6 +49,7 @@ __all__ = [
     "at_least_times",
     "claim",
     "format_number",
+    "mode",
     "read_claims",
 ]
 
@@ -179,7 +180,7 @@ def claim(
     holds = bool(holds)
     if otherwise is not None:
         statement, holds = (statement if holds else otherwise), True
-    made = Claim(statement, holds, dict(numbers), example=_example(), mode=_mode())
+    made = Claim(statement, holds, dict(numbers), example=_example(), mode=mode())
     _record(made)
     if not made.holds and made.mode == STRICT:
         raise ClaimFailed(made)
@@ -220,7 +221,8 @@ def read_claims(path: str | os.PathLike[str]) -> list[Claim]:
     return [Claim(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
-def _mode() -> str:
+def mode() -> str:
+    """How failed claims are handled now: ``"strict"`` or ``"report"`` (:data:`CLAIMS_MODE_ENV`)."""
     mode = os.environ.get(CLAIMS_MODE_ENV, STRICT).strip().lower() or STRICT
     if mode not in MODES:
         raise ValueError(f"{CLAIMS_MODE_ENV} must be one of {', '.join(MODES)}, not {mode!r}")

@@ -203,7 +203,10 @@ def _app(tmp_path: Path, failing: list[Path] = ()) -> SimpleNamespace:
     )
 
 
-def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(tmp_path: Path) -> None:
+def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROFILING_UTILS_CLAIMS", raising=False)
     held = {
         "statement": "s",
         "holds": True,
@@ -216,6 +219,11 @@ def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(tmp_path: Path) 
     _ran_example(tmp_path, "plot_c", None, [])  # ran on the CPU: its GPU claims were not made
     with pytest.raises(ExtensionError, match=r"checked no claim.*: plot_b\.py$"):
         gallery_runs._check_claims(_app(tmp_path), None)
+    monkeypatch.setenv("PROFILING_UTILS_CLAIMS", "report")
+    warnings = []
+    monkeypatch.setattr(gallery_runs.logger, "warning", lambda *a, **k: warnings.append(a[0]))
+    gallery_runs._check_claims(_app(tmp_path), None)  # report mode carries on, and says so
+    assert len(warnings) == 1 and warnings[0].endswith(": plot_b.py")
 
 
 def test_an_example_that_raised_is_not_also_blamed_for_its_missing_claims(tmp_path: Path) -> None:
