@@ -152,14 +152,19 @@ def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
     """Make sphinx-gallery re-run every example whose outputs came from another fingerprint.
 
     Deletes the ``.md5`` of each cached example whose run record is missing or carries a
-    fingerprint other than ``current``; returns those examples.
+    fingerprint other than ``current``, or one of whose claims did not hold (a page is never
+    kept with a failed claim: the next build checks it again); returns those examples.
     """
     stale = []
     for example in examples:
         if not example.md5.exists():
             continue
         record = read_record(example)
-        if record is None or record.get("fingerprint") != current:
+        if (
+            record is None
+            or record.get("fingerprint") != current
+            or not all(made.holds for made in read_claims(example.claims))
+        ):
             example.md5.unlink()
             stale.append(example)
     return stale
@@ -312,7 +317,7 @@ def _before_gallery(app: Sphinx) -> None:
     if stale:
         logger.info(
             "[gallery_runs] re-running %d example(s) made by another profiling_utils, torch, "
-            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s): %s",
+            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s), or with a failed claim: %s",
             len(stale),
             parts["torch"],
             parts["cuda"],
