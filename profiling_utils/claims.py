@@ -62,8 +62,6 @@ STRICT = "strict"
 REPORT = "report"
 MODES = (STRICT, REPORT)
 
-Number = int | float | bool | str
-
 
 class ClaimFailed(AssertionError):
     """A claim that did not hold on this run (strict mode).
@@ -155,9 +153,7 @@ class Claim:
         )
 
 
-def claim(
-    statement: str, holds: bool, *, otherwise: str | None = None, **numbers: Number | object
-) -> Claim:
+def claim(statement: str, holds: bool, *, otherwise: str | None = None, **numbers: Any) -> Claim:
     """State a qualitative claim of the page as a check over the run's measured values.
 
     Args:
