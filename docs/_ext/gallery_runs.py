@@ -8,14 +8,21 @@ adds, per example, beside that cache:
   on (:func:`profiling_utils.provenance.environment`) and a *fingerprint* of what shapes its
   outputs besides its own file: the ``profiling_utils`` sources, torch, CUDA and the GPU;
 - its traces, in ``traces/<name>/`` (emptied before it runs; see
-  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build.
+  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build;
+- its *claims*, ``<name>.claims.json``: every :func:`profiling_utils.claims.claim` it made,
+  whether it held and the numbers that decided it (emptied before it runs).
 
 Before sphinx-gallery looks at its cache, every example whose record is missing or carries
 another fingerprint loses its ``.md5``, so it runs again: outputs are never left over from
 another library version, torch, CUDA or GPU. Every example page then states where its
 outputs were made, read from its record, and the ``gallery-provenance`` directive does the
 same for the whole gallery (the home page). A build without a GPU says, on each example
-page, that the example ran on the CPU.
+page and on the gallery index, that the examples ran on the CPU.
+
+Every example page lists its claims under "Checked on this run". A claim that does not hold
+raises in its example, which fails the build; with ``PROFILING_UTILS_CLAIMS=report`` it is
+marked on the page instead and the build ends with a warning for it. An example that ran on
+a GPU and checked no claim fails the build too.
 
 An example that calls ``sys.exit()`` (or ``exit()``, ``quit()``, ``os._exit()``) fails the
 build before anything runs: sphinx-gallery catches only ``Exception``, so such a call would
@@ -41,12 +48,15 @@ from sphinx.errors import ExtensionError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from profiling_utils.claims import CLAIMS_FILE_ENV, CLAIMS_MODE_ENV, REPORT, Claim, read_claims
+from profiling_utils.claims import mode as claims_mode
 from profiling_utils.provenance import Environment, environment
 from profiling_utils.render.perfetto import PAGE_DIR_ENV, TRACE_DIR_ENV
 
 logger = logging.getLogger(__name__)
 
 RECORD_SUFFIX = ".run.json"
+CLAIMS_SUFFIX = ".claims.json"
 TRACES = "traces"
 EXAMPLE_PREFIX = "plot_"
 
@@ -72,6 +82,11 @@ class Example:
     @property
     def record(self) -> Path:
         return self.page_dir / f"{self.name}{RECORD_SUFFIX}"
+
+    @property
+    def claims(self) -> Path:
+        """The claims the example made when it last ran (JSON lines, see ``claims.py``)."""
+        return self.page_dir / f"{self.name}{CLAIMS_SUFFIX}"
 
     @property
     def trace_dir(self) -> Path:
@@ -137,14 +152,19 @@ def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
     """Make sphinx-gallery re-run every example whose outputs came from another fingerprint.
 
     Deletes the ``.md5`` of each cached example whose run record is missing or carries a
-    fingerprint other than ``current``; returns those examples.
+    fingerprint other than ``current``, or one of whose claims did not hold (a page is never
+    kept with a failed claim: the next build checks it again); returns those examples.
     """
     stale = []
     for example in examples:
         if not example.md5.exists():
             continue
         record = read_record(example)
-        if record is None or record.get("fingerprint") != current:
+        if (
+            record is None
+            or record.get("fingerprint") != current
+            or not all(made.holds for made in read_claims(example.claims))
+        ):
             example.md5.unlink()
             stale.append(example)
     return stale
@@ -196,17 +216,44 @@ def _gallery_pairs(src_dir: Path, gallery_conf: dict[str, Any]) -> Iterator[tupl
         yield (src_dir / examples_dir).resolve(), (src_dir / gallery_dir).resolve()
 
 
+class ReverseFileNameSortKey:
+    """sphinx-gallery ``within_subsection_order``: examples in reverse file-name order.
+
+    A build with the examples run last to first shows that no page depends on what ran
+    before it (``PROFILING_UTILS_GALLERY_ORDER=reverse``, read by ``conf.py``). The gallery
+    index then lists them in that order too.
+    """
+
+    def __init__(self, src_dir: str | os.PathLike[str]) -> None:
+        self.src_dir = src_dir
+
+    def __call__(self, filename: str | os.PathLike[str]) -> _Descending:
+        return _Descending(str(filename))
+
+    def __repr__(self) -> str:  # sphinx-gallery compares configurations by their repr
+        return f"<{type(self).__name__}>"
+
+
+@dataclass(frozen=True)
+class _Descending:
+    value: str
+
+    def __lt__(self, other: _Descending) -> bool:
+        return self.value > other.value
+
+
 def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) -> None:
     """sphinx-gallery ``reset_modules`` hook, called around each example that is executed.
 
     Before: empty the example's trace folder, point :func:`profiling_utils.render.trace_dir`
-    at it, write the run record and seed torch. After: unset the trace folder.
+    at it, start an empty claims file for :func:`profiling_utils.claims.claim`, write the run
+    record and seed torch. After: unset the trace folder and the claims file.
     """
     if fname is None:
         return
     if when == "after":
-        os.environ.pop(TRACE_DIR_ENV, None)
-        os.environ.pop(PAGE_DIR_ENV, None)
+        for name in (TRACE_DIR_ENV, PAGE_DIR_ENV, CLAIMS_FILE_ENV):
+            os.environ.pop(name, None)
         return
     examples = gallery_examples(Path(gallery_conf["src_dir"]), gallery_conf)
     matches = [e for e in examples if e.source.name == fname]
@@ -229,14 +276,33 @@ def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) ->
     }
     example.page_dir.mkdir(parents=True, exist_ok=True)
     example.record.write_text(json.dumps(record, indent=2) + "\n")
+    example.claims.write_text("")
+    os.environ[CLAIMS_FILE_ENV] = str(example.claims)
 
     import torch
 
     torch.manual_seed(0)
 
 
+def share_import_path() -> None:
+    """Make Python processes that examples start import this build's ``profiling_utils``.
+
+    Examples run the CLI (``python -m profiling_utils``) and fresh processes
+    (:func:`profiling_utils.fresh.run_in_fresh_process`) from other folders; with the
+    package's folder first on ``PYTHONPATH`` they import the same sources as the build,
+    installed or not.
+    """
+    import profiling_utils
+
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [root]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def _before_gallery(app: Sphinx) -> None:
     """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    share_import_path()
     examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
     offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
     if offenders:
@@ -251,7 +317,7 @@ def _before_gallery(app: Sphinx) -> None:
     if stale:
         logger.info(
             "[gallery_runs] re-running %d example(s) made by another profiling_utils, torch, "
-            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s): %s",
+            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s), or with a failed claim: %s",
             len(stale),
             parts["torch"],
             parts["cuda"],
@@ -280,6 +346,15 @@ def _example_of(app: Sphinx, docname: str) -> Example | None:
     return None
 
 
+CLAIMS_TITLE = "Checked on this run"
+NO_GPU_CLAIMS_NOTE = (
+    "This build had no GPU, so the page's claims about GPU work were not made or checked."
+)
+GALLERY_CPU_ONLY_NOTE = (
+    "The examples below ran on the CPU: their traces have no GPU lanes, their profiler "
+    "tables have no CUDA columns, and what their text says about GPU work was not checked. "
+    "The published site is built on a GPU."
+)
 CPU_ONLY_NOTE = (
     "This build had no GPU, so the example ran on the CPU: its traces have no GPU lanes, its "
     "profiler tables have no CUDA columns, and what the text says about GPU work is not in "
@@ -288,11 +363,19 @@ CPU_ONLY_NOTE = (
 
 
 def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
-    """Put "where these outputs come from" under the title of every example page."""
-    example = _example_of(app, app.env.docname)
+    """Put "where these outputs come from" and "checked on this run" under every example's title.
+
+    The gallery index says, under its own title, when the examples ran without a GPU.
+    """
+    docname = app.env.docname
+    if docname in _gallery_indexes(app):
+        _add_cpu_only_note(app, doctree)
+        return
+    example = _example_of(app, docname)
     if example is None:
         return
     app.env.note_dependency(str(example.record))
+    app.env.note_dependency(str(example.claims))
     record = read_record(example)
     section = doctree.next_node(nodes.section)
     if section is None:
@@ -311,6 +394,109 @@ def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
             note["classes"].append("pu-cpu-only")
             note += nodes.paragraph(text=CPU_ONLY_NOTE)
     section.insert(1, note)
+    section.insert(2, claims_box(record, read_claims(example.claims)))
+
+
+def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.container:
+    """The "Checked on this run" box: each claim the example made, with its numbers.
+
+    Renders as ``<div class="claims">`` holding one ``claim`` element per claim, with
+    ``claim-pass`` when it held and ``claim-fail`` (and the words "did not hold on this
+    machine") when it did not.
+    """
+    box = nodes.container(classes=["claims"])
+    box += nodes.paragraph("", "", nodes.strong(text=CLAIMS_TITLE), classes=["claims-title"])
+    if record is None:
+        box += nodes.paragraph(
+            text="This example was not executed in this build, so nothing on its page was checked."
+        )
+        return box
+    if not Environment(**record["environment"]).has_gpu:
+        box["classes"].append("claims-no-gpu")
+        box += nodes.paragraph(text=NO_GPU_CLAIMS_NOTE)
+    if not claims:
+        box += nodes.paragraph(text="This run checked no claims.")
+        return box
+    items = nodes.bullet_list(classes=["claims-list"])
+    for made in claims:
+        state = "claim-pass" if made.holds else "claim-fail"
+        line = nodes.paragraph()
+        line += nodes.Text(made.statement)
+        if not made.holds:
+            box["classes"].append("claims-failed")
+            line += nodes.Text(": ")
+            line += nodes.strong(text="did not hold on this machine")
+        numbers = made.numbers_text()
+        if numbers:
+            line += nodes.Text(" ")
+            line += nodes.inline(text=f"({numbers})", classes=["claim-numbers"])
+        items += nodes.list_item("", line, classes=["claim", state])
+    box += items
+    return box
+
+
+def _gallery_indexes(app: Sphinx) -> set[str]:
+    src_dir = Path(app.srcdir).resolve()
+    return {
+        (gallery_dir / "index").relative_to(src_dir).as_posix()
+        for _, gallery_dir in _gallery_pairs(src_dir, app.config.sphinx_gallery_conf)
+    }
+
+
+def _add_cpu_only_note(app: Sphinx, doctree: nodes.document) -> None:
+    examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
+    records = []
+    for example in examples:
+        app.env.note_dependency(str(example.record))
+        records.append(read_record(example))
+    ran = [Environment(**r["environment"]) for r in records if r is not None]
+    section = doctree.next_node(nodes.section)
+    if section is None or all(env.has_gpu for env in ran):
+        return
+    note = nodes.admonition(classes=["pu-provenance", "pu-cpu-only"])
+    note += nodes.title(text="This build had no GPU")
+    note += nodes.paragraph(text=GALLERY_CPU_ONLY_NOTE)
+    section.insert(1, note)
+
+
+def _check_claims(app: Sphinx, exception: Exception | None) -> None:
+    """Fail a GPU build in which an example made no claim; list claims that did not hold.
+
+    A failed claim in the default strict mode raised in its example, which sphinx-gallery
+    reports and fails the build for; in report mode (``PROFILING_UTILS_CLAIMS=report``) the
+    build carries on, and each failed claim, and each example without claims, gets a warning
+    line here, at the end of the log.
+    """
+    conf = app.config.sphinx_gallery_conf
+    failing = {Path(p).resolve() for p in conf.get("failing_examples", {})}
+    unclaimed = []
+    for example in gallery_examples(Path(app.srcdir), conf):
+        record = read_record(example)
+        if record is None:
+            continue
+        claims = read_claims(example.claims)
+        for made in claims:
+            if not made.holds and made.mode == REPORT:
+                logger.warning(
+                    "%s; marked on its page (%s=report)",
+                    made.failure_line(),
+                    CLAIMS_MODE_ENV,
+                    type="gallery_runs",
+                    subtype="claim_failed",
+                )
+        has_gpu = Environment(**record["environment"]).has_gpu
+        if has_gpu and not claims and example.source.resolve() not in failing:
+            unclaimed.append(example.source.name)
+    if exception is not None or not unclaimed:
+        return
+    message = (
+        "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
+        "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
+    )
+    if claims_mode() == REPORT:
+        logger.warning(message, type="gallery_runs", subtype="no_claims")
+    else:
+        raise ExtensionError(message)
 
 
 class GalleryProvenance(SphinxDirective):
@@ -360,5 +546,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _before_gallery, priority=400)
     app.connect("doctree-read", _add_provenance)
     app.connect("build-finished", _publish_traces)
+    # After sphinx-gallery's summary of failing examples (priority 500), which comes first.
+    app.connect("build-finished", _check_claims, priority=600)
     app.add_directive("gallery-provenance", GalleryProvenance)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
