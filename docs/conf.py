@@ -8,6 +8,7 @@ Build with ``nox -s docs`` (warnings are errors). The local extensions live in `
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -53,11 +54,19 @@ html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
 
+GALLERY_ORDER_ENV = "PROFILING_UTILS_GALLERY_ORDER"
+GALLERY_ORDERS = {
+    "name": "FileNameSortKey",
+    "reverse": "gallery_runs.ReverseFileNameSortKey",
+}
+
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
-    "within_subsection_order": "FileNameSortKey",
+    # PROFILING_UTILS_GALLERY_ORDER=reverse runs the examples last to first, to check that no
+    # page depends on the examples that ran before it (docs/howto/rebuild-docs.md).
+    "within_subsection_order": GALLERY_ORDERS[os.environ.get(GALLERY_ORDER_ENV, "") or "name"],
     # matplotlib figures (the timelines) at 1x and 2x, so they are sharp on high-DPI screens.
     "image_scrapers": ("matplotlib",),
     "image_srcset": ["2x"],

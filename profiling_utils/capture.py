@@ -142,13 +142,14 @@ def capture(
     trace_path = out / f"{name}.{trace_format}"
     table_path = out / f"{name}.txt"
     steps = (wait + warmup + active) * repeat
+    plan = _schedule_without_paths(schedule, wait=wait, warmup=warmup, active=active, repeat=repeat)
     with warnings.catch_warnings():
         # Keeping only the last cycle when repeat > 1 is torch's default, kept here and said in
         # the docstring; torch's warning about it would otherwise print on every gallery page.
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         with profile(
             activities=activities,
-            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
+            schedule=plan,
             record_shapes=record_shapes,
             with_stack=with_stack,
         ) as prof:
@@ -182,3 +183,20 @@ def capture(
         },
         key_averages=averages,
     )
+
+
+def _schedule_without_paths(schedule: Callable[..., Any], **plan: int) -> Any:
+    """``torch.profiler.schedule(**plan)``, its warnings re-issued as coming from torch.
+
+    torch's warnings here (``warmup=0``: "Profiler won't be using warmup") are attributed to
+    the line that called ``schedule``, whose full path would print on every page that shows
+    the warning. Re-issued under the name of the function that warns, they keep their text.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        made = schedule(**plan)
+    for warning in caught:
+        warnings.warn_explicit(
+            warning.message, warning.category, filename="torch.profiler.schedule", lineno=0
+        )
+    return made

@@ -41,12 +41,14 @@ from sphinx.errors import ExtensionError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from profiling_utils.claims import CLAIMS_FILE_ENV, CLAIMS_MODE_ENV, REPORT, Claim, read_claims
 from profiling_utils.provenance import Environment, environment
 from profiling_utils.render.perfetto import PAGE_DIR_ENV, TRACE_DIR_ENV
 
 logger = logging.getLogger(__name__)
 
 RECORD_SUFFIX = ".run.json"
+CLAIMS_SUFFIX = ".claims.json"
 TRACES = "traces"
 EXAMPLE_PREFIX = "plot_"
 
@@ -72,6 +74,11 @@ class Example:
     @property
     def record(self) -> Path:
         return self.page_dir / f"{self.name}{RECORD_SUFFIX}"
+
+    @property
+    def claims(self) -> Path:
+        """The claims the example made when it last ran (JSON lines, see ``claims.py``)."""
+        return self.page_dir / f"{self.name}{CLAIMS_SUFFIX}"
 
     @property
     def trace_dir(self) -> Path:
@@ -196,17 +203,44 @@ def _gallery_pairs(src_dir: Path, gallery_conf: dict[str, Any]) -> Iterator[tupl
         yield (src_dir / examples_dir).resolve(), (src_dir / gallery_dir).resolve()
 
 
+class ReverseFileNameSortKey:
+    """sphinx-gallery ``within_subsection_order``: examples in reverse file-name order.
+
+    A build with the examples run last to first shows that no page depends on what ran
+    before it (``PROFILING_UTILS_GALLERY_ORDER=reverse``, read by ``conf.py``). The gallery
+    index then lists them in that order too.
+    """
+
+    def __init__(self, src_dir: str | os.PathLike[str]) -> None:
+        self.src_dir = src_dir
+
+    def __call__(self, filename: str | os.PathLike[str]) -> _Descending:
+        return _Descending(str(filename))
+
+    def __repr__(self) -> str:  # sphinx-gallery compares configurations by their repr
+        return f"<{type(self).__name__}>"
+
+
+@dataclass(frozen=True)
+class _Descending:
+    value: str
+
+    def __lt__(self, other: _Descending) -> bool:
+        return self.value > other.value
+
+
 def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) -> None:
     """sphinx-gallery ``reset_modules`` hook, called around each example that is executed.
 
     Before: empty the example's trace folder, point :func:`profiling_utils.render.trace_dir`
-    at it, write the run record and seed torch. After: unset the trace folder.
+    at it, start an empty claims file for :func:`profiling_utils.claims.claim`, write the run
+    record and seed torch. After: unset the trace folder and the claims file.
     """
     if fname is None:
         return
     if when == "after":
-        os.environ.pop(TRACE_DIR_ENV, None)
-        os.environ.pop(PAGE_DIR_ENV, None)
+        for name in (TRACE_DIR_ENV, PAGE_DIR_ENV, CLAIMS_FILE_ENV):
+            os.environ.pop(name, None)
         return
     examples = gallery_examples(Path(gallery_conf["src_dir"]), gallery_conf)
     matches = [e for e in examples if e.source.name == fname]
@@ -229,6 +263,8 @@ def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) ->
     }
     example.page_dir.mkdir(parents=True, exist_ok=True)
     example.record.write_text(json.dumps(record, indent=2) + "\n")
+    example.claims.write_text("")
+    os.environ[CLAIMS_FILE_ENV] = str(example.claims)
 
     import torch
 
@@ -280,6 +316,15 @@ def _example_of(app: Sphinx, docname: str) -> Example | None:
     return None
 
 
+CLAIMS_TITLE = "Checked on this run"
+NO_GPU_CLAIMS_NOTE = (
+    "This build had no GPU, so the page's claims about GPU work were not made or checked."
+)
+GALLERY_CPU_ONLY_NOTE = (
+    "The examples below ran on the CPU: their traces have no GPU lanes, their profiler "
+    "tables have no CUDA columns, and what their text says about GPU work was not checked. "
+    "The published site is built on a GPU."
+)
 CPU_ONLY_NOTE = (
     "This build had no GPU, so the example ran on the CPU: its traces have no GPU lanes, its "
     "profiler tables have no CUDA columns, and what the text says about GPU work is not in "
@@ -288,11 +333,19 @@ CPU_ONLY_NOTE = (
 
 
 def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
-    """Put "where these outputs come from" under the title of every example page."""
-    example = _example_of(app, app.env.docname)
+    """Put "where these outputs come from" and "checked on this run" under every example's title.
+
+    The gallery index says, under its own title, when the examples ran without a GPU.
+    """
+    docname = app.env.docname
+    if docname in _gallery_indexes(app):
+        _add_cpu_only_note(app, doctree)
+        return
+    example = _example_of(app, docname)
     if example is None:
         return
     app.env.note_dependency(str(example.record))
+    app.env.note_dependency(str(example.claims))
     record = read_record(example)
     section = doctree.next_node(nodes.section)
     if section is None:
@@ -311,6 +364,103 @@ def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
             note["classes"].append("pu-cpu-only")
             note += nodes.paragraph(text=CPU_ONLY_NOTE)
     section.insert(1, note)
+    section.insert(2, claims_box(record, read_claims(example.claims)))
+
+
+def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.container:
+    """The "Checked on this run" box: each claim the example made, with its numbers.
+
+    Renders as ``<div class="claims">`` holding one ``claim`` element per claim, with
+    ``claim-pass`` when it held and ``claim-fail`` (and the words "did not hold on this
+    machine") when it did not.
+    """
+    box = nodes.container(classes=["claims"])
+    box += nodes.paragraph("", "", nodes.strong(text=CLAIMS_TITLE), classes=["claims-title"])
+    if record is None:
+        box += nodes.paragraph(
+            text="This example was not executed in this build, so nothing on its page was checked."
+        )
+        return box
+    if not Environment(**record["environment"]).has_gpu:
+        box["classes"].append("claims-no-gpu")
+        box += nodes.paragraph(text=NO_GPU_CLAIMS_NOTE)
+    if not claims:
+        box += nodes.paragraph(text="This run checked no claims.")
+        return box
+    items = nodes.bullet_list(classes=["claims-list"])
+    for made in claims:
+        state = "claim-pass" if made.holds else "claim-fail"
+        line = nodes.paragraph()
+        line += nodes.Text(made.statement)
+        if not made.holds:
+            box["classes"].append("claims-failed")
+            line += nodes.Text(": ")
+            line += nodes.strong(text="did not hold on this machine")
+        numbers = made.numbers_text()
+        if numbers:
+            line += nodes.Text(" ")
+            line += nodes.inline(text=numbers, classes=["claim-numbers"])
+        items += nodes.list_item("", line, classes=["claim", state])
+    box += items
+    return box
+
+
+def _gallery_indexes(app: Sphinx) -> set[str]:
+    src_dir = Path(app.srcdir).resolve()
+    return {
+        (gallery_dir / "index").relative_to(src_dir).as_posix()
+        for _, gallery_dir in _gallery_pairs(src_dir, app.config.sphinx_gallery_conf)
+    }
+
+
+def _add_cpu_only_note(app: Sphinx, doctree: nodes.document) -> None:
+    examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
+    records = []
+    for example in examples:
+        app.env.note_dependency(str(example.record))
+        records.append(read_record(example))
+    ran = [Environment(**r["environment"]) for r in records if r is not None]
+    section = doctree.next_node(nodes.section)
+    if section is None or all(env.has_gpu for env in ran):
+        return
+    note = nodes.admonition(classes=["pu-provenance", "pu-cpu-only"])
+    note += nodes.title(text="This build had no GPU")
+    note += nodes.paragraph(text=GALLERY_CPU_ONLY_NOTE)
+    section.insert(1, note)
+
+
+def _check_claims(app: Sphinx, exception: Exception | None) -> None:
+    """Fail a GPU build in which an example made no claim; list claims that did not hold.
+
+    A failed claim in the default strict mode raised in its example, which sphinx-gallery
+    reports and fails the build for; in report mode (``PROFILING_UTILS_CLAIMS=report``) the
+    build carries on, and each failed claim gets a warning line here, at the end of the log.
+    """
+    conf = app.config.sphinx_gallery_conf
+    failing = {Path(p).resolve() for p in conf.get("failing_examples", {})}
+    unclaimed = []
+    for example in gallery_examples(Path(app.srcdir), conf):
+        record = read_record(example)
+        if record is None:
+            continue
+        claims = read_claims(example.claims)
+        for made in claims:
+            if not made.holds and made.mode == REPORT:
+                logger.warning(
+                    "%s; marked on its page (%s=report)",
+                    made.failure_line(),
+                    CLAIMS_MODE_ENV,
+                    type="gallery_runs",
+                    subtype="claim_failed",
+                )
+        has_gpu = Environment(**record["environment"]).has_gpu
+        if has_gpu and not claims and example.source.resolve() not in failing:
+            unclaimed.append(example.source.name)
+    if exception is None and unclaimed:
+        raise ExtensionError(
+            "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
+            "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
+        )
 
 
 class GalleryProvenance(SphinxDirective):
@@ -360,5 +510,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _before_gallery, priority=400)
     app.connect("doctree-read", _add_provenance)
     app.connect("build-finished", _publish_traces)
+    # After sphinx-gallery's summary of failing examples (priority 500), which comes first.
+    app.connect("build-finished", _check_claims, priority=600)
     app.add_directive("gallery-provenance", GalleryProvenance)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
