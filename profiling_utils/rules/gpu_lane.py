@@ -318,8 +318,8 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
     idle, cause = max(by_step.values(), key=lambda pair: pair[0].gap_us)
     sync = cause.sync
     assert sync is not None
-    op = trace.op_of(sync)
-    outermost = next((a for a in trace.ancestors(sync) if a.cat == "cpu_op" and a.depth == 0), op)
+    ops = [span for span in trace.ancestors(sync) if span.cat == "cpu_op"]
+    outermost = ops[-1] if ops else None  # aten::item rather than _local_scalar_dense
     under = f" under {outermost.name}" if outermost is not None else ""
     steps = len(facts.steps)
     return (
