@@ -153,6 +153,7 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     started yet (allocations, library heuristics, lazy loading). Warm-up removes it from the
     profiled steps.""",
     severity="warning",
+    example="auto_examples/plot_03_warmup_and_schedule",
 )
 def dead_window(facts: Facts) -> Iterator[Hit]:
     min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
