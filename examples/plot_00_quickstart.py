@@ -22,6 +22,7 @@ Perfetto.
 import torch
 
 from profiling_utils import capture, run_name
+from profiling_utils.claims import claim
 from profiling_utils.render import plot_timeline, profiler_table, trace_dir, trace_links
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -90,11 +91,25 @@ trace_links(run)
 # The trace is also a Python object. Loaded into :class:`profiling_utils.trace.Trace`, its
 # profiler steps are ready to measure:
 
+widths = []
 for recorded in run.trace.steps:
     cpu_us = recorded.end - recorded.start
     gpu_count = len(recorded.gpu_work)
     print(
         f"ProfilerStep#{recorded.number}: {cpu_us:7.1f} µs, {gpu_count} GPU activities"
+    )
+    widths.append(cpu_us)
+
+# %%
+# What this page says about the run is checked by the run: a claim that does not hold
+# fails the build, and the box under the page's title lists each claim with its numbers.
+
+if run.has_gpu:
+    claim(
+        "the first recorded step is the widest",
+        widths[0] > max(widths[1:]),
+        first_step_us=widths[0],
+        widest_other_step_us=max(widths[1:]),
     )
 
 # %%

@@ -23,12 +23,11 @@ once more in this one, after it has run the step a few times.
 # you get the same trace.
 
 import statistics
-import subprocess
-import sys
 
 import torch
 
 from profiling_utils import capture, diagnose, load_trace, run_name
+from profiling_utils.fresh import run_in_fresh_process
 from profiling_utils.measures import dead_windows, kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
@@ -43,6 +42,7 @@ from profiling_utils.rules import cpu_lane
 COLD_PROGRAM = """
 import torch
 from profiling_utils import capture, run_name
+from profiling_utils.fresh import report
 from profiling_utils.render import trace_dir
 
 torch.manual_seed(0)
@@ -54,15 +54,10 @@ run = capture(
     label="matmul_add",
     out_dir=trace_dir(),
 )
-print(run.trace_path)
+report(trace_path=str(run.trace_path))
 """
 
-child = subprocess.run(
-    [sys.executable, "-c", COLD_PROGRAM], capture_output=True, text=True
-)
-if child.returncode != 0:
-    raise RuntimeError(f"the cold run failed:\n{child.stderr}")
-cold = load_trace(child.stdout.strip().splitlines()[-1])
+cold = load_trace(run_in_fresh_process(COLD_PROGRAM).values["trace_path"])
 print(f"cold run: {cold.path.name}, recorded steps {[s.number for s in cold.steps]}")
 
 # %%

@@ -27,8 +27,6 @@ with a plain clock, outside the profiler, to see what the trace no longer shows.
 # - ``repeat`` runs that cycle again; ``0`` repeats it for as long as steps come.
 
 import statistics
-import subprocess
-import sys
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -36,6 +34,7 @@ import torch
 from torch.profiler import schedule
 
 from profiling_utils import capture, diagnose, load_trace, run_name
+from profiling_utils.fresh import run_in_fresh_process
 from profiling_utils.measures import step_times
 from profiling_utils.render import (
     findings_table,
@@ -91,6 +90,7 @@ PROGRAM = """
 import sys
 import torch
 from profiling_utils import capture, run_name
+from profiling_utils.fresh import report
 from profiling_utils.render import trace_dir
 
 warmup_iters, wait, warmup = (int(arg) for arg in sys.argv[1:4])
@@ -107,19 +107,8 @@ run = capture(
     warmup=warmup,
     active=5,
 )
-print(run.trace_path)
+report(trace_path=str(run.trace_path))
 """
-
-
-def in_fresh_process(program, *args):
-    """Run ``program`` in a new Python process; return the last line it printed."""
-    child = subprocess.run(
-        [sys.executable, "-c", program, *map(str, args)], capture_output=True, text=True
-    )
-    if child.returncode != 0:
-        raise RuntimeError(f"the child process failed:\n{child.stderr}")
-    return child.stdout.strip().splitlines()[-1]
-
 
 setups = {
     "nothing hidden": (0, 0, 0),
@@ -127,7 +116,7 @@ setups = {
     "post's schedule, warmed up": (3, 1, 1),
 }
 traces = {
-    label: load_trace(in_fresh_process(PROGRAM, *args))
+    label: load_trace(run_in_fresh_process(PROGRAM, *args).values["trace_path"])
     for label, args in setups.items()
 }
 for label, (warmup_iters, wait, warmup) in setups.items():
@@ -255,6 +244,7 @@ findings_table(
 FIRST_CALLS = """
 import time
 import torch
+from profiling_utils.fresh import report
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -266,10 +256,10 @@ for _ in range(5):
     if device == "cuda":
         torch.cuda.synchronize()
     times.append((time.perf_counter() - start) * 1e6)
-print(" ".join(f"{t:.1f}" for t in times))
+report(times_us=times)
 """
 
-fresh_calls = [float(v) for v in in_fresh_process(FIRST_CALLS).split()]
+fresh_calls = run_in_fresh_process(FIRST_CALLS).values["times_us"]
 print("call           " + "".join(f"{i + 1:>10d}" for i in range(len(fresh_calls))))
 print("time (µs)      " + "".join(f"{t:10.1f}" for t in fresh_calls))
 later = statistics.median(fresh_calls[1:])

@@ -145,7 +145,7 @@ class Claim:
             f' <span class="claim-numbers">{html.escape(numbers)}</span>' if numbers else ""
         )
         return (
-            f'<div class="claims claims-inline"><p class="claim {state}">'
+            f'<div class="claims-inline"><p class="claim {state}">'
             f"{html.escape(self.statement)}{verdict}{numbers_html}</p></div>"
         )
 

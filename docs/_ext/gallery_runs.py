@@ -8,14 +8,21 @@ adds, per example, beside that cache:
   on (:func:`profiling_utils.provenance.environment`) and a *fingerprint* of what shapes its
   outputs besides its own file: the ``profiling_utils`` sources, torch, CUDA and the GPU;
 - its traces, in ``traces/<name>/`` (emptied before it runs; see
-  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build.
+  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build;
+- its *claims*, ``<name>.claims.json``: every :func:`profiling_utils.claims.claim` it made,
+  whether it held and the numbers that decided it (emptied before it runs).
 
 Before sphinx-gallery looks at its cache, every example whose record is missing or carries
 another fingerprint loses its ``.md5``, so it runs again: outputs are never left over from
 another library version, torch, CUDA or GPU. Every example page then states where its
 outputs were made, read from its record, and the ``gallery-provenance`` directive does the
 same for the whole gallery (the home page). A build without a GPU says, on each example
-page, that the example ran on the CPU.
+page and on the gallery index, that the examples ran on the CPU.
+
+Every example page lists its claims under "Checked on this run". A claim that does not hold
+raises in its example, which fails the build; with ``PROFILING_UTILS_CLAIMS=report`` it is
+marked on the page instead and the build ends with a warning for it. An example that ran on
+a GPU and checked no claim fails the build too.
 
 An example that calls ``sys.exit()`` (or ``exit()``, ``quit()``, ``os._exit()``) fails the
 build before anything runs: sphinx-gallery catches only ``Exception``, so such a call would
@@ -271,8 +278,25 @@ def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) ->
     torch.manual_seed(0)
 
 
+def share_import_path() -> None:
+    """Make Python processes that examples start import this build's ``profiling_utils``.
+
+    Examples run the CLI (``python -m profiling_utils``) and fresh processes
+    (:func:`profiling_utils.fresh.run_in_fresh_process`) from other folders; with the
+    package's folder first on ``PYTHONPATH`` they import the same sources as the build,
+    installed or not.
+    """
+    import profiling_utils
+
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [root]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def _before_gallery(app: Sphinx) -> None:
     """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    share_import_path()
     examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
     offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
     if offenders:
