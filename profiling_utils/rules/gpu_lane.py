@@ -193,7 +193,8 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         return
     for number in sorted(standing_out):
         idle, cause, others = standing_out[number]
-        yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency)
+        by_step = [[number, us(longest.get(number, 0.0))] for number in steps]
+        yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency, by_step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +338,9 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
             "steps_with_gap": sorted(by_step),
             "steps": steps,
             "median_gap_us": us(median(gaps)),
+            "gap_by_step_us": [
+                [number, us(by_step[number][0].gap_us)] for number in sorted(by_step)
+            ],
             "launch_latency_us": us(latency),
         },
     )
@@ -349,11 +353,13 @@ def _one_off_hit(
     others_us: float,
     standing_out: list[int],
     latency: float,
+    longest_by_step: list[list[float]],
 ) -> Hit:
     steps = len(facts.steps)
     evidence = {
         **_idle_evidence(idle),
         "others_longest_median_us": us(others_us),
+        "longest_idle_by_step_us": longest_by_step,
         "steps_with_gap": standing_out,
         "steps": steps,
         "launch_latency_us": us(latency),
