@@ -19,7 +19,7 @@ import pytest
 from conftest import complete_event, fixture_document, fixture_events, write_trace
 
 from profiling_utils import Finding, diagnose, load_trace
-from profiling_utils.rules import Facts, gpu_lane
+from profiling_utils.rules import RULES, Facts, get_rule, gpu_lane
 
 ITEM_SYNC = "4096_bf16_item-sync"
 TRAIN_BUFFER = "train_tiny_transformer_a40_steps26-28"
@@ -85,6 +85,10 @@ def test_a_host_sync_in_every_step_is_reported_once_with_its_sync() -> None:
     latency = Facts(load_trace(Path(__file__).parent / "fixtures/gpu" / f"{ITEM_SYNC}.json.gz"))
     assert evidence["median_gap_us"] >= 5 * latency.launch_latency_us
     assert evidence["launch_latency_us"] == pytest.approx(latency.launch_latency_us, abs=1e-3)
+    by_step = dict(evidence["gap_by_step_us"])
+    assert sorted(by_step) == evidence["steps_with_gap"]
+    assert by_step[evidence["step"]] == evidence["gap_us"] == max(by_step.values())
+    assert statistics.median(by_step.values()) == pytest.approx(evidence["median_gap_us"], abs=1e-3)
 
 
 def test_the_threshold_follows_the_traces_launch_latency(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,6 +115,11 @@ def test_the_profilers_buffer_request_is_a_one_off_that_starves_the_gpu() -> Non
     assert evidence["launched_after_idle_us"] > request["dur_us"]
     assert evidence["gap_us"] > request["dur_us"]
     assert evidence["gap_us"] >= 2 * evidence["others_longest_median_us"] > 0
+    longest = dict(evidence["longest_idle_by_step_us"])
+    assert sorted(longest) == [26, 27, 28] and longest[27] == evidence["gap_us"]
+    assert statistics.median([longest[26], longest[28]]) == pytest.approx(
+        evidence["others_longest_median_us"], abs=1e-3
+    )
 
 
 def test_a_one_off_needs_other_steps_to_compare_with(tmp_path: Path) -> None:
@@ -267,3 +276,16 @@ def test_instances_from_one_step_only_are_not_compared(tmp_path: Path) -> None:
     path = altered(tmp_path, SHARED_GPU, one_step)
     assert len(load_trace(path).steps) == 1
     assert findings(path, "kernel-variance") == []
+
+
+# -- the cheatsheet's links ----------------------------------------------------------------------
+
+
+def test_every_rules_example_is_a_page_of_the_gallery() -> None:
+    examples = Path(__file__).parents[1] / "examples"
+    for rule in RULES:
+        if rule.example is not None:
+            page = examples / (rule.example.removeprefix("auto_examples/") + ".py")
+            assert page.exists(), (rule.id, rule.example)
+    assert get_rule("intra-step-gap").example == "auto_examples/plot_10_gaps_inside_a_step"
+    assert get_rule("kernel-variance").example == "auto_examples/plot_07_kernel_variance"
