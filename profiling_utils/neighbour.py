@@ -4,12 +4,14 @@ A GPU shared by two processes runs one process's kernels at a time, switching be
 (time-slicing). A kernel of the profiled process that is on the GPU when the neighbour's work
 arrives takes longer, and nothing in the profiled process's trace shows why::
 
+    calls = [0]
     with GpuNeighbour(size=8192, gemms=4) as neighbour:
         def step():
-            if step_number() == 10:
-                neighbour.burst()  # four 8192 GEMMs in the other process, now
+            calls[0] += 1
+            if calls[0] == 15:
+                neighbour.burst()  # four 8192 GEMMs in the other process, from now
             return a @ b
-        run = capture(step, ...)
+        run = capture(step, warmup_iters=3, wait=1, warmup=1, active=30)
     print(neighbour.burst_ms)  # how long the neighbour's burst took
 
 The neighbour is a fresh Python interpreter (as in :mod:`profiling_utils.fresh`) that
@@ -73,6 +75,7 @@ class GpuNeighbour:
         line = self._process.stdout.readline().strip()
         if line != "ready":
             self._process.kill()
+            self._process.wait()
             raise RuntimeError(f"the GPU neighbour did not start (it said {line!r})")
         return self
 
