@@ -159,6 +159,23 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
     example="auto_examples/plot_10_gaps_inside_a_step",
 )
 def intra_step_gap(facts: Facts) -> Iterator[Hit]:
+    """Idle stretches of the GPU inside a step, with the cause the trace shows for them.
+
+    An idle stretch is time in which no stream of a device ran, between two activities
+    launched in the same step, lasting at least :data:`GAP_MIN_US` and
+    :data:`GAP_MIN_LAUNCH_LATENCIES` times the trace's launch latency. Each one is read by
+    when the activity after it was launched and what the launching CPU thread was doing:
+
+    - **host sync**: a sync call (:data:`HOST_SYNC_CALLS`) that was waiting when the GPU ran
+      dry and returned before the next launch. Reported once for the trace, with every step
+      that shows it: the code syncs, the GPU drains and waits for the CPU.
+    - **buffer request**: launched after the GPU went idle while the profiler's Activity
+      Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
+      as one-offs, when the step's stretch is at least :data:`GAP_STANDOUT_RATIO` times the
+      median of the other steps' longest idle stretch, in at most :data:`GAP_MAX_STEP_SHARE`
+      of the steps, with at least :data:`GAP_MIN_STEPS` steps to compare.
+    - Anything else is CPU time between launches, left to the CPU lane's rows.
+    """
     trace = facts.trace
     if not trace.has_gpu or not facts.steps:
         return
@@ -191,9 +208,9 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
             standing_out[idle.step] = (idle, cause, others)
     if not standing_out or len(standing_out) > max(1, int(len(steps) * GAP_MAX_STEP_SHARE)):
         return
+    by_step = [[number, us(longest.get(number, 0.0))] for number in steps]
     for number in sorted(standing_out):
         idle, cause, others = standing_out[number]
-        by_step = [[number, us(longest.get(number, 0.0))] for number in steps]
         yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency, by_step)
 
 
@@ -404,6 +421,17 @@ def _one_off_hit(
     example="auto_examples/plot_07_kernel_variance",
 )
 def kernel_variance(facts: Facts) -> Iterator[Hit]:
+    """Kernels far slower in some steps than in the others, with what overlapped them.
+
+    Kernels are compared by role: the same name, grid and block, and the same rank among
+    such kernels in their step, over at least :data:`VARIANCE_MIN_COUNT` steps (and
+    :data:`VARIANCE_MIN_STEPS`). An instance is slow when it takes at least
+    :data:`VARIANCE_MIN_RATIO` times the role's median and exceeds it by at least
+    :data:`VARIANCE_MIN_LAUNCH_LATENCIES` launch latencies and :data:`VARIANCE_MIN_IQRS`
+    interquartile ranges. Communication kernels are left out. One finding per kernel and
+    configuration (its most deviant role), the :data:`_REPORTED` most deviant kernels; each
+    slow instance lists the trace's other GPU work that overlapped it.
+    """
     latency = facts.launch_latency_us
     communication = facts.communication_ids
     # A role: the same kernel, launch configuration and rank among its like in the step (the
