@@ -429,7 +429,7 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
     :data:`VARIANCE_MIN_RATIO` times the role's median and exceeds it by at least
     :data:`VARIANCE_MIN_LAUNCH_LATENCIES` launch latencies and :data:`VARIANCE_MIN_IQRS`
     interquartile ranges. Communication kernels are left out. One finding per kernel and
-    configuration (its most deviant role), the :data:`_REPORTED` most deviant kernels; each
+    configuration (its most deviant role), for the five most deviant kernels; each
     slow instance lists the trace's other GPU work that overlapped it.
     """
     latency = facts.launch_latency_us
