@@ -293,7 +293,9 @@ def record_training_buffer_request(out: Path, tmp: Path, active: int = 40) -> di
     numbers = [n for _, _, n in steps]
     middle = inside[-1] if inside else numbers[len(numbers) // 2]
     first, last = max(numbers[0], middle - 1), min(numbers[-1], middle + 1)
-    name = f"train_tiny_transformer_a{active}_steps{first}-{last}.json.gz"
+    name = f"train_tiny_transformer_a{active}_buffer-request.json.gz"
+    if not inside:
+        print(f"{name}: no Activity Buffer Request inside a step; record again", flush=True)
     trimmed = trim_to_steps(document, first, last)
     (out / name).write_bytes(gzip.compress(json.dumps(trimmed).encode(), 9, mtime=0))
     return {

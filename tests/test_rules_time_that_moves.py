@@ -3,7 +3,7 @@ stay silent: ``intra-step-gap`` (the GPU idles inside a step) and ``kernel-varia
 kernel takes far longer in some steps).
 
 The recordings (see provenance.json): ``4096_bf16_item-sync`` calls ``loss.item()`` in every
-step; ``train_tiny_transformer_a40_steps26-28`` holds the one step of a 40-step training run in
+step; ``train_tiny_transformer_a40_buffer-request`` holds the one step of a 40-step training run in
 which the profiler's Activity Buffer Request landed; ``4096_bf16_shared-gpu_a30`` is a GEMM per
 step while another process runs GEMMs on the same GPU.
 """
@@ -22,7 +22,7 @@ from profiling_utils import Finding, diagnose, load_trace
 from profiling_utils.rules import RULES, Facts, get_rule, gpu_lane
 
 ITEM_SYNC = "4096_bf16_item-sync"
-TRAIN_BUFFER = "train_tiny_transformer_a40_steps26-28"
+TRAIN_BUFFER = "train_tiny_transformer_a40_buffer-request"
 SHARED_GPU = "4096_bf16_shared-gpu_a30"
 STEADY = "4096_bf16_warm_eager_w0a20"
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
@@ -100,13 +100,22 @@ def test_the_threshold_follows_the_traces_launch_latency(monkeypatch: pytest.Mon
     assert findings(ITEM_SYNC, "intra-step-gap") == []
 
 
+def _request_step(name: str) -> tuple[int, list[int]]:
+    """The step holding the recording's Activity Buffer Request, and every step."""
+    trace = load_trace(Path(__file__).parent / "fixtures/gpu" / f"{name}.json.gz")
+    (request,) = [s for s in trace.overhead if s.name == "Activity Buffer Request"]
+    return trace.step_of(request).number, [step.number for step in trace.steps]
+
+
 def test_the_profilers_buffer_request_is_a_one_off_that_starves_the_gpu() -> None:
     (finding,) = findings(TRAIN_BUFFER, "intra-step-gap")
     evidence = finding.evidence
+    step, steps = _request_step(TRAIN_BUFFER)
+    assert len(steps) == 3
     assert (evidence["cause"], evidence["step"], evidence["steps_with_gap"]) == (
         "buffer request",
-        27,
-        [27],
+        step,
+        [step],
     )
     request = evidence["request"]
     assert request["name"] == "Activity Buffer Request" and request["dur_us"] > 1000
@@ -116,20 +125,22 @@ def test_the_profilers_buffer_request_is_a_one_off_that_starves_the_gpu() -> Non
     assert evidence["gap_us"] > request["dur_us"]
     assert evidence["gap_us"] >= 2 * evidence["others_longest_median_us"] > 0
     longest = dict(evidence["longest_idle_by_step_us"])
-    assert sorted(longest) == [26, 27, 28] and longest[27] == evidence["gap_us"]
-    assert statistics.median([longest[26], longest[28]]) == pytest.approx(
+    assert sorted(longest) == steps and longest[step] == evidence["gap_us"]
+    others = [longest[number] for number in steps if number != step]
+    assert statistics.median(others) == pytest.approx(
         evidence["others_longest_median_us"], abs=1e-3
     )
 
 
 def test_a_one_off_needs_other_steps_to_compare_with(tmp_path: Path) -> None:
-    def only_step_27(events: list[dict]) -> None:
-        events[:] = [
-            e for e in events if e.get("name") not in ("ProfilerStep#26", "ProfilerStep#28")
-        ]
+    step, steps = _request_step(TRAIN_BUFFER)
+    others = {f"ProfilerStep#{number}" for number in steps if number != step}
 
-    path = altered(tmp_path, TRAIN_BUFFER, only_step_27)
-    assert [step.number for step in load_trace(path).steps] == [27]
+    def only_the_requests_step(events: list[dict]) -> None:
+        events[:] = [e for e in events if e.get("name") not in others]
+
+    path = altered(tmp_path, TRAIN_BUFFER, only_the_requests_step)
+    assert [s.number for s in load_trace(path).steps] == [step]
     assert findings(path, "intra-step-gap") == []
 
 
@@ -207,11 +218,12 @@ def test_a_process_sharing_the_gpu_slows_one_step_from_outside_the_trace() -> No
     (finding,) = findings(SHARED_GPU, "kernel-variance")
     evidence = finding.evidence
     assert evidence["count"] == 30
-    assert 12 in evidence["slow_steps"]
-    assert evidence["max_us"] > 10 * evidence["median_us"]
+    assert 0 < len(evidence["slow_steps"]) <= 30 / 3  # a few steps, while the other ran
+    assert evidence["max_us"] > 3 * evidence["median_us"]
     assert evidence["max_us"] - evidence["median_us"] >= evidence["least_excess_us"]
     slowest = evidence["slow"][0]
-    assert slowest["step"] == 12 and slowest["overlapping"] == []
+    assert slowest["dur_us"] == evidence["max_us"] and slowest["step"] in evidence["slow_steps"]
+    assert slowest["overlapping"] == []
     assert "outside the trace" in finding.message
 
 
