@@ -235,10 +235,11 @@ if one_off is not None:
     )
 
 # %%
-# What the H100 shows against the post's reading. The gap is the profiler's, and it
-# shows once: the post's test holds. But the request did not hold the GPU back with work
-# queued. It held the CPU thread, inside an operator, and the next kernel was launched
-# only after the GPU had run dry. That starves the GPU here because this loop is
+# What the H100 shows against the post's reading, in the recordings of this loop (the
+# claims box says whether this run agrees). The gap is the profiler's, and it shows once:
+# the post's test holds. But the request did not hold the GPU back with work queued. It
+# held the CPU thread, inside an operator, and the next kernel was launched only after the
+# GPU had run dry. That starves the GPU here because this loop is
 # overhead-bound: the GPU is rarely more than a few kernels ahead of the CPU, so anything
 # that stops the CPU for two milliseconds stops the GPU too. In a loop whose GPU is far
 # ahead, the same request would leave no gap at all.
@@ -268,6 +269,8 @@ if train.has_gpu:
         claim(
             "the idle stretch is longer than the request itself",
             one_off.evidence["gap_us"] > one_off.evidence["request"]["dur_us"],
+            otherwise="the GPU still had work queued when the request began: the idle "
+            "stretch is shorter than the request",
             gap_us=one_off.evidence["gap_us"],
             request_us=one_off.evidence["request"]["dur_us"],
         )
