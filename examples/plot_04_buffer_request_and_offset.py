@@ -336,9 +336,11 @@ findings_table(diagnose(long_trace, select=FOOTPRINT_RULES), caption=long_run.na
 # %%
 # ``buffer-request`` reports the request with the step it fell in and the offset it
 # caused; ``cold-start`` flags the first step's width and says how much of it overlaps the
-# request. ``intra-step-gap`` is for a GPU that idles although its next kernel was already
-# launched; where the GPU was waiting for a late launch, as measured above, that is CPU
-# time and the rule stays silent. ``sync-flush`` speaks only of a sync longer than a median
+# request. ``intra-step-gap`` reads an idle GPU inside a step by its cause: a host sync,
+# the profiler's buffer request holding the CPU in one step, or a GPU held back with its
+# next kernel queued (see :ref:`sphx_glr_auto_examples_plot_10_gaps_inside_a_step.py`).
+# The first step's late launch measured above is plain CPU time, which it leaves to
+# ``cold-start``. ``sync-flush`` speaks only of a sync longer than a median
 # step, which the large recording's lines above compare; its finding, if it fired:
 
 big_findings = diagnose(big.trace, select=["sync-flush"]) if big is not None else []

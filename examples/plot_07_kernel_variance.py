@@ -14,8 +14,10 @@ a typical 4096 GEMM took about 580 µs, but the mean of five was 1084 µs, pulle
 instances that ran far longer than the rest.
 
 We record twenty steps of the same GEMM, look at the whole distribution, and then go
-beyond the post: a long run of large GEMMs straight after an idle pause, to watch what a
-sustained load does to the same kernel's speed.
+beyond the post twice: a long run of large GEMMs straight after an idle pause, to watch
+what a sustained load does to the same kernel's speed, and a second process that shares
+the GPU for a moment, to see what the ``kernel-variance`` rule makes of a step that is
+slow for a reason the trace cannot show.
 """
 
 # %%
@@ -39,7 +41,9 @@ from profiling_utils import (
     measure_peaks,
     run_name,
 )
+from profiling_utils.claims import claim
 from profiling_utils.measures import kernel_launches, kernel_stats
+from profiling_utils.neighbour import GpuNeighbour
 from profiling_utils.render import (
     findings_table,
     highlight_span,
@@ -174,6 +178,14 @@ print(
 print(
     f"The post, on its A100: mean of five 1084 µs against a typical ~580 µs, {1084 / 580:.2f}x."
 )
+if run.has_gpu:
+    claim(
+        "the twenty GEMMs stay within 10% of their median",
+        max(durations) <= 1.1 * median_us and min_us >= 0.9 * median_us,
+        otherwise="a GEMM of the twenty ran more than 10% away from the median",
+        slowest_us=max(durations),
+        median_us=median_us,
+    )
 
 # %%
 # The post's mean was pulled up by slow instances. On the H100 this site is built on, the
@@ -271,6 +283,13 @@ if device == "cuda":
         )
     else:
         print("The GEMM kept its speed through the burst (within 3%).")
+    claim(
+        "the burst's last 100 GEMMs ran slower than its first 20",
+        late > 1.03 * early,
+        otherwise="the burst's last 100 GEMMs ran within 3% of its first 20",
+        first_20_us=early,
+        last_100_us=late,
+    )
     if peaks is not None:
         print(
             f"The peak measurement timed the same {peaks.matmul_size} GEMM at a median of "
@@ -337,6 +356,12 @@ if burst is not None:
 all_findings = diagnose(trace)
 fired = any(finding.rule == "kernel-variance" for finding in all_findings)
 print(f"kernel-variance {'fired' if fired else 'did not fire'} on the twenty-step run.")
+if run.has_gpu:
+    claim(
+        "kernel-variance stays silent on the twenty steady GEMMs",
+        not fired,
+        otherwise="kernel-variance fired on the twenty-step run",
+    )
 findings_table(all_findings, caption=run.name)
 
 # %%
@@ -356,6 +381,104 @@ else:
 findings_table(burst_findings, caption="the burst")
 
 # %%
+# Beyond the post: a neighbour on the GPU
+# ---------------------------------------
+# A GPU shared by two processes runs the kernels of one process at a time and switches
+# between them (time-slicing). A kernel of ours that is on the GPU when the other
+# process's work arrives takes longer, and nothing in our trace shows why: the other
+# process's kernels are in its own trace, if anyone records one. We start a second Python
+# process that holds an 8192 bf16 matrix on the same GPU
+# (:class:`~profiling_utils.neighbour.GpuNeighbour`), record thirty steps of our 4096
+# ``matmul_add``, and have the neighbour run four 8192 GEMMs from the tenth recorded step.
+
+shared = None
+if device == "cuda":
+    calls = [0]
+    with GpuNeighbour(size=8192, gemms=4) as neighbour:
+
+        def step_beside_a_neighbour():
+            calls[0] += 1
+            if calls[0] == 3 + 2 + 10:  # warm-up calls, wait and warmup steps, 10 steps
+                neighbour.burst()
+            return torch.add(torch.matmul(x, w), b)
+
+        shared = capture(
+            step_beside_a_neighbour,
+            name=run_name(n, "bf16", warm=True) + "_shared-gpu",
+            label="matmul_add",
+            warmup_iters=3,
+            wait=1,
+            warmup=1,
+            active=30,
+            out_dir=trace_dir(),
+        )
+    print(f"The neighbour's four 8192 GEMMs took {neighbour.burst_ms:.1f} ms.")
+    shared_findings = diagnose(shared.trace, select=["kernel-variance"])
+else:
+    shared_findings = []
+    print("No GPU here: there is no GPU to share, so this part is skipped.")
+findings_table(shared_findings, caption="the GEMM beside a neighbour")
+
+# %%
+# The finding compares each step's GEMM with the same GEMM in the other steps (same
+# kernel, same launch configuration, same place in the step). An instance counts as slow
+# when it takes at least ``VARIANCE_MIN_RATIO`` times the median, and exceeds it both by
+# several times the spread of the others (their interquartile range) and by a few launch
+# latencies of the trace, so that jitter of a microsecond on a tiny kernel does not count.
+# For each slow instance it then lists what else of the trace ran on the GPU at the same
+# time: here, nothing.
+
+if shared_findings:
+    variance = shared_findings[0].evidence
+    slowest = variance["slow"][0]
+    print(
+        f"median {variance['median_us']:.1f} µs, IQR {variance['iqr_us']:.1f} µs; slow "
+        f"steps {variance['slow_steps']}"
+    )
+    print(
+        f"slowest: {slowest['dur_us']:.1f} µs in ProfilerStep#{slowest['step']}, "
+        f"{slowest['dur_us'] / variance['median_us']:.1f}x the median"
+    )
+    overlapping = [row["name"] for row in slowest["overlapping"]]
+    print(f"other work of the trace on the GPU meanwhile: {overlapping or 'none'}")
+    slow_gemm = next(
+        k for k in shared.trace.kernels if abs(k.start - slowest["start_us"]) < 1e-3
+    )
+    plot_timeline(
+        shared.trace,
+        step=shared.trace.step_of(slow_gemm).number,
+        highlights=[highlight_span(slow_gemm, "slow GEMM")],
+        max_depth=2,
+        title=f"{shared.name}: the slow step",
+    )
+
+# %%
+# The timeline shows our slow GEMM alone on our GPU lane: nothing of this trace ran beside
+# it, and the kernel, its inputs and its launch are the same as in every other step. The
+# time went to the other process. That is what the rule says when nothing in the trace
+# overlaps a slow instance: the cause is outside the trace. On a machine you do not
+# have to yourself, check ``nvidia-smi`` for other processes before reading a slow step as
+# your code's, or as the GPU's clocks.
+
+if shared is not None:
+    claim(
+        "kernel-variance fires on the run that shared the GPU",
+        bool(shared_findings),
+        findings=len(shared_findings),
+    )
+    claim(
+        "the slowest GEMM took at least three times its median",
+        slowest["dur_us"] >= 3 * variance["median_us"],
+        slowest_us=slowest["dur_us"],
+        median_us=variance["median_us"],
+    )
+    claim(
+        "nothing else of the trace ran on the GPU during the slowest GEMM",
+        not slowest["overlapping"],
+        overlapping=len(slowest["overlapping"]),
+    )
+
+# %%
 # What this means for reporting a number
 # --------------------------------------
 # - **Warm up first**, and say so: the first calls pay one-time costs (see
@@ -368,6 +491,8 @@ findings_table(burst_findings, caption="the burst")
 #   different clocks; a benchmark of one is not evidence about the other.
 # - **Look at the trace, not only the table.** The table's average hides whether one step
 #   was slow or all were.
+# - **Know who else is on the GPU.** A slow step with nothing of your trace beside it may be
+#   another process's work.
 #
 # The traces
 # ----------
@@ -377,3 +502,9 @@ trace_links(run)
 # %%
 
 trace_links(burst) if burst is not None else print("No burst trace without a GPU.")
+
+# %%
+
+trace_links(shared) if shared is not None else print(
+    "No shared-GPU trace without a GPU."
+)

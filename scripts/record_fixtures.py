@@ -4,6 +4,11 @@ Run on a CUDA machine from the repository root::
 
     python scripts/record_fixtures.py --out tests/fixtures/gpu
 
+``--only rows`` records only the scenarios of the two rules about time that moves
+(``kernel-variance``, ``intra-step-gap``) and adds them to an existing ``provenance.json``::
+
+    python scripts/record_fixtures.py --out tests/fixtures/gpu --only rows
+
 Each scenario is profiled with :func:`profiling_utils.capture.capture` and written as
 ``{name}.json.gz`` (the profiler tables are not kept: tests read traces). ``provenance.json``
 records the GPU, driver, CUDA and torch that produced them, and each run's parameters.
@@ -12,6 +17,7 @@ records the GPU, driver, CUDA and torch that produced them, and each run's param
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import tempfile
@@ -23,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiling_utils.capture import capture, run_name  # noqa: E402
+from profiling_utils.neighbour import GpuNeighbour  # noqa: E402
 from profiling_utils.provenance import environment  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -182,10 +189,138 @@ def record_training(out: Path, tmp: Path, active: int) -> dict:
     return {"file": target_path.name, "scenario": "training", **result.params}
 
 
+# -- the rows of time that moves: kernel-variance and intra-step-gap ---------------------------
+
+
+def record_shared_gpu(out: Path, tmp: Path) -> dict:
+    """A 4096 bf16 GEMM per step while another process runs four 8192 GEMMs from the tenth
+    recorded step: the GPU time-slices between the two processes (kernel-variance)."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    calls = [0]
+    with GpuNeighbour(size=8192, gemms=4) as neighbour:
+
+        def step() -> torch.Tensor:
+            calls[0] += 1
+            if calls[0] == 3 + 1 + 1 + 10:  # warm-up calls, wait, warmup, then 10 steps
+                neighbour.burst()
+            return (a @ b) + a
+
+        result = capture(
+            step, name="4096_bf16_shared-gpu_a30", out_dir=tmp, label="step",
+            warmup_iters=3, wait=1, warmup=1, active=30,
+        )  # fmt: skip
+    target = out / result.trace_path.name
+    target.write_bytes(result.trace_path.read_bytes())
+    return {
+        "file": target.name,
+        "scenario": "shared_gpu",
+        "neighbour": {"size": 8192, "gemms": 4, "burst_ms": neighbour.burst_ms},
+        **result.params,
+    }
+
+
+def record_item_sync(out: Path, tmp: Path) -> dict:
+    """Three 4096 bf16 GEMMs per step with ``loss.item()`` between the second and the third:
+    the host sync drains the GPU in every step (intra-step-gap)."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def step() -> torch.Tensor:
+        y = (a @ b) @ b
+        y.float().mean().item()  # the host sync
+        return a @ b
+
+    result = capture(
+        step, name="4096_bf16_item-sync", out_dir=tmp, label="step",
+        warmup_iters=3, wait=1, warmup=1, active=20,
+    )  # fmt: skip
+    target = out / result.trace_path.name
+    target.write_bytes(result.trace_path.read_bytes())
+    return {"file": target.name, "scenario": "item_sync", **result.params}
+
+
+def trim_to_steps(document: dict, first: int, last: int) -> dict:
+    """A trace document cut down to ``ProfilerStep#first`` .. ``#last``: the host events
+    inside those steps, the GPU work (and flows) they launched, and the metadata."""
+    events = document["traceEvents"]
+    steps = {
+        e["name"]: e
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+        and e["name"].startswith("ProfilerStep#")
+    }  # fmt: skip
+    start = steps[f"ProfilerStep#{first}"]["ts"]
+    end = steps[f"ProfilerStep#{last}"]["ts"] + steps[f"ProfilerStep#{last}"]["dur"]
+    launched = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and start <= e["ts"] <= end and "correlation" in e.get("args", {})
+    }  # fmt: skip
+    kept = []
+    for e in events:
+        if e.get("ph") == "M" or "ts" not in e or e.get("name") == "Record Window End":
+            kept.append(e)
+        elif e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            if e.get("args", {}).get("correlation") in launched:
+                kept.append(e)
+        elif e.get("ph") in ("s", "f"):
+            if e.get("id") in launched:
+                kept.append(e)
+        elif e.get("cat") != "gpu_user_annotation" and start <= e["ts"] <= end:
+            kept.append(e)
+    return {**document, "traceEvents": kept}
+
+
+def record_training_buffer_request(out: Path, tmp: Path, active: int = 40) -> dict:
+    """The tiny transformer for ``active`` steps, cut down to the step in which the profiler's
+    Activity Buffer Request landed and its two neighbours (intra-step-gap: a one-off)."""
+    run = record_training(tmp, tmp / "full", active)
+    full = tmp / run["file"]
+    document = json.loads(gzip.decompress(full.read_bytes()))
+    request_ts = [
+        e["ts"] for e in document["traceEvents"]
+        if e.get("ph") == "X" and e.get("name") == "Activity Buffer Request"
+    ]  # fmt: skip
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+        for e in document["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+        and e["name"].startswith("ProfilerStep#")
+    )  # fmt: skip
+    inside = [n for lo, hi, n in steps for ts in request_ts if lo <= ts <= hi]
+    numbers = [n for _, _, n in steps]
+    middle = inside[-1] if inside else numbers[len(numbers) // 2]
+    first, last = max(numbers[0], middle - 1), min(numbers[-1], middle + 1)
+    name = f"train_tiny_transformer_a{active}_buffer-request.json.gz"
+    if not inside:
+        print(f"{name}: no Activity Buffer Request inside a step; record again", flush=True)
+    trimmed = trim_to_steps(document, first, last)
+    (out / name).write_bytes(gzip.compress(json.dumps(trimmed).encode(), 9, mtime=0))
+    return {
+        **run,
+        "file": name,
+        "trimmed": f"ProfilerStep#{first}..#{last} of {active} recorded steps, around the "
+        "Activity Buffer Request (scripts/record_fixtures.py trim_to_steps)",
+    }
+
+
+ROWS = (record_shared_gpu, record_item_sync, record_training_buffer_request)
+"""The scenarios of ``--only rows``."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("tests/fixtures/gpu"))
     parser.add_argument("--training-steps", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        choices=("all", "rows"),
+        default="all",
+        help="rows: only the kernel-variance and intra-step-gap scenarios, added to the "
+        "existing provenance.json",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("record_fixtures.py needs a CUDA GPU")
@@ -193,12 +328,27 @@ def main() -> None:
     records = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for run in matmul_runs():
+        (tmp / "full").mkdir()
+        if args.only == "all":
+            for run in matmul_runs():
+                t0 = time.perf_counter()
+                records.append(record_matmul(run, args.out, tmp))
+                print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)
+            records.append(record_training(args.out, tmp, args.training_steps))
+            print(records[-1]["file"], flush=True)
+        for scenario in ROWS:
             t0 = time.perf_counter()
-            records.append(record_matmul(run, args.out, tmp))
+            records.append(scenario(args.out, tmp))
             print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)
-        records.append(record_training(args.out, tmp, args.training_steps))
-        print(records[-1]["file"], flush=True)
+    if args.only == "rows":
+        existing = json.loads((args.out / "provenance.json").read_text())
+        files = {record["file"] for record in records}
+        kept = [run for run in existing["runs"] if run["file"] not in files]
+        existing["runs"] = kept + [{**r, "environment": environment().as_dict()} for r in records]
+        (args.out / "provenance.json").write_text(
+            json.dumps(existing, indent=2, default=str) + "\n"
+        )
+        return
     provenance = {
         "environment": environment().as_dict(),
         "device_properties": {

@@ -155,6 +155,7 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     started yet (allocations, library heuristics, lazy loading). Warm-up removes it from the
     profiled steps.""",
     severity="warning",
+    example="auto_examples/plot_03_warmup_and_schedule",
 )
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}

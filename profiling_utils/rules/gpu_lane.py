@@ -3,8 +3,12 @@ copies and memsets around them."""
 
 from __future__ import annotations
 
+import statistics
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .. import measures
@@ -27,20 +31,61 @@ BUFFER_REQUEST = "Activity Buffer Request"
 """The name Kineto gives the profiler's own buffer allocations on the overhead lane."""
 
 GAP_MIN_US = 10.0
-"""``intra-step-gap``: the shortest idle stretch worth reporting (µs)."""
+"""``intra-step-gap``: the shortest idle stretch worth reporting (µs), whatever the GPU."""
+
+GAP_MIN_LAUNCH_LATENCIES = 5.0
+"""``intra-step-gap``: an idle stretch must also last this many of the trace's own launch
+latencies (:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): about 40 µs on the
+H100 recordings, where a launch that finds the GPU idle starts its work 5 to 15 µs later."""
+
+GAP_STANDOUT_RATIO = 2.0
+"""``intra-step-gap``: a one-off idle stretch that the trace explains (the profiler's buffer
+request held the CPU, or the GPU idled with the next work queued) is at least this many times
+the median of the other steps' longest idle stretch."""
 
 GAP_MAX_STEP_SHARE = 1 / 3
-"""``intra-step-gap``: the gap must show in at most this share of the steps (at least one):
-a gap in most steps is a property of the code, not a one-off."""
+"""``intra-step-gap``: one-offs show in at most this share of the steps (at least one): an
+idle stretch in most steps is a property of the code, not a one-off."""
+
+GAP_MIN_STEPS = 2
+"""``intra-step-gap``: steps with GPU work needed to call an idle stretch a one-off (there
+must be other steps to compare it with)."""
+
+HOST_SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+    }
+)
+"""Runtime and driver calls that block the calling CPU thread until the GPU has finished
+queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy)."""
 
 VARIANCE_MIN_RATIO = 1.5
-"""``kernel-variance``: an instance at least this many times the median of its kernel..."""
+"""``kernel-variance``: a slow instance takes at least this many times its group's median..."""
 
-VARIANCE_MIN_EXCESS_US = 10.0
-"""... and at least this much longer (µs)."""
+VARIANCE_MIN_LAUNCH_LATENCIES = 2.0
+"""... and is longer than the median by at least this many of the trace's launch latencies
+(so that a few microseconds on a tiny kernel do not count)..."""
+
+VARIANCE_MIN_IQRS = 5.0
+"""... and by at least this many interquartile ranges of the group (a kernel whose durations
+always spread widely is not slow in one step)."""
 
 VARIANCE_MIN_COUNT = 3
 """``kernel-variance``: instances needed to speak of a typical duration."""
+
+VARIANCE_MIN_STEPS = 2
+"""``kernel-variance``: steps the instances must come from, so that a slow one can be told
+from the others by its step."""
 
 _REPORTED = 5
 
@@ -99,22 +144,126 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
 @rule(
     "intra-step-gap",
     "GPU lane",
-    see="""Inside one step, the GPU idles between two activities although the second was
-    already launched, and this shows in one step (or few) only.""",
-    means="""Something other than your code held the GPU back: most often the profiler
-    refilling its buffers mid-run, otherwise driver housekeeping. Profile more steps: if the
-    gap appears once, it is the profiler. A gap whose second kernel was launched late is CPU
-    time instead (see overhead-bound).""",
+    see="""Inside one step, the GPU idles between two activities for a stretch that is long
+    against the trace's own launch latency: after a host sync in every step, or in one step
+    (or few) far longer than the other steps' longest idle.""",
+    means="""Read the cause from what the trace shows around the idle stretch. After a host
+    sync (.item(), printing a loss, nonzero, a blocking copy) the CPU waited for the GPU to
+    run dry and the GPU then waits for the CPU's next launch: your code, in every step. A
+    one-off whose next work was launched late, while the profiler's Activity Buffer Request
+    held the CPU thread: the profiler, not your code (on an H100 this shows in an
+    overhead-bound loop, through the CPU). A one-off whose next work was launched before the
+    GPU went idle: something outside the trace held the GPU back (another process, the
+    driver). Plain CPU time in every step is the overhead-bound row's business.""",
     severity="warning",
+    example="auto_examples/plot_10_gaps_inside_a_step",
 )
 def intra_step_gap(facts: Facts) -> Iterator[Hit]:
+    """Idle stretches of the GPU inside a step, with the cause the trace shows for them.
+
+    An idle stretch is time in which no stream of a device ran, between two activities
+    launched in the same step, lasting at least :data:`GAP_MIN_US` and
+    :data:`GAP_MIN_LAUNCH_LATENCIES` times the trace's launch latency. Each one is read by
+    when the activity after it was launched and what the launching CPU thread was doing:
+
+    - **host sync**: a sync call (:data:`HOST_SYNC_CALLS`) that was waiting when the GPU ran
+      dry and returned before the next launch. Reported once for the trace, with every step
+      that shows it: the code syncs, the GPU drains and waits for the CPU.
+    - **buffer request**: launched after the GPU went idle while the profiler's Activity
+      Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
+      as one-offs, when the step's stretch is at least :data:`GAP_STANDOUT_RATIO` times the
+      median of the other steps' longest idle stretch, in at most :data:`GAP_MAX_STEP_SHARE`
+      of the steps, with at least :data:`GAP_MIN_STEPS` steps to compare.
+    - Anything else is CPU time between launches, left to the CPU lane's rows.
+    """
     trace = facts.trace
-    steps = len(facts.steps)
-    queued: dict[int, list[tuple[Span, Span, Span]]] = {}
-    # One pass over the GPU work of each device, in start order, checking each long-enough
-    # gap's launch as it goes. Not measures.gpu_gaps: a training trace has tens of thousands
-    # of gaps over the threshold, nearly all caused by the CPU, and building a GpuGap for
-    # each would cost this rule several times its time.
+    if not trace.has_gpu or not facts.steps:
+        return
+    latency = facts.launch_latency_us
+    floor = max(GAP_MIN_US, GAP_MIN_LAUNCH_LATENCIES * latency)
+    idles, longest = _idle_stretches(facts, floor)
+    if not idles:
+        return
+    syncs = _HostSyncs(trace)
+    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
+    causes = [_cause_of(facts, idle, syncs, requests) for idle in idles]
+
+    after_sync = [(idle, cause) for idle, cause in zip(idles, causes, strict=True) if cause.sync]
+    if after_sync:
+        yield _host_sync_hit(facts, after_sync, latency)
+
+    # Steps to compare: those that ran two GPU activities or more (a gap needs two).
+    steps = [step.number for step in facts.steps if len(step.gpu_work) > 1]
+    if len(steps) < GAP_MIN_STEPS:
+        return
+    standing_out: dict[int, tuple[_Idle, _Cause, float]] = {}
+    for idle, cause in zip(idles, causes, strict=True):
+        if cause.sync is not None or not (cause.request is not None or cause.held_back(idle)):
+            continue  # plain CPU time: the CPU lane's rows (cold-start, overhead-bound)
+        others = median(longest.get(number, 0.0) for number in steps if number != idle.step)
+        if idle.gap_us < GAP_STANDOUT_RATIO * others:
+            continue
+        known = standing_out.get(idle.step)
+        if known is None or idle.gap_us > known[0].gap_us:
+            standing_out[idle.step] = (idle, cause, others)
+    if not standing_out or len(standing_out) > max(1, int(len(steps) * GAP_MAX_STEP_SHARE)):
+        return
+    by_step = [[number, us(longest.get(number, 0.0))] for number in steps]
+    for number in sorted(standing_out):
+        idle, cause, others = standing_out[number]
+        yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency, by_step)
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """A stretch in which no stream of a device ran, between two activities of one step."""
+
+    step: int
+    before: Span
+    """The activity that ended last before the stretch."""
+    after: Span
+    """The activity that ended it."""
+    launch: Span
+    """``after``'s launch call."""
+    idle_from: float
+    """End of ``before``: when the GPU ran dry (µs)."""
+
+    @property
+    def gap_us(self) -> float:
+        return self.after.start - self.idle_from
+
+    @property
+    def launched_late_us(self) -> float:
+        """How long after the GPU ran dry ``after``'s launch call returned (negative: it was
+        queued before)."""
+        return self.launch.end - self.idle_from
+
+
+@dataclass(frozen=True, slots=True)
+class _Cause:
+    """What the trace shows while the GPU idled."""
+
+    sync: Span | None = None
+    """A host sync on the launching thread that returned when the GPU ran dry."""
+    request: Span | None = None
+    """The profiler's Activity Buffer Request, overlapping the stretch."""
+
+    def held_back(self, idle: _Idle) -> bool:
+        return idle.launched_late_us <= 0
+
+
+def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[int, float]]:
+    """Every stretch of at least ``floor_us`` in which no stream of a device ran, between two
+    activities launched in the same step; and each step's longest such stretch, of any length.
+
+    One pass over the GPU work of each device, in start order, keeping the activity that ends
+    last. Not :func:`profiling_utils.measures.gpu_gaps`: that one looks at each step's work
+    alone, so when the GPU runs several steps behind the CPU it counts the other steps' work
+    as idle time.
+    """
+    trace = facts.trace
+    found = []
+    longest: dict[int, float] = {}
     latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
     for work in trace.gpu_work:
         device = work.lane.device
@@ -122,99 +271,284 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         previous = latest.get(device)
         if previous is None or end > previous[1]:
             latest[device] = (work, end)
-        if previous is None or work.start - previous[1] < GAP_MIN_US:
+        if previous is None or work.start <= previous[1]:
             continue
         before, before_end = previous
-        launch = trace.launch_of(work)
-        if launch is None or launch.start + launch.dur > before_end:
-            continue  # launched after the GPU went idle: the CPU was late, not the GPU
         number = facts.step_number_of(work)
-        if number is not None and number == facts.step_number_of(before):
-            queued.setdefault(number, []).append((before, work, launch))
-    if not queued or len(queued) > max(1, int(steps * GAP_MAX_STEP_SHARE)):
-        return
-    for number, gaps in queued.items():
-        before, after, launch = max(gaps, key=lambda gap: gap[1].start - gap[0].end)
-        gap_us = after.start - before.end
-        overhead = [
-            span_ref(span)
-            for span in trace.overhead
-            if span.start < after.start and span.end > before.end
-        ]
-        yield (
-            f"In {step_label(number)} the GPU idles {gap_us:.1f} µs between "
-            f"{short_name(before.name)} and {short_name(after.name)}, although the latter was "
-            f"launched {before.end - launch.end:.1f} µs before the GPU went idle; "
-            f"{len(queued)} of {steps} steps show such a gap.",
-            {
-                "step": number,
-                "gap_us": us(gap_us),
-                "before": span_ref(before),
-                "after": span_ref(after),
-                "after_launch": span_ref(launch),
-                "steps_with_gap": sorted(queued),
-                "steps": steps,
-                "profiler_overhead": overhead,
-            },
+        if number is None or number != facts.step_number_of(before):
+            continue
+        gap = work.start - before_end
+        if gap > longest.get(number, 0.0):
+            longest[number] = gap
+        launch = trace.launch_of(work)
+        if gap >= floor_us and launch is not None:
+            found.append(_Idle(number, before, work, launch, before_end))
+    return found, longest
+
+
+class _HostSyncs:
+    """The trace's host sync calls (:data:`HOST_SYNC_CALLS`), searchable by their end."""
+
+    def __init__(self, trace: Any) -> None:
+        calls = [call for call in trace.runtime_calls if call.name in HOST_SYNC_CALLS]
+        self.calls = sorted(calls, key=lambda call: call.end)
+        self.ends = [call.end for call in self.calls]
+
+    def returning_between(self, start: float, end: float, lane: Any) -> Span | None:
+        """A sync on ``lane`` that began before ``start`` and returned in [start, end]."""
+        for index in range(bisect_left(self.ends, start), bisect_right(self.ends, end)):
+            call = self.calls[index]
+            if call.lane == lane and call.start <= start:
+                return call
+        return None
+
+
+def _cause_of(facts: Facts, idle: _Idle, syncs: _HostSyncs, requests: list[Span]) -> _Cause:
+    if idle.launched_late_us <= 0:
+        return _Cause()
+    start, end = idle.idle_from, idle.launch.start
+    # A sync returns once the GPU has run dry, which the CPU learns a little later.
+    sync = syncs.returning_between(start - facts.launch_latency_us, end, idle.launch.lane)
+    if sync is not None:
+        return _Cause(sync=sync)
+    request = next((r for r in requests if r.start < end and r.end > start), None)
+    return _Cause(request=request)
+
+
+def _idle_evidence(idle: _Idle) -> dict[str, Any]:
+    return {
+        "step": idle.step,
+        "gap_us": us(idle.gap_us),
+        "before": span_ref(idle.before),
+        "after": span_ref(idle.after),
+        "after_launch": span_ref(idle.launch),
+        "launched_after_idle_us": us(idle.launched_late_us),
+    }
+
+
+def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency: float) -> Hit:
+    trace = facts.trace
+    by_step: dict[int, tuple[_Idle, _Cause]] = {}
+    for idle, cause in after_sync:
+        if idle.step not in by_step or idle.gap_us > by_step[idle.step][0].gap_us:
+            by_step[idle.step] = (idle, cause)
+    gaps = [idle.gap_us for idle, _ in by_step.values()]
+    idle, cause = max(by_step.values(), key=lambda pair: pair[0].gap_us)
+    sync = cause.sync
+    assert sync is not None
+    ops = [span for span in trace.ancestors(sync) if span.cat == "cpu_op"]
+    outermost = ops[-1] if ops else None  # aten::item rather than _local_scalar_dense
+    under = f" under {outermost.name}" if outermost is not None else ""
+    steps = len(facts.steps)
+    return (
+        f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
+        f"{median(gaps):.1f} µs ({median(gaps) / latency:.0f} launch latencies of "
+        f"{latency:.1f} µs); the longest, {idle.gap_us:.1f} µs in {step_label(idle.step)}, "
+        f"follows {short_name(idle.before.name, 40)}: the CPU thread waited in "
+        f"{sync.name}{under} until the GPU ran dry, then took that long to launch "
+        f"{short_name(idle.after.name, 40)}.",
+        {
+            **_idle_evidence(idle),
+            "cause": "host sync",
+            "sync": span_ref(sync),
+            "sync_op": span_ref(outermost) if outermost is not None else None,
+            "steps_with_gap": sorted(by_step),
+            "steps": steps,
+            "median_gap_us": us(median(gaps)),
+            "gap_by_step_us": [
+                [number, us(by_step[number][0].gap_us)] for number in sorted(by_step)
+            ],
+            "launch_latency_us": us(latency),
+        },
+    )
+
+
+def _one_off_hit(
+    facts: Facts,
+    idle: _Idle,
+    cause: _Cause,
+    others_us: float,
+    standing_out: list[int],
+    latency: float,
+    longest_by_step: list[list[float]],
+) -> Hit:
+    steps = len(facts.steps)
+    evidence = {
+        **_idle_evidence(idle),
+        "others_longest_median_us": us(others_us),
+        "longest_idle_by_step_us": longest_by_step,
+        "steps_with_gap": standing_out,
+        "steps": steps,
+        "launch_latency_us": us(latency),
+    }
+    head = (
+        f"In {step_label(idle.step)} the GPU idles {idle.gap_us:.1f} µs between "
+        f"{short_name(idle.before.name, 40)} and {short_name(idle.after.name, 40)}, against a "
+        f"median of {others_us:.1f} µs for the other steps' longest idle"
+    )
+    if cause.held_back(idle):
+        evidence["cause"] = "held back"
+        tail = (
+            f"; the latter was launched {-idle.launched_late_us:.1f} µs before the GPU went "
+            "idle and nothing of this trace ran meanwhile: something outside it held the GPU "
+            "back (another process, the driver)"
         )
+    else:
+        assert cause.request is not None
+        evidence["cause"] = "buffer request"
+        evidence["request"] = span_ref(cause.request)
+        op = facts.innermost_cpu_op_at(cause.request.start, idle.launch)
+        during = f" during {op.name}" if op is not None else ""
+        tail = (
+            f"; the latter was launched {idle.launched_late_us:.1f} µs after the GPU ran dry, "
+            f"while the profiler's {BUFFER_REQUEST} ({cause.request.dur:.1f} µs{during}) held "
+            "the CPU thread: the profiler, not your code"
+        )
+    return head + tail + f" ({len(standing_out)} of {steps} steps stand out).", evidence
 
 
 @rule(
     "kernel-variance",
     "GPU lane",
-    see="""The same kernel, with the same launch configuration, taking noticeably different
-    times across steps.""",
-    means="""GPU clocks ramping, temperature, power management or driver housekeeping: the
-    hardware, not your code. Read the distribution in the trace, or the median, rather than
-    the mean alone.""",
+    see="""The same kernel, with the same launch configuration, far slower in some steps
+    than its median: by more than its usual spread and than a few launch latencies.""",
+    means="""Something competed with it for the GPU. The evidence names the slow steps and
+    what of the trace ran on the GPU at the same time (another stream's kernels or copies);
+    when nothing did, the cause is outside the trace: another process sharing the GPU
+    (time-slicing), or clocks lowered by power or temperature. Communication kernels are left
+    out (their time is mostly waiting for other ranks). Report the median, not the mean.""",
     severity="info",
+    example="auto_examples/plot_07_kernel_variance",
 )
 def kernel_variance(facts: Facts) -> Iterator[Hit]:
-    for name, kernels in facts.kernels_by_name.items():
-        if len(kernels) < VARIANCE_MIN_COUNT or not _varies(kernels):
-            continue
-        by_config: dict[str, list[Span]] = {}
-        for kernel in kernels:  # the same name can run different shapes
-            args = kernel.args
-            by_config.setdefault(repr((args.get("grid"), args.get("block"))), []).append(kernel)
-        for same in by_config.values():
-            if len(same) < VARIANCE_MIN_COUNT or not _varies(same):
+    """Kernels far slower in some steps than in the others, with what overlapped them.
+
+    Kernels are compared by role: the same name, grid and block, and the same rank among
+    such kernels in their step, over at least :data:`VARIANCE_MIN_COUNT` steps (and
+    :data:`VARIANCE_MIN_STEPS`). An instance is slow when it takes at least
+    :data:`VARIANCE_MIN_RATIO` times the role's median and exceeds it by at least
+    :data:`VARIANCE_MIN_LAUNCH_LATENCIES` launch latencies and :data:`VARIANCE_MIN_IQRS`
+    interquartile ranges. Communication kernels are left out. One finding per kernel and
+    configuration (its most deviant role), for the five most deviant kernels; each
+    slow instance lists the trace's other GPU work that overlapped it.
+    """
+    latency = facts.launch_latency_us
+    communication = facts.communication_ids
+    # A role: the same kernel, launch configuration and rank among its like in the step (the
+    # third bf16 GEMM of grid g), so that one name reused by layers of different sizes is
+    # compared with itself step by step, not with the other layers.
+    roles: dict[tuple[str, str, int], list[Span]] = {}
+    for step in facts.steps:
+        seen: Counter[tuple[str, str]] = Counter()
+        for work in step.gpu_work:
+            if work.cat != "kernel" or work.id in communication:
                 continue
-            typical = median(k.dur for k in same)
-            slow = [
-                k
-                for k in same
-                if k.dur >= VARIANCE_MIN_RATIO * typical
-                and k.dur - typical >= VARIANCE_MIN_EXCESS_US
-            ]
-            slowest = max(slow, key=lambda k: k.dur)
-            mean = sum(k.dur for k in same) / len(same)
-            number = facts.step_number_of(slowest)
-            where = f" in {step_label(number)}" if number is not None else ""
-            yield (
-                f"{short_name(name)} runs {len(same)}× with a median of {typical:.1f} µs but takes "
-                f"{slowest.dur:.1f} µs{where} ({slowest.dur / typical:.1f}×); the mean, "
-                f"{mean:.1f} µs, hides this.",
-                {
-                    "kernel": name,
-                    "grid": slowest.args.get("grid"),
-                    "block": slowest.args.get("block"),
-                    "count": len(same),
-                    "median_us": us(typical),
-                    "mean_us": us(mean),
-                    "min_us": us(min(k.dur for k in same)),
-                    "max_us": us(slowest.dur),
-                    "slow": [
-                        {**span_ref(k), "step": facts.step_number_of(k)} for k in slow[:_REPORTED]
-                    ],
-                },
-            )
+            args = work.args
+            kind = (work.name, repr((args.get("grid"), args.get("block"))))
+            roles.setdefault((*kind, seen[kind]), []).append(work)
+            seen[kind] += 1
+    found: dict[tuple[str, str], tuple[float, list[Span], list[Span], float, float, float]] = {}
+    for (name, config, _), same in roles.items():
+        if len(same) < max(VARIANCE_MIN_COUNT, VARIANCE_MIN_STEPS):
+            continue
+        durations = [k.dur for k in same]
+        typical = median(durations)
+        q1, _, q3 = statistics.quantiles(durations, n=4, method="inclusive")
+        least_excess = max(VARIANCE_MIN_LAUNCH_LATENCIES * latency, VARIANCE_MIN_IQRS * (q3 - q1))
+        slow = [
+            k
+            for k in same
+            if k.dur >= VARIANCE_MIN_RATIO * typical and k.dur - typical >= least_excess
+        ]
+        if not slow:
+            continue
+        ratio = max(k.dur for k in slow) / typical
+        known = found.get((name, config))
+        if known is None or ratio > known[0]:
+            found[(name, config)] = (ratio, same, slow, typical, q3 - q1, least_excess)
+    worst = sorted(found.items(), key=lambda item: -item[1][0])
+    for (name, _), (_, same, slow, typical, iqr, least_excess) in worst[:_REPORTED]:
+        yield _variance_hit(facts, name, same, slow, typical, iqr, least_excess, len(worst))
 
 
-def _varies(kernels: list[Span]) -> bool:
-    typical = median(k.dur for k in kernels)
-    longest = max(k.dur for k in kernels)
-    return longest >= VARIANCE_MIN_RATIO * typical and longest - typical >= VARIANCE_MIN_EXCESS_US
+def _variance_hit(
+    facts: Facts,
+    name: str,
+    same: list[Span],
+    slow: list[Span],
+    typical: float,
+    iqr: float,
+    least_excess: float,
+    kernels_found: int,
+) -> Hit:
+    slowest = max(slow, key=lambda k: k.dur)
+    mean = sum(k.dur for k in same) / len(same)
+    reported = sorted(slow, key=lambda k: -k.dur)[:_REPORTED]
+    slow_rows = []
+    for kernel in reported:
+        overlapping = _overlapping_work(facts, kernel)
+        slow_rows.append(
+            {
+                **span_ref(kernel),
+                "step": facts.step_number_of(kernel),
+                "overlapping": overlapping[:_REPORTED],
+                "overlap_us": us(sum(row["overlap_us"] for row in overlapping)),
+            }
+        )
+    number = facts.step_number_of(slowest)
+    where = f" in {step_label(number)}" if number is not None else ""
+    overlapped = slow_rows[0]["overlapping"]
+    if overlapped:
+        names = ", ".join(
+            f"{short_name(row['name'], 40)} (stream {row['stream']})" for row in overlapped[:2]
+        )
+        cause = f"other work of this trace ran on the GPU at the same time: {names}"
+    else:
+        cause = (
+            "nothing else of this trace ran on the GPU meanwhile: the cause is outside the "
+            "trace (another process sharing the GPU, or its clocks)"
+        )
+    steps = facts.step_numbers(slow)
+    return (
+        f"{short_name(name)} runs in {len(same)} steps with a median of {typical:.1f} µs (IQR "
+        f"{iqr:.1f} µs) but takes {slowest.dur:.1f} µs{where} ({slowest.dur / typical:.1f}×); "
+        f"{len(slow)} slow instance(s) in step(s) {steps[:_REPORTED]}; {cause}.",
+        {
+            "kernel": name,
+            "grid": slowest.args.get("grid"),
+            "block": slowest.args.get("block"),
+            "count": len(same),
+            "median_us": us(typical),
+            "iqr_us": us(iqr),
+            "mean_us": us(mean),
+            "min_us": us(min(k.dur for k in same)),
+            "max_us": us(slowest.dur),
+            "least_excess_us": us(least_excess),
+            "slow_steps": steps,
+            "slow": slow_rows,
+            "kernels_found": kernels_found,
+        },
+    )
+
+
+def _overlapping_work(facts: Facts, kernel: Span) -> list[dict[str, Any]]:
+    """The trace's other GPU work on ``kernel``'s device that overlapped it, longest overlap
+    first."""
+    work = facts.trace.gpu_work  # in start order
+    longest = max(w.dur for w in work)
+    rows = []
+    index = bisect_left(work, kernel.end, key=attrgetter("start"))
+    while index > 0:
+        index -= 1
+        other = work[index]
+        if other.start + longest <= kernel.start:
+            break  # nothing earlier can reach into the kernel
+        if other is kernel or other.lane.device != kernel.lane.device or other.end <= kernel.start:
+            continue
+        overlap = min(other.end, kernel.end) - max(other.start, kernel.start)
+        rows.append({**span_ref(other), "stream": other.lane.stream, "overlap_us": us(overlap)})
+    rows.sort(key=lambda row: -row["overlap_us"])
+    return rows
 
 
 @rule(

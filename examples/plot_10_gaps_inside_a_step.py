@@ -1,0 +1,303 @@
+"""
+Gaps inside a step: a host sync every step, the profiler once
+=============================================================
+
+*The GPU lane shows the GPU idle in the middle of a step. Is that your code or the
+profiler, and how do you tell from the trace?*
+
+The `Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ saw a gap between
+two kernels of one step on its A100, attributed it to another ``Activity Buffer Request``
+of the profiler, and confirmed it by recording more steps: the gap came back once, not in
+every step, so it was not the code. Its cheatsheet turns that into a row: a gap between two
+kernels in a single step is likely a buffer request.
+
+A trace can say more than "once or every time". For an idle stretch of the GPU it records
+when the next work was *launched* and what the CPU thread was doing meanwhile. We record
+two runs where the GPU idles inside a step for different reasons, and read both with the
+``intra-step-gap`` rule of :func:`~profiling_utils.rules.diagnose`.
+"""
+
+# %%
+# A host sync in every step
+# -------------------------
+# Three GEMMs per step, with the loss read on the CPU between the second and the third, as
+# a training loop does when it logs ``loss.item()``. ``item()`` copies the value to the
+# host and waits for it: the CPU stops issuing work until the GPU has finished everything
+# queued before. For comparison, the same step without the ``item()``.
+
+import matplotlib.pyplot as plt
+import torch
+
+from profiling_utils import capture, diagnose
+from profiling_utils.claims import claim
+from profiling_utils.render import (
+    Highlight,
+    findings_table,
+    plot_timeline,
+    trace_dir,
+    trace_links,
+)
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+n = 4096 if device == "cuda" else 256
+a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+
+
+def step_with_item():
+    y = (a @ b) @ b
+    loss = y.float().mean()
+    loss.item()  # the host sync
+    return a @ b
+
+
+def step_without_item():
+    y = (a @ b) @ b
+    loss = y.float().mean()
+    return a @ b, loss
+
+
+schedule = dict(label="step", warmup_iters=3, wait=1, warmup=1, active=10)
+synced = capture(
+    step_with_item, name=f"{n}_bf16_item-sync", out_dir=trace_dir(), **schedule
+)
+free = capture(
+    step_without_item, name=f"{n}_bf16_no-sync", out_dir=trace_dir(), **schedule
+)
+synced_gaps = diagnose(synced.trace, select=["intra-step-gap"])
+free_gaps = diagnose(free.trace, select=["intra-step-gap"])
+findings_table(synced_gaps, caption=synced.name)
+
+# %%
+# What the finding rests on. The rule scans each device's GPU work in time order for
+# stretches in which no stream ran, between two activities of the same step, that last at
+# least five times the trace's own launch latency (the median time from a launch call to
+# its GPU work when the GPU was idle): a threshold that follows the machine, since launches
+# take a few microseconds on an H100 and several times that on other GPUs.
+
+if synced_gaps:
+    evidence = synced_gaps[0].evidence
+    print(f"launch latency of this trace: {evidence['launch_latency_us']:.1f} µs")
+    per_step = ", ".join(f"{gap:.0f}" for _, gap in evidence["gap_by_step_us"])
+    print(f"idle after the copy, per step: {per_step} µs")
+    print(f"the sync: {evidence['sync']['name']} under {evidence['sync_op']['name']}")
+    print(
+        f"the next work was launched {evidence['launched_after_idle_us']:.1f} µs after "
+        "the GPU ran dry"
+    )
+else:
+    evidence = None
+    print("No idle stretch after a host sync in this run", end="")
+    print(
+        ": without a GPU, item() has nothing to wait for."
+        if not synced.has_gpu
+        else "."
+    )
+print(f"without the item(): {len(free_gaps)} intra-step-gap finding(s)")
+
+# %%
+# One step up close, the idle stretch marked:
+
+step = evidence["step"] if evidence else synced.trace.steps[0].number
+marks = []
+if evidence:
+    idle_from = evidence["before"]["start_us"] + evidence["before"]["dur_us"]
+    marks.append(Highlight(idle_from, evidence["after"]["start_us"], "GPU idle"))
+plot_timeline(synced.trace, step=step, highlights=marks, max_depth=3, title=synced.name)
+
+# %%
+# The copy to the host (``Memcpy DtoH``) is the last GPU work before the stretch; the CPU
+# sits in ``cudaStreamSynchronize`` until it is done, and only then returns to Python and
+# launches the third GEMM. The GPU waits for the whole way back. Everything the GPU had
+# queued ahead of the sync is drained, so the stretch comes back in every step: this is
+# your code, and the fix is to read the value less often, or later.
+
+if synced.has_gpu:
+    claim(
+        "intra-step-gap finds the GPU idle after a host sync",
+        bool(synced_gaps) and evidence["cause"] == "host sync",
+        findings=len(synced_gaps),
+    )
+    claim(
+        "the idle stretch after the sync shows in every recorded step",
+        evidence["steps_with_gap"] == [s.number for s in synced.trace.steps],
+        steps_with_gap=len(evidence["steps_with_gap"]),
+        steps=len(synced.trace.steps),
+    )
+    claim(
+        "the third GEMM was launched only after the GPU had run dry",
+        evidence["launched_after_idle_us"] > 0,
+        launched_after_idle_us=evidence["launched_after_idle_us"],
+    )
+    claim(
+        "without the item() the GPU never idles long enough for the rule",
+        not free_gaps,
+        findings=len(free_gaps),
+    )
+
+# %%
+# The profiler's buffer request, once
+# -----------------------------------
+# The post's case. The profiler collects GPU activity records in buffers that it hands to
+# NVIDIA's CUPTI; when one fills up, it asks for another, and the trace shows the time as
+# an ``Activity Buffer Request`` on the overhead row. A short run fills none after the
+# first (see :ref:`sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py`); a longer
+# one with many kernels does. We record forty training steps of a tiny transformer, a
+# loop whose every step launches hundreds of small kernels.
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, vocab=1024, dim=256, layers=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        layer = torch.nn.TransformerEncoderLayer(
+            dim, nhead=4, dim_feedforward=4 * dim, batch_first=True, norm_first=True
+        )
+        self.body = torch.nn.TransformerEncoder(
+            layer, layers, enable_nested_tensor=False
+        )
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.body(self.embed(tokens)))
+
+
+model = TinyTransformer().to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+batch = (16, 128) if device == "cuda" else (2, 32)
+tokens = torch.randint(0, 1024, batch, device=device)
+target = torch.randint(0, 1024, batch, device=device)
+
+
+def train_step():
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+        logits = model(tokens)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+train = capture(
+    train_step,
+    name="tiny_transformer_train_a40",
+    label="train_step",
+    out_dir=trace_dir(),
+    warmup_iters=3,
+    wait=1,
+    warmup=1,
+    active=40 if device == "cuda" else 5,
+)
+requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
+for request in requests:
+    inside = train.trace.step_of(request)
+    where = f"ProfilerStep#{inside.number}" if inside else "outside the steps"
+    print(f"Activity Buffer Request: {request.dur:.1f} µs, in {where}")
+if not requests:
+    print("No Activity Buffer Request in this run", end="")
+    print(": without a GPU there is no CUPTI." if not train.has_gpu else ".")
+train_gaps = diagnose(train.trace, select=["intra-step-gap"])
+findings_table(train_gaps, caption=train.name)
+
+# %%
+# Each step's longest idle stretch of the GPU, as the rule measured it:
+
+one_off = next((f for f in train_gaps if f.evidence["cause"] == "buffer request"), None)
+if one_off is not None:
+    numbers, longest = zip(*one_off.evidence["longest_idle_by_step_us"], strict=True)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    colors = [
+        "#d55e00" if s == one_off.evidence["step"] else "#56b4e9" for s in numbers
+    ]
+    ax.bar(numbers, longest, color=colors)
+    ax.set_xlabel("ProfilerStep#")
+    ax.set_ylabel("longest GPU idle (µs)")
+    ax.set_title("The step with the buffer request, against the others", loc="left")
+    fig.tight_layout()
+else:
+    print("No step stood out with a buffer request in this run: nothing to plot.")
+
+# %%
+# The rule reports a step as a one-off only against the other steps: its longest idle
+# stretch must be at least twice the median of theirs, in at most a third of the steps.
+# Zoomed to the stretch, with the request on the overhead row:
+
+if one_off is not None:
+    e = one_off.evidence
+    idle_from = e["before"]["start_us"] + e["before"]["dur_us"]
+    margin = 0.3 * e["gap_us"]
+    plot_timeline(
+        train.trace,
+        window=(idle_from - margin, e["after"]["start_us"] + margin),
+        highlights=[Highlight(idle_from, e["after"]["start_us"], "GPU idle")],
+        max_depth=3,
+        title=f"{train.name}: ProfilerStep#{e['step']}",
+    )
+
+# %%
+# What the H100 shows against the post's reading, in the recordings of this loop (the
+# claims box says whether this run agrees). The gap is the profiler's, and it shows once:
+# the post's test holds. But the request did not hold the GPU back with work queued. It
+# held the CPU thread, inside an operator, and the next kernel was launched only after the
+# GPU had run dry. That starves the GPU here because this loop is
+# overhead-bound: the GPU is rarely more than a few kernels ahead of the CPU, so anything
+# that stops the CPU for two milliseconds stops the GPU too. In a loop whose GPU is far
+# ahead, the same request would leave no gap at all.
+
+if train.has_gpu:
+    in_steps = [r for r in requests if train.trace.step_of(r) is not None]
+    claim(
+        "one Activity Buffer Request landed inside the forty recorded steps",
+        len(in_steps) == 1,
+        otherwise=f"{len(in_steps)} Activity Buffer Requests landed inside the steps",
+        requests_in_steps=len(in_steps),
+    )
+    claim(
+        "intra-step-gap reports the buffer request's step as a one-off",
+        one_off is not None,
+        otherwise="no buffer request starved the GPU in a recorded step of this run",
+        requests_in_steps=len(in_steps),
+    )
+    if one_off is not None:
+        late_us = one_off.evidence["launched_after_idle_us"]
+        claim(
+            "the next kernel was launched after the GPU ran dry: the request held the "
+            "CPU thread, not the GPU",
+            late_us > 0,
+            launched_after_idle_us=late_us,
+        )
+        claim(
+            "the idle stretch is longer than the request itself",
+            one_off.evidence["gap_us"] > one_off.evidence["request"]["dur_us"],
+            otherwise="the GPU still had work queued when the request began: the idle "
+            "stretch is shorter than the request",
+            gap_us=one_off.evidence["gap_us"],
+            request_us=one_off.evidence["request"]["dur_us"],
+        )
+
+# %%
+# Reading a gap inside a step
+# ---------------------------
+# - **Every step, after a host sync** (``item()``, printing a GPU value, ``nonzero``, a
+#   blocking copy): your code. The GPU drains and waits for the CPU's next launch.
+# - **Once, while an Activity Buffer Request holds the CPU**: the profiler. Recording more
+#   steps, as the post does, shows it once; a ``wait`` and ``warmup`` in the schedule do
+#   not keep a mid-run request out.
+# - **Once, with the next work launched before the GPU went idle**: something outside the
+#   trace held the GPU back, such as another process on the same GPU; see
+#   :ref:`sphx_glr_auto_examples_plot_07_kernel_variance.py`.
+# - **Every step, without a sync**: CPU launch time, the overhead-bound row's business
+#   (:ref:`sphx_glr_auto_examples_plot_01_overhead_vs_compute.py`).
+#
+# The traces
+# ----------
+
+trace_links(synced)
+
+# %%
+
+trace_links(free)
+
+# %%
+
+trace_links(train)
