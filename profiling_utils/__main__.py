@@ -4,4 +4,7 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# The guard keeps worker processes started by spawn (which import ``__main__``) from running
+# the command line again.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -52,18 +52,118 @@ import statistics
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from . import measures
 from .compare import compare
 from .errors import TraceError
+from .ranks import (
+    CrossRank,
+    Outcome,
+    RankProfile,
+    analyse_files,
+    cross_rank,
+    rank_profile,
+    trace_files,
+)
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .trace import Trace, load_trace
+from .tables import text_table
+from .trace import Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
 
 EXIT_BAD_TRACE = 2
+
+
+# -- several traces --------------------------------------------------------------------------
+
+
+def _is_multi(paths: Sequence[str]) -> bool:
+    """Several files, or a directory: the per-rank output (even for a directory of one)."""
+    return len(paths) > 1 or any(Path(path).is_dir() for path in paths)
+
+
+def _analyse(
+    args: argparse.Namespace, paths: Sequence[str], task: Callable[..., Any]
+) -> list[Outcome]:
+    """Each trace named by ``paths`` loaded and handed to ``task`` in a worker process."""
+    return analyse_files(
+        trace_files(paths), task, max_bytes=args.max_trace_bytes, workers=args.jobs
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _report_errors(outcomes: list[Outcome]) -> int:
+    """Print each unreadable file's line on stderr; the exit status (2 if there was one)."""
+    for outcome in outcomes:
+        if outcome.error is not None:
+            print(f"error: {outcome.error}", file=sys.stderr)
+    return EXIT_BAD_TRACE if any(o.error is not None for o in outcomes) else 0
+
+
+def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    return [{"files": list(o.files), "error": o.error} for o in outcomes if o.error is not None]
+
+
+def format_cross_rank(report: CrossRank) -> str:
+    """The readable text of the cross-rank analysis: the per-rank table, notes and findings."""
+    out = [f"Across ranks ({len(report.ranks)} traces)"]
+    rows = [
+        [
+            r.label,
+            r.content,
+            str(r.steps),
+            _us(r.median_step_us, 0),
+            _us(r.gpu_busy_us if r.content == "GPU" else None, 0),
+            _us(r.gpu_idle_us, 0),
+            str(r.collectives),
+            _us(r.collective_us if r.collectives else None, 0),
+            _us(r.wait_us, 0),
+            _us(r.transfer_us, 0),
+            str(r.last_arrivals) if r.wait_us is not None else "-",
+        ]
+        for r in report.ranks
+    ]
+    headers = [
+        "trace", "content", "steps", "median step", "GPU busy", "GPU idle",
+        "collectives", "in collectives", "wait", "transfer", "last",
+    ]  # fmt: skip
+    out += ["  (µs; wait: for a late rank to arrive; last: collectives it reached last)"]
+    out.append(text_table(headers, rows))
+    if report.steps:
+        out += ["", "  Steps across ranks (µs)"]
+        out.append(
+            text_table(
+                ["step", "ranks", "min", "median", "max", "spread", "longest on"],
+                [
+                    [
+                        str(s.step),
+                        str(s.ranks),
+                        _us(s.min_us, 0),
+                        _us(s.median_us, 0),
+                        _us(s.max_us, 0),
+                        f"{s.spread:.1%}",
+                        s.slowest,
+                    ]  # fmt: skip
+                    for s in report.steps
+                ],
+                indent="    ",
+            )
+        )
+    for note in report.notes:
+        out.append(f"  note: {note}")
+    out.append("")
+    for finding in report.findings:
+        out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
+    if not report.findings:
+        out.append("  No cross-rank finding.")
+    return "\n".join(out)
 
 
 # -- summary ----------------------------------------------------------------------------------
@@ -319,15 +419,36 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _summary_task(trace: Trace, top: int) -> tuple[RankProfile, dict[str, Any]]:
+    """Worker: one trace's profile for the cross-rank table and its summary."""
+    return rank_profile(trace), summarize(trace, top=top)
+
+
 def run_summary(args: argparse.Namespace) -> int:
-    """``summary``: print the summary of one trace as text or JSON."""
-    trace = load_trace(args.trace)
-    summary = summarize(trace, file=args.trace, top=args.top)
+    """``summary``: one trace's summary, or the per-rank table of several, as text or JSON."""
+    outcomes = _analyse(args, args.traces, partial(_summary_task, top=args.top))
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not _is_multi(args.traces):
+        for _, summary in done:
+            print(
+                json.dumps(summary, indent=2, allow_nan=False)
+                if args.json
+                else format_summary(summary)
+            )
+        return status
+    report = cross_rank([profile for profile, _ in done])
     if args.json:
-        print(json.dumps(summary, indent=2, allow_nan=False))
+        document = {
+            "traces": [summary for _, summary in done],
+            "errors": _errors(outcomes),
+            "cross_rank": report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(format_summary(summary))
-    return 0
+        print(format_cross_rank(report))
+        print("\n(summary FILE shows one trace in full; --json holds every trace's summary.)")
+    return status
 
 
 def _summary_keys_help() -> str:
@@ -347,8 +468,9 @@ def add_summary_parser(subcommands: Any) -> None:
         epilog="JSON keys:\n" + _summary_keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("trace", help="a trace written by torch.profiler (.json or .json.gz)")
+    _add_traces_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="kernel names to list (default 10)"
     )
@@ -387,20 +509,40 @@ def _rule_id_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _diagnose_task(
+    trace: Trace, select: list[str] | None, ignore: list[str] | None
+) -> tuple[RankProfile, dict[str, Any], str]:
+    """Worker: one trace's profile for the cross-rank table and its findings (JSON and text)."""
+    findings = diagnose(trace, select=select, ignore=ignore)
+    return rank_profile(trace), diagnosis_dict(trace, findings), format_diagnosis(trace, findings)
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
-    """``diagnose``: print the cheatsheet's findings for one trace as text or JSON."""
+    """``diagnose``: the cheatsheet's findings for each trace, and across ranks, as text or JSON."""
     try:
         select_rules(args.select, args.ignore)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_TRACE
-    trace = load_trace(args.trace)
-    findings = diagnose(trace, select=args.select, ignore=args.ignore)
+    task = partial(_diagnose_task, select=args.select, ignore=args.ignore)
+    outcomes = _analyse(args, args.traces, task)
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not _is_multi(args.traces):
+        for _, document, text in done:
+            print(json.dumps(document, indent=2) if args.json else text)
+        return status
+    report = cross_rank([profile for profile, _, _ in done])
     if args.json:
-        print(json.dumps(diagnosis_dict(trace, findings, file=args.trace), indent=2))
+        document = {
+            "traces": [document for _, document, _ in done],
+            "errors": _errors(outcomes),
+            "cross_rank": report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(format_diagnosis(trace, findings, file=args.trace))
-    return 0
+        print("\n\n".join([*(text for _, _, text in done), format_cross_rank(report)]))
+    return status
 
 
 def add_diagnose_parser(subcommands: Any) -> None:
@@ -416,8 +558,9 @@ def add_diagnose_parser(subcommands: Any) -> None:
         epilog=f"{DIAGNOSE_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("trace", help="a trace written by torch.profiler (.json or .json.gz)")
+    _add_traces_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.add_argument(
         "--select",
         type=_rule_id_list,
@@ -435,14 +578,50 @@ def add_diagnose_parser(subcommands: Any) -> None:
     parser.set_defaults(handler=run_diagnose)
 
 
+def _compare_task(
+    baseline: Trace, trace: Trace
+) -> tuple[RankProfile, RankProfile, dict[str, Any], str]:
+    """Worker: both traces' profiles for the cross-rank tables and their comparison."""
+    comparison = compare(baseline, trace)
+    return rank_profile(baseline), rank_profile(trace), comparison.to_dict(), comparison.to_text()
+
+
 def run_compare(args: argparse.Namespace) -> int:
-    """``compare``: print two traces side by side as text or JSON."""
-    comparison = compare(load_trace(args.baseline), load_trace(args.trace))
+    """``compare``: two traces side by side, or two runs rank by rank, as text or JSON."""
+    baselines, traces = trace_files([args.baseline]), trace_files([args.trace])
+    if len(baselines) != len(traces):
+        print(
+            f"error: {args.baseline} holds {len(baselines)} trace(s) and {args.trace} "
+            f"{len(traces)}: compare pairs them rank by rank",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_TRACE
+    pairs = list(zip(baselines, traces, strict=True))
+    outcomes = analyse_files(
+        pairs, _compare_task, max_bytes=args.max_trace_bytes, workers=args.jobs
+    )
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not _is_multi([args.baseline]) and not _is_multi([args.trace]):
+        for _, _, document, text in done:
+            print(json.dumps(document, indent=2) if args.json else text)
+        return status
+    baseline_report = cross_rank([a for a, _, _, _ in done])
+    trace_report = cross_rank([b for _, b, _, _ in done])
     if args.json:
-        print(json.dumps(comparison.to_dict(), indent=2))
+        document = {
+            "pairs": [document for _, _, document, _ in done],
+            "errors": _errors(outcomes),
+            "baseline_cross_rank": baseline_report.to_dict(),
+            "trace_cross_rank": trace_report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(comparison.to_text())
-    return 0
+        texts = [text for _, _, _, text in done]
+        texts.append("Baseline " + format_cross_rank(baseline_report))
+        texts.append("Trace " + format_cross_rank(trace_report))
+        print("\n\n".join(texts))
+    return status
 
 
 def add_compare_parser(subcommands: Any) -> None:
@@ -457,10 +636,41 @@ def add_compare_parser(subcommands: Any) -> None:
         epilog=COMPARE_JSON_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("baseline", help="the reference trace (e.g. the eager run)")
-    parser.add_argument("trace", help="the trace to compare with it (e.g. the compiled run)")
+    parser.add_argument(
+        "baseline", help="the reference trace (e.g. the eager run), or a directory of its ranks"
+    )
+    parser.add_argument(
+        "trace",
+        help="the trace to compare with it (e.g. the compiled run), or a directory of its ranks",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.set_defaults(handler=run_compare)
+
+
+def _add_traces_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="a trace written by torch.profiler (.json or .json.gz); several files or a "
+        "directory of per-rank traces give the per-rank table and the cross-rank findings",
+    )
+
+
+def _add_loading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-trace-bytes",
+        type=int,
+        metavar="N",
+        help="refuse a trace whose decompressed size is over N bytes (default: no limit)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="traces to load at once, each in its own process (default: one per core)",
+    )
 
 
 # -- entry point ------------------------------------------------------------------------------
