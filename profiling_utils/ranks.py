@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import re
@@ -409,11 +410,25 @@ def _offsets_us(profiles: Sequence[RankProfile]) -> list[float]:
     return [(p.clock_base_ns - reference) / 1000 for p in profiles]
 
 
-def _waits(
-    profiles: Sequence[RankProfile],
-) -> tuple[list[float], list[float], list[int], list[float], int, int]:
-    """Wait and transfer per rank, last arrivals per rank, wait caused per rank, matched
-    collectives, and collectives found on one rank only."""
+@dataclass(frozen=True, slots=True)
+class _Waits:
+    wait: list[float]
+    transfer: list[float]
+    last: list[int]
+    caused: list[float]
+    matched: int = 0
+    alone: int = 0
+    """Collectives found on one rank only."""
+    apart: int = 0
+    """Collectives whose kernels do not overlap across ranks: not the same call."""
+
+
+def _waits(profiles: Sequence[RankProfile]) -> _Waits:
+    """Wait and transfer per rank, collectives reached last and wait caused per rank."""
+    count = len(profiles)
+    result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count)
+    if len({p.clock for p in profiles}) > 1:
+        return result
     offsets = _offsets_us(profiles)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
     for position, profile in enumerate(profiles):
@@ -422,23 +437,25 @@ def _waits(
             by_key.setdefault(key, []).append(
                 (position, call.start_us + offsets[position], call.dur_us)
             )
-    count = len(profiles)
-    wait, transfer = [0.0] * count, [0.0] * count
-    last, caused = [0] * count, [0.0] * count
-    matched = unmatched = 0
+    matched = alone = apart = 0
     for arrivals in by_key.values():
         if len({position for position, _, _ in arrivals}) < 2:
-            unmatched += 1
+            alone += 1
+            continue
+        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
+        # Every rank's kernel of one collective runs until the last rank has arrived; kernels
+        # that do not overlap belong to different calls (or the clocks disagree).
+        if latest_start > min(start + duration for _, start, duration in arrivals):
+            apart += 1
             continue
         matched += 1
-        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
-        last[latest_position] += 1
+        result.last[latest_position] += 1
         for position, start, duration in arrivals:
-            waited = min(duration, latest_start - start)
-            wait[position] += waited
-            transfer[position] += duration - waited
-            caused[latest_position] += waited
-    return wait, transfer, last, caused, matched, unmatched
+            waited = latest_start - start
+            result.wait[position] += waited
+            result.transfer[position] += duration - waited
+            result.caused[latest_position] += waited
+    return dataclasses.replace(result, matched=matched, alone=alone, apart=apart)
 
 
 def _median(values: list[float]) -> float | None:
@@ -500,16 +517,18 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     ranks = [p.rank for p in profiles if p.rank is not None]
     if len(set(ranks)) < len(ranks):
         notes.append("several traces claim the same rank: are they from one run?")
-    if len(clocks) > 1:
-        count = len(profiles)
-        wait, transfer = [0.0] * count, [0.0] * count
-        last, caused, matched, unmatched = [0] * count, [0.0] * count, 0, 0
-    else:
-        wait, transfer, last, caused, matched, unmatched = _waits(profiles)
-    if unmatched:
+    waits = _waits(profiles)
+    matched = waits.matched
+    if waits.alone:
         notes.append(
-            f"{unmatched} collective(s) found on one rank only (a trace cut at another point, "
+            f"{waits.alone} collective(s) found on one rank only (a trace cut at another point, "
             "or a group whose other ranks were not given)"
+        )
+    if waits.apart:
+        notes.append(
+            f"{waits.apart} collective(s) left out: their kernels do not overlap across ranks, "
+            "so they are not one call (the traces start at different collectives, or the "
+            "hosts' clocks disagree)"
         )
     if matched:
         notes.append(
@@ -532,13 +551,13 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
                 gpu_idle_us=profile.gpu_idle_us,
                 collectives=len(profile.collectives),
                 collective_us=profile.collective_us,
-                wait_us=wait[position] if matched and profile.collectives else None,
-                transfer_us=transfer[position] if matched and profile.collectives else None,
-                last_arrivals=last[position],
+                wait_us=waits.wait[position] if matched and profile.collectives else None,
+                transfer_us=waits.transfer[position] if matched and profile.collectives else None,
+                last_arrivals=waits.last[position],
             )
         )
     spreads = _step_spreads(profiles, labels)
-    straggler = _straggler(rows, caused, matched)
+    straggler = _straggler(rows, waits.caused, matched)
     findings = _findings(rows, spreads, straggler)
     return CrossRank(rows, spreads, matched, straggler, findings, notes)
 
