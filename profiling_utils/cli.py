@@ -40,6 +40,13 @@ exits with status 2 (the status argparse uses for bad usage).
 ``diagnose TRACE [--json] [--select IDS] [--ignore IDS]`` applies the trace reading cheatsheet
 (:mod:`profiling_utils.rules`); ``compare BASELINE TRACE [--json]`` puts two traces side by side
 (:mod:`profiling_utils.compare`). Their JSON output is described in their ``--help``.
+
+Given several traces, or a directory of per-rank traces, ``summary`` and ``diagnose`` load each
+in its own process, as many at once as there are cores, and add the comparison of the ranks
+(:mod:`profiling_utils.ranks`); ``compare`` takes two directories and pairs their traces in
+file-name order. A file that cannot be read gives its one line on stderr, the others are
+still reported, and the exit status is 2. The JSON of several traces is described in
+``MULTI_RANK_JSON_HELP``.
 """
 
 from __future__ import annotations
@@ -164,6 +171,51 @@ def format_cross_rank(report: CrossRank) -> str:
     if not report.findings:
         out.append("  No cross-rank finding.")
     return "\n".join(out)
+
+
+_CROSS_RANK_KEYS = """\
+  {ranks, steps, matched_collectives, straggler, findings, notes}
+    ranks        [{label, rank, file, device, content, steps, median_step_us, gpu_busy_us,
+                 gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
+                 last_arrivals}] in rank order. label is "rank N", or the file name when the
+                 trace records no distributedInfo.rank; content is "GPU", "CPU only" or
+                 "no events"; collective_us is the collectives' kernel time, split into
+                 wait_us (waiting for the last rank to arrive: skew) and transfer_us (the
+                 rest), both null when no collective could be matched across ranks;
+                 last_arrivals counts the matched collectives this rank reached last.
+    steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
+                 of each step number that two traces or more have; spread = (max - min) /
+                 median; slowest is the label of the longest.
+    matched_collectives  collectives found on two ranks or more with the same process
+                 group, position in that group and op, whose kernels overlap in time.
+    straggler    {label, rank, basis, last_arrivals, matched, caused_wait_us,
+                 median_step_us}, the rank the others wait for, or null. basis
+                 "collectives": it reaches collectives last and caused_wait_us is the
+                 others' wait for it; "steps": nothing matched, its steps are the longest.
+    findings     [{rule, table, severity, message, evidence}]: rank-straggler,
+                 collective-skew, rank-gpu-idle, rank-step-spread (table "Across ranks").
+    notes        caveats: clocks, ranks missing or repeated, collectives left out.
+  Ranks are lined up on absolute time (baseTimeNanoseconds + ts; ts alone in traces older
+  than torch 2.4), so the numbers hold as far as the hosts' clocks agree."""
+
+MULTI_RANK_JSON_HELP = f"""\
+Several traces (several files, or a directory of per-rank traces): each loads in its own
+process, as many at once as there are cores (--jobs). JSON (--json): one object
+  traces      the single-trace object above, for each trace that could be read, in file order
+  errors      [{{files, error}}] for each file that could not be read; error is "FILE: what is
+              wrong", the line printed on stderr
+  cross_rank{_CROSS_RANK_KEYS}
+Exit status: 0 when every trace was read; 2 when one could not be (the others are still
+reported), with one line on stderr per unreadable file."""
+
+COMPARE_MULTI_RANK_JSON_HELP = f"""\
+Two directories of per-rank traces: their traces are paired in file-name order (rank-0 with
+rank-0), each pair compared in its own process. JSON (--json): one object
+  pairs       the object above for each pair whose traces could both be read
+  errors      [{{files, error}}] for each pair with a file that could not be read
+  baseline_cross_rank  the comparison of BASELINE's ranks, with the keys below
+  trace_cross_rank{_CROSS_RANK_KEYS}
+Exit status: 2 as well when the directories hold different numbers of traces."""
 
 
 # -- summary ----------------------------------------------------------------------------------
@@ -465,7 +517,7 @@ def add_summary_parser(subcommands: Any) -> None:
         "summary",
         help="steps, lanes, top kernels and the measurements of one trace",
         description="Summarize one trace: readable text, or one JSON object with --json.",
-        epilog="JSON keys:\n" + _summary_keys_help(),
+        epilog=f"JSON keys (--json):\n{_summary_keys_help()}\n{MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_traces_argument(parser)
@@ -555,7 +607,9 @@ def add_diagnose_parser(subcommands: Any) -> None:
             "grouped by cheatsheet table, the most important first. (compile-cpu-tax needs "
             "an eager baseline: compare reports it.)"
         ),
-        epilog=f"{DIAGNOSE_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}",
+        epilog=(
+            f"{DIAGNOSE_JSON_HELP}\n\n{MULTI_RANK_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_traces_argument(parser)
@@ -633,7 +687,7 @@ def add_compare_parser(subcommands: Any) -> None:
             "Compare TRACE with BASELINE: per-step CPU and GPU time, kernel and launch "
             "counts, ops and kernels only in one of them, and compile-cpu-tax."
         ),
-        epilog=COMPARE_JSON_HELP,
+        epilog=f"{COMPARE_JSON_HELP}\n\n{COMPARE_MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -305,11 +305,5 @@ def test_help_documents_the_multi_rank_json(command: str, capsys) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
     help_text = capsys.readouterr().out
-    for key in ("errors", "cross_rank", "straggler", "wait_us", "transfer_us"):
+    for key in ("errors", "cross_rank", "matched_collectives", "caused_wait_us", "last_arrivals"):
         assert key in help_text
-
-
-def test_cli_reference_documents_every_cross_rank_key() -> None:
-    reference = (Path(__file__).parents[1] / "docs" / "reference" / "cli.md").read_text()
-    for key in ("cross_rank", "matched_collectives", "last_arrivals", "caused_wait_us", "notes"):
-        assert key in reference
