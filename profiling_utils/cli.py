@@ -12,7 +12,8 @@ Commands:
     - ``file``: the trace path as given.
     - ``spans``: number of complete events; ``duration_us``: end of the last one (µs from the
       first); ``has_gpu``: whether there is any GPU work.
-    - ``devices``: ``[{id, name, sm_count, total_memory_bytes, compute_capability}]``;
+    - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
+      compute_capability, description}]``;
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` sums
@@ -304,7 +305,10 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "spans": len(trace.spans),
         "duration_us": max((s.end for s in trace.spans), default=0.0),
         "has_gpu": trace.has_gpu,
-        "devices": [dataclasses.asdict(device) for device in trace.devices],
+        "devices": [
+            {**dataclasses.asdict(device), "description": device.describe()}
+            for device in trace.devices
+        ],
         "cuda_runtime_version": trace.cuda_runtime_version,
         "cuda_driver_version": trace.cuda_driver_version,
         "cupti_version": trace.cupti_version,
@@ -318,7 +322,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
                 "device": lane.device,
                 "stream": lane.stream,
                 "spans": len(trace.lane_spans(lane)),
-                "busy_us": sum(s.dur for s in trace.lane_spans(lane) if s.depth == 0),
+                "busy_us": measures.lane_busy_us(trace, lane),
             }
             for lane in trace.lanes
         ],
@@ -368,14 +372,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
     for device in summary["devices"]:
-        facts = []
-        if device["sm_count"] is not None:
-            facts.append(f"{device['sm_count']} SMs")
-        if device["total_memory_bytes"] is not None:
-            facts.append(_bytes(device["total_memory_bytes"]))
-        if device["compute_capability"] is not None:
-            facts.append("compute {}.{}".format(*device["compute_capability"]))
-        out.append(f"  GPU {device['id']}: {device['name']} ({', '.join(facts)})")
+        memory = device["total_memory_bytes"]
+        size = "" if memory is None else f", {_bytes(memory)}"
+        out.append(f"  GPU {device['id']}: {device['description']}{size}")
     versions = [
         f"{label} {summary[key]}"
         for label, key in (

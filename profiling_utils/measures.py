@@ -4,6 +4,8 @@ Each function returns frozen dataclasses whose field names carry their units (``
 microseconds, ``_bytes``, ``_gb_s`` for GB/s, ``_fraction`` for 0..1) and a ``to_dict()`` that
 gives plain JSON values (spans become small dicts: id, name, cat, lane, start_us, dur_us).
 
+- :func:`gpu_busy_us`: how long the GPU (or one GPU lane) ran kernels, copies or memsets.
+- :func:`lane_busy_us`: the busy time of any lane (the one definition every report uses).
 - :func:`step_times`: per step, CPU duration, GPU busy time and GPU idle fraction.
 - :func:`launch_delays`: per GPU activity, launch call start to GPU start.
 - :func:`lane_offset`: per step, how far the GPU lane runs behind the CPU lane.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .trace import Span, Step, Trace
+from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
 
 __all__ = [
     "PLANNING_CALL_PREFIXES",
@@ -40,6 +42,8 @@ __all__ = [
     "KernelLaunch",
     "MemoryCopy",
     "CompileInfo",
+    "gpu_busy_us",
+    "lane_busy_us",
     "step_times",
     "launch_delays",
     "lane_offset",
@@ -132,19 +136,47 @@ class StepTime(_Result):
     """Kernels, copies and memsets launched in the step."""
 
 
-def _union_us(spans: list[Span] | tuple[Span, ...]) -> float:
-    """Length of the union of the spans' intervals."""
-    total, current_start, current_end = 0.0, None, None
-    for span in sorted(spans, key=lambda s: s.start):
-        if current_end is None or span.start > current_end:
+def _union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = False) -> float:
+    """Length of the union of the spans' intervals (sorted first unless already in order)."""
+    total = 0.0
+    current_start = current_end = None
+    for span in spans if in_start_order else sorted(spans, key=_START):
+        start = span.start
+        if current_end is None or start > current_end:
             if current_end is not None:
                 total += current_end - current_start
-            current_start, current_end = span.start, span.end
+            current_start, current_end = start, start + span.dur
         else:
-            current_end = max(current_end, span.end)
+            end = start + span.dur
+            if end > current_end:
+                current_end = end
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+def gpu_busy_us(trace: Trace, lane: Lane | None = None) -> float:
+    """How long GPU work ran: the union of kernels, memcpys and memsets, overlaps counted once.
+
+    ``gpu_user_annotation`` spans (``record_function`` labels drawn on GPU lanes) and sync
+    events are never busy time: they mark a range, the GPU may sit idle inside it.
+
+    Args:
+        trace: The loaded trace.
+        lane: One GPU lane (a stream); ``None`` for every GPU lane of the trace together.
+    """
+    if lane is None:
+        return _union_us(trace.gpu_work, in_start_order=True)
+    work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
+    return _union_us(work, in_start_order=True)
+
+
+def lane_busy_us(trace: Trace, lane: Lane) -> float:
+    """The busy time of one lane: :func:`gpu_busy_us` for a GPU lane, the union of the
+    lane's spans for any other (CPU thread, overhead track)."""
+    if lane.kind == "gpu":
+        return gpu_busy_us(trace, lane)
+    return _union_us(trace.lane_spans(lane), in_start_order=True)
 
 
 def step_times(trace: Trace) -> list[StepTime]:
@@ -317,6 +349,7 @@ class GpuGap(_Result):
 
 
 _SPAN_ID = attrgetter("id")
+_START = attrgetter("start")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:

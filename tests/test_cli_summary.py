@@ -69,7 +69,7 @@ def test_json_summary_of_every_fixture(capsys, name: str) -> None:
 def test_text_summary_of_every_fixture(capsys, name: str) -> None:
     status, out, err = run_cli(capsys, "summary", str(gpu_fixture(name)))
     assert (status, err) == (0, "")
-    assert "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB, compute 9.0)" in out
+    assert "GPU 0: NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0, 79.2 GiB" in out
     assert "CUDA runtime 13.0" in out
     for heading in ("Lanes", "Steps (µs)", "Top kernels", "Launch APIs", "torch.compile"):
         assert heading in out
