@@ -145,7 +145,9 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
     steps = trace.steps
-    device = _device(trace) or "no GPU recorded"
+    device = _device(trace) or (
+        "GPU work recorded, GPU model not" if trace.has_gpu else "no GPU recorded"
+    )
     warnings = sum(f.severity == "warning" for f in findings)
     header = [
         str(trace.path) if file is None else file,
