@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from . import measures
+from . import comm, measures
 from .errors import TraceError
 from .rules import Finding
 from .trace import Trace, load_trace
@@ -269,7 +269,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
     base = trace.base_time_ns
     origin = trace.origin_us
     times = measures.step_times(trace)
-    busy = _gpu_busy_us(trace)
+    busy = measures.gpu_busy_us(trace)
     by_step = {t.step: t for t in times}
     steps = tuple(
         RankStep(
@@ -283,13 +283,13 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
     )
     calls = tuple(
         CollectiveCall(c.group or "default", c.index, c.op, origin + c.span.start, c.span.dur)
-        for c in _collectives(trace)
+        for c in comm.collectives(trace)
     )
     devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
     return RankProfile(
         file=str(trace.path) if file is None else file,
-        rank=_distributed(trace, "rank"),
-        world_size=_distributed(trace, "world_size"),
+        rank=trace.rank,
+        world_size=trace.world_size,
         device=", ".join(devices) or None,
         content=_content(trace),
         clock="absolute ts" if base is None else "baseTimeNanoseconds",
@@ -679,40 +679,8 @@ def _findings(
     return findings
 
 
-# -- TEMPORARY shims until the model (A) and comm (C) branches land --------------------------
+# -- TEMPORARY shim until load_trace(max_bytes=...) lands from branch model ------------------
 
 
 def _load(path: str, max_bytes: int | None) -> Trace:
     return load_trace(path)
-
-
-def _gpu_busy_us(trace: Trace) -> float:
-    return measures._union_us(trace.gpu_work)
-
-
-def _distributed(trace: Trace, key: str) -> int | None:
-    info = trace.metadata.get("distributedInfo")
-    value = info.get(key) if isinstance(info, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Collective:
-    span: Any
-    op: str
-    group: str | None
-    index: int
-
-
-def _collectives(trace: Trace) -> list[_Collective]:
-    found: list[_Collective] = []
-    counts: dict[str | None, int] = {}
-    for kernel in trace.kernels:
-        if not kernel.name.startswith("nccl"):
-            continue
-        group = kernel.args.get("Process Group Name")
-        op = kernel.args.get("Collective name") or kernel.name.split("_")[1]
-        index = counts.get(group, 0)
-        counts[group] = index + 1
-        found.append(_Collective(kernel, str(op), group, index))
-    return found
