@@ -189,8 +189,11 @@ class CollectiveCall:
     group: str
     """The process group (``"default"`` when the trace does not name one)."""
     index: int
-    """Position among this rank's collectives of the same group, from 0: the k-th collective
-    of a group on every rank is the same call."""
+    """Position among this rank's collectives of the same group and op, from 0: the k-th
+    all_reduce of a group is the same call on every rank. (NCCL needs every rank to issue a
+    communicator's collectives in one order, so this pairs as the position in the group does;
+    in older traces that do not name the group, collectives of different communicators
+    interleave differently on each rank, and the op keeps them apart.)"""
     op: str
     """``all_reduce``, ``all_to_all``, ``_all_gather_base``..."""
     start_us: float
@@ -281,10 +284,13 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         )
         for s in trace.steps
     )
-    calls = tuple(
-        CollectiveCall(c.group or "default", c.index, c.op, origin + c.span.start, c.span.dur)
-        for c in comm.collectives(trace)
-    )
+    calls = []
+    seen: dict[tuple[str, str], int] = {}
+    for collective in comm.collectives(trace):
+        key = (collective.group or "default", collective.op)
+        index = seen[key] = seen.get(key, -1) + 1
+        span = collective.span
+        calls.append(CollectiveCall(key[0], index, key[1], origin + span.start, span.dur))
     devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
     return RankProfile(
         file=str(trace.path) if file is None else file,
@@ -297,7 +303,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         steps=steps,
         gpu_busy_us=busy,
         gpu_idle_us=_gpu_idle_us(trace, times, busy),
-        collectives=calls,
+        collectives=tuple(calls),
     )
 
 
@@ -488,6 +494,8 @@ def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[St
 _TABLE = "Across ranks"
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
+_WAIT_WARNING_SHARE = 0.05
+"""A straggler whose wait costs the others 5% of their step time or more is worth acting on."""
 
 
 def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
@@ -595,11 +603,13 @@ def _findings(
     ]
     if straggler is not None and straggler.basis == "collectives":
         other_steps = _median([r.median_step_us for r in others if r.median_step_us is not None])
+        others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
+        share = straggler.caused_wait_us / others_time if others_time else None
         findings.append(
             Finding(
                 "rank-straggler",
                 _TABLE,
-                "warning",
+                "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
                 f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
                 f"{straggler.matched} collectives last, and the other ranks waited "
                 f"{_us(straggler.caused_wait_us)} in them for it. Its median step "
@@ -613,6 +623,7 @@ def _findings(
                     "caused_wait_us": straggler.caused_wait_us,
                     "median_step_us": straggler.median_step_us,
                     "others_median_step_us": other_steps,
+                    "caused_wait_share_of_others_steps": share,
                 },
             )
         )
@@ -631,7 +642,7 @@ def _findings(
     waited = [r for r in rows if r.wait_us]
     if waited:
         total_wait = sum(r.wait_us or 0.0 for r in rows)
-        total = sum(r.collective_us for r in rows if r.wait_us is not None)
+        total = total_wait + sum(r.transfer_us or 0.0 for r in rows)
         worst = max(waited, key=lambda r: r.wait_us or 0.0)
         findings.append(
             Finding(
