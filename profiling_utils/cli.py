@@ -27,6 +27,9 @@ Commands:
       footprint}]``; ``apis`` and ``planning_calls`` map a call name to a count, ``footprint``
       is the first instance's ``{registers_per_thread, shared_memory_bytes, grid, block,
       blocks_per_sm, warps_per_sm, occupancy_pct}``.
+    - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
+      total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
+      direct children's on the same thread, never negative.
     - ``launch_apis``: kernels per launch API (``"unknown"`` when the launch is not in the
       trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
@@ -328,6 +331,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         ],
         "steps": _steps(trace),
         "top_kernels": kernels,
+        "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
         "planning_calls": dict(planning.most_common()),
         "memory": _memory(trace),
@@ -386,7 +390,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     if versions:
         out.append("  " + ", ".join(versions))
-    gpu = "GPU work recorded" if summary["has_gpu"] else "no GPU work (CPU-only trace)"
+    if not summary["spans"]:
+        gpu = "no events"
+    else:
+        gpu = "GPU work recorded" if summary["has_gpu"] else "no GPU work (CPU-only trace)"
     out.append(f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs; {gpu}")
 
     out += ["", "Lanes"]
@@ -431,6 +438,16 @@ def format_summary(summary: dict[str, Any]) -> str:
             if k["outlier_steps"]:
                 steps = ", ".join(str(n) for n in k["outlier_steps"])
                 out.append(f"{'':>8}outlier steps: {steps}")
+    else:
+        out.append("  none")
+
+    out += ["", "Top CPU operators by self time (µs)"]
+    if summary["top_cpu_ops"]:
+        rows = [
+            [_short(op["name"], 60), f"{op['calls']:,}", _us(op["self_us"]), _us(op["total_us"])]
+            for op in summary["top_cpu_ops"]
+        ]
+        out.append(text_table(["operator", "calls", "self", "total"], rows))
     else:
         out.append("  none")
     out += [

@@ -42,6 +42,7 @@ __all__ = [
     "KernelLaunch",
     "MemoryCopy",
     "CompileInfo",
+    "OpStats",
     "gpu_busy_us",
     "lane_busy_us",
     "step_times",
@@ -54,6 +55,7 @@ __all__ = [
     "kernel_launches",
     "memory_copies",
     "compiled_regions",
+    "op_stats",
     "span_dict",
 ]
 
@@ -685,3 +687,35 @@ def compiled_regions(trace: Trace) -> CompileInfo:
             s for s in trace.find("cudaGraphLaunch") if s.cat in ("cuda_runtime", "cuda_driver")
         ),
     )
+
+
+# -- CPU operators ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats(_Result):
+    """All calls of one CPU operator (``cpu_op`` name), as ``key_averages()`` groups them."""
+
+    name: str
+    calls: int
+    self_us: float
+    """Time in the op itself: each call's duration less its direct children's on the same
+    thread (ops, runtime calls, annotations), never below 0."""
+    total_us: float
+    """Sum of the calls' durations (a call nested in a call of the same op counts twice, as in
+    ``key_averages()``)."""
+
+
+def op_stats(trace: Trace) -> list[OpStats]:
+    """Calls, self time and total time of every CPU operator, largest self time first."""
+    calls: dict[str, list[float]] = {}
+    for op in trace.cpu_ops:
+        children = sum(child.dur for child in trace.children(op))
+        calls.setdefault(op.name, [0, 0.0, 0.0])
+        entry = calls[op.name]
+        entry[0] += 1
+        entry[1] += max(0.0, op.dur - children)
+        entry[2] += op.dur
+    stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
+    stats.sort(key=lambda s: (-s.self_us, s.name))
+    return stats

@@ -34,6 +34,7 @@ SUMMARY_KEYS = {
     "lanes",
     "steps",
     "top_kernels",
+    "top_cpu_ops",
     "launch_apis",
     "planning_calls",
     "memory",
@@ -106,6 +107,49 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
     assert summary["steps"][0]["gpu_idle_fraction"] is None
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "no GPU work (CPU-only trace)" in text
+
+
+def test_empty_trace_is_not_called_cpu_only(capsys, make_trace) -> None:
+    path = make_trace([], deviceProperties=None)
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and "0 spans over 0.0 µs; no events" in text
+    assert "CPU-only" not in text
+
+
+def test_top_cpu_ops_count_self_time_as_key_averages_does(capsys, make_trace) -> None:
+    # outer 0-100 holds inner 10-40 (which holds leaf 15-20) and a runtime call 50-60.
+    path = make_trace(
+        [
+            complete_event("outer", "cpu_op", 0, 100),
+            complete_event("inner", "cpu_op", 10, 30),
+            complete_event("leaf", "cpu_op", 15, 5),
+            complete_event("cudaLaunchKernel", "cuda_runtime", 50, 10),
+            complete_event("inner", "cpu_op", 200, 8),
+        ]
+    )
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    ops = {op["name"]: op for op in json.loads(out)["top_cpu_ops"]}
+    assert status == 0
+    assert ops["outer"] == {"name": "outer", "calls": 1, "self_us": 60.0, "total_us": 100.0}
+    assert ops["inner"] == {"name": "inner", "calls": 2, "self_us": 25.0 + 8.0, "total_us": 38.0}
+    assert ops["leaf"]["self_us"] == 5.0
+    assert [op["name"] for op in json.loads(out)["top_cpu_ops"]] == ["outer", "inner", "leaf"]
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_cpu_op_self_times_add_up_to_the_ops_time_outside_other_ops(name: str) -> None:
+    """Self times never go negative, and ops' self times sum to no more than the time some
+    op is running on a thread."""
+    from profiling_utils.measures import op_stats
+
+    trace = load_trace(gpu_fixture(name))
+    stats = op_stats(trace)
+    assert all(s.self_us >= 0 and s.self_us <= s.total_us + 1e-6 for s in stats)
+    assert sum(s.calls for s in stats) == len(trace.cpu_ops)
+    top_level = sum(
+        op.dur for op in trace.cpu_ops if not any(a.cat == "cpu_op" for a in trace.ancestors(op))
+    )
+    assert sum(s.self_us for s in stats) <= top_level + 1e-6
 
 
 def _bad_inputs(tmp: Path) -> dict[str, Path]:
