@@ -560,9 +560,10 @@ rule id, with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
-  baseline, trace  {trace, device, steps, median_step_cpu_us, median_step_gpu_busy_us,
+  baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
                    kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
-                   launch_apis, compiled, cuda_graph_launches}
+                   launch_apis, compiled, cuda_graph_launches}; content is "GPU",
+                   "CPU only" or "no events"
   cpu_ratio        median step CPU time of TRACE over BASELINE
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
