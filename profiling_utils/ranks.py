@@ -226,7 +226,7 @@ class RankProfile:
     world_size: int | None
     """``distributedInfo.world_size``, or ``None``."""
     device: str | None
-    """The GPU(s) the trace describes."""
+    """The GPU(s) of ``deviceProperties``, as :meth:`~profiling_utils.trace.DeviceInfo.describe` puts them."""
     content: Literal["GPU", "CPU only", "no events"]
     """Whether the trace holds GPU work, only host events, or nothing at all."""
     clock: ClockKind
@@ -291,7 +291,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         index = seen[key] = seen.get(key, -1) + 1
         span = collective.span
         calls.append(CollectiveCall(key[0], index, key[1], origin + span.start, span.dur))
-    devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
+    devices = list(dict.fromkeys(device.describe() for device in trace.devices))
     return RankProfile(
         file=str(trace.path) if file is None else file,
         rank=trace.rank,
