@@ -226,7 +226,8 @@ class RankProfile:
     world_size: int | None
     """``distributedInfo.world_size``, or ``None``."""
     device: str | None
-    """The GPU(s) of ``deviceProperties``, as :meth:`~profiling_utils.trace.DeviceInfo.describe` puts them."""
+    """The GPU(s) of ``deviceProperties``, as
+    :meth:`~profiling_utils.trace.DeviceInfo.describe` puts them."""
     content: Literal["GPU", "CPU only", "no events"]
     """Whether the trace holds GPU work, only host events, or nothing at all."""
     clock: ClockKind
