@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .trace import Span, Trace
@@ -97,22 +98,7 @@ _DTYPE_BYTES = {
 _LABEL_PREFIXES = ("nccl:", "rccl:", "gloo:")
 _C10D_PREFIX = "c10d::"
 _PARAM_COMMS = "record_param_comms"
-
-
-def _is_communication_name(name: str) -> bool:
-    # TEMPORARY: stands in for trace.is_communication until branch `model` lands it.
-    lowered = name.lower()
-    return lowered.startswith(("nccl", "rccl")) or "nccldevkernel" in lowered
-
-
-def _communication_kernels(trace: Trace) -> list[Span]:
-    # TEMPORARY: stands in for Trace.communication until branch `model` lands it.
-    return [kernel for kernel in trace.kernels if _is_communication_name(kernel.name)]
-
-
-def _compute_kernels(trace: Trace) -> list[Span]:
-    # TEMPORARY: stands in for Trace.compute_kernels until branch `model` lands it.
-    return [kernel for kernel in trace.kernels if not _is_communication_name(kernel.name)]
+_START = attrgetter("start")
 
 
 def _operation(text: str) -> str:
@@ -297,7 +283,7 @@ def collectives(trace: Trace) -> list[Collective]:
     """
     found = []
     seen_in_group: dict[str | None, int] = {}
-    for kernel in _communication_kernels(trace):
+    for kernel in trace.communication:
         op, message_bytes, dtype, group, group_size = _describe(trace, kernel)
         index = seen_in_group.get(group, 0)
         seen_in_group[group] = index + 1
@@ -357,7 +343,7 @@ class CommOverlap:
 def _merged(spans: list[Span]) -> list[tuple[float, float]]:
     """The union of the spans' intervals as sorted, disjoint (start, end) pairs."""
     merged: list[tuple[float, float]] = []
-    for span in sorted(spans, key=lambda s: s.start):
+    for span in sorted(spans, key=_START):
         start, end = span.start, span.start + span.dur
         if merged and start <= merged[-1][1]:
             if end > merged[-1][1]:
@@ -372,12 +358,16 @@ def _length(intervals: list[tuple[float, float]]) -> float:
 
 
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+    """Length of the intersection of two unions of sorted, disjoint intervals."""
+    total, i, j, len_a, len_b = 0.0, 0, 0, len(a), len(b)
+    while i < len_a and j < len_b:
+        a_start, a_end = a[i]
+        b_start, b_end = b[j]
+        low = a_start if a_start > b_start else b_start
+        high = a_end if a_end < b_end else b_end
         if high > low:
             total += high - low
-        if a[i][1] < b[j][1]:
+        if a_end < b_end:
             i += 1
         else:
             j += 1
@@ -413,8 +403,8 @@ def comm_overlap(trace: Trace) -> CommOverlap:
     Returns:
         A :class:`CommOverlap`; its numbers are 0 for a trace without communication.
     """
-    comm = _communication_kernels(trace)
-    compute = _compute_kernels(trace)
+    comm = trace.communication
+    compute = trace.compute_kernels
     per_step: dict[int, tuple[list[Span], list[Span]]] = {}
     for kernels, slot in ((comm, 0), (compute, 1)):
         for kernel in kernels:

@@ -82,15 +82,15 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
         for overlap in facts.comm_overlap.steps
         if overlap.step in widths and overlap.communication_us > 0
     ]
-    shares = [row["exposed_share"] for row in rows if row["exposed_share"] is not None]
-    if not shares:
+    if not rows:
         return
-    typical = median(shares)
-    if typical < EXPOSED_MIN_STEP_SHARE:
+    # The lower median is a real step, so the message can name it.
+    median_row = sorted(rows, key=lambda row: row["exposed_share"] or 0.0)[(len(rows) - 1) // 2]
+    typical = median_row["exposed_share"]
+    if typical is None or typical < EXPOSED_MIN_STEP_SHARE:
         return
     total = facts.comm_overlap.total
     longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
-    median_row = sorted(rows, key=lambda row: row["exposed_share"])[len(rows) // 2]
     yield (
         f"Communication runs with no compute beside it for {typical:.0%} of the median step "
         f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs in "
@@ -162,34 +162,30 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
     ]
     if not sized:
         return
-    by_kind: dict[tuple[str, str | None, int | None], list[Collective]] = {}
+    # One row per operation, group and message size: bandwidth depends on the size.
+    by_kind: dict[tuple[str, str | None, int | None, int], list[Collective]] = {}
     for collective in sized:
-        key = (collective.op, collective.group, collective.group_size)
+        key = (collective.op, collective.group, collective.group_size, collective.bytes or 0)
         by_kind.setdefault(key, []).append(collective)
     rows = []
-    for (op, group, group_size), members in by_kind.items():
+    for (op, group, group_size, size), members in by_kind.items():
         busbw = [c.busbw_gb_s for c in members if c.busbw_gb_s is not None]
-        largest = max(members, key=lambda c: (c.bytes or 0, -c.span.dur))
         rows.append(
             {
                 "op": op,
                 "group": group,
                 "group_size": group_size,
+                "bytes": size,
+                "dtype": members[0].dtype,
                 "count": len(members),
-                "median_bytes": sorted(c.bytes or 0 for c in members)[len(members) // 2],
+                "total_us": us(sum(c.span.dur for c in members)),
                 "median_us": us(median(c.span.dur for c in members)),
                 "median_algbw_gb_s": round(median(c.algbw_gb_s or 0.0 for c in members), 2),
                 "median_busbw_gb_s": round(median(busbw), 2) if busbw else None,
-                "largest": {
-                    **_collective_ref(largest),
-                    "algbw_gb_s": round(largest.algbw_gb_s or 0.0, 2),
-                    "busbw_gb_s": None
-                    if largest.busbw_gb_s is None
-                    else round(largest.busbw_gb_s, 2),
-                },
+                "first": _collective_ref(members[0]),
             }
         )
-    rows.sort(key=lambda row: -row["count"] * row["median_us"])
+    rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     bus = (
         f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
@@ -197,9 +193,9 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
         else " (group size not recorded: no bus bandwidth)"
     )
     yield (
-        f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; {top['op']} "
-        f"({top['count']}×, median {top['median_bytes'] / 2**20:.1f} MiB in "
-        f"{top['median_us']:.1f} µs) reaches a median algorithm bandwidth of "
+        f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; the most time goes "
+        f"to {top['op']} of {top['bytes'] / 2**20:.1f} MiB ({top['count']}×, median "
+        f"{top['median_us']:.1f} µs), at a median algorithm bandwidth of "
         f"{top['median_algbw_gb_s']:.1f} GB/s{bus}.",
         {
             "kinds": rows[:_REPORTED],

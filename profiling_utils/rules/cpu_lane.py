@@ -87,8 +87,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     typical = _other_median(widths, first.number)
     assert typical is not None
     width = first.span.dur
+    if width < COLD_START_MIN_RATIO * typical:
+        return
     min_excess = COLD_START_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
-    if width < COLD_START_MIN_RATIO * typical or width - typical < min_excess:
+    if width - typical < min_excess:
         return
     trace = facts.trace
     overhead = [
@@ -155,7 +157,6 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     severity="warning",
 )
 def dead_window(facts: Facts) -> Iterator[Hit]:
-    min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
     for window in measures.dead_windows(facts.trace):
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
@@ -167,7 +168,10 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                 continue
             typical = min(others)
             gap = window.gap_us
-            if gap < DEAD_WINDOW_MIN_RATIO * typical or gap - typical < min_excess:
+            if gap < DEAD_WINDOW_MIN_RATIO * typical:
+                continue
+            min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+            if gap - typical < min_excess:
                 continue
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "

@@ -403,8 +403,8 @@ class Facts:
 
     @cached_property
     def communication_ids(self) -> frozenset[int]:
-        """Ids of the communication kernels (collectives and point-to-point)."""
-        return frozenset(collective.span.id for collective in self.collectives)
+        """Ids of the communication kernels (:attr:`Trace.communication`)."""
+        return frozenset(kernel.id for kernel in self.trace.communication)
 
     @cached_property
     def compute_kernels_by_name(self) -> dict[str, list[Span]]:
