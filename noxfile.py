@@ -108,7 +108,7 @@ def _shared_torch_dir(session: nox.Session, python: str) -> Path:
     )
     scratch = target.with_name(target.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
-    session.run("python", "-m", "pip", "install", "--target", str(scratch), *arguments)
+    session.run("python", "-m", "pip", "install", "--target", os.path.relpath(scratch), *arguments)
     (scratch / TORCH_STAMP).write_text(wanted + "\n")
     shutil.rmtree(target, ignore_errors=True)
     scratch.rename(target)
@@ -123,11 +123,11 @@ def _provide_torch(session: nox.Session) -> None:
     interpreter's packages, not its torch. A ``.pth`` file naming the directory that holds
     torch works in every case, and pip then sees torch as installed and fetches no other.
     """
-    probe = json.loads(session.run("python", "-c", PROBE, silent=True))
+    probe = json.loads(session.run("python", "-c", PROBE, silent=True, log=False))
     link = Path(probe["purelib"], PTH_NAME)
     if link.exists():  # made by an earlier run: decided afresh
         link.unlink()
-        probe = json.loads(session.run("python", "-c", PROBE, silent=True))
+        probe = json.loads(session.run("python", "-c", PROBE, silent=True, log=False))
     host = _host_torch_dir()
     if host is not None:
         version = importlib.metadata.version("torch")
