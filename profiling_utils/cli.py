@@ -747,10 +747,18 @@ def _add_loading_options(parser: argparse.ArgumentParser) -> None:
 # -- entry point ------------------------------------------------------------------------------
 
 
+def _program_name() -> str:
+    """``python -m profiling_utils`` when started that way, else the console script's name."""
+    started_as = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if started_as is not None and started_as.name == "profiling_utils.__main__":
+        return "python -m profiling_utils"
+    return "profiling-utils"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one subparser per command, each with its ``handler``."""
     parser = argparse.ArgumentParser(
-        prog="python -m profiling_utils",
+        prog=_program_name(),
         description="Read PyTorch profiler traces: summarize, diagnose, compare.",
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
