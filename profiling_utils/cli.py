@@ -734,7 +734,9 @@ def _add_loading_options(parser: argparse.ArgumentParser) -> None:
         "--max-trace-bytes",
         type=int,
         metavar="N",
-        help="refuse a trace whose decompressed size is over N bytes (default: no limit)",
+        help="refuse a trace whose decompressed size is over N bytes (default: "
+        "PROFILING_UTILS_MAX_TRACE_BYTES, else a third of the available memory, shared among "
+        "the traces loaded at once)",
     )
     parser.add_argument(
         "--jobs",

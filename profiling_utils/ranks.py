@@ -47,6 +47,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from . import comm, measures
 from .errors import TraceError
+from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Finding
 from .trace import Trace, load_trace
 
@@ -129,7 +130,7 @@ def _run(files: tuple[str, ...], analyse: Callable[..., T], max_bytes: int | Non
     """The worker: load ``files`` and apply ``analyse`` to the traces (module level, so that a
     spawned worker can unpickle it by name)."""
     try:
-        traces = [_load(path, max_bytes) for path in files]
+        traces = [load_trace(path, max_bytes=max_bytes) for path in files]
     except TraceError as err:
         return Outcome(files, error=_one_line(str(err)))
     return Outcome(files, value=analyse(*traces))
@@ -155,7 +156,9 @@ def analyse_files(
         analyse: Called with the loaded trace(s) of a task. It must be picklable: a module-level
             function, or a :func:`functools.partial` of one.
         max_bytes: Passed to :func:`~profiling_utils.trace.load_trace`: refuse a file whose
-            decompressed size is larger.
+            decompressed size is larger. ``None``: ``PROFILING_UTILS_MAX_TRACE_BYTES`` when
+            set, else load_trace's share of the available memory divided among the workers,
+            since their traces are in memory at once.
         workers: Processes to use (default: the cores this process may run on).
         context: The :mod:`multiprocessing` context (default: the platform's; the work is
             spawn-safe).
@@ -172,6 +175,10 @@ def analyse_files(
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         workers = workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(jobs)))
+    if max_bytes is None and workers > 1 and not os.environ.get(MAX_TRACE_BYTES_ENV):
+        # The default limit is a share of the memory available; traces loaded at once share it.
+        limit = default_max_bytes()
+        max_bytes = None if limit is None else max(1, limit // workers)
     if workers == 1:
         return [_run(files, analyse, max_bytes) for files in jobs]
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
@@ -689,10 +696,3 @@ def _findings(
             )
         )
     return findings
-
-
-# -- TEMPORARY shim until load_trace(max_bytes=...) lands from branch model ------------------
-
-
-def _load(path: str, max_bytes: int | None) -> Trace:
-    return load_trace(path)

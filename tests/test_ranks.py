@@ -307,3 +307,15 @@ def test_help_documents_the_multi_rank_json(command: str, capsys) -> None:
     help_text = capsys.readouterr().out
     for key in ("errors", "cross_rank", "matched_collectives", "caused_wait_us", "last_arrivals"):
         assert key in help_text
+
+
+def test_max_trace_bytes_refuses_the_large_trace_alone(capsys, tmp_path: Path) -> None:
+    small = write_rank(tmp_path, 0, rank_events(0, steps=1))
+    large = write_rank(tmp_path, 1, rank_events(1, steps=6))
+    limit = (small.stat().st_size + large.stat().st_size) // 2
+    status, out, err = run_cli(
+        capsys, "summary", str(tmp_path), "--json", "--max-trace-bytes", str(limit)
+    )
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith(f"error: {large}: ")
+    assert [t["file"] for t in json.loads(out)["traces"]] == [str(small)]
