@@ -35,21 +35,22 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Finding
 from .trace import Trace, load_trace
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 __all__ = [
     "ClockKind",
@@ -142,7 +143,7 @@ def analyse_files(
     *,
     max_bytes: int | None = None,
     workers: int | None = None,
-    context: multiprocessing.context.BaseContext | None = None,
+    context: BaseContext | None = None,
 ) -> list[Outcome[T]]:
     """Load each task's trace(s) in a worker process and apply ``analyse`` to them.
 
@@ -181,6 +182,9 @@ def analyse_files(
         max_bytes = None if limit is None else max(1, limit // workers)
     if workers == 1:
         return [_run(files, analyse, max_bytes) for files in jobs]
+    # Imported here: a single trace never needs them, and the CLI's start-up stays short.
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = [pool.submit(_run, files, analyse, max_bytes) for files in jobs]
         return [future.result() for future in futures]
