@@ -122,9 +122,9 @@ def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     return [{"files": list(o.files), "error": o.error} for o in outcomes if o.error is not None]
 
 
-def format_cross_rank(report: CrossRank) -> str:
+def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
     """The readable text of the cross-rank analysis: the per-rank table, notes and findings."""
-    out = [f"Across ranks ({len(report.ranks)} traces)"]
+    out = [f"{title} ({len(report.ranks)} traces)"]
     rows = [
         [
             r.label,
@@ -160,7 +160,7 @@ def format_cross_rank(report: CrossRank) -> str:
                         _us(s.median_us, 0),
                         _us(s.max_us, 0),
                         f"{s.spread:.1%}",
-                        s.slowest,
+                        s.slowest if s.max_us > s.min_us else "-",
                     ]  # fmt: skip
                     for s in report.steps
                 ],
@@ -487,17 +487,18 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _summary_task(trace: Trace, top: int) -> tuple[RankProfile, dict[str, Any]]:
-    """Worker: one trace's profile for the cross-rank table and its summary."""
-    return rank_profile(trace), summarize(trace, top=top)
+def _summary_task(trace: Trace, top: int, ranks: bool) -> tuple[RankProfile | None, dict[str, Any]]:
+    """Worker: one trace's summary, and its profile for the cross-rank table if ``ranks``."""
+    return rank_profile(trace) if ranks else None, summarize(trace, top=top)
 
 
 def run_summary(args: argparse.Namespace) -> int:
     """``summary``: one trace's summary, or the per-rank table of several, as text or JSON."""
-    outcomes = _analyse(args, args.traces, partial(_summary_task, top=args.top))
+    multi = _is_multi(args.traces)
+    outcomes = _analyse(args, args.traces, partial(_summary_task, top=args.top, ranks=multi))
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
-    if not _is_multi(args.traces):
+    if not multi:
         for _, summary in done:
             print(
                 json.dumps(summary, indent=2, allow_nan=False)
@@ -505,7 +506,7 @@ def run_summary(args: argparse.Namespace) -> int:
                 else format_summary(summary)
             )
         return status
-    report = cross_rank([profile for profile, _ in done])
+    report = cross_rank([profile for profile, _ in done if profile is not None])
     if args.json:
         document = {
             "traces": [summary for _, summary in done],
@@ -579,11 +580,13 @@ def _rule_id_list(text: str) -> list[str]:
 
 
 def _diagnose_task(
-    trace: Trace, select: list[str] | None, ignore: list[str] | None
-) -> tuple[RankProfile, dict[str, Any], str]:
-    """Worker: one trace's profile for the cross-rank table and its findings (JSON and text)."""
+    trace: Trace, select: list[str] | None, ignore: list[str] | None, ranks: bool
+) -> tuple[RankProfile | None, dict[str, Any], str]:
+    """Worker: one trace's findings (JSON and text), and its profile for the cross-rank table
+    if ``ranks``."""
     findings = diagnose(trace, select=select, ignore=ignore)
-    return rank_profile(trace), diagnosis_dict(trace, findings), format_diagnosis(trace, findings)
+    profile = rank_profile(trace) if ranks else None
+    return profile, diagnosis_dict(trace, findings), format_diagnosis(trace, findings)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -593,15 +596,16 @@ def run_diagnose(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_TRACE
-    task = partial(_diagnose_task, select=args.select, ignore=args.ignore)
+    multi = _is_multi(args.traces)
+    task = partial(_diagnose_task, select=args.select, ignore=args.ignore, ranks=multi)
     outcomes = _analyse(args, args.traces, task)
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
-    if not _is_multi(args.traces):
+    if not multi:
         for _, document, text in done:
             print(json.dumps(document, indent=2) if args.json else text)
         return status
-    report = cross_rank([profile for profile, _, _ in done])
+    report = cross_rank([profile for profile, _, _ in done if profile is not None])
     if args.json:
         document = {
             "traces": [document for _, document, _ in done],
@@ -650,11 +654,13 @@ def add_diagnose_parser(subcommands: Any) -> None:
 
 
 def _compare_task(
-    baseline: Trace, trace: Trace
-) -> tuple[RankProfile, RankProfile, dict[str, Any], str]:
-    """Worker: both traces' profiles for the cross-rank tables and their comparison."""
+    baseline: Trace, trace: Trace, ranks: bool
+) -> tuple[RankProfile | None, RankProfile | None, dict[str, Any], str]:
+    """Worker: the comparison of two traces, and their profiles for the cross-rank tables if
+    ``ranks``."""
     comparison = compare(baseline, trace)
-    return rank_profile(baseline), rank_profile(trace), comparison.to_dict(), comparison.to_text()
+    profiles = (rank_profile(baseline), rank_profile(trace)) if ranks else (None, None)
+    return *profiles, comparison.to_dict(), comparison.to_text()
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -667,18 +673,18 @@ def run_compare(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_TRACE
+    multi = _is_multi([args.baseline]) or _is_multi([args.trace])
     pairs = list(zip(baselines, traces, strict=True))
-    outcomes = analyse_files(
-        pairs, _compare_task, max_bytes=args.max_trace_bytes, workers=args.jobs
-    )
+    task = partial(_compare_task, ranks=multi)
+    outcomes = analyse_files(pairs, task, max_bytes=args.max_trace_bytes, workers=args.jobs)
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
-    if not _is_multi([args.baseline]) and not _is_multi([args.trace]):
+    if not multi:
         for _, _, document, text in done:
             print(json.dumps(document, indent=2) if args.json else text)
         return status
-    baseline_report = cross_rank([a for a, _, _, _ in done])
-    trace_report = cross_rank([b for _, b, _, _ in done])
+    baseline_report = cross_rank([a for a, _, _, _ in done if a is not None])
+    trace_report = cross_rank([b for _, b, _, _ in done if b is not None])
     if args.json:
         document = {
             "pairs": [document for _, _, document, _ in done],
@@ -689,8 +695,8 @@ def run_compare(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
         texts = [text for _, _, _, text in done]
-        texts.append("Baseline " + format_cross_rank(baseline_report))
-        texts.append("Trace " + format_cross_rank(trace_report))
+        texts.append(format_cross_rank(baseline_report, "Baseline across ranks"))
+        texts.append(format_cross_rank(trace_report, "Trace across ranks"))
         print("\n\n".join(texts))
     return status
 
