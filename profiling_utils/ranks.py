@@ -506,6 +506,8 @@ def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[St
 _TABLE = "Across ranks"
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
+_STANDS_OUT = 2.0
+"""A straggler has caused at least twice the wait any other rank has caused."""
 _WAIT_WARNING_SHARE = 0.05
 """A straggler whose wait costs the others 5% of their step time or more is worth acting on."""
 
@@ -585,8 +587,11 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
 def _straggler(rows: list[RankTiming], caused: list[float], matched: int) -> Straggler | None:
     if len(rows) < 2:
         return None
-    if matched and max(caused) > 0:
+    if matched:
         position = max(range(len(rows)), key=lambda i: caused[i])
+        runner_up = max((c for i, c in enumerate(caused) if i != position), default=0.0)
+        if caused[position] <= 0 or caused[position] < _STANDS_OUT * runner_up:
+            return None  # every rank is late now and then: jitter, not one late rank
         row = rows[position]
         return Straggler(
             row.label, row.rank, "collectives", row.last_arrivals, matched, caused[position],
@@ -616,6 +621,16 @@ def _findings(
     if straggler is not None and straggler.basis == "collectives":
         other_steps = _median([r.median_step_us for r in others if r.median_step_us is not None])
         others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
+        own_steps = straggler.median_step_us
+        if own_steps is None or not other_steps:
+            steps_compared = "The others wait in their collectives:"
+        elif abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps:
+            steps_compared = (
+                f"Its median step ({_us(own_steps)}) is about the others' "
+                f"({_us(other_steps)}): the time it loses shows up as the others' wait, so"
+            )
+        else:
+            steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
         share = straggler.caused_wait_us / others_time if others_time else None
         findings.append(
             Finding(
@@ -624,10 +639,9 @@ def _findings(
                 "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
                 f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
                 f"{straggler.matched} collectives last, and the other ranks waited "
-                f"{_us(straggler.caused_wait_us)} in them for it. Its median step "
-                f"({_us(straggler.median_step_us)}) is about the others' ({_us(other_steps)}): "
-                "the time it loses shows up as the others' wait, so look at what it does "
-                "before its collectives (host work, data loading, a slower GPU).",
+                f"{_us(straggler.caused_wait_us)} in them for it. {steps_compared} "
+                "look at what it does before its collectives (host work, data loading, a "
+                "slower GPU).",
                 {
                     "rank": straggler.rank,
                     "last_arrivals": straggler.last_arrivals,
@@ -656,17 +670,24 @@ def _findings(
         total_wait = sum(r.wait_us or 0.0 for r in rows)
         total = total_wait + sum(r.transfer_us or 0.0 for r in rows)
         worst = max(waited, key=lambda r: r.wait_us or 0.0)
+        share = total_wait / total if total else 0.0
+        late = (
+            f"mostly for {straggler.label}"
+            if straggler is not None and straggler.basis == "collectives"
+            else "spread across the ranks (no one rank is late most of the time: jitter)"
+        )
         findings.append(
             Finding(
                 "collective-skew",
                 _TABLE,
-                "warning" if total and total_wait / total >= 0.25 else "info",
-                f"{total_wait / total:.0%} of the time in matched collectives is waiting for "
-                f"a late rank, not transfer ({_us(total_wait)} of {_us(total)}); "
+                "warning" if straggler is not None and share >= 0.25 else "info",
+                f"{share:.0%} of the time in matched collectives is waiting for a late rank, "
+                f"not transfer ({_us(total_wait)} of {_us(total)}), {late}; "
                 f"{worst.label} waits most ({_us(worst.wait_us)}).",
                 {
                     "wait_us": {r.label: r.wait_us for r in rows},
                     "transfer_us": {r.label: r.transfer_us for r in rows},
+                    "wait_share": share,
                 },
             )
         )

@@ -26,6 +26,7 @@ from profiling_utils.ranks import (
 from profiling_utils.trace import load_trace
 
 SAMPLED = FIXTURES / "ranks" / "sampled"
+NCCL = FIXTURES / "nccl"
 
 STEP_US = 1000.0
 COMPUTE_US = 400.0
@@ -202,6 +203,56 @@ def test_two_real_ranks_of_a_128_rank_job() -> None:
     assert straggler.caused_wait_us == pytest.approx(other.wait_us)
     if report.matched_collectives < min(counts):
         assert any("do not overlap" in note for note in report.notes)
+
+
+def _collective_starts(path: Path) -> tuple[int, list[float]]:
+    """``baseTimeNanoseconds`` and the ``ts`` of each NCCL kernel of a recorded rank, read with
+    json alone."""
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    starts = sorted(
+        e["ts"]
+        for e in document["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")
+    )
+    return document["baseTimeNanoseconds"], starts
+
+
+def test_real_nccl_run_where_rank_1_stalls_on_the_host() -> None:
+    run = NCCL / "stalled"
+    report = cross_rank(profiles(run))
+    rank_0, rank_1 = report.ranks
+    # Every step of both ranks is about as long: the step table cannot name the straggler.
+    assert all(s.spread < 0.05 for s in report.steps)
+    assert report.straggler is not None
+    assert (report.straggler.rank, report.straggler.basis) == (1, "collectives")
+    assert report.matched_collectives == rank_1.last_arrivals == 10
+    (base_0, starts_0), (base_1, starts_1) = (
+        _collective_starts(run / f"rank{r}.json.gz") for r in (0, 1)
+    )
+    assert base_0 == base_1  # one host: the same clock and base
+    starts = [starts_0, starts_1]
+    lateness = [late - early for early, late in zip(*starts, strict=True)]
+    assert all(d > 0 for d in lateness)
+    assert rank_0.wait_us == pytest.approx(sum(lateness), abs=0.01)
+    assert rank_1.wait_us == 0
+    assert rank_0.wait_us > 0.9 * rank_0.collective_us  # ~10 ms per step, of ~10.3 ms
+    assert [f.rule for f in report.findings][:2] == ["rank-straggler", "collective-skew"]
+    assert report.findings[0].severity == "warning"
+
+
+def test_real_balanced_nccl_run_has_no_straggler() -> None:
+    report = cross_rank(profiles(NCCL / "balanced"))
+    assert report.matched_collectives == 10
+    assert report.straggler is None
+    assert all(f.severity == "info" for f in report.findings)
+    skew = next(f for f in report.findings if f.rule == "collective-skew")
+    assert "no one rank is late" in skew.message
+
+
+def test_cli_names_the_stalled_rank_of_the_real_run(capsys) -> None:
+    status, out, _ = run_cli(capsys, "diagnose", str(NCCL / "stalled"))
+    assert status == 0
+    assert "[warning] rank-straggler: rank 1 is the straggler: it reached 10 of 10" in out
 
 
 # -- files and workers ---------------------------------------------------------------------------
