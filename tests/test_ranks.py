@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASE_TIME_NS, FIXTURES, complete_event, flow_pair, run_cli, write_trace
+from conftest import (
+    BASE_TIME_NS,
+    FIXTURES,
+    complete_event,
+    flow_pair,
+    run_cli,
+    trace_document,
+    write_trace,
+)
 
 from profiling_utils.cli import build_parser
 from profiling_utils.ranks import (
@@ -66,15 +74,12 @@ def rank_events(
     return events
 
 
-def write_rank(directory: Path, rank: int | None, events: list[dict[str, Any]], **top: Any) -> Path:
-    """Write one rank's trace into ``directory`` with its ``distributedInfo``."""
-    from conftest import trace_document
-
-    info = None if rank is None else {"backend": "nccl", "rank": rank, "world_size": 2}
-    name = (
-        f"rank-{rank}.json" if rank is not None else f"rank-x{len(list(directory.iterdir()))}.json"
-    )
-    return write_trace(directory / name, trace_document(events, distributedInfo=info, **top))
+def write_rank(directory: Path, rank: int, events: list[dict[str, Any]], **top: Any) -> Path:
+    """Write rank ``rank``'s trace, ``rank-N.json``, into ``directory`` with its
+    ``distributedInfo``."""
+    info = {"backend": "nccl", "rank": rank, "world_size": 2}
+    document = trace_document(events, distributedInfo=info, **top)
+    return write_trace(directory / f"rank-{rank}.json", document)
 
 
 @pytest.fixture
@@ -163,9 +168,14 @@ def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
     assert any("keep time differently" in note for note in report.notes)
 
 
-def test_traces_without_rank_are_named_by_file(tmp_path: Path) -> None:
-    write_rank(tmp_path, None, rank_events(0, late_us=300))
-    write_rank(tmp_path, None, rank_events(1, stall_us=300, late_us=300))
+@pytest.mark.parametrize(
+    "info", [None, {"backend": "nccl"}], ids=["no distributedInfo", "distributedInfo without rank"]
+)
+def test_traces_without_rank_are_named_by_file(tmp_path: Path, info: Any) -> None:
+    for rank, events in enumerate(
+        (rank_events(0, late_us=300), rank_events(1, stall_us=300, late_us=300))
+    ):
+        write_trace(tmp_path / f"rank-x{rank}.json", trace_document(events, distributedInfo=info))
     report = cross_rank(profiles(tmp_path))
     assert [row.label for row in report.ranks] == ["rank-x0.json", "rank-x1.json"]
     assert report.straggler is not None and report.straggler.label == "rank-x1.json"
