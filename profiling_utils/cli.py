@@ -106,10 +106,6 @@ def _analyse(
     )
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _report_errors(outcomes: list[Outcome]) -> int:
     """Print each unreadable file's line on stderr; the exit status (2 if there was one)."""
     for outcome in outcomes:

@@ -184,10 +184,18 @@ def analyse_files(
         return [_run(files, analyse, max_bytes) for files in jobs]
     # Imported here: a single trace never needs them, and the CLI's start-up stays short.
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = [pool.submit(_run, files, analyse, max_bytes) for files in jobs]
-        return [future.result() for future in futures]
+        outcomes = []
+        for files, future in zip(jobs, futures, strict=True):
+            try:
+                outcomes.append(future.result())
+            except BrokenProcessPool:  # a worker was killed (out of memory?) mid-task
+                reason = "the process reading it stopped abruptly (out of memory?)"
+                outcomes.append(Outcome(files, error=f"{files[0]}: {reason}"))
+        return outcomes
 
 
 # -- what each rank brings back -----------------------------------------------------------------
@@ -206,7 +214,7 @@ class CollectiveCall:
     in older traces that do not name the group, collectives of different communicators
     interleave differently on each rank, and the op keeps them apart.)"""
     op: str
-    """``all_reduce``, ``all_to_all``, ``_all_gather_base``..."""
+    """One of :data:`profiling_utils.comm.OPERATIONS` (``all_reduce``, ``all_to_all``...)."""
     start_us: float
     """Start of the kernel, µs after the rank's :attr:`RankProfile.clock_base_ns`."""
     dur_us: float

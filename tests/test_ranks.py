@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import multiprocessing
+import os
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,17 @@ def test_spawned_workers_report_each_file_and_bad_ones_alone(stalled_run: Path) 
     assert outcomes[2].value is None
     assert outcomes[2].error is not None and outcomes[2].error.startswith(str(files[2]))
     assert "\n" not in outcomes[2].error
+
+
+def _exit_abruptly(trace: Any) -> None:
+    os._exit(1)  # what the kernel's out-of-memory killer does to a worker
+
+
+def test_a_worker_that_dies_gives_an_error_not_a_traceback(stalled_run: Path) -> None:
+    files = trace_files([stalled_run])
+    outcomes = analyse_files(files, _exit_abruptly, workers=2)
+    assert [o.value for o in outcomes] == [None, None]
+    assert all(o.error and "stopped abruptly" in o.error for o in outcomes)
 
 
 # -- the command line ----------------------------------------------------------------------------
