@@ -179,9 +179,11 @@ _CROSS_RANK_KEYS = """\
                  gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
                  last_arrivals}] in rank order. label is "rank N", or the file name when the
                  trace records no distributedInfo.rank; content is "GPU", "CPU only" or
-                 "no events"; collective_us is the collectives' kernel time, split into
-                 wait_us (waiting for the last rank to arrive: skew) and transfer_us (the
-                 rest), both null when no collective could be matched across ranks;
+                 "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
+                 memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
+                 of the steps' GPU windows; collective_us is the collectives' kernel time,
+                 split into wait_us (waiting for the last rank to arrive: skew) and
+                 transfer_us (the rest), both null when no collective could be matched;
                  last_arrivals counts the matched collectives this rank reached last.
     steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
                  of each step number that two traces or more have; spread = (max - min) /
