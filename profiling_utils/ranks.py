@@ -47,7 +47,7 @@ from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Finding
-from .trace import Trace, load_trace
+from .trace import Trace, gc_paused, load_trace
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -130,11 +130,12 @@ def _one_line(text: str) -> str:
 def _run(files: tuple[str, ...], analyse: Callable[..., T], max_bytes: int | None) -> Outcome[T]:
     """The worker: load ``files`` and apply ``analyse`` to the traces (module level, so that a
     spawned worker can unpickle it by name)."""
-    try:
-        traces = [load_trace(path, max_bytes=max_bytes) for path in files]
-    except TraceError as err:
-        return Outcome(files, error=_one_line(str(err)))
-    return Outcome(files, value=analyse(*traces))
+    with gc_paused():  # the analysis, like the load, creates many objects and no cycles
+        try:
+            traces = [load_trace(path, max_bytes=max_bytes) for path in files]
+        except TraceError as err:
+            return Outcome(files, error=_one_line(str(err)))
+        return Outcome(files, value=analyse(*traces))
 
 
 def analyse_files(
