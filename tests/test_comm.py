@@ -100,3 +100,55 @@ def test_comm_overlap_per_step_and_total(two_steps: Any, overlap: bool, overlapp
         assert step.exposed_us == pytest.approx(500.0 - overlapped)
     assert result.total.exposed_us == pytest.approx(2 * (500.0 - overlapped))
     assert result.total.overlap_fraction == pytest.approx(overlapped / 500.0)
+
+
+def test_the_kernel_name_is_the_last_resort(make_trace: Any) -> None:
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event(
+            "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "kernel", 20, 50, pid=0, tid=COMM_STREAM, correlation=1,
+        ),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=2),
+        complete_event("ncclDevKernel_Generic", "kernel", 110, 50, pid=0, tid=COMM_STREAM,
+                       correlation=2),
+    ]  # fmt: skip
+    found = collectives(load_trace(make_trace(events)))
+    assert [(c.op, c.bytes, c.group, c.step, c.index) for c in found] == [
+        ("all_gather", None, None, None, 0),
+        ("unknown", None, None, None, 1),
+    ]
+    assert found[0].algbw_gb_s is None and found[0].busbw_gb_s is None
+
+
+def test_index_counts_within_each_group(make_trace: Any) -> None:
+    events = []
+    for i, (group, collective) in enumerate(
+        [("0", "allreduce"), ("1", "_allgather_base"), ("0", "broadcast"), ("1", "reduce_scatter")]
+    ):
+        t = 100.0 * i
+        args = {
+            "Collective name": collective,
+            "Process Group Name": group,
+            "In msg nelems": 8,
+            "Out msg nelems": 64,
+            "dtype": "BFloat16",
+            "Group size": 8,
+        }
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", t, 5, correlation=i + 1),
+            complete_event("ncclDevKernel_Generic", "kernel", t + 10, 2, pid=0, tid=COMM_STREAM,
+                           correlation=i + 1, **args),
+        ]  # fmt: skip
+    found = collectives(load_trace(make_trace(events)))
+    assert [(c.op, c.group, c.index) for c in found] == [
+        ("all_reduce", "0", 0),
+        ("all_gather", "1", 0),
+        ("broadcast", "0", 1),
+        ("reduce_scatter", "1", 1),
+    ]
+    # The larger of the input and output buffers, as nccl-tests counts an all_gather's size.
+    assert {c.bytes for c in found} == {64 * 2}
+    gather = found[1]
+    assert gather.busbw_gb_s == pytest.approx(gather.algbw_gb_s * 7 / 8)
+    assert found[2].busbw_gb_s == pytest.approx(found[2].algbw_gb_s)

@@ -208,7 +208,10 @@ def test_no_detection_keys_on_a_gpu_specific_kernel_name() -> None:
     for rule in RULES:
         source = inspect.getsource(rule.detect or rule.detect_against)
         body = source[source.index("\ndef ") :]  # the decorator holds the row's texts
-        for prefix in ("ampere", "nvjet", "sm80", "sm90", "hopper", "xmma", "cutlass"):
+        for prefix in (
+            *("ampere", "nvjet", "sm80", "sm90", "hopper", "xmma", "cutlass"),
+            *("nccl", "rccl", "cijk", "tensile", "gfx"),  # communication kernels, ROCm GEMMs
+        ):
             assert prefix not in body.lower(), (rule.id, prefix)
 
 
@@ -737,15 +740,32 @@ def test_cold_start_threshold_follows_the_traces_launch_latency() -> None:
     assert evidence["min_excess_us"] == pytest.approx(3 * latency, abs=1e-3)
 
 
-def test_hip_graph_launch_is_a_graph_replay(tmp_path: Path) -> None:
-    document = fixture_document("64_bf16_warm_compile-reduce-overhead")
+HIP_NAMES = {
+    "cudaLaunchKernel": "hipLaunchKernel",
+    "cuLaunchKernelEx": "hipExtModuleLaunchKernel",
+    "cudaGraphLaunch": "hipGraphLaunch",
+    "cudaDeviceSynchronize": "hipDeviceSynchronize",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaMemsetAsync": "hipMemsetAsync",
+}
+"""CUDA calls and the HIP calls ROCm's PyTorch makes in their place (all ``cuda_runtime``)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["4096_bf16_warm_eager", "64_bf16_warm_compile", "64_bf16_warm_compile-reduce-overhead"],
+)
+def test_hip_calls_fire_what_cuda_calls_do(tmp_path: Path, name: str) -> None:
+    document = fixture_document(name)
     for event in document["traceEvents"]:
-        if event.get("name") == "cudaGraphLaunch":
-            event["name"] = "hipGraphLaunch"
-    graph = [
-        f for f in diagnose(write_trace(tmp_path / "hip.json", document)) if f.rule == "cuda-graph"
-    ]
-    assert len(graph) == 1 and graph[0].message.startswith("hipGraphLaunch ")
+        hip = HIP_NAMES.get(event.get("name"))
+        if hip is not None:
+            event["name"], event["cat"] = hip, "cuda_runtime"
+    renamed = diagnose(write_trace(tmp_path / f"{name}_hip.json", document))
+    assert {f.rule for f in renamed} == fired(name)
+    text = json.dumps([f.to_dict() for f in renamed], ensure_ascii=False)
+    assert "hip" in text
+    assert not any(cuda in text for cuda in HIP_NAMES)
 
 
 def test_kernels_without_device_properties_are_not_called_no_gpu(tmp_path: Path) -> None:

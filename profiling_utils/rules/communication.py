@@ -51,11 +51,11 @@ def _overlap_row(overlap: Any, width: float | None = None) -> dict[str, Any]:
 
 def _collective_ref(collective: Collective) -> dict[str, Any]:
     return {
-        **span_ref(collective.span),
         "op": collective.op,
         "bytes": collective.bytes,
-        "group": collective.group,
         "step": collective.step,
+        "group": collective.group,
+        **span_ref(collective.span),
     }
 
 

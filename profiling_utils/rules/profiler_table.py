@@ -87,7 +87,8 @@ def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     means="""Overhead-bound: dispatching and launching the work costs the CPU more time than
     the GPU needs to run it, so the GPU mostly waits. Give each launch more work (larger or
     batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
-    graph.""",
+    graph. Communication kernels count as busy here: a GPU waiting for its peers is not
+    waiting for the CPU.""",
     severity="warning",
     example="auto_examples/plot_01_overhead_vs_compute",
 )
