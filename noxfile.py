@@ -68,10 +68,14 @@ def _nvidia_gpu_visible() -> bool:
     return any(line.startswith("GPU ") for line in listing.splitlines())
 
 
+def _torch_chosen() -> str:
+    """The pip arguments ``PROFILING_UTILS_TORCH`` holds, or ``""``."""
+    return os.environ.get(TORCH_VARIABLE, "").strip()
+
+
 def _torch_pip_arguments() -> tuple[list[str], str]:
     """The ``pip install`` arguments for the shared torch, and why they were chosen."""
-    chosen = os.environ.get(TORCH_VARIABLE, "").strip()
-    if chosen:
+    if chosen := _torch_chosen():
         return shlex.split(chosen), f"as {TORCH_VARIABLE} says"
     if _nvidia_gpu_visible():
         return DEFAULT_TORCH, "an NVIDIA GPU is visible: the default (CUDA) build"
@@ -129,14 +133,15 @@ def _provide_torch(session: nox.Session) -> None:
         link.unlink()
         probe = json.loads(session.run("python", "-c", PROBE, silent=True, log=False))
     host = _host_torch_dir()
-    if host is not None:
-        version = importlib.metadata.version("torch")
-        session.log(f"Reusing torch {version} of the Python that runs nox")
-    elif probe["torch"]:
+    if host is None and not probe["torch"]:
+        link.write_text(f"{_shared_torch_dir(session, probe['python'])}\n")
+        return
+    if _torch_chosen():
+        session.log(f"{TORCH_VARIABLE} is not used: a torch is installed already")
+    if host is None:
         session.log("Reusing the torch of the base Python of this virtualenv")
         return
-    else:
-        host = _shared_torch_dir(session, probe["python"])
+    session.log(f"Reusing torch {importlib.metadata.version('torch')} of the Python that runs nox")
     link.write_text(f"{host}\n")
 
 
@@ -154,12 +159,14 @@ def _without_kineto_markers() -> Iterator[IO[str]]:
 
     forwarder = threading.Thread(target=forward, daemon=True)
     forwarder.start()
-    with open(write_end, "w") as sink:
-        yield sink
-    forwarder.join()
+    try:
+        with open(write_end, "w") as sink:
+            yield sink
+    finally:  # a failed command's last lines, its error, are forwarded before nox reports it
+        forwarder.join()
 
 
-def gallery_origin(root: Path = ROOT) -> str:
+def _gallery_origin(root: Path = ROOT) -> str:
     """One line: where the gallery's outputs came from, read from the examples' run records."""
     gpus = Counter()
     for record in sorted(root.glob(RUN_RECORDS)):
@@ -206,7 +213,7 @@ def docs(session: nox.Session) -> None:
             env={"PYTHONHASHSEED": "0", **os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=log,
         )
-    session.log(gallery_origin())
+    session.log(_gallery_origin())
 
 
 @nox.session
