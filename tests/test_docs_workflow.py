@@ -35,8 +35,10 @@ def run_step(name: str, cwd: Path, tmp_path: Path) -> tuple[subprocess.Completed
     python_dir = tmp_path / "python"
     python_dir.mkdir(exist_ok=True)
     python3 = python_dir / "python3"
-    if not python3.exists():
-        python3.symlink_to(sys.executable)
+    # A script, not a symlink: a link to a virtualenv's Python, outside it, loses the
+    # virtualenv (and the torch it sees).
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
     output = tmp_path / "github_output"
     output.write_text("")
     process = subprocess.run(
