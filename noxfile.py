@@ -168,15 +168,16 @@ def _without_kineto_markers() -> Iterator[IO[str]]:
 
 def _gallery_origin(root: Path = ROOT) -> str:
     """One line: where the gallery's outputs came from, read from the examples' run records."""
-    gpus = Counter()
+    origins: Counter[str] = Counter()
     for record in sorted(root.glob(RUN_RECORDS)):
-        gpus[json.loads(record.read_text())["environment"]["gpu"] or "CPU only"] += 1
-    if not gpus:
+        origins[json.loads(record.read_text())["environment"]["gpu"] or "CPU only"] += 1
+    if not origins:
         return "Gallery outputs: none (no example has been executed)"
-    total = sum(gpus.values())
+    total = origins.total()
     parts = [
-        f"{where} ({'all ' if count == total else ''}{count} example{'s' if count > 1 else ''})"
-        for where, count in gpus.most_common()
+        f"{where} ({'all ' if count == total > 1 else ''}{count} "
+        f"example{'' if count == 1 else 's'})"
+        for where, count in origins.most_common()
     ]
     return "Gallery outputs came from: " + ", ".join(parts)
 
