@@ -106,9 +106,8 @@ def _shared_torch_dir(session: nox.Session, python: str) -> Path:
         session.log(f"Using the shared torch in {shown} (pip install {wanted})")
         return target
     session.log(
-        f"No torch installed: installing one into {shown}, shared by every session; "
-        f"{reason}: pip install {wanted}  (set {TORCH_VARIABLE} to other pip arguments to "
-        "choose another build)"
+        f"Installing torch into {shown}, shared by every session ({reason}): pip install "
+        f"{wanted}. Set {TORCH_VARIABLE} to other pip arguments to choose another build."
     )
     scratch = target.with_name(target.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
