@@ -68,10 +68,14 @@ def _nvidia_gpu_visible() -> bool:
     return any(line.startswith("GPU ") for line in listing.splitlines())
 
 
+def _torch_chosen() -> str:
+    """The pip arguments ``PROFILING_UTILS_TORCH`` holds, or ``""``."""
+    return os.environ.get(TORCH_VARIABLE, "").strip()
+
+
 def _torch_pip_arguments() -> tuple[list[str], str]:
     """The ``pip install`` arguments for the shared torch, and why they were chosen."""
-    chosen = os.environ.get(TORCH_VARIABLE, "").strip()
-    if chosen:
+    if chosen := _torch_chosen():
         return shlex.split(chosen), f"as {TORCH_VARIABLE} says"
     if _nvidia_gpu_visible():
         return DEFAULT_TORCH, "an NVIDIA GPU is visible: the default (CUDA) build"
@@ -102,9 +106,8 @@ def _shared_torch_dir(session: nox.Session, python: str) -> Path:
         session.log(f"Using the shared torch in {shown} (pip install {wanted})")
         return target
     session.log(
-        f"No torch installed: installing one into {shown}, shared by every session; "
-        f"{reason}: pip install {wanted}  (set {TORCH_VARIABLE} to other pip arguments to "
-        "choose another build)"
+        f"Installing torch into {shown}, shared by every session ({reason}): pip install "
+        f"{wanted}. Set {TORCH_VARIABLE} to other pip arguments to choose another build."
     )
     scratch = target.with_name(target.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -129,14 +132,15 @@ def _provide_torch(session: nox.Session) -> None:
         link.unlink()
         probe = json.loads(session.run("python", "-c", PROBE, silent=True, log=False))
     host = _host_torch_dir()
-    if host is not None:
-        version = importlib.metadata.version("torch")
-        session.log(f"Reusing torch {version} of the Python that runs nox")
-    elif probe["torch"]:
+    if host is None and not probe["torch"]:
+        link.write_text(f"{_shared_torch_dir(session, probe['python'])}\n")
+        return
+    if _torch_chosen():
+        session.log(f"{TORCH_VARIABLE} is not used: a torch is installed already")
+    if host is None:
         session.log("Reusing the torch of the base Python of this virtualenv")
         return
-    else:
-        host = _shared_torch_dir(session, probe["python"])
+    session.log(f"Reusing torch {importlib.metadata.version('torch')} of the Python that runs nox")
     link.write_text(f"{host}\n")
 
 
@@ -154,22 +158,25 @@ def _without_kineto_markers() -> Iterator[IO[str]]:
 
     forwarder = threading.Thread(target=forward, daemon=True)
     forwarder.start()
-    with open(write_end, "w") as sink:
-        yield sink
-    forwarder.join()
+    try:
+        with open(write_end, "w") as sink:
+            yield sink
+    finally:  # a failed command's last lines, its error, are forwarded before nox reports it
+        forwarder.join()
 
 
-def gallery_origin(root: Path = ROOT) -> str:
+def _gallery_origin(root: Path = ROOT) -> str:
     """One line: where the gallery's outputs came from, read from the examples' run records."""
-    gpus = Counter()
+    origins: Counter[str] = Counter()
     for record in sorted(root.glob(RUN_RECORDS)):
-        gpus[json.loads(record.read_text())["environment"]["gpu"] or "CPU only"] += 1
-    if not gpus:
+        origins[json.loads(record.read_text())["environment"]["gpu"] or "CPU only"] += 1
+    if not origins:
         return "Gallery outputs: none (no example has been executed)"
-    total = sum(gpus.values())
+    total = origins.total()
     parts = [
-        f"{where} ({'all ' if count == total else ''}{count} example{'s' if count > 1 else ''})"
-        for where, count in gpus.most_common()
+        f"{where} ({'all ' if count == total > 1 else ''}{count} "
+        f"example{'' if count == 1 else 's'})"
+        for where, count in origins.most_common()
     ]
     return "Gallery outputs came from: " + ", ".join(parts)
 
@@ -206,7 +213,7 @@ def docs(session: nox.Session) -> None:
             env={"PYTHONHASHSEED": "0", **os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=log,
         )
-    session.log(gallery_origin())
+    session.log(_gallery_origin())
 
 
 @nox.session
