@@ -196,7 +196,8 @@ _CROSS_RANK_KEYS = """\
                  others' wait for it; "steps": nothing matched, its steps are the longest.
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,
                  collective-skew, rank-gpu-idle, rank-step-spread (table "Across ranks").
-    notes        caveats: clocks, ranks missing or repeated, collectives left out.
+    notes        caveats: clocks, ranks missing or repeated, collectives left out, sends
+                 and receives (not lined up: each pairs with another rank's opposite call).
   Ranks are lined up on absolute time (baseTimeNanoseconds + ts; ts alone in traces older
   than torch 2.4), so the numbers hold as far as the hosts' clocks agree."""
 

@@ -448,6 +448,9 @@ class _Waits:
     """Collectives found on one rank only."""
     apart: int = 0
     """Collectives whose kernels do not overlap across ranks: not the same call."""
+    point_to_point: int = 0
+    """Sends and receives: a send pairs with a receive on another rank, not with the other
+    ranks' k-th send, so they are not lined up."""
 
 
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
@@ -458,8 +461,12 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         return result
     offsets = _offsets_us(profiles)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
+    point_to_point = 0
     for position, profile in enumerate(profiles):
         for call in profile.collectives:
+            if call.op in _POINT_TO_POINT:
+                point_to_point += 1
+                continue
             key = (call.group, call.index, call.op)
             by_key.setdefault(key, []).append(
                 (position, call.start_us + offsets[position], call.dur_us)
@@ -482,7 +489,9 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             result.wait[position] += waited
             result.transfer[position] += duration - waited
             result.caused[latest_position] += waited
-    return dataclasses.replace(result, matched=matched, alone=alone, apart=apart)
+    return dataclasses.replace(
+        result, matched=matched, alone=alone, apart=apart, point_to_point=point_to_point
+    )
 
 
 def _median(values: list[float]) -> float | None:
@@ -513,6 +522,7 @@ def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[St
 
 
 _TABLE = "Across ranks"
+_POINT_TO_POINT = frozenset({"send", "recv"})
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
 _STANDS_OUT = 2.0
@@ -560,6 +570,11 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"{waits.apart} collective(s) left out: their kernels do not overlap across ranks, "
             "so they are not one call (the traces start at different collectives, or the "
             "hosts' clocks disagree)"
+        )
+    if waits.point_to_point:
+        notes.append(
+            f"{waits.point_to_point} send(s) and receive(s) not lined up: each pairs with "
+            "another rank's opposite call, which the trace does not name"
         )
     if matched:
         notes.append(

@@ -43,7 +43,13 @@ TRANSFER_US = 100.0
 
 
 def rank_events(
-    rank: int, *, steps: int = 3, stall_us: float = 0.0, late_us: float = 0.0, shift_us: float = 0.0
+    rank: int,
+    *,
+    steps: int = 3,
+    stall_us: float = 0.0,
+    late_us: float = 0.0,
+    shift_us: float = 0.0,
+    op_name: str = "allreduce",
 ) -> list[dict[str, Any]]:
     """One rank's steps: a compute kernel, then an all-reduce.
 
@@ -67,7 +73,7 @@ def rank_events(
                            correlation=collective),
             complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
                            arrival, end - arrival, pid=0, tid=20, correlation=collective,
-                           device=0, stream=20, **{"Collective name": "allreduce",
+                           device=0, stream=20, **{"Collective name": op_name,
                            "Process Group Name": "0", "Group size": 2}),
             *flow_pair(compute, t + 5, t + 20),
             *flow_pair(collective, arrival - 10, arrival),
@@ -158,6 +164,15 @@ def test_old_traces_line_up_on_absolute_ts(tmp_path: Path) -> None:
     assert {p.clock for p in profiles(tmp_path)} == {"absolute ts"}
     assert report.straggler is not None and report.straggler.rank == 1
     assert report.ranks[0].wait_us == pytest.approx(3 * 300, abs=1)  # float µs near 1.7e15
+
+
+def test_sends_and_receives_are_not_lined_up_as_collectives(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, rank_events(0, late_us=300, op_name="send"))
+    write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300, op_name="recv"))
+    report = cross_rank(profiles(tmp_path))
+    assert [row.collectives for row in report.ranks] == [3, 3]
+    assert report.matched_collectives == 0 and report.straggler is None
+    assert any("6 send(s) and receive(s) not lined up" in note for note in report.notes)
 
 
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
