@@ -531,8 +531,11 @@ def add_summary_parser(subcommands: Any) -> None:
     """Register ``summary``."""
     parser = subcommands.add_parser(
         "summary",
-        help="steps, lanes, top kernels and the measurements of one trace",
-        description="Summarize one trace: readable text, or one JSON object with --json.",
+        help="steps, lanes, top kernels and the measurements of a trace, or of a run's ranks",
+        description=(
+            "Summarize one trace, or compare the ranks of a distributed run (several traces, "
+            "or a directory of them): readable text, or one JSON object with --json."
+        ),
         epilog=f"JSON keys (--json):\n{_summary_keys_help()}\n{MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -621,11 +624,12 @@ def add_diagnose_parser(subcommands: Any) -> None:
     """Register ``diagnose``."""
     parser = subcommands.add_parser(
         "diagnose",
-        help="apply the trace reading cheatsheet to one trace",
+        help="apply the trace reading cheatsheet to a trace, or to each rank of a run",
         description=(
             "Find the cheatsheet's patterns in one trace and show the evidence for each, "
             "grouped by cheatsheet table, the most important first. (compile-cpu-tax needs "
-            "an eager baseline: compare reports it.)"
+            "an eager baseline: compare reports it.) Given several traces, or a directory of "
+            "a run's per-rank traces, it diagnoses each and then compares the ranks."
         ),
         epilog=(
             f"{DIAGNOSE_JSON_HELP}\n\n{MULTI_RANK_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}"
