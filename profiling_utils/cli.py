@@ -708,7 +708,7 @@ def add_compare_parser(subcommands: Any) -> None:
     """Register ``compare``."""
     parser = subcommands.add_parser(
         "compare",
-        help="two traces side by side (e.g. eager against torch.compile)",
+        help="two traces side by side (e.g. eager against torch.compile), or two runs rank by rank",
         description=(
             "Compare TRACE with BASELINE: per-step CPU and GPU time, kernel and launch "
             "counts, ops and kernels only in one of them, and compile-cpu-tax."
