@@ -29,7 +29,8 @@ Commands:
       blocks_per_sm, warps_per_sm, occupancy_pct}``.
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
-      direct children's on the same thread, never negative.
+      direct children's on the same thread, never negative; a call whose only child is a call
+      of the same name counts once.
     - ``launch_apis``: kernels per launch API (``"unknown"`` when the launch is not in the
       trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,

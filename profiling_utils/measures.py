@@ -698,6 +698,8 @@ class OpStats(_Result):
 
     name: str
     calls: int
+    """Calls, a call whose only child is a call of the same name counted once (as
+    ``key_averages()`` folds ``aten::sum`` calling ``aten::sum``)."""
     self_us: float
     """Time in the op itself: each call's duration less its direct children's on the same
     thread (ops, runtime calls, annotations), never below 0."""
@@ -706,15 +708,31 @@ class OpStats(_Result):
     ``key_averages()``)."""
 
 
+def _merged_into_parent(trace: Trace, op: Span) -> bool:
+    """Whether ``op`` is the only child of a call of the same name, which ``key_averages()``
+    folds into that call (``aten::sum`` calling ``aten::sum``)."""
+    if op.parent is None:
+        return False
+    parent = trace.spans[op.parent]
+    return parent.name == op.name and len(trace.children(parent)) == 1
+
+
 def op_stats(trace: Trace) -> list[OpStats]:
-    """Calls, self time and total time of every CPU operator, largest self time first."""
+    """Calls, self time and total time of every CPU operator, largest self time first.
+
+    As ``key_averages()`` does, a call whose only child is a call of the same name counts
+    once, its child's children as its own.
+    """
     calls: dict[str, list[float]] = {}
     for op in trace.cpu_ops:
-        children = sum(child.dur for child in trace.children(op))
-        calls.setdefault(op.name, [0, 0.0, 0.0])
-        entry = calls[op.name]
+        if _merged_into_parent(trace, op):
+            continue
+        children = trace.children(op)
+        while len(children) == 1 and children[0].name == op.name:
+            children = trace.children(children[0])
+        entry = calls.setdefault(op.name, [0, 0.0, 0.0])
         entry[0] += 1
-        entry[1] += max(0.0, op.dur - children)
+        entry[1] += max(0.0, op.dur - sum(child.dur for child in children))
         entry[2] += op.dur
     stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
     stats.sort(key=lambda s: (-s.self_us, s.name))
