@@ -346,10 +346,15 @@ class RankTiming:
     median_step_us: float | None
     """Median CPU duration of the rank's steps."""
     gpu_busy_us: float
+    """Time the GPU ran kernels, copies or memsets; a collective's kernel counts while it
+    waits."""
     gpu_idle_us: float | None
+    """The rest of the steps' GPU windows (of the GPU's whole span without steps); ``None``
+    without GPU work."""
     collectives: int
     collective_us: float
-    """Total duration of the rank's collective kernels: wait plus transfer."""
+    """Total duration of the rank's collective kernels (for those matched across ranks,
+    wait plus transfer)."""
     wait_us: float | None
     """Time in the collectives matched across ranks spent waiting for the last rank to arrive
     (skew); ``None`` when no collective could be matched."""
@@ -384,8 +389,9 @@ class Straggler:
     label: str
     rank: int | None
     basis: Literal["collectives", "steps"]
-    """``collectives``: it arrives last at collectives and the others wait for it;
-    ``steps``: no collective could be matched, and its steps are the longest."""
+    """``collectives``: it arrives last at collectives, and the others' wait for it is at
+    least twice what any other rank caused; ``steps``: no collective could be matched, and
+    its median step is over 5% above the ranks' median."""
     last_arrivals: int
     """Matched collectives it reached last."""
     matched: int
@@ -404,7 +410,8 @@ class CrossRank:
     steps: list[StepSpread]
     """Step numbers that at least two ranks have, in order."""
     matched_collectives: int
-    """Collectives found on at least two ranks under the same group, index and op."""
+    """Collectives found on at least two ranks under the same group, op and index, whose
+    kernels overlap in time."""
     straggler: Straggler | None
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
