@@ -42,6 +42,7 @@ __all__ = [
     "KernelLaunch",
     "MemoryCopy",
     "CompileInfo",
+    "OpStats",
     "gpu_busy_us",
     "lane_busy_us",
     "step_times",
@@ -54,6 +55,7 @@ __all__ = [
     "kernel_launches",
     "memory_copies",
     "compiled_regions",
+    "op_stats",
     "span_dict",
 ]
 
@@ -688,3 +690,53 @@ def compiled_regions(trace: Trace) -> CompileInfo:
             s for s in trace.find("cudaGraphLaunch") if s.cat in ("cuda_runtime", "cuda_driver")
         ),
     )
+
+
+# -- CPU operators ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats(_Result):
+    """All calls of one CPU operator (``cpu_op`` name), as ``key_averages()`` groups them."""
+
+    name: str
+    calls: int
+    """Calls, a call whose only child is a call of the same name counted once (as
+    ``key_averages()`` folds ``aten::sum`` calling ``aten::sum``)."""
+    self_us: float
+    """Time in the op itself: each call's duration less its direct children's on the same
+    thread (ops, runtime calls, annotations), never below 0."""
+    total_us: float
+    """Sum of the calls' durations (a call nested in a call of the same op counts twice, as in
+    ``key_averages()``)."""
+
+
+def _merged_into_parent(trace: Trace, op: Span) -> bool:
+    """Whether ``op`` is the only child of a call of the same name, which ``key_averages()``
+    folds into that call (``aten::sum`` calling ``aten::sum``)."""
+    if op.parent is None:
+        return False
+    parent = trace.spans[op.parent]
+    return parent.name == op.name and len(trace.children(parent)) == 1
+
+
+def op_stats(trace: Trace) -> list[OpStats]:
+    """Calls, self time and total time of every CPU operator, largest self time first.
+
+    As ``key_averages()`` does, a call whose only child is a call of the same name counts
+    once, its child's children as its own.
+    """
+    calls: dict[str, list[float]] = {}
+    for op in trace.cpu_ops:
+        if _merged_into_parent(trace, op):
+            continue
+        children = trace.children(op)
+        while len(children) == 1 and children[0].name == op.name:
+            children = trace.children(children[0])
+        entry = calls.setdefault(op.name, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += max(0.0, op.dur - sum(child.dur for child in children))
+        entry[2] += op.dur
+    stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
+    stats.sort(key=lambda s: (-s.self_us, s.name))
+    return stats

@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,6 +112,7 @@ _DUR = attrgetter("dur")
 _ID = attrgetter("id")
 _NAME = attrgetter("name")
 _COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
+_IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
@@ -821,7 +822,12 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
             group.sort(key=_ID)
         by_cat[current] = group
     ops = by_cat.get("cpu_op")
-    if ops and any(name.startswith(_STEP_PREFIX) for name in map(_NAME, ops)):
+    annotations = by_cat.get("user_annotation", ())
+    if (
+        ops
+        and not any(map(_IS_STEP_NAME, map(_NAME, annotations)))
+        and any(map(_IS_STEP_NAME, map(_NAME, ops)))
+    ):
         steps = [op for op in ops if op.name.startswith(_STEP_PREFIX)]
         by_cat["cpu_op"] = [op for op in ops if not op.name.startswith(_STEP_PREFIX)]
         for step in steps:
@@ -858,11 +864,15 @@ def _nest(on_lane: list[Span]) -> None:
         open_ends.append(end)
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
     """Load a trace written by ``torch.profiler`` (``.json`` or ``.json.gz``).
 
     Args:
         path: The trace file.
+        max_bytes: The largest decompressed size to read. ``None``: the environment variable
+            ``PROFILING_UTILS_MAX_TRACE_BYTES`` when set, else a third of the available memory
+            (:func:`profiling_utils.loading.default_max_bytes`). A larger file is refused with
+            a :class:`~profiling_utils.errors.TraceError` before it can exhaust memory.
 
     Returns:
         The :class:`Trace`, with every structure built.
@@ -872,5 +882,5 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             problem. No other exception escapes for bad input.
     """
     with gc_paused():
-        raw = load_raw_trace(path, Span)
+        raw = load_raw_trace(path, Span, max_bytes=max_bytes)
         return Trace(raw)
