@@ -10,8 +10,9 @@ The figure has an opaque white background and dark text, so one PNG reads the sa
 and the dark theme of the site. It is as wide as the site's content column (:data:`PAGE_WIDTH_PX`
 CSS pixels at :data:`FIGURE_DPI`), so the page shows it at its natural size and every text is at
 least :data:`MIN_TEXT_PX` CSS pixels high there, the size of the site's code; sphinx-gallery's
-2x copy keeps it sharp on high-DPI screens. A name too long for its box is written just right of
-it when the row is free there (a launch call inside its operator), else shortened or left out.
+2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just
+right of it when the row is free there (a launch call inside its operator), else shortened inside
+it, or left out.
 """
 
 from __future__ import annotations
@@ -514,18 +515,25 @@ def _draw_names(
             spans.sort(key=lambda s: s.start)
             y_centre = placed.top + row + 0.5
             for index, span in enumerate(spans):
+                name = _display_name(span)
                 left, right = max(span.start, x0), min(span.end, x1)
                 room_pt = (right - left) * pt_per_us - 2 * _TEXT_PAD_PT
-                text = _fit(_display_name(span), room_pt) if room_pt >= shortest_name_pt else None
+                if _text_width_pt(name, _NAME_PT) <= room_pt:
+                    _name(ax, (left + right) / 2, y_centre, name, "center", "span-name")
+                    continue
+                # The whole name beside the box reads better than a shortened one inside it.
+                drawn_end = max(span.end, span.start + min_width_us)
+                following = spans[index + 1].start if index + 1 < len(spans) else x1
+                free_pt = (min(following, x1) - drawn_end) * pt_per_us - 2 * _TEXT_PAD_PT
+                beside_fits = span.start >= x0 and drawn_end < x1
+                if beside_fits and _text_width_pt(name, _NAME_PT) <= free_pt:
+                    _name(ax, drawn_end + pad_us, y_centre, name, "left", "span-name-beside")
+                    continue
+                text = _fit(name, room_pt) if room_pt >= shortest_name_pt else None
                 if text is not None:
                     _name(ax, (left + right) / 2, y_centre, text, "center", "span-name")
                     continue
-                drawn_end = max(span.end, span.start + min_width_us)
-                if drawn_end >= x1 or span.start < x0:
-                    continue
-                following = spans[index + 1].start if index + 1 < len(spans) else x1
-                free_pt = (min(following, x1) - drawn_end) * pt_per_us - 2 * _TEXT_PAD_PT
-                text = _fit(_display_name(span), free_pt) if free_pt >= shortest_name_pt else None
+                text = _fit(name, free_pt) if beside_fits and free_pt >= shortest_name_pt else None
                 if text is not None:
                     _name(ax, drawn_end + pad_us, y_centre, text, "left", "span-name-beside")
 
