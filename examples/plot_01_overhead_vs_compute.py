@@ -218,11 +218,18 @@ else:
         op for op in large.trace.find("aten::mm") if large.trace.step_of(op) is last
     )
     mark = highlight_span(mm, "aten::mm, on the CPU")
+if large.has_gpu:
+    gpu_end = max(work.end for work in last.gpu_work)
+    claim(
+        f"at n={LARGE} the step's GPU work ends after the step has ended on the CPU",
+        gpu_end > last.end,
+        after_step_end_us=gpu_end - last.end,
+    )
 plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name)
 
 # %%
-# Now the GPU lane is full, and the CPU's part of the step ends long before the GPU's: the
-# CPU queued the kernels and moved on, and the GPU works through them afterwards.
+# Now the GPU lane is full: the CPU queued the kernels and moved on, and the GPU works
+# through them after the step has ended on the CPU.
 #
 # What the cheatsheet says
 # ------------------------
@@ -292,8 +299,8 @@ else:
 
 # %%
 # A 64 by 64 product cannot fill the GPU: the kernel's fixed start-up is most of its
-# duration, so it reaches a tiny share of the peak. Where the large product's share is
-# above a peak, the report above says why.
+# duration, so its rate is a small fraction of the large product's. Where the large
+# product's share of a peak is above 100%, the report above says why.
 #
 # Beyond the post: where do the two costs cross?
 # ----------------------------------------------

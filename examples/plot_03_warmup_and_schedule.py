@@ -187,7 +187,7 @@ plot_timeline(
 # The profiler's own start-up
 # ---------------------------
 #
-# The grey boxes at the bottom are the profiler's overhead lane. One of them,
+# With a GPU, the grey boxes at the bottom are the profiler's overhead lane. One of them,
 # ``Activity Buffer Request``, is CUPTI asking for its first buffers when the profiler
 # starts recording. The schedule's ``warmup`` step is there to hold it:
 
