@@ -278,8 +278,11 @@ if peaks is not None:
         ]
         gemm_us = statistics.median(k.kernel.dur for k in gemms)
         rates[size] = achieved_tflops(gemm_flops(size, size, size), gemm_us)
-        print(f"{size}x{size}x{size}: {gemms[0].kernel.name[:70]}")
-        print(f"  launched with {gemms[0].api}, median {gemm_us:,.1f} µs")
+        name = gemms[0].kernel.name
+        print(f"{size}x{size}x{size}: {name if len(name) <= 70 else name[:69] + '…'}")
+        print(
+            f"  launched with {gemms[0].api}; median {gemm_us:,.1f} µs of {len(gemms)}"
+        )
         subject = f"bf16 {size}³ GEMM"
         print(
             rate_report(
