@@ -116,6 +116,9 @@ print(f"steps after the first: {later}")
 # sample, not a measurement: the next one differs by some microseconds for no reason the
 # trace names, so read a median over many steps and its interquartile range (IQR), the
 # middle half of the steps, as above.
+#
+# What this page says about the run is checked by the run: a claim that does not hold
+# fails the build, and the box under the page's title lists each claim with its numbers.
 
 launched = {t.gpu_activities for t in times}
 if run.has_gpu:

@@ -28,12 +28,11 @@ two sizes, and read each kernel's resource footprint from the trace.
 # no kernels to inspect but the runs still work).
 
 import collections
-import subprocess
-import sys
 
 import torch
 
 from profiling_utils import capture, diagnose, load_trace, run_name
+from profiling_utils.fresh import run_in_fresh_process
 from profiling_utils.measures import kernel_launches
 from profiling_utils.render import (
     Highlight,
@@ -304,9 +303,7 @@ capture(lambda: torch.add(torch.matmul(x, w), b), name=sys.argv[2], out_dir=sys.
 first_call = None
 if device == "cuda":
     first_name = "64_bf16_first-call_eager"
-    subprocess.run(
-        [sys.executable, "-c", FIRST_CALL, str(trace_dir()), first_name], check=True
-    )
+    run_in_fresh_process(FIRST_CALL, trace_dir(), first_name)
     first_call = load_trace(trace_dir() / f"{first_name}.json.gz")
     for launch in kernel_launches(first_call):
         if launch.op is not None and launch.op.name == "aten::mm":

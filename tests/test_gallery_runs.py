@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "docs" / "_ext"))
 import gallery_runs  # noqa: E402
 from gallery_runs import Example  # noqa: E402
 
+from profiling_utils.claims import CLAIMS_FILE_ENV  # noqa: E402
 from profiling_utils.render import perfetto, trace_dir  # noqa: E402
 
 
@@ -76,11 +77,21 @@ def test_invalidate_stale_removes_the_md5_of_examples_from_another_run(tmp_path:
     never_ran = _cached_example(tmp_path, "plot_d", "before")
     never_ran.md5.unlink()
 
-    stale = gallery_runs.invalidate_stale([current, other, unrecorded, never_ran], "now")
+    failed = _cached_example(tmp_path, "plot_e", "now")
+    claim = {"numbers": {}, "example": "plot_e.py", "mode": "report"}
+    failed.claims.write_text(
+        json.dumps({**claim, "statement": "held", "holds": True})
+        + "\n"
+        + json.dumps({**claim, "statement": "did not", "holds": False})
+        + "\n"
+    )
+    current.claims.write_text(json.dumps({**claim, "statement": "held", "holds": True}) + "\n")
 
-    assert stale == [other, unrecorded]
+    stale = gallery_runs.invalidate_stale([current, other, unrecorded, never_ran, failed], "now")
+
+    assert stale == [other, unrecorded, failed]
     assert current.md5.exists()
-    assert not other.md5.exists() and not unrecorded.md5.exists()
+    assert not other.md5.exists() and not unrecorded.md5.exists() and not failed.md5.exists()
 
 
 @pytest.mark.parametrize(
@@ -119,6 +130,7 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
 ) -> None:
     monkeypatch.delenv(perfetto.TRACE_DIR_ENV, raising=False)
     monkeypatch.delenv(perfetto.PAGE_DIR_ENV, raising=False)
+    monkeypatch.delenv(CLAIMS_FILE_ENV, raising=False)
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "plot_01_a.py").write_text("")
     conf = {
@@ -129,6 +141,7 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     (example,) = gallery_runs.gallery_examples(tmp_path / "docs", conf)
     example.trace_dir.mkdir(parents=True)
     (example.trace_dir / "old.json.gz").write_bytes(b"left from the last run")
+    example.claims.write_text('{"statement": "left from the last run"}\n')
 
     gallery_runs.reset_example(conf, "plot_01_a.py", when="before")
 
@@ -140,17 +153,22 @@ def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     assert record["fingerprint"] == gallery_runs.fingerprint(record["fingerprint_parts"])
     assert record["fingerprint_parts"] == gallery_runs.fingerprint_parts()
     assert set(record["environment"]) >= {"gpu", "driver", "cuda", "torch", "date"}
+    assert os.environ[CLAIMS_FILE_ENV] == str(example.claims)
+    assert example.claims.read_text() == ""  # claims of an earlier run are gone
 
     gallery_runs.reset_example(conf, "plot_01_a.py", when="after")
     assert trace_dir() == Path("traces")
     assert perfetto.PAGE_DIR_ENV not in os.environ
+    assert CLAIMS_FILE_ENV not in os.environ
 
 
 @pytest.mark.parametrize("plot_gallery", [True, False])
 def test_only_a_build_that_executes_examples_drops_stale_outputs(
-    tmp_path: Path, plot_gallery: bool
+    tmp_path: Path, plot_gallery: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from types import SimpleNamespace
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # restored after _before_gallery sets it
 
     example = _cached_example(tmp_path, "plot_a", "made with another torch")
     conf = {
@@ -163,3 +181,25 @@ def test_only_a_build_that_executes_examples_drops_stale_outputs(
     gallery_runs._before_gallery(app)
     # A build that executes nothing (plot_gallery off) could not remake what it dropped.
     assert example.md5.exists() == (not plot_gallery)
+
+
+def test_processes_started_by_examples_import_the_builds_profiling_utils(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    import profiling_utils
+
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    gallery_runs.share_import_path()
+    gallery_runs.share_import_path()  # once only
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([root, "elsewhere"])
+    child = subprocess.run(
+        [sys.executable, "-c", "import profiling_utils; print(profiling_utils.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == profiling_utils.__file__

@@ -8,14 +8,21 @@ adds, per example, beside that cache:
   on (:func:`profiling_utils.provenance.environment`) and a *fingerprint* of what shapes its
   outputs besides its own file: the ``profiling_utils`` sources, torch, CUDA and the GPU;
 - its traces, in ``traces/<name>/`` (emptied before it runs; see
-  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build.
+  :func:`profiling_utils.render.trace_dir`), copied into the HTML output after the build;
+- its *claims*, ``<name>.claims.json``: every :func:`profiling_utils.claims.claim` it made,
+  whether it held and the numbers that decided it (emptied before it runs).
 
 Before sphinx-gallery looks at its cache, every example whose record is missing or carries
 another fingerprint loses its ``.md5``, so it runs again: outputs are never left over from
 another library version, torch, CUDA or GPU. Every example page then states where its
 outputs were made, read from its record, and the ``gallery-provenance`` directive does the
 same for the whole gallery (the home page). A build without a GPU says, on each example
-page, that the example ran on the CPU.
+page and on the gallery index, that the examples ran on the CPU.
+
+Every example page lists its claims under "Checked on this run". A claim that does not hold
+raises in its example, which fails the build; with ``PROFILING_UTILS_CLAIMS=report`` it is
+marked on the page instead and the build ends with a warning for it. An example that ran on
+a GPU and checked no claim fails the build too.
 
 An example that calls ``sys.exit()`` (or ``exit()``, ``quit()``, ``os._exit()``) fails the
 build before anything runs: sphinx-gallery catches only ``Exception``, so such a call would
@@ -42,6 +49,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from profiling_utils.claims import CLAIMS_FILE_ENV, CLAIMS_MODE_ENV, REPORT, Claim, read_claims
+from profiling_utils.claims import mode as claims_mode
 from profiling_utils.provenance import Environment, environment
 from profiling_utils.render.perfetto import PAGE_DIR_ENV, TRACE_DIR_ENV
 
@@ -144,14 +152,19 @@ def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
     """Make sphinx-gallery re-run every example whose outputs came from another fingerprint.
 
     Deletes the ``.md5`` of each cached example whose run record is missing or carries a
-    fingerprint other than ``current``; returns those examples.
+    fingerprint other than ``current``, or one of whose claims did not hold (a page is never
+    kept with a failed claim: the next build checks it again); returns those examples.
     """
     stale = []
     for example in examples:
         if not example.md5.exists():
             continue
         record = read_record(example)
-        if record is None or record.get("fingerprint") != current:
+        if (
+            record is None
+            or record.get("fingerprint") != current
+            or not all(made.holds for made in read_claims(example.claims))
+        ):
             example.md5.unlink()
             stale.append(example)
     return stale
@@ -271,8 +284,25 @@ def reset_example(gallery_conf: dict[str, Any], fname: str | None, when: str) ->
     torch.manual_seed(0)
 
 
+def share_import_path() -> None:
+    """Make Python processes that examples start import this build's ``profiling_utils``.
+
+    Examples run the CLI (``python -m profiling_utils``) and fresh processes
+    (:func:`profiling_utils.fresh.run_in_fresh_process`) from other folders; with the
+    package's folder first on ``PYTHONPATH`` they import the same sources as the build,
+    installed or not.
+    """
+    import profiling_utils
+
+    root = str(Path(profiling_utils.__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [root]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def _before_gallery(app: Sphinx) -> None:
     """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    share_import_path()
     examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
     offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
     if offenders:
@@ -287,7 +317,7 @@ def _before_gallery(app: Sphinx) -> None:
     if stale:
         logger.info(
             "[gallery_runs] re-running %d example(s) made by another profiling_utils, torch, "
-            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s): %s",
+            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s), or with a failed claim: %s",
             len(stale),
             parts["torch"],
             parts["cuda"],
@@ -399,7 +429,7 @@ def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.cont
         numbers = made.numbers_text()
         if numbers:
             line += nodes.Text(" ")
-            line += nodes.inline(text=numbers, classes=["claim-numbers"])
+            line += nodes.inline(text=f"({numbers})", classes=["claim-numbers"])
         items += nodes.list_item("", line, classes=["claim", state])
     box += items
     return box
@@ -434,7 +464,8 @@ def _check_claims(app: Sphinx, exception: Exception | None) -> None:
 
     A failed claim in the default strict mode raised in its example, which sphinx-gallery
     reports and fails the build for; in report mode (``PROFILING_UTILS_CLAIMS=report``) the
-    build carries on, and each failed claim gets a warning line here, at the end of the log.
+    build carries on, and each failed claim, and each example without claims, gets a warning
+    line here, at the end of the log.
     """
     conf = app.config.sphinx_gallery_conf
     failing = {Path(p).resolve() for p in conf.get("failing_examples", {})}
@@ -456,11 +487,16 @@ def _check_claims(app: Sphinx, exception: Exception | None) -> None:
         has_gpu = Environment(**record["environment"]).has_gpu
         if has_gpu and not claims and example.source.resolve() not in failing:
             unclaimed.append(example.source.name)
-    if exception is None and unclaimed:
-        raise ExtensionError(
-            "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
-            "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
-        )
+    if exception is not None or not unclaimed:
+        return
+    message = (
+        "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
+        "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
+    )
+    if claims_mode() == REPORT:
+        logger.warning(message, type="gallery_runs", subtype="no_claims")
+    else:
+        raise ExtensionError(message)
 
 
 class GalleryProvenance(SphinxDirective):

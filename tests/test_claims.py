@@ -1,0 +1,140 @@
+"""profiling_utils.claims: a page's qualitative claims, checked over the run's values."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiling_utils.claims import (
+    CLAIMS_FILE_ENV,
+    CLAIMS_MODE_ENV,
+    Claim,
+    ClaimFailed,
+    at_least_times,
+    claim,
+    format_number,
+    read_claims,
+)
+
+
+@pytest.fixture(autouse=True)
+def _outside_a_docs_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CLAIMS_FILE_ENV, raising=False)
+    monkeypatch.delenv(CLAIMS_MODE_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["/home/someone/gallery/plot_07_kernel_variance.py"])
+
+
+@pytest.fixture
+def claims_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "plot_07_kernel_variance.claims.json"
+    monkeypatch.setenv(CLAIMS_FILE_ENV, str(path))
+    return path
+
+
+def test_a_claim_that_holds_is_returned_with_its_numbers() -> None:
+    made = claim("the first step is the widest", 219.4 > 92.0, first_us=219.4, next_us=92.0)
+    assert made == Claim(
+        "the first step is the widest",
+        True,
+        {"first_us": 219.4, "next_us": 92.0},
+        example="plot_07_kernel_variance.py",
+    )
+    assert str(made) == "[held] the first step is the widest (first_us=219.4, next_us=92.0)"
+
+
+def test_a_claim_that_fails_raises_one_line_naming_the_file_the_claim_and_the_numbers() -> None:
+    with pytest.raises(ClaimFailed) as failed:
+        claim("the first step is the widest", 80.0 > 92.0, first_us=80.0, next_us=92.0)
+    message = str(failed.value)
+    assert message == (
+        "plot_07_kernel_variance.py: claim did not hold: the first step is the widest "
+        "(first_us=80.0, next_us=92.0)"
+    )
+    assert "\n" not in message and "/home/" not in message
+    assert isinstance(failed.value, AssertionError)
+    assert not failed.value.claim.holds
+
+
+def test_report_mode_records_a_failed_claim_and_carries_on(
+    claims_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CLAIMS_MODE_ENV, "report")
+    made = claim("p95 is within 10% of the median", False, p95_us=130.0, median_us=100.0)
+    assert not made.holds
+    (recorded,) = read_claims(claims_file)
+    assert recorded == Claim(
+        "p95 is within 10% of the median",
+        False,
+        {"p95_us": "130.0", "median_us": "100.0"},
+        example="plot_07_kernel_variance.py",
+        mode="report",
+    )
+
+
+def test_claims_are_recorded_in_order_in_a_docs_build_and_nowhere_outside(
+    claims_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claim("one", True, n=1)
+    with pytest.raises(ClaimFailed):
+        claim("two", False, n=2)
+    lines = [json.loads(line) for line in claims_file.read_text().splitlines()]
+    assert [(c["statement"], c["holds"], c["mode"]) for c in lines] == [
+        ("one", True, "strict"),
+        ("two", False, "strict"),
+    ]
+    monkeypatch.delenv(CLAIMS_FILE_ENV)
+    claim("three", True)
+    assert len(claims_file.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(("holds", "shown"), [(True, "a new kernel"), (False, "the same kernel")])
+def test_an_outcome_worded_claim_says_what_happened_and_always_holds(
+    holds: bool, shown: str
+) -> None:
+    made = claim("a new kernel", holds, otherwise="the same kernel", eager="gemm_a", compiled="x")
+    assert (made.statement, made.holds) == (shown, True)
+
+
+def test_an_unknown_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CLAIMS_MODE_ENV, "lenient")
+    with pytest.raises(ValueError, match="strict, report"):
+        claim("anything", True)
+
+
+def test_at_least_times_compares_the_first_number_with_the_second() -> None:
+    made = at_least_times("5x the median", 5, first_us=500.0, median_us=90.0)
+    assert made.holds and made.numbers == {"first_us": 500.0, "median_us": 90.0, "ratio": 500 / 90}
+    with pytest.raises(ClaimFailed, match=r"ratio=4\.00"):
+        at_least_times("5x the median", 5, first_us=360.0, median_us=90.0)
+    with pytest.raises(TypeError, match="exactly two"):
+        at_least_times("5x", 5, first_us=1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (3912.44, "3912.4"),
+        (92.0, "92.0"),
+        (5.5555, "5.56"),
+        (0.123456, "0.123"),
+        (3, "3"),
+        (True, "True"),
+        ("sm90_xmma_gemm", "sm90_xmma_gemm"),
+    ],
+)
+def test_numbers_are_shown_compactly(value: object, text: str) -> None:
+    assert format_number(value) == text
+
+
+def test_a_claim_shown_inline_has_the_claim_classes() -> None:
+    held = Claim("fast <enough>", True, {"t_us": 1.0})._repr_html_()
+    assert '<p class="claim claim-pass">fast &lt;enough&gt;' in held
+    failed = Claim("fast", False)._repr_html_()
+    assert 'class="claim claim-fail"' in failed and "did not hold on this machine" in failed
+
+
+def test_read_claims_of_a_missing_file_is_empty(tmp_path: Path) -> None:
+    assert read_claims(tmp_path / "never_ran.claims.json") == []
