@@ -3,11 +3,9 @@
 from . import measures
 from .capture import Capture, capture, run_name
 from .compare import Comparison, compare
-from .datasheet import datasheet_peak
 from .errors import TraceError
 from .peaks import Peaks, achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
 from .provenance import environment
-from .rates import RateReport, rate_report
 from .rules import Finding, diagnose
 from .trace import DeviceInfo, Lane, Span, Step, Trace, load_trace
 
@@ -18,7 +16,6 @@ __all__ = [
     "Finding",
     "Lane",
     "Peaks",
-    "RateReport",
     "Span",
     "Step",
     "Trace",
@@ -27,13 +24,11 @@ __all__ = [
     "achieved_tflops",
     "capture",
     "compare",
-    "datasheet_peak",
     "environment",
     "diagnose",
     "gemm_flops",
     "load_trace",
     "measure_peaks",
     "measures",
-    "rate_report",
     "run_name",
 ]

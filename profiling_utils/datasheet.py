@@ -17,9 +17,11 @@ What the figures are:
 - ``fp32``: plain fp32 on the CUDA cores (NVIDIA) or the vector units (AMD), not TF32.
 - ``memory``: the DRAM (HBM or GDDR) bandwidth, GB/s (10^9 bytes per second).
 
-Each row names the vendor document it comes from. Two GPUs are deliberately missing: the
-NVIDIA A10G (an AWS part with no NVIDIA datasheet) and the B200's memory bandwidth (NVIDIA has
-printed 8 TB/s and 7.7 TB/s for it in different documents).
+Each row names the vendor document it comes from. Left out on purpose, rather than guessed:
+the NVIDIA A10G (an AWS part with no NVIDIA datasheet); the B200's memory bandwidth (NVIDIA has
+printed both 8 TB/s and 7.7 TB/s), tf32 and fp32; board variants that are not the datasheet's
+part (``NVIDIA A100-PG509-200``, ``Tesla V100-DGXS-32GB``); and names that do not say which
+GPU it is (ROCm's ``AMD Radeon Graphics``).
 
 Example::
 
@@ -34,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec"]
+__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec", "same_device"]
 
 Figure = Literal["bf16", "fp16", "tf32", "fp32", "fp8", "memory"]
 """The figures a :class:`DeviceSpec` may hold."""
@@ -82,7 +84,7 @@ class DatasheetPeak:
     product: str
     """The product, e.g. ``"H100 SXM5 80 GB"``."""
     source: str
-    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU Architecture, 2022"``."""
+    """The vendor document, e.g. ``"NVIDIA H100 Tensor Core GPU datasheet, 2023"``."""
 
     def describe(self) -> str:
         """``"989.4 TFLOP/s, the H100 SXM5 80 GB's dense bf16 tensor-core peak (source)"``."""
@@ -97,7 +99,10 @@ def _nvidia_sparse_halved(sparse: dict[str, float]) -> dict[str, float]:
     return {dtype: value / 2 for dtype, value in sparse.items()}
 
 
-_H100_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022"
+_H100_SXM5_SOURCES = (
+    "NVIDIA H100 Tensor Core GPU datasheet, 2023; dense figures from the H100 architecture "
+    "whitepaper, 2022"
+)
 _H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet, 2023"
 _H200_DATASHEET = "NVIDIA H200 Tensor Core GPU datasheet, 2024"
 _A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet, 2021"
@@ -109,7 +114,7 @@ _AMD_PER_GCD = (
 
 _H100_SXM5 = DeviceSpec(
     product="H100 SXM5 80 GB",
-    source=_H100_WHITEPAPER,
+    source=_H100_SXM5_SOURCES,
     tflops={"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp8": 1978.9, "fp32": 66.9},
     memory_gb_s=3350.0,
     memory_kind="HBM3",
@@ -295,6 +300,11 @@ def _normalise(name: str) -> str:
 
 
 _BY_NORMALISED_NAME = {_normalise(name): spec for name, spec in _TABLE.items()}
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two device names are the same GPU, as :func:`device_spec` matches names."""
+    return _normalise(a) == _normalise(b)
 
 
 def device_spec(device_name: str) -> DeviceSpec | None:

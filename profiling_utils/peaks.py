@@ -128,9 +128,9 @@ class Measurement:
     rate_high: float
     """The rate at the faster quartile (the interquartile range's high end)."""
     sm_clock_mhz: tuple[int, ...] = ()
-    """SM clock readings under the sustained load, MHz, about every quarter second, each as
-    NVML averages it over its last sample period (1/6 s to 1 s). Empty for a burst (shorter
-    than one sample period) and where NVML cannot be read (no ``nvidia-ml-py``)."""
+    """SM clock readings under the sustained load, MHz, about every quarter second, as NVML
+    reports them (:func:`torch.cuda.clock_rate`). Empty for a burst (too short to read the
+    clock during it) and where NVML cannot be read (no ``nvidia-ml-py``)."""
 
     @property
     def median_us(self) -> float:

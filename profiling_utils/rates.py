@@ -37,15 +37,20 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from .datasheet import datasheet_peak, device_spec
+from .datasheet import datasheet_peak, device_spec, same_device
 from .peaks import Measurement, Peaks
 
-__all__ = ["PeakShare", "RateKind", "RateReport", "rate_report"]
+__all__ = ["PeakShare", "RateKind", "RateReport", "Reason", "rate_report"]
 
 RateKind = Literal["bf16", "fp16", "tf32", "fp32", "fp8", "copy"]
 """A GEMM's dtype (its rate in TFLOP/s), or ``"copy"`` for a device-to-device copy (GB/s)."""
 
 Against = Literal["datasheet", "burst", "sustained"]
+
+Reason = Literal["l2-cache", "within-spread", "short-run", "suspect"]
+"""Why a rate is above a peak: its bytes fit in the L2 cache (a copy); it is within the
+measurement's interquartile range; it beat the sustained peak as a short run does; or nothing
+in the data explains it, so the peak or the rate's inputs are suspect."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,11 @@ class PeakShare:
     """Rate over peak: ``1.0`` is 100%."""
     peak_description: str
     """The peak, what it is and where it comes from, as a noun phrase."""
+    reason: Reason | None
+    """Why the rate is above the peak, as a key a page can make a claim on; ``None`` when
+    :attr:`share` is not above 1."""
     explanation: str | None
-    """Why the rate is above the peak, when :attr:`share` is above 1; else ``None``."""
+    """:attr:`reason` as a sentence for the page; ``None`` when :attr:`share` is not above 1."""
 
     @property
     def above_peak(self) -> bool:
@@ -142,7 +150,9 @@ def rate_report(
             copy's bytes, or :attr:`MemoryCopy.bandwidth_gb_s
             <profiling_utils.measures.MemoryCopy.bandwidth_gb_s>`) for a copy.
         kind: The GEMM's dtype (``"bf16"``, ``"fp16"``, ``"tf32"``, ``"fp32"``, ``"fp8"``),
-            or ``"copy"`` for a device-to-device copy.
+            or ``"copy"`` for a device-to-device copy. An fp32 matmul run with
+            ``torch.backends.cuda.matmul.allow_tf32`` is ``"tf32"``. A host-to-device copy
+            has no ceiling here: PCIe and NVLink are not in the datasheet table.
         device: The GPU's name, for the datasheet (a trace's ``trace.devices[0].name``).
             Defaults to ``peaks.device``.
         peaks: The measured peaks (:func:`~profiling_utils.peaks.measure_peaks`). They are
@@ -167,7 +177,7 @@ def rate_report(
     if kind not in ("bf16", "fp16", "tf32", "fp32", "fp8", "copy"):
         raise ValueError(f"kind must be a GEMM dtype or 'copy', not {kind!r}")
     device = device if device is not None else (peaks.device if peaks else None)
-    same_gpu = peaks is not None and device is not None and _same(peaks.device, device)
+    same_gpu = peaks is not None and device is not None and same_device(peaks.device, device)
     if l2_cache_bytes is None and same_gpu and peaks is not None:
         l2_cache_bytes = peaks.l2_cache_bytes
     spec = device_spec(device) if device is not None else None
@@ -178,7 +188,7 @@ def rate_report(
         default_subject = "device-to-device copy"
         if copy_bytes is not None:
             default_subject = f"{_size(copy_bytes)} {default_subject}"
-        context = _CopyContext(rate, copy_bytes, l2_cache_bytes, peaks if same_gpu else None)
+        context = _CopyContext(copy_bytes, l2_cache_bytes)
     else:
         unit = "TFLOP/s"
         default_subject = f"{kind} GEMM"
@@ -191,7 +201,9 @@ def rate_report(
         shares.append(datasheet)
 
     if peaks is None:
-        missing.append("No measured peaks: there was no GPU to measure them on.")
+        missing.append(
+            "No measured peaks to compare with: no GPU to measure them on, or none were given."
+        )
     elif not same_gpu:
         missing.append(
             f"The measured peaks are not compared with: they were measured on a "
@@ -210,10 +222,8 @@ def rate_report(
 
 @dataclass(frozen=True)
 class _CopyContext:
-    rate: float
     copy_bytes: int | None
     l2_cache_bytes: int | None
-    peaks: Peaks | None
 
     def fits_in_l2(self) -> tuple[int, int] | None:
         """``(copy_bytes, l2_cache_bytes)`` when the bytes copied fit in the L2 cache."""
@@ -238,44 +248,48 @@ def _datasheet_share(
         return None
     if copy is None:
         share = rate / peak.value
-        explanation = None
+        above: tuple[Reason, str] | None = None
         if share > 1:
-            explanation = (
+            above = (
+                "suspect",
                 "Above the datasheet's peak, which the vendor computes at a stated boost "
                 "clock: check the operation count and the kernel's duration before trusting "
-                "this rate."
+                "this rate.",
             )
-        return PeakShare("datasheet", peak.value, share, peak.describe(), explanation)
+        description = f"the datasheet's {peak.figure} peak, {_number(peak.value)} {peak.unit}"
+        return _share("datasheet", peak.value, share, description, above)
 
     ceiling = peak.value / 2
     description = (
-        f"{_number(ceiling)} GB/s, the copy rate the {peak.product}'s {peak.value:,.0f} GB/s "
-        f"{peak.figure} allows, half of it, since a device-to-device copy reads each byte "
-        f"from memory and writes it back ({peak.source})"
+        f"{_number(ceiling)} GB/s, the copy rate that the datasheet's {peak.value:,.0f} GB/s "
+        f"of {peak.figure.split()[0]} allows (a copy reads and writes each byte)"
     )
     share = rate / ceiling
-    explanation = None
+    above: tuple[Reason, str] | None = None
     if share > 1:
         memory = peak.figure.split()[0]
         fits = copy.fits_in_l2()
         if fits is not None:
-            explanation = (
+            above = (
+                "l2-cache",
                 f"Above that ceiling because the {_size(fits[0])} this copy writes fit in the "
                 f"{_size(fits[1])} L2 cache, which takes the writes and sends them on to "
-                f"{memory} later: this copy did not run at {memory} speed."
+                f"{memory} later: this copy did not run at {memory} speed.",
             )
         elif copy.copy_bytes is None or copy.l2_cache_bytes is None:
-            explanation = (
+            above = (
+                "suspect",
                 "Above that ceiling, and without the copy's size and the L2 cache's there is "
-                "no telling why: the copy's duration or size is suspect."
+                "no telling why: the copy's duration or size is suspect.",
             )
         else:
-            explanation = (
+            above = (
+                "suspect",
                 f"Above that ceiling, though this copy's {_size(copy.copy_bytes)} does not fit "
                 f"in the {_size(copy.l2_cache_bytes)} L2 cache: the copy's recorded duration "
-                "or size is suspect."
+                "or size is suspect.",
             )
-    return PeakShare("datasheet", ceiling, share, description, explanation)
+    return _share("datasheet", ceiling, share, description, above)
 
 
 def _measured_share(
@@ -292,15 +306,21 @@ def _measured_share(
     if not sustained:
         measured = burst
     against: Against = "sustained" if sustained else "burst"
-    description = (
-        f"the {against} peak measured on this GPU, {_number(measured.rate)} {measured.unit} "
-        f"({measured.operation}: {measured.conditions()})"
-    )
+    description = f"the {against} peak measured here, {_number(measured.rate)} {measured.unit}"
     share = rate / measured.rate
-    explanation = None
-    if share > 1:
-        explanation = _above_measured(rate, peaks, measured, burst, copy)
-    return PeakShare(against, measured.rate, share, description, explanation)
+    above = _above_measured(rate, peaks, measured, burst, copy) if share > 1 else None
+    return _share(against, measured.rate, share, description, above)
+
+
+def _share(
+    against: Against,
+    peak: float,
+    share: float,
+    description: str,
+    above: tuple[Reason, str] | None,
+) -> PeakShare:
+    reason, explanation = above if above is not None else (None, None)
+    return PeakShare(against, peak, share, description, reason, explanation)
 
 
 def _above_measured(
@@ -309,18 +329,20 @@ def _above_measured(
     measured: Measurement,
     burst: Measurement,
     copy: _CopyContext | None,
-) -> str:
+) -> tuple[Reason, str]:
     fits = copy.fits_in_l2() if copy is not None else None
     if fits is not None and peaks.copy_bytes > fits[1]:
         return (
+            "l2-cache",
             f"Above it because the {_size(fits[0])} this copy writes fit in the "
             f"{_size(fits[1])} L2 cache, and the {_size(peaks.copy_bytes)} copy that set the "
-            "peak does not: that copy ran at memory speed, this one did not."
+            "peak does not: that copy ran at memory speed, this one did not.",
         )
     if rate <= measured.rate_high:
         return (
+            "within-spread",
             f"Within that measurement's spread: its interquartile range reaches "
-            f"{_number(measured.rate_high)} {measured.unit}."
+            f"{_number(measured.rate_high)} {measured.unit}.",
         )
     if measured.sustained and burst.rate > measured.rate_high:
         clocks = measured.sm_clock_mhz
@@ -335,21 +357,19 @@ def _above_measured(
         )
         if rate > burst.rate_high:
             text += " This rate is above the burst peak too: see there."
-        return text
+        return "short-run", text
     if copy is None:
         return (
+            "suspect",
             f"Above it by more than its spread: this GEMM ran faster per operation than the "
             f"{measured.operation} that set the peak, so that peak is suspect as a ceiling: "
-            "it is one product's rate, not the hardware's limit."
+            "it is one product's rate, not the hardware's limit.",
         )
     return (
+        "suspect",
         "Above it by more than its spread, and the L2 cache does not explain it: the peak "
-        "measurement is suspect, not the GPU faster than itself."
+        "measurement is suspect, not the GPU faster than itself.",
     )
-
-
-def _same(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
 def _percent(share: float) -> str:

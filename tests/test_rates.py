@@ -28,6 +28,7 @@ def assert_every_share_above_100_is_explained(report: RateReport) -> None:
     text = flat(report.text())
     for share in report.shares:
         assert (share.explanation is not None) == (share.share > 1)
+        assert (share.reason is not None) == (share.share > 1)
         assert share.sentence() in text  # the percentage is printed with its explanation
         if share.share > 1:
             assert _percent(share.share) != "100%"
@@ -70,6 +71,7 @@ def test_a_32_mib_copy_above_the_hbm_ceiling_fits_in_the_l2_cache() -> None:
     # HBM carries each copied byte twice: the copy's ceiling is half of 3,350 GB/s.
     assert datasheet.peak == pytest.approx(3350 / 2)
     assert datasheet.share == pytest.approx(copy.bandwidth_gb_s / 1675) and datasheet.share > 1
+    assert datasheet.reason == "l2-cache"
     assert "fit in the 50 MiB L2 cache" in datasheet.explanation  # type: ignore[operator]
     assert "did not run at HBM3 speed" in datasheet.explanation  # type: ignore[operator]
     assert report.share("burst") is None and report.missing  # no GPU here, no measured peaks
@@ -81,9 +83,10 @@ def test_the_measured_copy_peaks_are_beaten_by_a_copy_that_fits_in_l2() -> None:
     assert [s.against for s in report.shares] == ["datasheet", "burst", "sustained"]
     for against in ("burst", "sustained"):
         share = report.share(against)
-        assert share is not None and share.share > 1
+        assert share is not None and share.share > 1 and share.reason == "l2-cache"
         assert "1 GiB copy that set the peak does not" in share.explanation  # type: ignore[operator]
-    assert "1 GiB device-to-device copy" in report.share("burst").peak_description  # type: ignore[union-attr]
+    # Short descriptions: the conditions are printed once, by Peaks.summary().
+    assert report.share("burst").peak_description == "the burst peak measured here, 1,500 GB/s"  # type: ignore[union-attr]
     assert_every_share_above_100_is_explained(report)
 
 
@@ -105,6 +108,7 @@ def test_a_gemm_above_the_burst_peak_by_more_than_its_spread() -> None:
     report = rate_report(rate, "bf16", peaks=peaks, subject="4096 GEMM")
     burst = report.share("burst")
     assert burst is not None and _percent(burst.share) == "101%"
+    assert burst.reason == "suspect"
     assert "suspect as a ceiling" in burst.explanation  # type: ignore[operator]
     sustained = report.share("sustained")
     assert "above the burst peak too" in sustained.explanation  # type: ignore[operator,union-attr]
@@ -117,13 +121,16 @@ def test_a_gemm_within_the_burst_spread() -> None:
     peaks = h100_like_peaks()
     rate = (peaks.matmul_burst.rate + peaks.matmul_burst.rate_high) / 2
     report = rate_report(rate, "bf16", peaks=peaks)
-    assert "Within that measurement's spread" in report.share("burst").explanation  # type: ignore[operator,union-attr]
+    burst = report.share("burst")
+    assert burst is not None and burst.reason == "within-spread"
+    assert "Within that measurement's spread" in burst.explanation  # type: ignore[operator]
     assert_every_share_above_100_is_explained(report)
 
 
 def test_a_short_gemm_above_the_sustained_peak_ran_at_a_higher_clock() -> None:
     with_clock = rate_report(740.0, "bf16", peaks=h100_like_peaks())
     assert with_clock.share("burst").share < 1  # type: ignore[union-attr]
+    assert with_clock.share("sustained").reason == "short-run"  # type: ignore[union-attr]
     explanation = with_clock.share("sustained").explanation
     assert "SM clock had fallen from 1980 to 1755 MHz" in explanation  # type: ignore[operator]
     without_clock = rate_report(740.0, "bf16", peaks=h100_like_peaks(sustained_clocks=()))
