@@ -45,6 +45,7 @@ API_ORDER = (
     "compare",
     "render",
     "render.timeline",
+    "render.charts",
     "render.html",
     "render.perfetto",
     "loading",

@@ -1,6 +1,7 @@
 """What an executed example puts on its page: timelines, tables, trace downloads, Perfetto.
 
 - :mod:`~profiling_utils.render.timeline`: timeline images of a trace (matplotlib).
+- :mod:`~profiling_utils.render.charts`: charts of a page's measurements (matplotlib).
 - :mod:`~profiling_utils.render.html`: the profiler table and the cheatsheet findings as HTML.
 - :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
   publishes them, and a download link with an "Open in Perfetto" button for each.
@@ -15,6 +16,7 @@ Example::
     trace_links(run)      # in a later cell: download link + "Open in Perfetto"
 """
 
+from .charts import plot_size_sweep
 from .html import HtmlFragment, findings_table, profiler_table
 from .perfetto import TraceLinks, trace_dir, trace_links
 from .timeline import Highlight, highlight_between, highlight_span, plot_timeline
@@ -26,6 +28,7 @@ __all__ = [
     "findings_table",
     "highlight_between",
     "highlight_span",
+    "plot_size_sweep",
     "plot_timeline",
     "profiler_table",
     "trace_dir",

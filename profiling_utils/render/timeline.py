@@ -7,7 +7,12 @@ vertical lines, and labelled highlights for what the example is about (a dead wi
 offset, a memcpy before a GEMM).
 
 The figure has an opaque white background and dark text, so one PNG reads the same in the light
-and the dark theme of the site. All sizes are in points and inches, so it stays sharp at any DPI.
+and the dark theme of the site. It is as wide as the site's content column (:data:`PAGE_WIDTH_PX`
+CSS pixels at :data:`FIGURE_DPI`), so the page shows it at its natural size and every text is at
+least :data:`MIN_TEXT_PX` CSS pixels high there, the size of the site's code; sphinx-gallery's
+2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just
+right of it when the row is free there (a launch call inside its operator), else shortened inside
+it, or left out.
 """
 
 from __future__ import annotations
@@ -30,10 +35,26 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from profiling_utils.trace import Lane, Span, Trace
 
-__all__ = ["Highlight", "highlight_between", "highlight_span", "plot_timeline"]
+__all__ = [
+    "FIGURE_DPI",
+    "MIN_TEXT_PX",
+    "PAGE_WIDTH_PX",
+    "Highlight",
+    "highlight_between",
+    "highlight_span",
+    "plot_timeline",
+]
+
+PAGE_WIDTH_PX = 736
+"""Width of the site's content column in CSS pixels (furo's 46em at 16 px), which a wider image
+is scaled down to: a 1000 px picture there shows 8 pt text 8 px high."""
+FIGURE_DPI = 100
+"""Dots per inch of the figure; sphinx-gallery saves the 1x image at the figure's DPI."""
+MIN_TEXT_PX = 12.0
+"""Smallest text height, in CSS pixels, of a timeline shown at :data:`PAGE_WIDTH_PX`."""
 
 # Geometry, in inches (figure) and in rows (the y data unit: one row per nesting depth).
-_FIGURE_WIDTH_IN = 10.0
+_FIGURE_WIDTH_IN = PAGE_WIDTH_PX / FIGURE_DPI
 _ROW_IN = 0.35
 _RIGHT_MARGIN_IN = 0.25
 _STEP_LABEL_STRIP_IN = 0.3
@@ -44,8 +65,8 @@ _BOX_HEIGHT_ROWS = 0.78
 _LANE_GAP_ROWS = 0.5
 _TIER_ROWS = 1.0
 
-# Text, in points.
-_NAME_PT = 8.0
+# Text, in points (a point is FIGURE_DPI / 72 pixels: 9 pt is 12.5 px).
+_NAME_PT = 9.0
 _LANE_LABEL_PT = 9.0
 _TITLE_PT = 11.0
 _TEXT_PAD_PT = 2.5
@@ -244,7 +265,7 @@ def plot_timeline(
         bottom_in = _AXIS_LABELS_IN + legend_rows * _LEGEND_ROW_IN + 0.1
         plot_in = (tiers_rows + layout.rows) * _ROW_IN
         height_in = top_in + plot_in + bottom_in
-        fig = plt.figure(figsize=(_FIGURE_WIDTH_IN, height_in), facecolor="white")
+        fig = plt.figure(figsize=(_FIGURE_WIDTH_IN, height_in), dpi=FIGURE_DPI, facecolor="white")
         ax = fig.add_axes(
             (
                 left_in / _FIGURE_WIDTH_IN,
@@ -445,17 +466,14 @@ def _draw_boxes(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: floa
     ends: list[float] = []
     tops: list[float] = []
     colours: list[str] = []
-    named: list[tuple[Span, float]] = []
     min_width_us = _MIN_BOX_PT / pt_per_us
     inset = (1.0 - _BOX_HEIGHT_ROWS) / 2
     for placed in layout.lanes:
         for span, row in zip(placed.spans, placed.span_rows, strict=True):
-            top = placed.top + row + inset
             starts.append(span.start)
             ends.append(max(span.end, span.start + min_width_us))
-            tops.append(top)
+            tops.append(placed.top + row + inset)
             colours.append(_category(span.cat).colour)
-            named.append((span, top + _BOX_HEIGHT_ROWS / 2))
 
     x_start = np.asarray(starts)
     x_end = np.asarray(ends)
@@ -480,29 +498,60 @@ def _draw_boxes(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: floa
     )
     boxes.set_gid("timeline-boxes")
     ax.add_collection(boxes)
+    _draw_names(ax, layout, x0, x1, pt_per_us, min_width_us)
 
+
+def _draw_names(
+    ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: float, min_width_us: float
+) -> None:
+    """Name each box inside it, or just right of it where its row is free up to the next box."""
     shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
-    for span, y_centre in named:
-        left, right = max(span.start, x0), min(span.end, x1)
-        room_pt = (right - left) * pt_per_us - 2 * _TEXT_PAD_PT
-        if room_pt < shortest_name_pt:
-            continue
-        text = _fit(_display_name(span), room_pt)
-        if text is None:
-            continue
-        name = ax.text(
-            (left + right) / 2,
-            y_centre,
-            text,
-            ha="center",
-            va="center",
-            fontsize=_NAME_PT,
-            color=_TEXT,
-            clip_on=True,
-            parse_math=False,
-            zorder=3,
-        )
-        name.set_gid("span-name")
+    pad_us = _TEXT_PAD_PT / pt_per_us
+    for placed in layout.lanes:
+        by_row: dict[int, list[Span]] = {}
+        for span, row in zip(placed.spans, placed.span_rows, strict=True):
+            by_row.setdefault(row, []).append(span)
+        for row, spans in by_row.items():
+            spans.sort(key=lambda s: s.start)
+            y_centre = placed.top + row + 0.5
+            for index, span in enumerate(spans):
+                name = _display_name(span)
+                left, right = max(span.start, x0), min(span.end, x1)
+                room_pt = (right - left) * pt_per_us - 2 * _TEXT_PAD_PT
+                if _text_width_pt(name, _NAME_PT) <= room_pt:
+                    _name(ax, (left + right) / 2, y_centre, name, "center", "span-name")
+                    continue
+                # The whole name beside the box reads better than a shortened one inside it.
+                drawn_end = max(span.end, span.start + min_width_us)
+                following = spans[index + 1].start if index + 1 < len(spans) else x1
+                free_pt = (min(following, x1) - drawn_end) * pt_per_us - 2 * _TEXT_PAD_PT
+                beside_fits = span.start >= x0 and drawn_end < x1
+                if beside_fits and _text_width_pt(name, _NAME_PT) <= free_pt:
+                    _name(ax, drawn_end + pad_us, y_centre, name, "left", "span-name-beside")
+                    continue
+                text = _fit(name, room_pt) if room_pt >= shortest_name_pt else None
+                if text is not None:
+                    _name(ax, (left + right) / 2, y_centre, text, "center", "span-name")
+                    continue
+                text = _fit(name, free_pt) if beside_fits and free_pt >= shortest_name_pt else None
+                if text is not None:
+                    _name(ax, drawn_end + pad_us, y_centre, text, "left", "span-name-beside")
+
+
+def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> None:
+    name = ax.text(
+        x,
+        y,
+        text,
+        ha=align,
+        va="center",
+        fontsize=_NAME_PT,
+        color=_TEXT if gid == "span-name" else _MUTED_TEXT,
+        clip_on=True,
+        parse_math=False,
+        zorder=3,
+    )
+    name.set_gid(gid)
 
 
 def _draw_steps(

@@ -76,7 +76,7 @@ def _other_median(values: dict[int, float], skip: int) -> float | None:
     Loading, Activity Buffer Request). Warm up before profiling, or let the schedule's wait
     and warmup steps absorb it, and read steady-state numbers from the later steps.""",
     severity="warning",
-    example="auto_examples/plot_03_warmup_and_schedule",
+    example="auto_examples/plot_02_cold_start",
 )
 def cold_start(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
@@ -155,7 +155,7 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     started yet (allocations, library heuristics, lazy loading). Warm-up removes it from the
     profiled steps.""",
     severity="warning",
-    example="auto_examples/plot_03_warmup_and_schedule",
+    example="auto_examples/plot_02_cold_start",
 )
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
