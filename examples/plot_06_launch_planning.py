@@ -327,8 +327,8 @@ value_table(["inside the first step", "µs"], rows) if first_call is not None el
 # and so is what the overhead lane recorded meanwhile (the driver loading kernel code, as
 # *Runtime Triggered Module Loading* and *Lazy Function Loading*, and the profiler's buffer
 # request are the kinds to expect there). Most of the time passes with no CUDA call
-# recorded: the CPU is busy inside the libraries, most likely setting them up on first use. The trace tells when
-# that time passes, not what it is spent on. The
+# recorded: the CPU is busy inside the libraries, most likely setting them up on first use.
+# The trace tells when that time passes, not what it is spent on. The
 # :ref:`cold-start tutorial <sphx_glr_auto_examples_plot_02_cold_start.py>` measures what
 # such first-use work costs a step.
 
