@@ -102,10 +102,11 @@ if not has_gpu:
     print("No GPU here: no CUPTI, so no buffer request and no GPU lane.")
 
 # %%
-# The request falls in the first recorded step, inside the operator named above: in this
-# recording, the first one that launches a kernel. The profiler asks for its first buffer
-# when the first GPU activity is about to be recorded, and the CPU thread waits for it.
-# In the zoom on the first step, the request is the highlighted box on the overhead row:
+# The request falls in the first recorded step, inside the operator named above: the first
+# one that launches a kernel, which does not end before the request does (both are claims
+# of this page). That suggests the profiler asks for its first buffer when the first GPU
+# activity is about to be recorded, while the CPU thread waits. In the zoom on the first
+# step, the request is the highlighted box on the overhead row:
 
 if has_gpu:
     claim(
@@ -129,7 +130,7 @@ if has_gpu:
 # ---------------------------------
 #
 # What the request costs shows in the first step's numbers, set against the median of
-# the other 49 steps (with the interquartile range, the middle half of those steps):
+# the other steps (with the interquartile range, the middle half of those steps):
 #
 # - the step's width, its CPU time;
 # - from the step's start to its first GPU work, the offset between the two lanes;
@@ -153,10 +154,10 @@ if has_gpu:
 value_table(["µs", "first step", "other steps: median (IQR)"], rows)
 
 # %%
-# The first step is many times wider than a typical one, and the buffer request is a large
-# share of the difference. The GPU work of the first step also starts much later after the step
-# begins: that is the post's offset between the lanes, whose A100 trace showed about
-# 2.5 ms. The first launch call and its GPU work may add to it: whether the profiler's
+# The first step is many times wider than a typical one, and the buffer request is a
+# large share of the difference. The GPU work of the first step also starts much later
+# after the step begins: that is the post's offset between the lanes, about 2.5 ms in its
+# A100 trace. The first launch call and its GPU work may add to it: whether the profiler's
 # start-up also slows that call depends on the GPU and its libraries, so its claim below
 # says what this run found.
 
@@ -196,10 +197,10 @@ if has_gpu:
 # The gap inside the step
 # -----------------------
 #
-# The post saw the GPU idle between the two kernels of its first step and suggested
-# another buffer request as the cause. The trace can tell. If the add's launch call began
-# *after* the product's kernel had finished, the idle GPU was waiting for the CPU; if it
-# began before, something else held the GPU back.
+# The post saw the GPU idle between the two kernels of one step (its second recorded step)
+# and concluded that another buffer request had caused it. The trace can tell. If the
+# add's launch call began *after* the product's kernel had finished, the idle GPU was
+# waiting for the CPU; if it began before, something else held the GPU back.
 
 if has_gpu:
     waited = [
@@ -330,9 +331,10 @@ value_table(["recording", "sync (µs)", "GPU busy in it (µs)", "share"], rows)
 
 # %%
 # At 64 the sync has next to nothing to wait for; at 8192 the GPU is busy for most of it,
-# finishing the products the CPU queued. The post measured a 1.78 ms sync on its A100
-# covering 26 µs of GPU work: a long sync with an idle GPU means the recording's end
-# itself was slow, not the GPU.
+# finishing the products the CPU queued. The post measured a 1.78 ms sync covering 26 µs
+# of GPU work on its A100 and read it as the overhead-bound symptom. Since a sync waits
+# for queued GPU work, one that lasts long while the GPU is idle spent its time on
+# something else; the table says how long this run's syncs lasted.
 
 if has_gpu:
     (_, sync_small, busy_small, _), (_, sync_big, busy_big, _) = rows
@@ -355,10 +357,13 @@ if has_gpu:
 #
 # The cheatsheet's rules about the profiler's footprint, on the fifty-step recording:
 
-findings_table(
-    diagnose(trace, select=["buffer-request", "cold-start", "intra-step-gap"]),
-    caption=trace.path.name,
-)
+findings = diagnose(trace, select=["buffer-request", "cold-start", "intra-step-gap"])
+if has_gpu:
+    claim(
+        "intra-step-gap stays silent on this recording",
+        not any(f.rule == "intra-step-gap" for f in findings),
+    )
+findings_table(findings, caption=trace.path.name)
 
 # %%
 # ``buffer-request`` reports the request and the step it fell in; ``cold-start`` flags the
