@@ -192,8 +192,8 @@ if device == "cuda":
 # A planning call on the timeline
 # -------------------------------
 # A zoom on the CPU lane around the GEMM's operator in the last step of the largest run
-# whose GEMM has a planning call (on the H100, the large fp32 run), with its planning
-# calls and its launch highlighted:
+# whose GEMM has a planning call (the picture's title names it), with its planning calls
+# and its launch highlighted:
 
 planned = [
     (run, k)
