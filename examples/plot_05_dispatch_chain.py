@@ -224,13 +224,13 @@ copies = [
     if span.name in COPIES and op.start <= span.start and span.end <= op.end
     and span.lane == op.lane
 ]  # fmt: skip
-print(f"Copies inside aten::matmul, all runs and steps: {len(copies)}")
 claim(
     "aten::matmul dispatches 3-D @ 3-D to aten::bmm",
     "aten::bmm" in children["3-D @ 3-D"],
 )
 claim("aten::matmul folds 3-D @ 2-D into aten::mm", "aten::mm" in children["3-D @ 2-D"])
 claim("no operand is copied inside aten::matmul", not copies, copies=len(copies))
+print(f"Copies inside aten::matmul, all runs and steps: {len(copies)}")
 
 # %%
 # What does the batch cost the CPU?
