@@ -111,7 +111,10 @@ value_table(["run", "operator", "launched with", "planning calls", "kernel"], ro
 
 if device == "cuda":
     adds = [
-        k for run in runs for k in last_step_launches(run) if k.op.name == "aten::add"
+        k
+        for run in runs
+        for k in last_step_launches(run)
+        if k.op and k.op.name == "aten::add"
     ]
     claim(
         "every add kernel is launched with cudaLaunchKernel and no planning call",
