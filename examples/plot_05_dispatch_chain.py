@@ -321,7 +321,7 @@ kernels = {
 }
 for shapes, steps_with in calls.items():
     listed = ", ".join(f"{name} ({k})" for name, k in steps_with.items()) or "none"
-    print(f"{shapes}: {listed}")
+    print(textwrap.fill(f"{shapes}: {listed}", 88, subsequent_indent="    "))
     for name in sorted(kernels[shapes]):
         print(f"    kernel {textwrap.shorten(name, 70, placeholder='…')}")
 
