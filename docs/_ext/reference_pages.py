@@ -47,6 +47,8 @@ API_ORDER = (
     "render.timeline",
     "render.html",
     "render.perfetto",
+    "render.tables",
+    "render.steps",
     "loading",
     "errors",
     "provenance",
