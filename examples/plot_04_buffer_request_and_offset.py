@@ -123,7 +123,7 @@ if has_gpu:
         operator=launching_op.name,
     )
     marks = [highlight_span(r, "Activity Buffer Request") for r in requests]
-    plot_timeline(trace, step=first.number, highlights=marks, max_depth=3)
+    plot_timeline(trace, step=first.number, highlights=marks, max_depth=4)
 
 # %%
 # The first step against the others
