@@ -17,9 +17,11 @@ What the figures are:
 - ``fp32``: plain fp32 on the CUDA cores (NVIDIA) or the vector units (AMD), not TF32.
 - ``memory``: the DRAM (HBM or GDDR) bandwidth, GB/s (10^9 bytes per second).
 
-Each row names the vendor document it comes from. Two GPUs are deliberately missing: the
-NVIDIA A10G (an AWS part with no NVIDIA datasheet) and the B200's memory bandwidth (NVIDIA has
-printed 8 TB/s and 7.7 TB/s for it in different documents).
+Each row names the vendor document it comes from. Left out on purpose, rather than guessed:
+the NVIDIA A10G (an AWS part with no NVIDIA datasheet); the B200's memory bandwidth (NVIDIA has
+printed both 8 TB/s and 7.7 TB/s), tf32 and fp32; board variants that are not the datasheet's
+part (``NVIDIA A100-PG509-200``, ``Tesla V100-DGXS-32GB``); and names that do not say which
+GPU it is (ROCm's ``AMD Radeon Graphics``).
 
 Example::
 
@@ -34,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec"]
+__all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec", "same_device"]
 
 Figure = Literal["bf16", "fp16", "tf32", "fp32", "fp8", "memory"]
 """The figures a :class:`DeviceSpec` may hold."""
@@ -298,6 +300,11 @@ def _normalise(name: str) -> str:
 
 
 _BY_NORMALISED_NAME = {_normalise(name): spec for name, spec in _TABLE.items()}
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two device names are the same GPU, as :func:`device_spec` matches names."""
+    return _normalise(a) == _normalise(b)
 
 
 def device_spec(device_name: str) -> DeviceSpec | None:

@@ -37,7 +37,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from .datasheet import datasheet_peak, device_spec
+from .datasheet import datasheet_peak, device_spec, same_device
 from .peaks import Measurement, Peaks
 
 __all__ = ["PeakShare", "RateKind", "RateReport", "Reason", "rate_report"]
@@ -177,7 +177,7 @@ def rate_report(
     if kind not in ("bf16", "fp16", "tf32", "fp32", "fp8", "copy"):
         raise ValueError(f"kind must be a GEMM dtype or 'copy', not {kind!r}")
     device = device if device is not None else (peaks.device if peaks else None)
-    same_gpu = peaks is not None and device is not None and _same(peaks.device, device)
+    same_gpu = peaks is not None and device is not None and same_device(peaks.device, device)
     if l2_cache_bytes is None and same_gpu and peaks is not None:
         l2_cache_bytes = peaks.l2_cache_bytes
     spec = device_spec(device) if device is not None else None
@@ -188,7 +188,7 @@ def rate_report(
         default_subject = "device-to-device copy"
         if copy_bytes is not None:
             default_subject = f"{_size(copy_bytes)} {default_subject}"
-        context = _CopyContext(rate, copy_bytes, l2_cache_bytes, peaks if same_gpu else None)
+        context = _CopyContext(copy_bytes, l2_cache_bytes)
     else:
         unit = "TFLOP/s"
         default_subject = f"{kind} GEMM"
@@ -222,10 +222,8 @@ def rate_report(
 
 @dataclass(frozen=True)
 class _CopyContext:
-    rate: float
     copy_bytes: int | None
     l2_cache_bytes: int | None
-    peaks: Peaks | None
 
     def fits_in_l2(self) -> tuple[int, int] | None:
         """``(copy_bytes, l2_cache_bytes)`` when the bytes copied fit in the L2 cache."""
@@ -258,13 +256,13 @@ def _datasheet_share(
                 "clock: check the operation count and the kernel's duration before trusting "
                 "this rate.",
             )
-        return _share("datasheet", peak.value, share, peak.describe(), above)
+        description = f"the datasheet's {peak.figure} peak, {_number(peak.value)} {peak.unit}"
+        return _share("datasheet", peak.value, share, description, above)
 
     ceiling = peak.value / 2
     description = (
-        f"{_number(ceiling)} GB/s, the copy rate the {peak.product}'s {peak.value:,.0f} GB/s "
-        f"{peak.figure} allows, half of it, since a device-to-device copy reads each byte "
-        f"from memory and writes it back ({peak.source})"
+        f"{_number(ceiling)} GB/s, the copy rate that the datasheet's {peak.value:,.0f} GB/s "
+        f"of {peak.figure.split()[0]} allows (a copy reads and writes each byte)"
     )
     share = rate / ceiling
     above: tuple[Reason, str] | None = None
@@ -308,10 +306,7 @@ def _measured_share(
     if not sustained:
         measured = burst
     against: Against = "sustained" if sustained else "burst"
-    description = (
-        f"the {against} peak measured on this GPU, {_number(measured.rate)} {measured.unit} "
-        f"({measured.operation}: {measured.conditions()})"
-    )
+    description = f"the {against} peak measured here, {_number(measured.rate)} {measured.unit}"
     share = rate / measured.rate
     above = _above_measured(rate, peaks, measured, burst, copy) if share > 1 else None
     return _share(against, measured.rate, share, description, above)
@@ -375,10 +370,6 @@ def _above_measured(
         "Above it by more than its spread, and the L2 cache does not explain it: the peak "
         "measurement is suspect, not the GPU faster than itself.",
     )
-
-
-def _same(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
 def _percent(share: float) -> str:

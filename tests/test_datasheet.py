@@ -6,7 +6,7 @@ import pytest
 from conftest import gpu_fixture, gpu_fixture_names
 
 from profiling_utils import load_trace
-from profiling_utils.datasheet import _TABLE, datasheet_peak, device_spec
+from profiling_utils.datasheet import _TABLE, datasheet_peak, device_spec, same_device
 
 
 def test_every_recorded_trace_names_a_gpu_in_the_table() -> None:
@@ -51,6 +51,8 @@ def test_case_spacing_dashes_and_a_trailing_nul_do_not_matter() -> None:
     assert device_spec("nvidia a100 sxm4 80gb") is sxm
     assert device_spec("  NVIDIA  A100_SXM4-80GB\x00") is sxm
     assert device_spec("NVIDIA A100-SXM4-40GB") is not sxm  # the size is part of the name
+    assert same_device("NVIDIA A100-SXM4-80GB", "nvidia a100 sxm4 80gb")
+    assert not same_device("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB")
 
 
 @pytest.mark.parametrize(
