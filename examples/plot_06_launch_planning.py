@@ -98,7 +98,8 @@ for run in runs:
         rows.append([run.name, op, launch.api, planning, short(launch.kernel.name)])
 if device == "cpu":
     print("No GPU here: the operators compute on the CPU and launch no kernel.")
-value_table(["run", "operator", "launched with", "planning calls", "kernel"], rows)
+columns = ["run", "operator", "launched with", "planning calls", "kernel"]
+value_table(columns, rows) if rows else None
 
 # %%
 # The add is one of PyTorch's own elementwise kernels, launched with the classic
@@ -171,9 +172,8 @@ rows = [
     ]
     for kind, found in footprints.items()
 ]
-value_table(
-    ["kernel", "registers / thread", "shared memory (KiB)", "threads / block"], rows
-)
+columns = ["kernel", "registers / thread", "shared memory (KiB)", "threads / block"]
+value_table(columns, rows) if rows else None
 
 # %%
 # An SM has a fixed register file and a fixed amount of shared memory, so a GEMM block that
