@@ -3,7 +3,8 @@ The dispatch chain: from ``torch.matmul`` to a kernel
 =====================================================
 
 *When you call* ``torch.matmul(x, w)``, *which layers does the call pass through before a
-kernel runs on the GPU, and what changes when the inputs get a batch dimension?*
+kernel runs on the GPU, what changes when the inputs get a batch dimension, and what does
+that cost the CPU?*
 
 Every profiled step is a tree: the profiler's step span holds our ``record_function`` label,
 the label holds the PyTorch operators, an operator holds the ones it calls in turn, and the
@@ -23,405 +24,363 @@ the batched 3-D product that the
 # ------------
 # The post's ``matmul_add`` at its small size, 64, in bf16: small enough that the chain, not
 # the arithmetic, is what the trace shows. The run is warmed up (three calls before the
-# profiler starts) and recorded with the post's schedule: one step skipped, one warm-up
-# step, three recorded steps.
+# profiler starts) and recorded with the post's schedule, one step skipped and one warm-up
+# step, but with thirty recorded steps instead of three: one step is a sample, and a cost
+# is read off the median of many.
 
-import statistics
 import textwrap
 
 import torch
 
 from profiling_utils import capture, diagnose, run_name
+from profiling_utils.claims import at_least_times, claim
 from profiling_utils.render import (
     Highlight,
     findings_table,
     highlight_span,
     plot_timeline,
-    profiler_table,
     trace_dir,
     trace_links,
+    value_table,
 )
+from profiling_utils.stats import Distribution, clearly_greater
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 n = 64
+STEPS = 30
+PRODUCTS = ("aten::mm", "aten::bmm")
 
 
 def matmul_add(x, w, b):
     return torch.add(torch.matmul(x, w), b)
 
 
-def profile(shape):
-    x, w, b = (
-        torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(3)
-    )
+def profile(x_shape, w_shape, name):
+    x = torch.randn(x_shape, device=device, dtype=torch.bfloat16)
+    w, b = (torch.randn(w_shape, device=device, dtype=torch.bfloat16) for _ in range(2))
     return capture(
         lambda: matmul_add(x, w, b),
-        name=run_name(shape, "bf16", warm=True),
+        name=name,
         label="matmul_add",
         warmup_iters=3,
+        active=STEPS,
         out_dir=trace_dir(),
     )
 
 
-flat = profile((n, n))
+flat = profile((n, n), (n, n), run_name(n, "bf16", warm=True))
+trace = flat.trace
 print(
-    f"Profiled {flat.name} on {'the GPU' if flat.has_gpu else 'the CPU (no GPU here)'}"
+    f"{flat.name}: {len(trace.steps)} steps on {'a GPU' if flat.has_gpu else 'the CPU'}"
 )
 
 # %%
 # Walk up from the kernel
 # -----------------------
-# Start at the bottom and climb. On a GPU the bottom is the GEMM kernel: the kernel whose
-# launch call sits somewhere inside ``aten::matmul``. Its launch is linked to it by a
-# correlation id (the arrow Perfetto draws between the lanes); from the launch,
-# :meth:`~profiling_utils.trace.Trace.ancestors` climbs the CPU nesting, nearest first.
-# Without a GPU the product runs inside the innermost operator, so we start there.
+# Start at the bottom and climb. On a GPU the bottom is the GEMM kernel, linked to its
+# launch call by a correlation id (the arrow Perfetto draws between the lanes); from the
+# launch, :meth:`~profiling_utils.trace.Trace.ancestors` climbs the CPU nesting. Without a
+# GPU the product runs inside the innermost operator, so we start there. We read a typical
+# step: the one whose ``aten::matmul`` took the median time.
 
 
-def inside(trace, span, name):
-    """Whether ``span`` is nested in a span called ``name`` on its lane."""
-    return any(outer.name == name for outer in trace.ancestors(span))
+def recorded_matmuls(trace):
+    """Every ``aten::matmul`` of a recorded step, in step order."""
+    return [op for op in trace.find("aten::matmul") if trace.step_of(op) is not None]
+
+
+def typical_step(trace):
+    """The step whose ``aten::matmul`` took the median time of all steps."""
+    ops = sorted(recorded_matmuls(trace), key=lambda op: op.dur)
+    return trace.step_of(ops[len(ops) // 2])
+
+
+def product_of(trace, step):
+    """The product operator (``aten::mm`` or ``aten::bmm``) of a step's ``aten::matmul``."""
+    matmul = next(op for op in recorded_matmuls(trace) if trace.step_of(op) is step)
+    return next(c for c in trace.children(matmul) if c.name in PRODUCTS)
+
+
+def product_kernels(trace):
+    """The kernels launched by a product operator in the recorded steps."""
+    return [
+        k
+        for k in trace.gpu_work
+        if (op := trace.op_of(k)) is not None
+        and op.name in PRODUCTS
+        and trace.step_of(k)
+    ]
 
 
 def chain(trace, step):
     """The spans from ``ProfilerStep#N`` down to the product's kernel, outermost first."""
-    if trace.has_gpu:
-        kernel = next(
-            work
-            for work in step.gpu_work
-            if work.cat == "kernel"
-            and inside(trace, trace.launch_of(work), "aten::matmul")
-        )
-        launch = trace.launch_of(kernel)
-        return [*reversed(list(trace.ancestors(launch))), launch, kernel]
-    matmul = next(op for op in trace.find("aten::matmul") if trace.step_of(op) is step)
-    innermost = matmul
-    while ops := [
-        c for c in trace.children(innermost) if c.name in ("aten::mm", "aten::bmm")
-    ]:
-        innermost = ops[0]
-    return [*reversed(list(trace.ancestors(innermost))), innermost]
+    product = product_of(trace, step)
+    kernels = [k for k in step.gpu_work if trace.op_of(k) is product]
+    if not kernels:
+        return [*reversed(list(trace.ancestors(product))), product]
+    launch = trace.launch_of(kernels[0])
+    return [*reversed(list(trace.ancestors(launch))), launch, kernels[0]]
 
 
-def print_chain(trace, step):
-    links = chain(trace, step)
-    for depth, span in enumerate(links):
-        where = "GPU" if span.lane.kind == "gpu" else "CPU"
-        print(f"{'    ' * depth}{span.name}   ({where}, {span.cat}, {span.dur:.1f} µs)")
-    return links
-
-
-flat_step = flat.trace.steps[-1]
-flat_chain = print_chain(flat.trace, flat_step)
+flat_step = typical_step(trace)
+flat_chain = chain(trace, flat_step)
+for depth, span in enumerate(flat_chain):
+    where = "GPU" if span.lane.kind == "gpu" else "CPU"
+    name = textwrap.shorten(span.name, 52, placeholder="…")
+    print(f"{'  ' * depth}{name}   ({where}, {span.dur:.1f} µs)")
 
 # %%
 # Read it from the top:
 #
 # - ``ProfilerStep#N`` is written by the profiler, one per ``prof.step()``;
-# - ``matmul_add`` is our ``record_function`` label: it marks where our code starts and ends,
-#   so the step is easy to find;
+# - ``matmul_add`` is our ``record_function`` label;
 # - ``aten::matmul`` is the operator that ``torch.matmul`` lands on. It does no arithmetic
 #   itself: it looks at the shapes and picks the operator that does;
 # - ``aten::mm`` is that operator for two 2-D matrices;
 # - under it, on a GPU, the call into the CUDA runtime or driver that queues the kernel,
 #   and on the GPU's stream the kernel itself, which starts later: the CPU does not wait.
 #
-# Each level's duration includes the levels below it. How the innermost CPU levels compare
-# with the kernel in this run:
+# Each level's duration includes the levels below it. The CPU time of the product operator
+# against the GPU time of its kernel, as medians over the recorded steps:
 
-cpu_links = [span for span in flat_chain if span.lane.kind == "cpu"]
-op, call = cpu_links[-2], cpu_links[-1]
+mm_cpu = Distribution.of(
+    [s.dur for s in trace.find("aten::mm") if trace.step_of(s)], "µs"
+)
+print(f"aten::mm on the CPU:  {mm_cpu}")
 if flat.has_gpu:
-    kernel = flat_chain[-1]
-    print(
-        f"{op.name} took {op.dur:.1f} µs on the CPU, {call.dur:.1f} µs of it in {call.name};"
+    gemm_gpu = Distribution.of([k.dur for k in product_kernels(trace)], "µs")
+    print(f"its kernel on the GPU: {gemm_gpu}")
+    at_least_times(
+        "at 64, the CPU spends at least 3x as long in aten::mm as the GPU in its kernel",
+        3,
+        aten_mm_us=mm_cpu.median,
+        kernel_us=gemm_gpu.median,
     )
-    print(f"the kernel {kernel.name[:40]}... ran for {kernel.dur:.1f} µs on the GPU:")
-    print(
-        f"the CPU spent {op.dur / kernel.dur:.1f}x as long getting the product started "
-        "as the GPU spent computing it."
-    )
-else:
-    print(f"{call.name} did the product itself on the CPU, in {call.dur:.1f} µs.")
 
 # %%
-# The whole step as a tree
-# ------------------------
-# The chain is one path through the step's tree. :meth:`~profiling_utils.trace.Trace.children`
-# gives the rest. For each span we print its total duration and its *self* time, what is
-# left after its children: the profiler table's Self and Total columns, for one step.
-
-
-def print_tree(trace, span, depth=0):
-    below = sum(child.dur for child in trace.children(span))
-    print(
-        f"{'    ' * depth}{span.name:<{44 - 4 * depth}} total {span.dur:7.1f} µs",
-        end="",
-    )
-    print(f"   self {span.dur - below:7.1f} µs")
-    for child in trace.children(span):
-        print_tree(trace, child, depth + 1)
-
-
-print_tree(flat.trace, flat_step.span)
-
-# %%
-# ``aten::add`` sits beside ``aten::matmul`` inside the label: the bias add is its own
-# operator with its own launch. A row's self time is whatever ran inside it but outside its
-# children: for our label, the Python that calls the two operators and the profiler's own
-# bookkeeping.
+# At this size the CPU takes longer to get the product started than the GPU takes to
+# compute it: the chain, not the arithmetic, sets the pace.
 #
-# The same step as a timeline, with the operator that starts the chain and, on a GPU, the
+# The step as a timeline, with the operator that starts the chain and, on a GPU, the
 # kernel it ends in, highlighted:
 
 matmul_span = next(s for s in flat_chain if s.name == "aten::matmul")
 marks = [highlight_span(matmul_span, "aten::matmul")]
 if flat.has_gpu:
     marks.append(highlight_span(flat_chain[-1], "its GEMM kernel"))
-plot_timeline(
-    flat.trace,
-    step=flat_step.number,
-    highlights=marks,
-    title=f"{flat.name}: ProfilerStep#{flat_step.number}",
-)
+plot_timeline(trace, step=flat_step.number, highlights=marks)
 
 # %%
-# Each row of the CPU lane is one level deeper in the chain. On a GPU, the kernels sit on the
-# stream's lane, each a little after the launch call that queued it, and the profiler also
-# draws our label there: a copy of ``matmul_add`` stretched over the GPU work launched inside
-# it.
+# Each row of the CPU lane is one level deeper in the chain. On a GPU, the kernels sit on
+# the stream's lane, each a little after the launch call that queued it; the profiler also
+# draws our label there, stretched over the GPU work launched inside it.
 #
-# The profiler table adds up the same spans over the three recorded steps, one row per name.
-# On a GPU that GPU-side copy of the label is a row of its own (marked †), with the GPU time
-# it covers rather than CPU time:
-
-profiler_table(flat)
-
-# %%
 # The batched case
 # ----------------
 # The post adds a batch axis to all three operands, ``(8, n, n)``, and sees ``aten::matmul``
-# dispatch to the batched product ``aten::bmm``. Same code, new shapes:
+# dispatch to the batched product ``aten::bmm``. Same code, new shapes; and a third shape,
+# a batch times a 2-D weight, as a linear layer applied to a batch does:
 
-batched = profile((8, n, n))
-batched_step = batched.trace.steps[-1]
-batched_chain = print_chain(batched.trace, batched_step)
-
-# %%
-# Which operator did ``aten::matmul`` choose, and what else did it call on the way? Its
-# direct children, for both runs:
+batched = profile((8, n, n), (8, n, n), run_name((8, n, n), "bf16", warm=True))
+folded = profile((8, n, n), (n, n), f"8x{n}x{n}-by-{n}x{n}_bf16_warm_eager")
+runs = {"2-D @ 2-D": flat, "3-D @ 3-D": batched, "3-D @ 2-D": folded}
 
 
 def matmul_children(run):
+    """The names of the operators ``aten::matmul`` called in a typical step."""
     trace = run.trace
-    step = trace.steps[-1]
-    matmul = next(op for op in trace.find("aten::matmul") if trace.step_of(op) is step)
+    step = typical_step(trace)
+    matmul = next(op for op in recorded_matmuls(trace) if trace.step_of(op) is step)
     return [child.name for child in trace.children(matmul)]
 
 
-for run in (flat, batched):
-    print(f"{run.name:22s} aten::matmul ->")
+children = {shapes: matmul_children(run) for shapes, run in runs.items()}
+for shapes, names in children.items():
+    print(f"{shapes}: aten::matmul ->")
     print(
         textwrap.fill(
-            ", ".join(matmul_children(run)),
-            88,
-            initial_indent="    ",
-            subsequent_indent="    ",
+            ", ".join(names), 88, initial_indent="    ", subsequent_indent="    "
         )
     )
 
 # %%
-# For 3-D inputs ``aten::matmul`` first shapes the operands into a stack of matrices
-# (``aten::expand`` and ``aten::reshape``), calls the batched product, then views the result
-# back to the caller's shape (``aten::_unsafe_view``). For contiguous inputs these are
-# views: they change how a tensor's memory is read, not the memory. A reshape that had to
-# copy would show an ``aten::clone`` or ``aten::copy_`` under it:
+# For two 3-D inputs ``aten::matmul`` first shapes the operands into a stack of matrices
+# (``aten::expand`` and ``aten::reshape``), calls the batched product ``aten::bmm``, then
+# views the result back to the caller's shape (``aten::_unsafe_view``). With a 2-D weight
+# it needs no batched product: it folds the batch into the rows of one tall matrix and
+# calls ``aten::mm``. Which product runs depends on both operands' shapes.
+#
+# For contiguous inputs the reshapes are views: they change how a tensor's memory is read,
+# not the memory. A reshape that had to copy would show an ``aten::clone`` or
+# ``aten::copy_`` inside ``aten::matmul``:
 
-trace = batched.trace
-matmul = next(
-    op for op in trace.find("aten::matmul") if trace.step_of(op) is batched_step
-)
+COPIES = ("aten::clone", "aten::copy_", "aten::contiguous")
 copies = [
     span.name
-    for span in trace.spans
-    if span.name in ("aten::clone", "aten::copy_", "aten::contiguous")
-    and inside(trace, span, "aten::matmul")
-]
-print(
-    f"Copies made inside aten::matmul in the batched run: {', '.join(copies) or 'none'}"
+    for run in runs.values()
+    for op in recorded_matmuls(run.trace)
+    for span in run.trace.spans
+    if span.name in COPIES and op.start <= span.start and span.end <= op.end
+    and span.lane == op.lane
+]  # fmt: skip
+claim(
+    "aten::matmul dispatches 3-D @ 3-D to aten::bmm",
+    "aten::bmm" in children["3-D @ 3-D"],
 )
+claim("aten::matmul folds 3-D @ 2-D into aten::mm", "aten::mm" in children["3-D @ 2-D"])
+claim("no operand is copied inside aten::matmul", not copies, copies=len(copies))
+print(f"Copies inside aten::matmul, all runs and steps: {len(copies)}")
 
 # %%
-# The batched step on a timeline, with the preparation before the product highlighted:
-
-children = trace.children(matmul)
-product = next(c for c in children if c.name in ("aten::bmm", "aten::mm"))
-marks = [highlight_span(product, product.name)]
-if children[0] is not product:
-    marks.append(
-        Highlight(children[0].start, product.start, "views first", lane=matmul.lane)
-    )
-plot_timeline(
-    trace,
-    step=batched_step.number,
-    highlights=marks,
-    title=f"{batched.name}: ProfilerStep#{batched_step.number}",
-)
-
-# %%
-# What does the batch cost the CPU? Per ``aten::matmul`` call (median of the three recorded
-# steps), the time in the product operator and the time around it, in the views and in
-# ``aten::matmul``'s own code:
+# What does the batch cost the CPU?
+# ---------------------------------
+# Per ``aten::matmul`` call, the CPU time in the product operator and the time around it
+# (the views and ``aten::matmul``'s own code), as the median over the recorded steps with
+# the interquartile range, the middle half of the steps:
 
 
-PRODUCTS = ("aten::mm", "aten::bmm")
-
-
-def matmul_cost(run):
-    """Median µs per recorded ``aten::matmul``: in total, and in its product operator."""
+def matmul_costs(run):
+    """Per recorded step: aten::matmul's time, in its product operator and around it."""
     trace = run.trace
-    matmuls = [op for op in trace.find("aten::matmul") if trace.step_of(op) is not None]
-    products = [c for op in matmuls for c in trace.children(op) if c.name in PRODUCTS]
-    return statistics.median(op.dur for op in matmuls), statistics.median(
-        p.dur for p in products
-    )
+    total, product, around = [], [], []
+    for op in recorded_matmuls(trace):
+        inner = sum(c.dur for c in trace.children(op) if c.name in PRODUCTS)
+        total.append(op.dur)
+        product.append(inner)
+        around.append(op.dur - inner)
+    return [Distribution.of(values, "µs") for values in (total, product, around)]
 
 
-costs = {run.name: matmul_cost(run) for run in (flat, batched)}
-for name, (total, product) in costs.items():
-    print(
-        f"{name:22s} {total:6.1f} µs: {product:6.1f} in the product, {total - product:5.1f} around"
-    )
-(flat_total, flat_product), (batched_total, batched_product) = costs.values()
-print(
-    f"The batched call cost {batched_total - flat_total:+.1f} µs against the 2-D one:"
-)
-print(
-    f"{batched_product - flat_product:+.1f} µs in the product operator, "
-    f"{(batched_total - batched_product) - (flat_total - flat_product):+.1f} µs around it."
+costs = {shapes: matmul_costs(run) for shapes, run in runs.items()}
+value_table(
+    ["µs per call", "aten::matmul", "in the product", "around it"],
+    [[shapes, *distributions] for shapes, distributions in costs.items()],
 )
 
 # %%
-# Split this way, the output shows where a batch's CPU cost goes: into the extra view
-# operators, each with its own dispatch, into the batched product operator itself, or both.
+# A difference counts as a cost only when it is larger than the spread: when the middle
+# halves of the two sets of steps do not overlap
+# (:func:`~profiling_utils.stats.clearly_greater`). One step can be tens of microseconds
+# slower than its neighbours for no reason the trace shows, which three steps cannot tell
+# from a cost. The claims below compare the batched call with the 2-D one.
+
+(flat_total, flat_product, flat_around) = costs["2-D @ 2-D"]
+(bmm_total, bmm_product, bmm_around) = costs["3-D @ 3-D"]
+if flat.has_gpu:
+    claim(
+        "the batched call spends clearly more CPU time around its product than the "
+        "2-D call",
+        clearly_greater(bmm_around, flat_around),
+        batched_us=bmm_around.median,
+        two_d_us=flat_around.median,
+    )
+    claim(
+        "the batched product operator takes clearly longer than aten::mm",
+        clearly_greater(bmm_product, flat_product),
+        otherwise="aten::bmm and aten::mm do not take clearly different times",
+        bmm_us=bmm_product.median,
+        mm_us=flat_product.median,
+    )
+else:
+    print("No GPU here: the products compute on the CPU and their time buries the")
+    print("dispatch, so the comparison is made only on a GPU build.")
+
+# %%
+# The batch's sure cost is the extra operators, each with its own dispatch. Whether the
+# batched product operator itself costs more is decided by the second claim, on this run.
 #
 # Extra runtime calls?
 # --------------------
 # On its A100 the `post <https://huggingface.co/blog/torch-profiler>`__ saw ``aten::matmul``
-# hold several extra CUDA runtime calls in the batched case, besides the kernel launch. Here
-# is every runtime or driver call made inside ``aten::matmul``, step by step, for both runs
-# on this machine:
+# hold several extra CUDA runtime calls in the batched case, besides the kernel launch.
+# Here are the runtime and driver calls made inside ``aten::matmul`` on this machine, with
+# how many recorded steps made each, and the GEMM kernel each run launched:
 
 
-def runtime_calls(trace, op_name="aten::matmul"):
-    """Per step, the CUDA runtime and driver calls nested anywhere inside ``op_name``."""
-    calls = {}
-    for op in trace.find(op_name):
-        step = trace.step_of(op)
-        if step is None:
-            continue
-        found, todo = [], [op]
-        while todo:
-            for child in trace.children(todo.pop()):
-                if child.cat in ("cuda_runtime", "cuda_driver"):
-                    found.append(child)
-                todo.append(child)
-        calls[step.number] = sorted(found, key=lambda span: span.start)
-    return calls
+def runtime_calls(run):
+    """How many recorded steps made each CUDA call nested inside ``aten::matmul``."""
+    trace = run.trace
+    steps_with = {}
+    for op in recorded_matmuls(trace):
+        names = {
+            span.name
+            for span in trace.spans
+            if span.cat in ("cuda_runtime", "cuda_driver")
+            and op.start <= span.start < op.end
+            and span.lane == op.lane
+        }
+        for name in names:
+            steps_with[name] = steps_with.get(name, 0) + 1
+    return steps_with
 
 
-calls = {run.name: runtime_calls(run.trace) for run in (flat, batched)}
-for name, per_step in calls.items():
-    for number, found in per_step.items():
-        listed = ", ".join(span.name for span in found) or "none"
-        print(f"{name:22s} ProfilerStep#{number}: {listed}")
+calls = {shapes: runtime_calls(run) for shapes, run in runs.items()}
+kernels = {
+    shapes: {k.name for k in product_kernels(r.trace)} for shapes, r in runs.items()
+}
+for shapes, steps_with in calls.items():
+    listed = ", ".join(f"{name} ({k})" for name, k in steps_with.items()) or "none"
+    print(textwrap.fill(f"{shapes}: {listed}", 88, subsequent_indent="    "))
+    for name in sorted(kernels[shapes]):
+        print(f"    kernel {textwrap.shorten(name, 70, placeholder='…')}")
 
 # %%
-# And the comparison, computed from those lists:
+# Whether the batch changed either, worded by what this run found:
 
-flat_names = {span.name for found in calls[flat.name].values() for span in found}
-batched_names = {span.name for found in calls[batched.name].values() for span in found}
-extra = sorted(batched_names - flat_names)
-if not flat.has_gpu:
-    print(
-        "No GPU here: neither product made a CUDA call, so there is nothing to compare."
-    )
-elif extra:
-    print(f"The batched product made calls the 2-D one did not: {', '.join(extra)}.")
-else:
-    print(
-        "In the recorded steps the batched product made no runtime call that the 2-D one"
-    )
-    print(f"did not: both made only {', '.join(sorted(flat_names))}.")
 if flat.has_gpu:
-    same = flat_chain[-1].name == batched_chain[-1].name
-    print(
-        f"GEMM kernel: {'the same in both runs' if same else 'different in the two runs'}."
+    extra = sorted(set(calls["3-D @ 3-D"]) - set(calls["2-D @ 2-D"]))
+    claim(
+        "in recorded steps the batched product makes no CUDA call the 2-D one does not",
+        not extra,
+        otherwise="in recorded steps the batched product makes CUDA calls the 2-D one "
+        "does not: " + ", ".join(extra),
     )
+    claim(
+        "the batched and the 2-D product launch the same GEMM kernel",
+        kernels["3-D @ 3-D"] == kernels["2-D @ 2-D"],
+        otherwise="the batched and the 2-D product launch different GEMM kernels",
+    )
+else:
+    print("No GPU here: no CUDA calls and no kernels to compare.")
 
 # %%
-# On the H100 this site is built on, both paths launch one kernel through the driver's
-# ``cuLaunchKernelEx`` and make no other call in a warmed-up step (see the output above,
-# whose last line also says whether the batch changed the kernel).
 # The post reads its extra calls as cuBLAS working out which kernel to run. A warm step
 # cannot show that work if the library does it once and reuses the answer: the next
-# tutorial, :ref:`sphx_glr_auto_examples_plot_06_launch_planning.py`, profiles a GEMM's very
-# first call to look for it.
+# tutorial, :ref:`sphx_glr_auto_examples_plot_06_launch_planning.py`, profiles a GEMM's
+# very first call to look for it.
 #
-# One more shape: a batch times a matrix
-# --------------------------------------
-# A linear layer applied to a batch multiplies a 3-D input by a 2-D weight. ``aten::matmul``
-# needs no batched product for that: it can fold the batch into the rows of one tall matrix.
+# The batched chain on a timeline, in a typical step, with the views before the product
+# highlighted:
 
-x3 = torch.randn(8, n, n, device=device, dtype=torch.bfloat16)
-w2, b2 = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-folded = capture(
-    lambda: matmul_add(x3, w2, b2),
-    name=f"8x{n}x{n}-by-{n}x{n}_bf16_warm_eager",
-    label="matmul_add",
-    warmup_iters=3,
-    out_dir=trace_dir(),
-)
-print(f"{folded.name}: aten::matmul ->")
-print(
-    textwrap.fill(
-        ", ".join(matmul_children(folded)),
-        88,
-        initial_indent="    ",
-        subsequent_indent="    ",
-    )
-)
+trace = batched.trace
+step = typical_step(trace)
+matmul = next(op for op in recorded_matmuls(trace) if trace.step_of(op) is step)
+inner = trace.children(matmul)
+product = next(c for c in inner if c.name in PRODUCTS)
+marks = [highlight_span(product, product.name)]
+if inner[0] is not product:
+    marks.append(Highlight(inner[0].start, product.start, "views", lane=matmul.lane))
+plot_timeline(trace, step=step.number, highlights=marks)
 
 # %%
-# With a 2-D weight the chain goes through ``aten::mm`` again, between a reshape and a view
-# back: which product runs depends on both operands' shapes, not on the input's alone.
-#
 # What the cheatsheet finds
 # -------------------------
 # :func:`~profiling_utils.rules.diagnose` applies the cheatsheet's rules to a trace. Its
-# dispatch-chain rules, on each of the three runs:
+# dispatch-chain rules, on the batched run:
 
 chain_rules = ["call-chain", "mm-dispatch", "bmm-dispatch", "cost-in-children"]
-findings_table(diagnose(flat.trace, select=chain_rules), caption=flat.name)
-
-# %%
-
 findings_table(diagnose(batched.trace, select=chain_rules), caption=batched.name)
 
 # %%
-
-findings_table(diagnose(folded.trace, select=chain_rules), caption=folded.name)
-
-# %%
-# ``call-chain`` follows the launch with the most GPU time in the trace. Where the bias
+# ``call-chain`` follows the launch with the most GPU time in the trace; where the bias
 # add's kernel outlasts the small GEMM's, it shows the add's chain rather than the
-# product's; either is a true chain of a recorded step.
+# product's. Either is a true chain of a recorded step.
 #
 # The traces
 # ----------
 # Open a trace in Perfetto and click a kernel: the arrow from its launch call leads back up
-# the chain we printed.
+# the chain printed above.
 
 trace_links(flat)
 

@@ -48,6 +48,8 @@ API_ORDER = (
     "render.charts",
     "render.html",
     "render.perfetto",
+    "render.tables",
+    "render.steps",
     "loading",
     "errors",
     "provenance",

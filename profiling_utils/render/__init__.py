@@ -3,6 +3,8 @@
 - :mod:`~profiling_utils.render.timeline`: timeline images of a trace (matplotlib).
 - :mod:`~profiling_utils.render.charts`: charts of a page's measurements (matplotlib).
 - :mod:`~profiling_utils.render.html`: the profiler table and the cheatsheet findings as HTML.
+- :mod:`~profiling_utils.render.tables`: small HTML tables of a page's measured values.
+- :mod:`~profiling_utils.render.steps`: a chart of per-step timings, one bar per step.
 - :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
   publishes them, and a download link with an "Open in Perfetto" button for each.
 
@@ -19,6 +21,8 @@ Example::
 from .charts import plot_size_sweep
 from .html import HtmlFragment, findings_table, profiler_table
 from .perfetto import TraceLinks, trace_dir, trace_links
+from .steps import plot_per_step
+from .tables import value_table
 from .timeline import Highlight, highlight_between, highlight_span, plot_timeline
 
 __all__ = [
@@ -28,9 +32,11 @@ __all__ = [
     "findings_table",
     "highlight_between",
     "highlight_span",
+    "plot_per_step",
     "plot_size_sweep",
     "plot_timeline",
     "profiler_table",
     "trace_dir",
     "trace_links",
+    "value_table",
 ]

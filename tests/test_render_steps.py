@@ -1,0 +1,50 @@
+"""The per-step chart (profiling_utils.render.steps)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+from conftest import gpu_fixture
+
+from profiling_utils import load_trace
+from profiling_utils.measures import step_times
+from profiling_utils.render import plot_per_step
+
+
+def test_one_bar_per_step_and_the_median_labelled():
+    times = step_times(load_trace(gpu_fixture("64_bf16_warm_eager_w0a20.json.gz")))
+    steps = [t.step for t in times]
+    widths = [t.cpu_us for t in times]
+    fig = plot_per_step(steps, {"step width": widths, "GPU busy": [t.gpu_busy_us for t in times]})
+    try:
+        top, bottom = fig.axes
+        assert len(top.patches) == len(steps) == 20
+        assert [round(bar.get_height(), 3) for bar in top.patches] == [round(w, 3) for w in widths]
+        assert top.get_yscale() == "log"
+        ordered = sorted(widths)
+        median = (ordered[9] + ordered[10]) / 2
+        labels = [text.get_text() for text in top.texts]
+        assert labels == [f"median {median:,.1f} µs"]
+        assert top.lines[0].get_ydata()[0] == pytest.approx(median)
+        assert bottom.get_xlabel() == "ProfilerStep#"
+        assert fig.get_figwidth() == pytest.approx(7.36)
+    finally:
+        plt.close(fig)
+
+
+def test_linear_axes_on_request():
+    fig = plot_per_step([0, 1, 2], {"gap": [0.0, 3.0, 4.0]}, log=False, unit="ms", title="t")
+    try:
+        (ax,) = fig.axes
+        assert ax.get_yscale() == "linear"
+        assert ax.get_ylabel() == "gap (ms)"
+        assert ax.get_title(loc="left") == "t"
+    finally:
+        plt.close(fig)
+
+
+def test_series_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError, match="'gap' has 2 values for 3 steps"):
+        plot_per_step([0, 1, 2], {"gap": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="at least one step"):
+        plot_per_step([], {})
