@@ -212,11 +212,11 @@ plot_timeline(
 
 print(
     f"cold-start: at least {cpu_lane.COLD_START_MIN_RATIO}x the others' median "
-    f"and {cpu_lane.COLD_START_MIN_EXCESS_US:.0f} µs more"
+    f"and {cpu_lane.COLD_START_MIN_EXCESS_LAUNCHES:g} launch latencies more"
 )
 print(
     f"dead-window: at least {cpu_lane.DEAD_WINDOW_MIN_RATIO}x the quickest other "
-    f"and {cpu_lane.DEAD_WINDOW_MIN_EXCESS_US:.0f} µs more"
+    f"and {cpu_lane.DEAD_WINDOW_MIN_EXCESS_LAUNCHES:g} launch latencies more"
 )
 findings = diagnose(cold, select=["cold-start", "dead-window"])
 findings_table(findings, caption=cold.path.name)
