@@ -116,7 +116,8 @@ class RawTrace(Generic[E]):
     """Every entry of ``traceEvents``, in file order: complete events decoded, the others
     as :class:`OtherEvent` markers."""
     device_properties: list[dict[str, Any]] = field(default_factory=list)
-    """``deviceProperties``: one dict per GPU (empty for a CPU-only trace)."""
+    """``deviceProperties`` (``computeProperties`` in torch ~1.8 traces): one dict per GPU
+    (empty for a CPU-only trace)."""
     cuda_runtime_version: Any = None
     """``cuda_runtime_version`` as written, e.g. ``13000``."""
     cuda_driver_version: Any = None
@@ -140,6 +141,9 @@ _KNOWN_KEYS = {
     "baseTimeNanoseconds": "base_time_ns",
 }
 
+# torch ~1.8 wrote the GPUs as "computeProperties" (with "major", "minor",
+# "multiProcessorCount"); later versions as "deviceProperties".
+_LEGACY_DEVICE_PROPERTIES = "computeProperties"
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 _EVENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
@@ -421,6 +425,8 @@ def decode_trace(
             continue
         value = _ANY.decode(raw)
         attribute = _KNOWN_KEYS.get(key)
+        if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
+            attribute = "device_properties"
         if attribute is None:
             trace.metadata[key] = value
         elif attribute == "device_properties":

@@ -330,11 +330,12 @@ def _cuda_version(value: Any) -> str | None:
 def _device_info(
     index: int, props: dict[str, Any], runtime_vendor: Vendor, amd_arch: str | None
 ) -> DeviceInfo:
-    major, minor = _as_int(props.get("computeMajor")), _as_int(props.get("computeMinor"))
+    major = _as_int(props.get("computeMajor", props.get("major")))
+    minor = _as_int(props.get("computeMinor", props.get("minor")))
     device_id = _as_int(props.get("id"))
     name = str(props.get("name", ""))
     vendor = _vendor_from_name(name)
-    if vendor == "unknown" and "computeMajor" in props:
+    if vendor == "unknown" and major is not None:
         # A GPU whose name says nothing: the launch API (cuda*/hip*) tells.
         vendor = runtime_vendor
     capability = None if major is None or minor is None else (major, minor)
@@ -390,6 +391,8 @@ def _make_lane(pid: int | str, tid: int | str, categories: set[str], device: int
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if categories == {"overhead"}:
         return Lane(pid, tid, "overhead", "CUPTI overhead")
+    if device is not None:
+        return Lane(pid, tid, "other", f"device {device} track {tid}", device, None)
     return Lane(pid, tid, "other", f"{pid} {tid}".strip())
 
 
@@ -532,7 +535,8 @@ class Trace:
         lane_categories = {key: {span.cat for span in on_lane} for key, on_lane in by_lane.items()}
         self.vendor = self._runtime_vendor(by_cat)
         gpu_pids = {pid for (pid, _), cats in lane_categories.items() if cats & GPU_CATEGORIES}
-        device_of_pid = self._device_of_pid(gpu_pids, by_cat)
+        all_pids = {pid for pid, _ in by_lane}
+        device_of_pid = self._device_of_pid(gpu_pids, all_pids, by_cat)
         self._lane_spans: dict[Lane, list[Span]] = {}
         for key, on_lane in by_lane.items():
             pid, tid = key
@@ -576,7 +580,7 @@ class Trace:
         return "nvidia" if by_cat.get("cuda_driver") else "unknown"
 
     def _device_of_pid(
-        self, gpu_pids: set[int | str], by_cat: dict[str, list[Span]]
+        self, gpu_pids: set[int | str], all_pids: set[int | str], by_cat: dict[str, list[Span]]
     ) -> dict[int | str, int]:
         """Map each GPU pid to its device index and build :attr:`devices`.
 
@@ -608,7 +612,15 @@ class Trace:
                 if all(number - candidate in known for number in numbers.values()):
                     offset = candidate
                     break
-        return {pid: number - offset for pid, number in numbers.items()}
+        device_of_pid: dict[int | str, int] = {
+            pid: number - offset for pid, number in numbers.items()
+        }
+        # Other accelerators (MTIA) write their device's work under its id as pid too.
+        for pid in all_pids - gpu_pids:
+            number = _as_int(pid)
+            if number is not None and number in known:
+                device_of_pid[pid] = number
+        return device_of_pid
 
     def _add_unlisted_devices(self) -> None:
         """Give every device with GPU lanes an entry, ``"unknown"`` when not described."""
