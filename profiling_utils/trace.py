@@ -92,8 +92,7 @@ SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 COMMUNICATION_KERNEL_PREFIXES = (
     "ncclKernel",
     "ncclDevKernel",
-    "rcclKernel",
-    "rccl_",
+    "rccl",
     "mscclKernel",
     "nvshmem",
 )
