@@ -30,7 +30,9 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter, methodcaller
+from functools import partial
+from itertools import compress, count, islice
+from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +112,7 @@ _START = attrgetter("start")
 _DUR = attrgetter("dur")
 _ID = attrgetter("id")
 _NAME = attrgetter("name")
+_CAT = attrgetter("cat")
 _COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
@@ -215,6 +218,7 @@ class Span(Event, gc=False, eq=False):
         )
 
 
+_IS_SPAN_TYPE = partial(is_, Span)
 _ARGS_DECODER = msgspec.json.Decoder()
 
 
@@ -505,15 +509,19 @@ class Trace:
     # -- building ---------------------------------------------------------------------------
 
     def _build_spans(self, events: list[Span]) -> None:
-        spans = [e for e in events if type(e) is Span and e.name != _RECORD_WINDOW_END]
+        # C-level passes: keep the complete events, then drop "Record Window End" (an instant
+        # event that some writers make a complete one, far in the future).
+        spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
         events.clear()  # the last reference: free the other events before building
+        if _RECORD_WINDOW_END in map(_NAME, spans):
+            spans = [span for span in spans if span.name != _RECORD_WINDOW_END]
         self._check_times(spans)
         origin = min(map(_START, spans)) if spans else 0.0
         self.origin_us = origin
         for span in spans:
             span.start -= origin
-        spans.sort(key=_DUR, reverse=True)
-        spans.sort(key=_START)  # stable: equal starts stay longest first
+        spans.sort(key=_START)
+        _longest_first_at_equal_starts(spans)
         self.spans = spans
 
         by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
@@ -531,7 +539,7 @@ class Trace:
             in_cat.append(span)
         self.renamed_categories = _normalise_categories(by_cat)
 
-        lane_categories = {key: {span.cat for span in on_lane} for key, on_lane in by_lane.items()}
+        lane_categories = {key: set(map(_CAT, on_lane)) for key, on_lane in by_lane.items()}
         self.vendor = self._runtime_vendor(by_cat)
         gpu_pids = {pid for (pid, _), cats in lane_categories.items() if cats & GPU_CATEGORIES}
         all_pids = {pid for pid, _ in by_lane}
@@ -813,6 +821,26 @@ def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:
     return merged
 
 
+def _longest_first_at_equal_starts(spans: list[Span]) -> None:
+    """Order spans that share a start longest first (an enclosing span before what it holds).
+
+    ``spans`` is sorted by start; equal starts are rare, so they are found with one C-level
+    comparison pass and only those runs are re-sorted, instead of a second full sort.
+    """
+    starts = list(map(_START, spans))
+    ties = list(compress(count(), map(eq, starts, islice(starts, 1, None))))
+    index = 0
+    while index < len(ties):
+        first = last = ties[index]
+        index += 1
+        while index < len(ties) and ties[index] == last + 1:
+            last = ties[index]
+            index += 1
+        run = spans[first : last + 2]
+        run.sort(key=_DUR, reverse=True)  # stable: equal spans keep their file order
+        spans[first : last + 2] = run
+
+
 def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     """Rename legacy categories in place (see :data:`LEGACY_CATEGORIES`); return what was
     renamed, ``{written: current}``.
@@ -862,17 +890,26 @@ def _nest(on_lane: list[Span]) -> None:
     """
     open_ids: list[int] = []
     open_ends: list[float] = []
+    push_id, push_end, pop_id, pop_end = (
+        open_ids.append,
+        open_ends.append,
+        open_ids.pop,
+        open_ends.pop,
+    )
     for span in on_lane:
         start = span.start
         end = start + span.dur
-        while open_ends and (open_ends[-1] <= start or open_ends[-1] + _NEST_TOLERANCE_US < end):
-            open_ends.pop()
-            open_ids.pop()
-        if open_ids:
-            span.parent = open_ids[-1]
-            span.depth = len(open_ids)
-        open_ids.append(span.id)
-        open_ends.append(end)
+        must_reach = end - _NEST_TOLERANCE_US
+        while open_ends:
+            top = open_ends[-1]
+            if top > start and top >= must_reach:
+                span.parent = open_ids[-1]
+                span.depth = len(open_ids)
+                break
+            pop_end()
+            pop_id()
+        push_id(span.id)
+        push_end(end)
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
