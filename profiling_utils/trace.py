@@ -4,13 +4,25 @@
 
 - the **spans** (complete ``X`` events) with times in µs relative to the trace's origin, the
   earliest span start, so the first span starts at ``0.0``;
-- the **lanes** they lie on: each CPU thread, each GPU device and stream, the profiler's own
-  overhead track (``pid == -1``), and anything else (``other``);
-- the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`);
-- the **launch links** from each CUDA runtime or driver call to the GPU work it started, by
-  ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
+- the **lanes** they lie on: each CPU thread, each GPU device and stream, a GPU's device-wide
+  synchronisation row, the profiler's own overhead track (``pid == -1``), and anything else
+  (``other``, e.g. an MTIA device's tracks);
+- the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`).
+  A parent always contains its children whole: a span that only partly overlaps another (a
+  ``with_stack`` Python frame and an op that outlives it) is not nested in it but becomes its
+  sibling, the child of the nearest span that does contain it;
+- the **launch links** from each runtime or driver call (CUDA or HIP) to the GPU work it
+  started, by ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
 - the ``ProfilerStep#N`` **steps** and the GPU work launched from inside each;
-- the **devices** from ``deviceProperties`` and the CUDA and CUPTI versions.
+- the **communication kernels** (NCCL, RCCL) apart from the compute kernels;
+- the **devices** (vendor, architecture, SMs or CUs) from ``deviceProperties``, the CUDA and
+  CUPTI versions, and the process's **rank** and world size from ``distributedInfo``.
+
+Every Kineto schema seen in the wild reads into this one vocabulary: torch ~1.8 traces
+(categories ``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``, ``Python``; tids such
+as ``"stream 7"``; ``computeProperties``) are renamed on load (:data:`LEGACY_CATEGORIES`), and
+ROCm traces, whose GPU pids are HSA agent ids counted after the CPU sockets, are mapped onto
+the devices listed (agent 9 of a two-socket, eight-GPU host is device 7).
 
 Example::
 
