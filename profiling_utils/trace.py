@@ -495,6 +495,9 @@ class Trace:
     """CPU ``user_annotation`` spans (``record_function`` labels) other than ``ProfilerStep#N``."""
     overhead: list[Span]
     """Spans on the overhead lane, such as ``Activity Buffer Request``."""
+    children_cover_us: list[float]
+    """Per span id, the time its direct children cover (the union of their intervals; children
+    may overlap one another, never their parent's edges). See :meth:`self_us`."""
 
     def __init__(self, raw: RawTrace[Span]) -> None:
         """Build the model from decoded events; use :func:`load_trace` rather than this.
@@ -557,13 +560,14 @@ class Trace:
         all_pids = {pid for pid, _ in by_lane}
         device_of_pid = self._device_of_pid(gpu_pids, all_pids, by_cat)
         self._lane_spans: dict[Lane, list[Span]] = {}
+        self.children_cover_us = [0.0] * len(spans)
         for key, on_lane in by_lane.items():
             pid, tid = key
             lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
             for span in on_lane:
                 span.lane = lane
             self._lane_spans[lane] = on_lane
-            _nest(on_lane)
+            _nest(on_lane, self.children_cover_us)
         self.lanes = sorted(self._lane_spans, key=_lane_order)
         self._by_cat = by_cat
 
@@ -748,6 +752,11 @@ class Trace:
             self._children = children
         return self._children.get(span.id, [])
 
+    def self_us(self, span: Span) -> float:
+        """``span``'s self time: its duration minus the time its direct children cover (their
+        union, so overlapping children are not counted twice). Never negative."""
+        return max(span.dur - self.children_cover_us[span.id], 0.0)
+
     def ancestors(self, span: Span) -> Iterator[Span]:
         """The spans enclosing ``span`` on its lane, nearest first."""
         parent = span.parent
@@ -889,25 +898,22 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     return renamed
 
 
-def _nest(on_lane: list[Span]) -> None:
-    """Set parent and depth for spans of one lane, given in (start, -dur) order.
+def _nest(on_lane: list[Span], covered: list[float]) -> None:
+    """Set parent and depth for spans of one lane, given in (start, -dur) order, and add up in
+    ``covered[parent.id]`` the time each parent's children cover (their union).
 
     A span's parent is the innermost earlier span that contains it entirely. A span that
     starts inside an open span but ends after it (a partial overlap, seen between
-    ``python_function`` events and ops in ``with_stack`` traces) is never nested in it: it
-    becomes a sibling, the child of the nearest span that does contain it, and the span it
-    overlaps takes no further children (any later span that would fit in it also fits in the
-    overlapping one, which is deeper). Every child therefore lies within its parent, and a
-    parent's self time (its duration minus the union of its children) is never negative.
+    ``python_function`` events and ops in ``with_stack`` traces, and between ops written with
+    rounded times) is never nested in it: it becomes a sibling, the child of the nearest span
+    that does contain it, and the span it overlaps takes no further children (any later span
+    that would fit in it also fits in the overlapping one, which is deeper). Every child
+    therefore lies within its parent; siblings may overlap, so a parent's self time is its
+    duration minus the union of its children, never their sum, and never negative.
     """
     open_ids: list[int] = []
     open_ends: list[float] = []
-    push_id, push_end, pop_id, pop_end = (
-        open_ids.append,
-        open_ends.append,
-        open_ids.pop,
-        open_ends.pop,
-    )
+    covered_until: list[float] = []  # per open span: how far its children's union reaches
     for span in on_lane:
         start = span.start
         end = start + span.dur
@@ -915,13 +921,21 @@ def _nest(on_lane: list[Span]) -> None:
         while open_ends:
             top = open_ends[-1]
             if top > start and top >= must_reach:
-                span.parent = open_ids[-1]
+                parent = open_ids[-1]
+                span.parent = parent
                 span.depth = len(open_ids)
+                reached = covered_until[-1]
+                inside = end if end < top else top  # within the parent despite rounding
+                if inside > reached:
+                    covered[parent] += inside - (start if start > reached else reached)
+                    covered_until[-1] = inside
                 break
-            pop_end()
-            pop_id()
-        push_id(span.id)
-        push_end(end)
+            open_ends.pop()
+            open_ids.pop()
+            covered_until.pop()
+        open_ids.append(span.id)
+        open_ends.append(end)
+        covered_until.append(start)
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
