@@ -81,8 +81,9 @@ today's. The model renames them on load (:attr:`Trace.renamed_categories` keeps 
 written), so every analysis reads one vocabulary."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
-GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
-"""Categories that only appear on GPU lanes."""
+GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
+"""Categories that only appear on GPU lanes (``cuda_profiler_range``: the per-kernel ranges of
+CUPTI's range profiler, which replays kernels, so they are not GPU work)."""
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 """Categories of the host calls that can start GPU work."""
 CPU_CATEGORIES = frozenset(
