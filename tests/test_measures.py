@@ -489,3 +489,23 @@ def test_cpu_lane_busy_is_the_union_of_its_spans(make_trace) -> None:
 def test_busy_of_a_cpu_only_trace_is_zero(make_trace) -> None:
     trace = load_trace(make_trace([complete_event("op", "cpu_op", 0, 5)]))
     assert gpu_busy_us(trace) == 0.0
+
+
+def test_hip_launches_graphs_and_planning_calls_read_like_cuda(make_trace) -> None:
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 50),
+        complete_event("hipFuncGetAttributes", "cuda_runtime", 2, 1, correlation=1),
+        complete_event("hipModuleLaunchKernel", "cuda_runtime", 5, 3, correlation=2),
+        complete_event("Cijk_gemm", "kernel", 10, 5, pid=2, tid=0, correlation=2),
+        complete_event("hipGraphLaunch", "cuda_runtime", 60, 4, correlation=3),
+        complete_event("k1", "kernel", 70, 2, pid=2, tid=0, correlation=3),
+        complete_event("k2", "kernel", 73, 2, pid=2, tid=0, correlation=3),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    kernel_launch, graph_launch = launches(trace)
+    assert kernel_launch.call.name == "hipModuleLaunchKernel"
+    assert [c.name for c in kernel_launch.planning] == ["hipFuncGetAttributes"]
+    assert kernel_launch.op.name == "aten::mm"
+    assert [w.name for w in graph_launch.work] == ["k1", "k2"]
+    graphs = compiled_regions(trace).cuda_graph_launches
+    assert [g.name for g in graphs] == ["hipGraphLaunch"]
