@@ -151,14 +151,17 @@ class Lane:
     tid: int | str
     """The event ``tid`` as written (the thread, or the stream for GPU work)."""
     kind: LaneKind
-    """``gpu`` for a lane with kernels, copies, memsets or GPU annotations; ``overhead`` for
-    ``pid == -1``; ``cpu`` for host threads; ``other`` for the rest (e.g. the ``Spans`` row)."""
+    """``gpu`` for a lane with kernels, copies, memsets or GPU annotations, and for a GPU's
+    device-wide sync row (its pid, tid -1); ``overhead`` for ``pid == -1``; ``cpu`` for host
+    threads; ``other`` for the rest (the ``Spans`` row, another accelerator's tracks)."""
     label: str
-    """A short name: ``"CPU thread 429"``, ``"GPU 0 stream 7"``, ``"CUPTI overhead"``."""
+    """A short name: ``"CPU thread 429"``, ``"GPU 0 stream 7"``, ``"GPU 0 synchronization"``,
+    ``"CUPTI overhead"``, ``"device 17 track 3774"``."""
     device: int | None = None
-    """The GPU device, for GPU lanes."""
+    """The device index (:attr:`DeviceInfo.id`), for GPU lanes and other accelerators' tracks.
+    It is the pid, except on ROCm where the pid may be an HSA agent id (see the module docs)."""
     stream: int | None = None
-    """The CUDA stream, for GPU lanes."""
+    """The stream, for GPU stream lanes (from tid ``7``, ``"7"`` or ``"stream 7"``)."""
 
 
 _UNASSIGNED_LANE = Lane("", "", "other", "")
