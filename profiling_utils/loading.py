@@ -216,11 +216,11 @@ def _size(count: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _too_large(path: str | os.PathLike[str], what: str, limit: int) -> TraceError:
+def _too_large(path: str | os.PathLike[str], what: str, limit: int, source: str) -> TraceError:
     return TraceError(
         path,
-        f"{what} more than the {_size(limit)} that can be loaded safely (a third of the "
-        f"available memory); to load it anyway pass max_bytes or set {MAX_TRACE_BYTES_ENV}",
+        f"{what} more than the {_size(limit)} allowed ({source}); to load it anyway, "
+        f"pass max_bytes or set {MAX_TRACE_BYTES_ENV} to a larger number of bytes",
     )
 
 
@@ -238,12 +238,17 @@ def read_trace_bytes(
         TraceError: The file is missing, unreadable, empty, larger (decompressed) than
             ``max_bytes``, or gzip that is cut short or corrupt.
     """
-    limit = default_max_bytes() if max_bytes is None else max_bytes
+    if max_bytes is not None:
+        limit, source = max_bytes, "max_bytes"
+    elif os.environ.get(MAX_TRACE_BYTES_ENV, "").strip():
+        limit, source = default_max_bytes(), MAX_TRACE_BYTES_ENV
+    else:
+        limit, source = default_max_bytes(), "a third of the available memory"
     try:
         with open(path, "rb") as file:
             on_disk = os.fstat(file.fileno()).st_size
             if limit is not None and on_disk > limit:
-                raise _too_large(path, f"the file holds {_size(on_disk)},", limit)
+                raise _too_large(path, f"the file holds {_size(on_disk)},", limit, source)
             data = file.read()
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
@@ -254,13 +259,15 @@ def read_trace_bytes(
     if not data or data.isspace():  # not data.strip(): that would copy the whole file
         raise TraceError(path, "file is empty")
     if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(data, path, limit)
+        data = _gunzip(data, path, limit, source)
         if not data or data.isspace():
             raise TraceError(path, "gzip file holds no data")
     return data
 
 
-def _gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None) -> bytearray:
+def _gunzip(
+    data: bytes, path: str | os.PathLike[str], limit: int | None, source: str = "max_bytes"
+) -> bytearray:
     """Decompress gzip as a stream into one buffer, refusing output past ``limit``.
 
     The buffer is sized from the gzip trailer (the uncompressed size mod 2**32), but only as a
@@ -291,7 +298,7 @@ def _gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None) -> byt
                 out[size : size + len(chunk)] = chunk
                 size += len(chunk)
                 if limit is not None and size > limit:
-                    raise _too_large(path, "the gzip data expands to", limit)
+                    raise _too_large(path, "the gzip data expands to", limit, source)
                 piece = decompressor.unconsumed_tail
                 # A full piece may leave output pending inside zlib: drain it too.
                 if not piece and len(chunk) < _GZIP_OUTPUT_CHUNK:
