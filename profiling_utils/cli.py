@@ -16,8 +16,9 @@ Commands:
       compute_capability, description}]``;
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
-    - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` sums
-      the durations of the lane's top-level spans.
+    - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` is
+      :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
+      copies and memsets, never its annotations).
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_fraction,
       gpu_activities, lane_offset_us, dead_window_us, launch_delay_median_us,
       launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us}]``; values that do

@@ -116,7 +116,8 @@ class RawTrace(Generic[E]):
     """Every entry of ``traceEvents``, in file order: complete events decoded, the others
     as :class:`OtherEvent` markers."""
     device_properties: list[dict[str, Any]] = field(default_factory=list)
-    """``deviceProperties``: one dict per GPU (empty for a CPU-only trace)."""
+    """``deviceProperties`` (``computeProperties`` in torch ~1.8 traces): one dict per GPU
+    (empty for a CPU-only trace)."""
     cuda_runtime_version: Any = None
     """``cuda_runtime_version`` as written, e.g. ``13000``."""
     cuda_driver_version: Any = None
@@ -140,6 +141,9 @@ _KNOWN_KEYS = {
     "baseTimeNanoseconds": "base_time_ns",
 }
 
+# torch ~1.8 wrote the GPUs as "computeProperties" (with "major", "minor",
+# "multiProcessorCount"); later versions as "deviceProperties".
+_LEGACY_DEVICE_PROPERTIES = "computeProperties"
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 _EVENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
@@ -212,11 +216,11 @@ def _size(count: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _too_large(path: str | os.PathLike[str], what: str, limit: int) -> TraceError:
+def _too_large(path: str | os.PathLike[str], what: str, limit: int, source: str) -> TraceError:
     return TraceError(
         path,
-        f"{what} more than the {_size(limit)} that can be loaded safely (a third of the "
-        f"available memory); to load it anyway pass max_bytes or set {MAX_TRACE_BYTES_ENV}",
+        f"{what} more than the {_size(limit)} allowed ({source}); to load it anyway, "
+        f"pass max_bytes or set {MAX_TRACE_BYTES_ENV} to a larger number of bytes",
     )
 
 
@@ -234,12 +238,17 @@ def read_trace_bytes(
         TraceError: The file is missing, unreadable, empty, larger (decompressed) than
             ``max_bytes``, or gzip that is cut short or corrupt.
     """
-    limit = default_max_bytes() if max_bytes is None else max_bytes
+    if max_bytes is not None:
+        limit, source = max_bytes, "max_bytes"
+    elif os.environ.get(MAX_TRACE_BYTES_ENV, "").strip():
+        limit, source = default_max_bytes(), MAX_TRACE_BYTES_ENV
+    else:
+        limit, source = default_max_bytes(), "a third of the available memory"
     try:
         with open(path, "rb") as file:
             on_disk = os.fstat(file.fileno()).st_size
             if limit is not None and on_disk > limit:
-                raise _too_large(path, f"the file holds {_size(on_disk)},", limit)
+                raise _too_large(path, f"the file holds {_size(on_disk)},", limit, source)
             data = file.read()
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
@@ -250,13 +259,15 @@ def read_trace_bytes(
     if not data or data.isspace():  # not data.strip(): that would copy the whole file
         raise TraceError(path, "file is empty")
     if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(data, path, limit)
+        data = _gunzip(data, path, limit, source)
         if not data or data.isspace():
             raise TraceError(path, "gzip file holds no data")
     return data
 
 
-def _gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None) -> bytearray:
+def _gunzip(
+    data: bytes, path: str | os.PathLike[str], limit: int | None, source: str = "max_bytes"
+) -> bytearray:
     """Decompress gzip as a stream into one buffer, refusing output past ``limit``.
 
     The buffer is sized from the gzip trailer (the uncompressed size mod 2**32), but only as a
@@ -287,7 +298,7 @@ def _gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None) -> byt
                 out[size : size + len(chunk)] = chunk
                 size += len(chunk)
                 if limit is not None and size > limit:
-                    raise _too_large(path, "the gzip data expands to", limit)
+                    raise _too_large(path, "the gzip data expands to", limit, source)
                 piece = decompressor.unconsumed_tail
                 # A full piece may leave output pending inside zlib: drain it too.
                 if not piece and len(chunk) < _GZIP_OUTPUT_CHUNK:
@@ -421,6 +432,8 @@ def decode_trace(
             continue
         value = _ANY.decode(raw)
         attribute = _KNOWN_KEYS.get(key)
+        if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
+            attribute = "device_properties"
         if attribute is None:
             trace.metadata[key] = value
         elif attribute == "device_properties":

@@ -70,9 +70,15 @@ PLANNING_CALL_PREFIXES = (
     "cudaFuncGetName",
     "cuModuleGetFunction",
     "cuLibraryGetKernel",
+    "hipOccupancy",
+    "hipFuncGetAttribute",
+    "hipFuncSetAttribute",
+    "hipGetFuncBySymbol",
+    "hipModuleGetFunction",
 )
 """Runtime/driver calls that work out *how* to launch a kernel (occupancy, attributes, function
-lookup). Made before a launch, inside the op that launches, they add CPU time to that launch."""
+lookup), CUDA's and HIP's. Made before a launch, inside the op that launches, they add CPU time
+to that launch."""
 
 OUTLIER_MIN_DEVIATION_FRACTION = 0.10
 """An outlier kernel instance must also differ from the median by at least this fraction, so
@@ -351,6 +357,7 @@ class GpuGap(_Result):
 
 
 _SPAN_ID = attrgetter("id")
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")  # CUDA's and HIP's
 _START = attrgetter("start")
 
 
@@ -687,7 +694,15 @@ def compiled_regions(trace: Trace) -> CompileInfo:
         graph_calls=graph_calls,
         graph_hashes=tuple(hashes),
         cuda_graph_launches=tuple(
-            s for s in trace.find("cudaGraphLaunch") if s.cat in ("cuda_runtime", "cuda_driver")
+            sorted(
+                (
+                    s
+                    for name in _GRAPH_LAUNCHES
+                    for s in trace.find(name)
+                    if s.cat in ("cuda_runtime", "cuda_driver")
+                ),
+                key=_SPAN_ID,
+            )
         ),
     )
 

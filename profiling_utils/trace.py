@@ -4,13 +4,25 @@
 
 - the **spans** (complete ``X`` events) with times in µs relative to the trace's origin, the
   earliest span start, so the first span starts at ``0.0``;
-- the **lanes** they lie on: each CPU thread, each GPU device and stream, the profiler's own
-  overhead track (``pid == -1``), and anything else (``other``);
-- the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`);
-- the **launch links** from each CUDA runtime or driver call to the GPU work it started, by
-  ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
+- the **lanes** they lie on: each CPU thread, each GPU device and stream, a GPU's device-wide
+  synchronisation row, the profiler's own overhead track (``pid == -1``), and anything else
+  (``other``, e.g. an MTIA device's tracks);
+- the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`).
+  A parent always contains its children whole: a span that only partly overlaps another (a
+  ``with_stack`` Python frame and an op that outlives it) is not nested in it but becomes its
+  sibling, the child of the nearest span that does contain it;
+- the **launch links** from each runtime or driver call (CUDA or HIP) to the GPU work it
+  started, by ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
 - the ``ProfilerStep#N`` **steps** and the GPU work launched from inside each;
-- the **devices** from ``deviceProperties`` and the CUDA and CUPTI versions.
+- the **communication kernels** (NCCL, RCCL) apart from the compute kernels;
+- the **devices** (vendor, architecture, SMs or CUs) from ``deviceProperties``, the CUDA and
+  CUPTI versions, and the process's **rank** and world size from ``distributedInfo``.
+
+Every Kineto schema seen in the wild reads into this one vocabulary: torch ~1.8 traces
+(categories ``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``, ``Python``; tids such
+as ``"stream 7"``; ``computeProperties``) are renamed on load (:data:`LEGACY_CATEGORIES`), and
+ROCm traces, whose GPU pids are HSA agent ids counted after the CPU sockets, are mapped onto
+the devices listed (agent 9 of a two-socket, eight-GPU host is device 7).
 
 Example::
 
@@ -30,7 +42,9 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter, methodcaller
+from functools import partial
+from itertools import compress, count, islice
+from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,8 +81,9 @@ today's. The model renames them on load (:attr:`Trace.renamed_categories` keeps 
 written), so every analysis reads one vocabulary."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
-GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
-"""Categories that only appear on GPU lanes."""
+GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
+"""Categories that only appear on GPU lanes (``cuda_profiler_range``: the per-kernel ranges of
+CUPTI's range profiler, which replays kernels, so they are not GPU work)."""
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 """Categories of the host calls that can start GPU work."""
 CPU_CATEGORIES = frozenset(
@@ -92,8 +107,7 @@ SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 COMMUNICATION_KERNEL_PREFIXES = (
     "ncclKernel",
     "ncclDevKernel",
-    "rcclKernel",
-    "rccl_",
+    "rccl",
     "mscclKernel",
     "nvshmem",
 )
@@ -111,6 +125,7 @@ _START = attrgetter("start")
 _DUR = attrgetter("dur")
 _ID = attrgetter("id")
 _NAME = attrgetter("name")
+_CAT = attrgetter("cat")
 _COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
@@ -136,14 +151,17 @@ class Lane:
     tid: int | str
     """The event ``tid`` as written (the thread, or the stream for GPU work)."""
     kind: LaneKind
-    """``gpu`` for a lane with kernels, copies, memsets or GPU annotations; ``overhead`` for
-    ``pid == -1``; ``cpu`` for host threads; ``other`` for the rest (e.g. the ``Spans`` row)."""
+    """``gpu`` for a lane with kernels, copies, memsets or GPU annotations, and for a GPU's
+    device-wide sync row (its pid, tid -1); ``overhead`` for ``pid == -1``; ``cpu`` for host
+    threads; ``other`` for the rest (the ``Spans`` row, another accelerator's tracks)."""
     label: str
-    """A short name: ``"CPU thread 429"``, ``"GPU 0 stream 7"``, ``"CUPTI overhead"``."""
+    """A short name: ``"CPU thread 429"``, ``"GPU 0 stream 7"``, ``"GPU 0 synchronization"``,
+    ``"CUPTI overhead"``, ``"device 17 track 3774"``."""
     device: int | None = None
-    """The GPU device, for GPU lanes."""
+    """The device index (:attr:`DeviceInfo.id`), for GPU lanes and other accelerators' tracks.
+    It is the pid, except on ROCm where the pid may be an HSA agent id (see the module docs)."""
     stream: int | None = None
-    """The CUDA stream, for GPU lanes."""
+    """The stream, for GPU stream lanes (from tid ``7``, ``"7"`` or ``"stream 7"``)."""
 
 
 _UNASSIGNED_LANE = Lane("", "", "other", "")
@@ -216,6 +234,7 @@ class Span(Event, gc=False, eq=False):
         )
 
 
+_IS_SPAN_TYPE = partial(is_, Span)
 _ARGS_DECODER = msgspec.json.Decoder()
 
 
@@ -330,11 +349,12 @@ def _cuda_version(value: Any) -> str | None:
 def _device_info(
     index: int, props: dict[str, Any], runtime_vendor: Vendor, amd_arch: str | None
 ) -> DeviceInfo:
-    major, minor = _as_int(props.get("computeMajor")), _as_int(props.get("computeMinor"))
+    major = _as_int(props.get("computeMajor", props.get("major")))
+    minor = _as_int(props.get("computeMinor", props.get("minor")))
     device_id = _as_int(props.get("id"))
     name = str(props.get("name", ""))
     vendor = _vendor_from_name(name)
-    if vendor == "unknown" and "computeMajor" in props:
+    if vendor == "unknown" and major is not None:
         # A GPU whose name says nothing: the launch API (cuda*/hip*) tells.
         vendor = runtime_vendor
     capability = None if major is None or minor is None else (major, minor)
@@ -390,6 +410,8 @@ def _make_lane(pid: int | str, tid: int | str, categories: set[str], device: int
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if categories == {"overhead"}:
         return Lane(pid, tid, "overhead", "CUPTI overhead")
+    if device is not None:
+        return Lane(pid, tid, "other", f"device {device} track {tid}", device, None)
     return Lane(pid, tid, "other", f"{pid} {tid}".strip())
 
 
@@ -477,6 +499,9 @@ class Trace:
     """CPU ``user_annotation`` spans (``record_function`` labels) other than ``ProfilerStep#N``."""
     overhead: list[Span]
     """Spans on the overhead lane, such as ``Activity Buffer Request``."""
+    children_cover_us: list[float]
+    """Per span id, the time its direct children cover (the union of their intervals; children
+    may overlap one another, never their parent's edges). See :meth:`self_us`."""
 
     def __init__(self, raw: RawTrace[Span]) -> None:
         """Build the model from decoded events; use :func:`load_trace` rather than this.
@@ -503,15 +528,19 @@ class Trace:
     # -- building ---------------------------------------------------------------------------
 
     def _build_spans(self, events: list[Span]) -> None:
-        spans = [e for e in events if type(e) is Span and e.name != _RECORD_WINDOW_END]
+        # C-level passes: keep the complete events, then drop "Record Window End" (an instant
+        # event that some writers make a complete one, far in the future).
+        spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
         events.clear()  # the last reference: free the other events before building
+        if _RECORD_WINDOW_END in map(_NAME, spans):
+            spans = [span for span in spans if span.name != _RECORD_WINDOW_END]
         self._check_times(spans)
         origin = min(map(_START, spans)) if spans else 0.0
         self.origin_us = origin
         for span in spans:
             span.start -= origin
-        spans.sort(key=_DUR, reverse=True)
-        spans.sort(key=_START)  # stable: equal starts stay longest first
+        spans.sort(key=_START)
+        _longest_first_at_equal_starts(spans)
         self.spans = spans
 
         by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
@@ -529,18 +558,20 @@ class Trace:
             in_cat.append(span)
         self.renamed_categories = _normalise_categories(by_cat)
 
-        lane_categories = {key: {span.cat for span in on_lane} for key, on_lane in by_lane.items()}
+        lane_categories = {key: set(map(_CAT, on_lane)) for key, on_lane in by_lane.items()}
         self.vendor = self._runtime_vendor(by_cat)
         gpu_pids = {pid for (pid, _), cats in lane_categories.items() if cats & GPU_CATEGORIES}
-        device_of_pid = self._device_of_pid(gpu_pids, by_cat)
+        all_pids = {pid for pid, _ in by_lane}
+        device_of_pid = self._device_of_pid(gpu_pids, all_pids, by_cat)
         self._lane_spans: dict[Lane, list[Span]] = {}
+        self.children_cover_us = [0.0] * len(spans)
         for key, on_lane in by_lane.items():
             pid, tid = key
             lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
             for span in on_lane:
                 span.lane = lane
             self._lane_spans[lane] = on_lane
-            _nest(on_lane)
+            _nest(on_lane, self.children_cover_us)
         self.lanes = sorted(self._lane_spans, key=_lane_order)
         self._by_cat = by_cat
 
@@ -576,7 +607,7 @@ class Trace:
         return "nvidia" if by_cat.get("cuda_driver") else "unknown"
 
     def _device_of_pid(
-        self, gpu_pids: set[int | str], by_cat: dict[str, list[Span]]
+        self, gpu_pids: set[int | str], all_pids: set[int | str], by_cat: dict[str, list[Span]]
     ) -> dict[int | str, int]:
         """Map each GPU pid to its device index and build :attr:`devices`.
 
@@ -608,7 +639,15 @@ class Trace:
                 if all(number - candidate in known for number in numbers.values()):
                     offset = candidate
                     break
-        return {pid: number - offset for pid, number in numbers.items()}
+        device_of_pid: dict[int | str, int] = {
+            pid: number - offset for pid, number in numbers.items()
+        }
+        # Other accelerators (MTIA) write their device's work under its id as pid too.
+        for pid in all_pids - gpu_pids:
+            number = _as_int(pid)
+            if number is not None and number in known:
+                device_of_pid[pid] = number
+        return device_of_pid
 
     def _add_unlisted_devices(self) -> None:
         """Give every device with GPU lanes an entry, ``"unknown"`` when not described."""
@@ -717,6 +756,11 @@ class Trace:
             self._children = children
         return self._children.get(span.id, [])
 
+    def self_us(self, span: Span) -> float:
+        """``span``'s self time: its duration minus the time its direct children cover (their
+        union, so overlapping children are not counted twice). Never negative."""
+        return max(span.dur - self.children_cover_us[span.id], 0.0)
+
     def ancestors(self, span: Span) -> Iterator[Span]:
         """The spans enclosing ``span`` on its lane, nearest first."""
         parent = span.parent
@@ -802,6 +846,26 @@ def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:
     return merged
 
 
+def _longest_first_at_equal_starts(spans: list[Span]) -> None:
+    """Order spans that share a start longest first (an enclosing span before what it holds).
+
+    ``spans`` is sorted by start; equal starts are rare, so they are found with one C-level
+    comparison pass and only those runs are re-sorted, instead of a second full sort.
+    """
+    starts = list(map(_START, spans))
+    ties = list(compress(count(), map(eq, starts, islice(starts, 1, None))))
+    index = 0
+    while index < len(ties):
+        first = last = ties[index]
+        index += 1
+        while index < len(ties) and ties[index] == last + 1:
+            last = ties[index]
+            index += 1
+        run = spans[first : last + 2]
+        run.sort(key=_DUR, reverse=True)  # stable: equal spans keep their file order
+        spans[first : last + 2] = run
+
+
 def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     """Rename legacy categories in place (see :data:`LEGACY_CATEGORIES`); return what was
     renamed, ``{written: current}``.
@@ -838,30 +902,44 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     return renamed
 
 
-def _nest(on_lane: list[Span]) -> None:
-    """Set parent and depth for spans of one lane, given in (start, -dur) order.
+def _nest(on_lane: list[Span], covered: list[float]) -> None:
+    """Set parent and depth for spans of one lane, given in (start, -dur) order, and add up in
+    ``covered[parent.id]`` the time each parent's children cover (their union).
 
     A span's parent is the innermost earlier span that contains it entirely. A span that
     starts inside an open span but ends after it (a partial overlap, seen between
-    ``python_function`` events and ops in ``with_stack`` traces) is never nested in it: it
-    becomes a sibling, the child of the nearest span that does contain it, and the span it
-    overlaps takes no further children (any later span that would fit in it also fits in the
-    overlapping one, which is deeper). Every child therefore lies within its parent, and a
-    parent's self time (its duration minus the union of its children) is never negative.
+    ``python_function`` events and ops in ``with_stack`` traces, and between ops written with
+    rounded times) is never nested in it: it becomes a sibling, the child of the nearest span
+    that does contain it, and the span it overlaps takes no further children (any later span
+    that would fit in it also fits in the overlapping one, which is deeper). Every child
+    therefore lies within its parent; siblings may overlap, so a parent's self time is its
+    duration minus the union of its children, never their sum, and never negative.
     """
     open_ids: list[int] = []
     open_ends: list[float] = []
+    covered_until: list[float] = []  # per open span: how far its children's union reaches
     for span in on_lane:
         start = span.start
         end = start + span.dur
-        while open_ends and (open_ends[-1] <= start or open_ends[-1] + _NEST_TOLERANCE_US < end):
+        must_reach = end - _NEST_TOLERANCE_US
+        while open_ends:
+            top = open_ends[-1]
+            if top > start and top >= must_reach:
+                parent = open_ids[-1]
+                span.parent = parent
+                span.depth = len(open_ids)
+                reached = covered_until[-1]
+                inside = end if end < top else top  # within the parent despite rounding
+                if inside > reached:
+                    covered[parent] += inside - (start if start > reached else reached)
+                    covered_until[-1] = inside
+                break
             open_ends.pop()
             open_ids.pop()
-        if open_ids:
-            span.parent = open_ids[-1]
-            span.depth = len(open_ids)
+            covered_until.pop()
         open_ids.append(span.id)
         open_ends.append(end)
+        covered_until.append(start)
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:

@@ -19,6 +19,8 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GPU_FIXTURES = FIXTURES / "gpu"
+FOREIGN = FIXTURES / "foreign"
+"""Small real traces from other machines (AMD, torch ~1.8...): see its README for sources."""
 
 # Base time written by torch >= 2.4; ts values below are relative to it, like Kineto's.
 BASE_TIME_NS = 1790857026000000000

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    FOREIGN,
     complete_event,
     flow_pair,
     gpu_fixture,
@@ -23,9 +24,11 @@ from conftest import (
 
 from profiling_utils import TraceError, load_trace
 from profiling_utils.loading import (
+    MAX_TRACE_BYTES_ENV,
     Event,
     OtherEvent,
     decode_trace,
+    default_max_bytes,
     load_raw_trace,
     read_trace_bytes,
 )
@@ -438,3 +441,103 @@ def test_gzip_with_a_corrupt_size_trailer(tmp_path: Path) -> None:
     path = tmp_path / "odd.json.gz"
     path.write_bytes(bytes(data))
     assert "gzip" in _reason(path)
+
+
+# -- memory-safe reading ----------------------------------------------------------------------
+
+
+def _padded_trace(padding: int) -> bytes:
+    """A valid trace followed by ``padding`` bytes of whitespace (what a bomb is made of)."""
+    return json.dumps(trace_document(minimal_gpu_events())).encode() + b" " * padding
+
+
+def test_gzip_expanding_past_the_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "bomb.json.gz", _padded_trace(4_000_000))
+    assert path.stat().st_size < 20_000  # small on disk, 4 MB once expanded
+    with pytest.raises(TraceError) as info:
+        load_trace(path, max_bytes=1_000_000)
+    reason = info.value.reason
+    assert "\n" not in reason
+    assert reason.startswith("the gzip data expands to more than the 1.0 MB allowed (max_bytes)")
+    assert MAX_TRACE_BYTES_ENV in reason
+    # The same file loads when the limit allows it.
+    assert len(load_trace(path, max_bytes=5_000_000).kernels) == 1
+
+
+def test_gzip_trailer_that_understates_the_size_does_not_get_past_the_limit(
+    tmp_path: Path,
+) -> None:
+    data = bytearray(gzip.compress(_padded_trace(4_000_000)))
+    data[-4:] = (1000).to_bytes(4, "little")  # claims 1000 bytes
+    path = tmp_path / "liar.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="expands to more than"):
+        read_trace_bytes(path, max_bytes=1_000_000)
+
+
+def test_plain_json_larger_than_the_limit_is_refused_before_reading(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "big.json", _padded_trace(2_000_000))
+    with pytest.raises(TraceError, match=r"the file holds 2\.\d MB, more than the 1\.0 MB allowed"):
+        read_trace_bytes(path, max_bytes=1_000_000)
+    assert len(read_trace_bytes(path, max_bytes=3_000_000)) == path.stat().st_size
+
+
+def test_environment_variable_sets_the_limit(tmp_path: Path, monkeypatch) -> None:
+    path = write_trace(tmp_path / "bomb.json.gz", _padded_trace(2_000_000))
+    monkeypatch.setenv(MAX_TRACE_BYTES_ENV, "1000000")
+    assert default_max_bytes() == 1_000_000
+    with pytest.raises(TraceError, match=rf"than the 1\.0 MB allowed \({MAX_TRACE_BYTES_ENV}\)"):
+        load_trace(path)
+    assert load_trace(path, max_bytes=3_000_000).has_gpu  # the argument wins
+    monkeypatch.setenv(MAX_TRACE_BYTES_ENV, "3000000")
+    assert load_trace(path).has_gpu
+
+
+@pytest.mark.parametrize("written", ["lots", "-5", "0", "1e9"])
+def test_environment_variable_must_be_a_byte_count(monkeypatch, written: str) -> None:
+    monkeypatch.setenv(MAX_TRACE_BYTES_ENV, written)
+    with pytest.raises(ValueError, match=MAX_TRACE_BYTES_ENV):
+        default_max_bytes()
+
+
+def test_default_limit_is_a_third_of_the_available_memory(monkeypatch) -> None:
+    monkeypatch.delenv(MAX_TRACE_BYTES_ENV, raising=False)
+    available = None
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            available = int(line.split()[1]) * 1024
+    if available is None:
+        pytest.skip("no MemAvailable on this system")
+    # Memory moves between the two reads: allow a few percent.
+    assert default_max_bytes() == pytest.approx(available / 3, rel=0.05)
+
+
+# -- files that are not Kineto traces ---------------------------------------------------------
+
+
+def test_execution_trace_is_refused_as_not_a_trace() -> None:
+    path = FOREIGN / "hta__execution_trace_benchmark_simple_add_et.json.gz"
+    reason = _reason(path)
+    assert reason.startswith("JSON is not a trace: no 'traceEvents' key")
+    assert "nodes" in reason  # names what the file holds instead
+
+
+# -- torch ~1.8 top level ---------------------------------------------------------------------
+
+
+def test_legacy_compute_properties_describe_the_gpus() -> None:
+    path = FOREIGN / "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
+    written = json.loads(gzip.decompress(path.read_bytes()))["computeProperties"]
+    trace = load_trace(path)
+    assert [d.id for d in trace.devices] == [p["id"] for p in written]
+    device = trace.devices[0]
+    assert device.name == written[0]["name"]
+    assert device.compute_units == written[0]["multiProcessorCount"]
+    assert device.compute_capability == (written[0]["major"], written[0]["minor"])
+    assert (device.vendor, device.arch) == ("nvidia", f"sm_{written[0]['major']}0")
+
+
+def test_device_properties_win_over_compute_properties(make_trace) -> None:
+    legacy = [{"id": 0, "name": "old", "major": 7, "minor": 0, "multiProcessorCount": 80}]
+    trace = load_trace(make_trace(minimal_gpu_events(), computeProperties=legacy))
+    assert [d.name for d in trace.devices] == ["NVIDIA H100 80GB HBM3"]

@@ -7,18 +7,21 @@ tolerances where timings vary from run to run; synthetic traces pin exact values
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
-from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
 
 from profiling_utils import Trace, load_trace
 from profiling_utils.measures import (
     compiled_regions,
     dead_windows,
+    gpu_busy_us,
     gpu_gaps,
     kernel_launches,
     kernel_stats,
+    lane_busy_us,
     lane_offset,
     launch_delays,
     launches,
@@ -423,3 +426,86 @@ def test_span_dict() -> None:
         "dur_us": span.dur,
     }
     assert span_dict(None) is None
+
+
+# -- busy time ----------------------------------------------------------------------------------
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def test_gpu_busy_is_the_union_of_gpu_work_never_annotations() -> None:
+    # An MI250 trace whose GPU lane also holds two gpu_user_annotation spans (ProfilerStep#1
+    # among them, 1,031 µs) around 149 µs of kernels and copies.
+    name = "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    written = json.loads(gzip.decompress((FOREIGN / name).read_bytes()))["traceEvents"]
+    work = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in written
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    annotated = sum(e["dur"] for e in written if e.get("cat") == "gpu_user_annotation")
+    trace = load_trace(FOREIGN / name)
+    (lane,) = [lane for lane in trace.lanes if lane.kind == "gpu"]
+    # Absolute µs near 4.2e12 hold about 0.5 ns of float precision.
+    assert gpu_busy_us(trace) == pytest.approx(_union(work), abs=1e-2)
+    assert gpu_busy_us(trace, lane) == gpu_busy_us(trace)
+    assert lane_busy_us(trace, lane) == gpu_busy_us(trace)
+    assert annotated > 5 * gpu_busy_us(trace)  # what summing the lane's top spans gave
+
+
+def test_gpu_busy_counts_overlapping_streams_once(make_trace) -> None:
+    events = [
+        complete_event("a", "kernel", 0, 10, pid=0, tid=7),
+        complete_event("b", "kernel", 5, 10, pid=0, tid=20),  # overlaps a by 5
+        complete_event("copy", "gpu_memcpy", 30, 2, pid=0, tid=7),
+        complete_event("label", "gpu_user_annotation", 0, 100, pid=0, tid=7),
+        complete_event("sync", "cuda_sync", 40, 50, pid=0, tid=7),
+    ]
+    trace = load_trace(make_trace(events))
+    assert gpu_busy_us(trace) == 17.0
+    by_label = {lane.label: lane for lane in trace.lanes}
+    assert gpu_busy_us(trace, by_label["GPU 0 stream 7"]) == 12.0
+    assert gpu_busy_us(trace, by_label["GPU 0 stream 20"]) == 10.0
+
+
+def test_cpu_lane_busy_is_the_union_of_its_spans(make_trace) -> None:
+    events = [
+        complete_event("frame", "python_function", 0, 100),
+        complete_event("aten::mm", "cpu_op", 50, 100),  # outlives the frame: not nested
+        complete_event("aten::add", "cpu_op", 200, 10),
+    ]
+    trace = load_trace(make_trace(events))
+    (lane,) = trace.lanes
+    assert lane_busy_us(trace, lane) == 160.0
+
+
+def test_busy_of_a_cpu_only_trace_is_zero(make_trace) -> None:
+    trace = load_trace(make_trace([complete_event("op", "cpu_op", 0, 5)]))
+    assert gpu_busy_us(trace) == 0.0
+
+
+def test_hip_launches_graphs_and_planning_calls_read_like_cuda(make_trace) -> None:
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 50),
+        complete_event("hipFuncGetAttributes", "cuda_runtime", 2, 1, correlation=1),
+        complete_event("hipModuleLaunchKernel", "cuda_runtime", 5, 3, correlation=2),
+        complete_event("Cijk_gemm", "kernel", 10, 5, pid=2, tid=0, correlation=2),
+        complete_event("hipGraphLaunch", "cuda_runtime", 60, 4, correlation=3),
+        complete_event("k1", "kernel", 70, 2, pid=2, tid=0, correlation=3),
+        complete_event("k2", "kernel", 73, 2, pid=2, tid=0, correlation=3),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    kernel_launch, graph_launch = launches(trace)
+    assert kernel_launch.call.name == "hipModuleLaunchKernel"
+    assert [c.name for c in kernel_launch.planning] == ["hipFuncGetAttributes"]
+    assert kernel_launch.op.name == "aten::mm"
+    assert [w.name for w in graph_launch.work] == ["k1", "k2"]
+    graphs = compiled_regions(trace).cuda_graph_launches
+    assert [g.name for g in graphs] == ["hipGraphLaunch"]

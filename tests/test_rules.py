@@ -635,7 +635,7 @@ def foreign_findings(name: str) -> dict[str, Finding]:
 
 
 def test_every_rule_is_silent_on_a_cpu_only_rank() -> None:
-    assert diagnose(FOREIGN / "cpu_only_rank34.json.gz") == []
+    assert diagnose(FOREIGN / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz") == []
 
 
 def test_gpu_rules_are_silent_on_cpu_ops_alone(make_trace: Any) -> None:
@@ -647,7 +647,7 @@ def test_gpu_rules_are_silent_on_cpu_ops_alone(make_trace: Any) -> None:
 
 
 def test_amd_launches_are_read_like_cuda_ones() -> None:
-    found = foreign_findings("amd_mi250_minitoy_train.json.gz")
+    found = foreign_findings("hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     plain = found["plain-launch"].evidence
     assert {group["api"] for group in plain["groups"]} == {"hipLaunchKernel"}
     driver = found["driver-launch"].evidence
@@ -656,7 +656,7 @@ def test_amd_launches_are_read_like_cuda_ones() -> None:
 
 
 def test_amd_bias_copy_kernel_is_not_a_gemm() -> None:
-    found = foreign_findings("amd_mi250_minitoy_train.json.gz")
+    found = foreign_findings("hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     gemms = [row["kernel"] for row in found["gemm-kernel"].evidence["kernels"]]
     assert gemms and not any("at::native::" in name for name in gemms)
     fusion = found["addmm-fusion"]
@@ -665,11 +665,13 @@ def test_amd_bias_copy_kernel_is_not_a_gemm() -> None:
 
 
 def test_cold_start_threshold_follows_the_traces_launch_latency() -> None:
-    trace = load_trace(FOREIGN / "amd_mi250_minitoy_train.json.gz")
+    trace = load_trace(FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     latency = Facts(trace).launch_latency_us
     h100 = Facts(load_trace(gpu_fixture("4096_fp32_warm_eager"))).launch_latency_us
     assert latency > h100 > 0
-    evidence = foreign_findings("amd_mi250_minitoy_train.json.gz")["cold-start"].evidence
+    evidence = foreign_findings("hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")[
+        "cold-start"
+    ].evidence
     assert evidence["min_excess_us"] == pytest.approx(3 * latency, abs=1e-3)
 
 

@@ -196,7 +196,12 @@ def test_the_first_steps_cpu_time_is_left_to_cold_start() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["amd_mi250_minitoy_train.json.gz", "cpu_only_rank34.json.gz"], ids=str
+    "path",
+    [
+        "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    ],
+    ids=str,
 )
 def test_silent_on_the_amd_trace_and_a_cpu_only_one(path: str) -> None:
     assert findings(FOREIGN / path, "intra-step-gap") == []

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 
 import pytest
-from conftest import complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+from conftest import (
+    DEVICE_PROPERTIES,
+    FOREIGN,
+    complete_event,
+    gpu_fixture,
+    gpu_fixture_names,
+    minimal_gpu_events,
+)
 
 from profiling_utils import Lane, Span, Step, Trace, load_trace
+from profiling_utils.trace import is_communication
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +255,257 @@ def test_benchmark_replicator_keeps_steps_and_links_unique(tmp_path) -> None:
     first = [s for s in trace.spans if s.start < base + period]
     second = [s for s in trace.spans if base + period <= s.start < base + 2 * period]
     assert shape(first, 3) == shape(second, 0)
+
+
+# -- traces from other machines and other torch versions ---------------------------------------
+
+
+def _foreign_events(name: str) -> list[dict]:
+    return json.loads(gzip.decompress((FOREIGN / name).read_bytes()))["traceEvents"]
+
+
+LEGACY = "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
+AMD = "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+EVENT_SYNC = "hta__critical_path_cuda_event_sync_event_sync_trace.json.gz"
+CPU_ONLY_RANK = "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+def test_torch_1_8_trace_reads_its_legacy_categories_and_string_tids() -> None:
+    written = [e for e in _foreign_events(LEGACY) if e["ph"] == "X"]
+    trace = load_trace(FOREIGN / LEGACY)
+    assert trace.renamed_categories == {
+        "Operator": "cpu_op",
+        "Runtime": "cuda_runtime",
+        "Kernel": "kernel",
+        "Memcpy": "gpu_memcpy",
+    }
+    assert len(trace.kernels) == sum(e["cat"] == "Kernel" for e in written)
+    assert trace.has_gpu
+    steps = [e for e in written if e["name"].startswith("ProfilerStep#")]
+    assert {e["cat"] for e in steps} == {"Operator"}  # a cpu_op then, a user_annotation now
+    assert [s.number for s in trace.steps] == [int(e["name"][13:]) for e in steps]
+    assert not any(op.name.startswith("ProfilerStep#") for op in trace.cpu_ops)
+    (gpu,) = [lane for lane in trace.lanes if lane.kind == "gpu"]
+    assert (gpu.tid, gpu.device, gpu.stream, gpu.label) == ("stream 7", 0, 7, "GPU 0 stream 7")
+    cpu_tids = {e["tid"] for e in written if e["cat"] == "Operator"}
+    assert {lane.tid for lane in trace.lanes if lane.kind == "cpu"} == cpu_tids
+    # Every kernel is linked to its launch, and launched in the step.
+    for kernel in trace.kernels:
+        assert trace.launch_of(kernel).name == "cudaLaunchKernel"
+        assert trace.step_of(kernel) is trace.steps[0]
+
+
+def test_current_traces_rename_nothing(eager: Trace) -> None:
+    assert eager.renamed_categories == {}
+
+
+def test_string_pids_and_stream_tids_in_a_synthetic_legacy_trace(make_trace) -> None:
+    events = [
+        complete_event("ProfilerStep#3", "Operator", 0, 100, pid=11, tid="11"),
+        complete_event("aten::mm", "Operator", 10, 40, pid=11, tid="11"),
+        complete_event("cudaLaunchKernel", "Runtime", 20, 5, pid=11, tid="11", correlation=5),
+        complete_event("gemm", "Kernel", 30, 10, pid="0", tid="stream 7", correlation=5),
+        complete_event("Memset (Device)", "Memset", 45, 1, pid="0", tid="stream 7"),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    (step,) = trace.steps
+    assert (step.number, [w.name for w in step.gpu_work]) == (3, ["gemm"])
+    gpu = trace.kernels[0].lane
+    assert (gpu.kind, gpu.device, gpu.stream) == ("gpu", 0, 7)
+    assert [w.cat for w in trace.gpu_work] == ["kernel", "gpu_memset"]
+    assert trace.op_of(trace.kernels[0]).name == "aten::mm"
+    (device,) = trace.devices  # not described, but the GPU is there
+    assert (device.id, device.name, device.describe()) == (0, "unknown", "unknown GPU")
+
+
+def test_amd_trace_is_described_in_compute_units_and_gfx_arch() -> None:
+    trace = load_trace(FOREIGN / AMD)
+    assert trace.vendor == "amd"
+    for device in trace.devices:
+        assert (device.vendor, device.arch, device.compute_units) == ("amd", "gfx90a", 104)
+        assert device.describe() == "AMD Radeon Graphics, 104 CUs, gfx90a"
+    gpu_lanes = [lane for lane in trace.lanes if lane.kind == "gpu"]
+    assert {lane.device for lane in gpu_lanes} <= {device.id for device in trace.devices}
+    assert all(lane.label.startswith(f"GPU {lane.device} ") for lane in gpu_lanes)
+
+
+def test_amd_launch_calls_link_to_their_gpu_work_like_cuda() -> None:
+    written = _foreign_events(AMD)
+    trace = load_trace(FOREIGN / AMD)
+    launches = {
+        e["args"]["correlation"]: e["name"] for e in written if e.get("cat") == "cuda_runtime"
+    }
+    for work in trace.gpu_work:
+        launch = trace.launch_of(work)
+        assert launch is not None and launch.name == launches[work.correlation]
+    assert {trace.launch_of(k).name for k in trace.kernels} == {
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+    }
+
+
+def _amd_properties(count: int) -> list[dict]:
+    return [
+        {
+            "id": i,
+            "name": "AMD Instinct MI300X",
+            "numSms": 304,
+            "gcnArchName": "gfx942:sramecc+:xnack-",
+        }
+        for i in range(count)
+    ]
+
+
+def _work_on_pid(pid: int, launch: str) -> list[dict]:
+    return [
+        complete_event(launch, "cuda_runtime", 0, 5, correlation=1),
+        complete_event("k", "kernel", 10, 5, pid=pid, tid=0, correlation=1),
+    ]
+
+
+def test_rocm_hsa_agent_ids_map_onto_the_devices_listed(make_trace) -> None:
+    # Eight GPUs behind two CPU sockets: HSA agents 2-9; the last GPU's work is on pid 9.
+    trace = load_trace(
+        make_trace(_work_on_pid(9, "hipLaunchKernel"), deviceProperties=_amd_properties(8))
+    )
+    (lane,) = [lane for lane in trace.lanes if lane.kind == "gpu"]
+    assert (lane.pid, lane.device, lane.label) == (9, 7, "GPU 7 stream 0")
+    assert [d.id for d in trace.devices] == list(range(8))  # no stray "GPU 9"
+    assert trace.devices[7].describe() == "AMD Instinct MI300X, 304 CUs, gfx942"
+
+
+def test_cuda_device_ids_are_never_shifted(make_trace) -> None:
+    properties = [dict(DEVICE_PROPERTIES[0], id=i) for i in range(8)]
+    trace = load_trace(make_trace(_work_on_pid(9, "cudaLaunchKernel"), deviceProperties=properties))
+    (lane,) = [lane for lane in trace.lanes if lane.kind == "gpu"]
+    assert lane.device == 9
+    assert [(d.id, d.name) for d in trace.devices][-1] == (9, "unknown")
+
+
+def test_unknown_accelerator_is_reported_as_such(make_trace) -> None:
+    events = [
+        complete_event("aten::add", "cpu_op", 0, 10),
+        complete_event("event_wait", "mtia_ccp_events", 2, 5, pid=17, tid=3774),
+    ]
+    properties = [{"id": 17, "name": "ARTEMIS", "runtimeMajorVersion": 1}]
+    trace = load_trace(make_trace(events, deviceProperties=properties))
+    (device,) = trace.devices
+    assert (device.id, device.vendor, device.arch, device.compute_units) == (
+        17,
+        "unknown",
+        None,
+        None,
+    )
+    assert device.describe() == "ARTEMIS, accelerator of unknown vendor"
+    assert not trace.has_gpu
+    track = next(lane for lane in trace.lanes if lane.pid == 17)
+    assert (track.kind, track.device, track.label) == ("other", 17, "device 17 track 3774")
+
+
+def test_gpu_sync_row_is_labelled_as_the_gpus() -> None:
+    written = _foreign_events(EVENT_SYNC)
+    device_rows = {(e["pid"], e["tid"]) for e in written if e.get("cat") == "cuda_sync"}
+    assert (0, -1) in device_rows
+    trace = load_trace(FOREIGN / EVENT_SYNC)
+    row = next(lane for lane in trace.lanes if (lane.pid, lane.tid) == (0, -1))
+    assert (row.kind, row.device, row.stream, row.label) == (
+        "gpu",
+        0,
+        None,
+        "GPU 0 synchronization",
+    )
+    assert not any(lane.label == "CPU thread -1" for lane in trace.lanes)
+    # A CPU thread with sync events stays a CPU thread.
+    assert all(lane.kind == "cpu" for lane in trace.lanes if lane.label.startswith("CPU"))
+
+
+def test_rank_and_world_size_come_from_distributed_info() -> None:
+    trace = load_trace(FOREIGN / CPU_ONLY_RANK)
+    assert (trace.rank, trace.world_size) == (34, 300)
+    assert not trace.has_gpu and trace.devices == []
+    rank_only = load_trace(FOREIGN / EVENT_SYNC)
+    assert (rank_only.rank, rank_only.world_size) == (0, None)
+
+
+def test_rank_is_none_without_distributed_info(eager: Trace) -> None:
+    assert "distributedInfo" not in eager.metadata
+    assert (eager.rank, eager.world_size) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", True),
+        ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", True),
+        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", True),
+        ("rcclGenericKernel", True),
+        ("nccl:all_reduce", False),  # the CPU-side record_function label
+        ("void at::native::vectorized_elementwise_kernel<4>", False),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", False),
+    ],
+)
+def test_is_communication(name: str, expected: bool) -> None:
+    assert is_communication(name) is expected
+
+
+def test_communication_and_compute_kernels_split_the_kernels(make_trace) -> None:
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 0, 2, correlation=1),
+        complete_event("gemm", "kernel", 5, 10, pid=0, tid=7, correlation=1),
+        complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 6, 30, pid=0, tid=20),
+        complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "gpu_user_annotation", 6, 30,
+                       pid=0, tid=20),
+        complete_event("elementwise", "kernel", 16, 3, pid=0, tid=7),
+    ]  # fmt: skip
+    trace = load_trace(make_trace(events))
+    assert [k.name for k in trace.communication] == ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
+    assert [k.name for k in trace.compute_kernels] == ["gemm", "elementwise"]
+    assert [k.is_communication for k in trace.kernels] == [False, True, False]
+    assert trace.find(cat="gpu_user_annotation")[0].is_communication is False
+
+
+def test_a_partly_overlapping_span_is_never_nested(make_trace) -> None:
+    # with_stack: a Python frame [0, 100) and an op [50, 150) that outlives it; a runtime
+    # call [60, 70) inside both; a frame [120, 130) inside the op.
+    events = [
+        complete_event("train.py(10): step", "python_function", 0, 100),
+        complete_event("aten::mm", "cpu_op", 50, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 60, 10),
+        complete_event("torch/nn/functional.py(5): linear", "python_function", 120, 10),
+    ]
+    trace = load_trace(make_trace(events))
+    frame, op, launch, inner = trace.spans
+    assert (frame.parent, frame.depth) == (None, 0)
+    assert (op.parent, op.depth) == (None, 0)  # a sibling of the frame it overlaps
+    assert (launch.parent, launch.depth) == (op.id, 1)  # the deepest span that contains it
+    assert (inner.parent, inner.depth) == (op.id, 1)
+    for span in trace.spans:
+        children = trace.children(span)
+        assert all(span.start <= c.start and c.end <= span.end for c in children)
+        assert trace.self_us(span) >= 0
+
+
+def test_contained_spans_still_nest_despite_rounding(make_trace) -> None:
+    # A child written to end a nanosecond after its parent (three-decimal µs) still nests.
+    events = [
+        complete_event("aten::linear", "cpu_op", 0, 50.0),
+        complete_event("aten::mm", "cpu_op", 10, 40.001),
+    ]
+    outer, inner = load_trace(make_trace(events)).spans
+    assert inner.parent == outer.id
+
+
+def test_self_time_counts_overlapping_children_once(make_trace) -> None:
+    # Two ops inside a step overlap each other (times rounded differently): siblings whose
+    # durations add up to more than their parent.
+    events = [
+        complete_event("step", "user_annotation", 0, 100),
+        complete_event("aten::a", "cpu_op", 0, 80),
+        complete_event("aten::b", "cpu_op", 20, 80),
+        complete_event("aten::c", "cpu_op", 30, 10),  # inside both a and b: b's child
+    ]
+    trace = load_trace(make_trace(events))
+    step, a, b, c = trace.spans
+    assert (a.parent, b.parent, c.parent) == (step.id, step.id, b.id)
+    assert trace.children_cover_us[step.id] == 100.0  # not 160
+    assert (trace.self_us(step), trace.self_us(a), trace.self_us(b)) == (0.0, 80.0, 70.0)

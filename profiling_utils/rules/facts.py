@@ -285,15 +285,15 @@ class Facts:
 
     @cached_property
     def _child_sums(self) -> np.ndarray:
+        # The time each span's children cover (their union, from the model): overlapping
+        # children must not be counted twice, or self time goes negative.
         import numpy as np
 
-        _, _, parents, durations = self._columns
-        nested = parents >= 0
-        return np.bincount(parents[nested], weights=durations[nested], minlength=len(durations))
+        return np.array(self.trace.children_cover_us, dtype=np.float64)
 
     def self_us(self, span: Span) -> float:
-        """``span``'s duration minus its direct children's ("Self" time), µs."""
-        return span.dur - float(self._child_sums[span.id])
+        """``span``'s "Self" time, µs: :meth:`profiling_utils.trace.Trace.self_us`."""
+        return self.trace.self_us(span)
 
     def named(self, name: str) -> list[Span]:
         """Every span with exactly this name, in start order."""
