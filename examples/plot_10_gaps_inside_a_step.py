@@ -143,7 +143,7 @@ if synced.has_gpu:
 #
 # The profiler turns CUPTI on at the start of the schedule's ``warmup`` steps and drops
 # what they recorded only at the end, so warm-up steps fill the buffers too, at no cost in
-# trace size. Twelve warm-up steps and twenty recorded ones put the filling of the first
+# trace size. Ten warm-up steps and twenty-two recorded ones put the filling of the first
 # buffer inside the recording without keeping, and processing, every step before it.
 
 
@@ -181,13 +181,13 @@ def train_step():
 
 train = capture(
     train_step,
-    name="tiny_transformer_train_w12a20",
+    name="tiny_transformer_train_w10a22",
     label="train_step",
     out_dir=trace_dir(),
     warmup_iters=3,
     wait=1,
-    warmup=12 if device == "cuda" else 1,
-    active=20 if device == "cuda" else 5,
+    warmup=10 if device == "cuda" else 1,
+    active=22 if device == "cuda" else 5,
 )
 requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
 for request in requests:
