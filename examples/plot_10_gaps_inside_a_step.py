@@ -189,6 +189,8 @@ train = capture(
     warmup=10 if device == "cuda" else 1,
     active=22 if device == "cuda" else 5,
 )
+recorded = train.trace.steps
+print(f"recorded: ProfilerStep#{recorded[0].number} to #{recorded[-1].number}")
 requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
 for request in requests:
     inside = train.trace.step_of(request)
