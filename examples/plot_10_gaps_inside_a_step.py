@@ -83,6 +83,8 @@ if synced_gaps:
     idle = Distribution.of([gap for _, gap in evidence["gap_by_step_us"]], unit="µs")
     print(f"GPU idle after the copy, per step: {idle}")
     print(f"the sync: {evidence['sync']['name']} under {evidence['sync_op']['name']}")
+    print(f"last GPU work before the stretch: {evidence['before']['name'][:50]}")
+    print(f"first GPU work after it: {evidence['after']['name'][:60]}")
     late_us = evidence["launched_after_idle_us"]
     print(f"the next work was launched {late_us:.1f} µs after the GPU ran dry")
 else:
@@ -104,7 +106,7 @@ plot_timeline(synced.trace, step=step, highlights=marks, max_depth=3, title=sync
 # %%
 # The copy to the host (``Memcpy DtoH``) is the last GPU work before the stretch; the CPU
 # sits in ``cudaStreamSynchronize`` until it is done, and only then returns to Python and
-# launches the third GEMM. The GPU waits for the whole way back. Everything the GPU had
+# launches the rest of the step. The GPU waits for the whole way back. Everything the GPU had
 # queued ahead of the sync is drained, so the stretch comes back in every step: this is
 # your code, and the fix is to read the value less often, or later.
 
@@ -121,7 +123,12 @@ if synced.has_gpu:
         steps=len(synced.trace.steps),
     )
     claim(
-        "the third GEMM was launched only after the GPU had run dry",
+        "the last GPU work before the stretch is the copy to the host",
+        evidence["before"]["name"].startswith("Memcpy DtoH"),
+        before=evidence["before"]["name"],
+    )
+    claim(
+        "the work after the sync was launched only after the GPU had run dry",
         evidence["launched_after_idle_us"] > 0,
         launched_after_idle_us=evidence["launched_after_idle_us"],
     )
