@@ -113,9 +113,15 @@ plot_timeline(synced.trace, step=step, highlights=marks, max_depth=3, title=sync
 if synced.has_gpu:
     claim(
         "intra-step-gap finds the GPU idle after a host sync",
-        bool(synced_gaps) and evidence["cause"] == "host sync",
+        evidence is not None and evidence["cause"] == "host sync",
         findings=len(synced_gaps),
     )
+    claim(
+        "without the item() the GPU never idles long enough for the rule",
+        not free_gaps,
+        findings=len(free_gaps),
+    )
+if synced.has_gpu and evidence is not None:
     claim(
         "the idle stretch after the sync shows in every recorded step",
         evidence["steps_with_gap"] == [s.number for s in synced.trace.steps],
@@ -131,11 +137,6 @@ if synced.has_gpu:
         "the work after the sync was launched only after the GPU had run dry",
         evidence["launched_after_idle_us"] > 0,
         launched_after_idle_us=evidence["launched_after_idle_us"],
-    )
-    claim(
-        "without the item() the GPU never idles long enough for the rule",
-        not free_gaps,
-        findings=len(free_gaps),
     )
 
 # %%
