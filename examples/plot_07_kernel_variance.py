@@ -186,7 +186,6 @@ profiler_table(run)
 
 peaks = measure_peaks()
 if run.has_gpu and peaks is not None:
-    print(peaks.summary())
     tflops = achieved_tflops(gemm_flops(n, n, n), gemm.median)
     report = rate_report(
         tflops,
@@ -214,25 +213,25 @@ else:
 #
 # Beyond the post: a sustained load
 # ---------------------------------
-# The two measured peaks time the same 8192 GEMM: a few calls in a burst, then calls back
-# to back for seconds. Their durations, as distributions:
+# The two measured peaks time the same 8192 GEMM: a few calls in a burst, read from a
+# trace, then calls back to back for seconds, each timed with CUDA events (for calls that
+# run back to back, both measure the GPU's time per call). Their durations:
 
 if peaks is not None:
     burst = Distribution.of(peaks.matmul_burst.durations_us, unit="µs")
     sustained = Distribution.of(peaks.matmul_sustained.durations_us, unit="µs")
-    elapsed_s = peaks.matmul_sustained.elapsed_s
-    print(f"{peaks.matmul_burst.operation}")
-    print(f"  short burst:   {burst}")
-    print(f"  sustained:     {sustained}, second half of {elapsed_s:.2f} s")
+    print(f"{peaks.matmul_burst.operation}, per call:")
+    print(f"  burst:     {burst}")
+    print(f"  sustained: {sustained}")
     print(
         f"  sustained over burst: {sustained.median / burst.median:.2f}x the duration"
     )
+    print("How each was measured:")
+    for measured in (peaks.matmul_burst, peaks.matmul_sustained):
+        kind = "sustained" if measured.sustained else "burst"
+        how = f"  {kind}: {measured.conditions()}"
+        print(textwrap.fill(how, 88, subsequent_indent="    "))
     clocks = peaks.matmul_sustained.sm_clock_mhz
-    if clocks:
-        print(
-            f"  SM clock under the sustained load: {clocks[0]} MHz early on, "
-            f"{clocks[-1]} MHz at the end"
-        )
     claim(
         "the GEMM ran clearly slower sustained than in the short burst",
         clearly_greater(sustained, burst),
