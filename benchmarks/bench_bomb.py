@@ -1,11 +1,12 @@
 """What a small ``.json.gz`` that expands to gigabytes of whitespace costs ``summary``.
 
-Builds (once, under ``benchmarks/_data/``) ``whitespace_3gb.json.gz``: a valid one-kernel trace
-whose closing brace follows 3 GB of spaces, about 3 MB on disk (deflate packs whitespace a
-thousandfold). Then runs ``python -m profiling_utils summary`` on it as a whole process under
-GNU ``time``, with the default limit (a third of the available memory) and with
-``PROFILING_UTILS_MAX_TRACE_BYTES`` set to 1 GB, and prints wall time, peak RSS and the exit
-status of each. Run from the repository root::
+Builds (once, under ``benchmarks/_data/``) ``whitespace_3gb.json.gz`` and
+``whitespace_12gb.json.gz``: a valid one-kernel trace whose closing brace follows 3 GB (12 GB)
+of spaces, 2.9 MB (11.7 MB) on disk, as deflate packs whitespace a thousandfold. Then runs
+``python -m profiling_utils summary`` as a whole process under GNU ``time`` on the 3 GB file
+with the default limit (a third of the available memory) and with
+``PROFILING_UTILS_MAX_TRACE_BYTES`` set to 1 GB, and on the 12 GB file with the default limit;
+prints wall time, peak RSS, exit status and message of each. Run from the repository root::
 
     python benchmarks/bench_bomb.py
 """
@@ -75,11 +76,10 @@ def summary(path: Path, limit: str | None) -> dict[str, object]:
 
 
 def main() -> None:
-    path = make_bomb()
-    size = path.stat().st_size / 1e6
-    print(f"{path.name}: {size:.1f} MB on disk, {SPACES / 1e9:.0f} GB of spaces")
-    for limit in (None, str(10**9)):
-        print(json.dumps(summary(path, limit)))
+    small = make_bomb()
+    large = make_bomb(DATA / "whitespace_12gb.json.gz", 4 * SPACES)
+    for path, limit in ((small, None), (small, str(10**9)), (large, None)):
+        print(path.name, f"{path.stat().st_size / 1e6:.1f} MB", json.dumps(summary(path, limit)))
 
 
 if __name__ == "__main__":
