@@ -97,10 +97,10 @@ FIRES: dict[str, set[str]] = {
     "cost-in-children": MATMUL,
     # Only a schedule without wait/warmup records the profiler's start-up in a step (16-42x);
     # the default schedule's first recorded step is 1.4-3x wider, cold or warm alike.
-    "cold-start": NO_WAIT | SHARED_GPU,
+    "cold-start": NO_WAIT,
     # Only a truly cold process shows it on the H100 (80 µs against 9 µs); under the default
     # schedule the first dead window is ~25 µs, 3-4x the later steps, cold or warm alike.
-    "dead-window": TRULY_COLD | ITEM_SYNC,
+    "dead-window": TRULY_COLD,
     # fp32 GEMM: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a process's
     # first bf16 GEMM: occupancy queries.
     "planned-launch": FP32 | TRAIN | TRULY_COLD,

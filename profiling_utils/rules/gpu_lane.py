@@ -39,9 +39,15 @@ latencies (:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): about 
 H100 recordings, where a launch that finds the GPU idle starts its work 5 to 15 µs later."""
 
 GAP_STANDOUT_RATIO = 2.0
-"""``intra-step-gap``: a one-off idle stretch that the trace explains (the profiler's buffer
-request held the CPU, or the GPU idled with the next work queued) is at least this many times
-the median of the other steps' longest idle stretch."""
+"""``intra-step-gap``: a one-off idle stretch with the next work already queued (held back)
+is at least this many times the median of the other steps' longest idle stretch."""
+
+GAP_REQUEST_RATIO = 1.5
+"""``intra-step-gap``: a one-off idle stretch during which the profiler's buffer request held
+the CPU is at least this many times the median of the other steps' longest idle stretch.
+Lower than :data:`GAP_STANDOUT_RATIO` because the trace names the cause: in an
+overhead-bound loop the usual stretch and a request both last a millisecond or two, and a
+request often replaces the step's usual idle time rather than adding to it."""
 
 GAP_MAX_STEP_SHARE = 1 / 3
 """``intra-step-gap``: one-offs show in at most this share of the steps (at least one): an
@@ -171,9 +177,11 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
       that shows it: the code syncs, the GPU drains and waits for the CPU.
     - **buffer request**: launched after the GPU went idle while the profiler's Activity
       Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
-      as one-offs, when the step's stretch is at least :data:`GAP_STANDOUT_RATIO` times the
-      median of the other steps' longest idle stretch, in at most :data:`GAP_MAX_STEP_SHARE`
-      of the steps, with at least :data:`GAP_MIN_STEPS` steps to compare.
+      as one-offs, when the step's stretch stands out against the median of the other steps'
+      longest idle stretch (:data:`GAP_REQUEST_RATIO` times for a buffer request,
+      :data:`GAP_STANDOUT_RATIO` times for a stretch held back), in at
+      most :data:`GAP_MAX_STEP_SHARE` of the steps, with at least :data:`GAP_MIN_STEPS` steps
+      to compare.
     - Anything else is CPU time between launches, left to the CPU lane's rows.
     """
     trace = facts.trace
@@ -201,7 +209,8 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         if cause.sync is not None or not (cause.request is not None or cause.held_back(idle)):
             continue  # plain CPU time: the CPU lane's rows (cold-start, overhead-bound)
         others = median(longest.get(number, 0.0) for number in steps if number != idle.step)
-        if idle.gap_us < GAP_STANDOUT_RATIO * others:
+        ratio = GAP_REQUEST_RATIO if cause.request is not None else GAP_STANDOUT_RATIO
+        if idle.gap_us < ratio * others:
             continue
         known = standing_out.get(idle.step)
         if known is None or idle.gap_us > known[0].gap_us:
