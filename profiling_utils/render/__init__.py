@@ -5,6 +5,7 @@
 - :mod:`~profiling_utils.render.html`: the profiler table and the cheatsheet findings as HTML.
 - :mod:`~profiling_utils.render.tables`: small HTML tables of a page's measured values.
 - :mod:`~profiling_utils.render.steps`: a chart of per-step timings, one bar per step.
+- :mod:`~profiling_utils.render.ranks`: one step of several ranks on one clock.
 - :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
   publishes them, and a download link with an "Open in Perfetto" button for each.
 
@@ -21,6 +22,7 @@ Example::
 from .charts import plot_size_sweep
 from .html import HtmlFragment, findings_table, profiler_table
 from .perfetto import TraceLinks, trace_dir, trace_links
+from .ranks import plot_rank_step
 from .steps import plot_per_step
 from .tables import value_table
 from .timeline import Highlight, highlight_between, highlight_span, plot_timeline
@@ -33,6 +35,7 @@ __all__ = [
     "highlight_between",
     "highlight_span",
     "plot_per_step",
+    "plot_rank_step",
     "plot_size_sweep",
     "plot_timeline",
     "profiler_table",

@@ -1,0 +1,328 @@
+"""
+Several ranks: who waits for whom?
+==================================
+
+*One rank of a distributed job is slow. Its trace, read alone, looks fine; another rank's
+trace is full of communication. Which rank is the straggler?*
+
+A distributed job writes one trace per rank, and a collective such as ``all_reduce``
+finishes on no rank before every rank has joined it. So when one rank is late, the others
+sit in the collective's kernel waiting for it: their traces show long collectives and
+"exposed communication", while the late rank's own collectives are short. We read two real
+two-rank recordings with :mod:`profiling_utils.ranks` and :mod:`profiling_utils.comm`,
+from Python and from the command line, and find the rank the others wait for.
+"""
+
+# %%
+# Two recordings of two ranks
+# ---------------------------
+#
+# This site is built on a single GPU, so this page cannot record a distributed run itself.
+# It reads traces recorded by ``scripts/record_nccl_fixtures.py`` on two NVIDIA H200 of one
+# host, linked by NVLink (torch 2.11, NCCL 2.28.9), which the repository ships in
+# ``tests/fixtures/nccl``. The outputs below are the same on any machine that builds the
+# page, GPU or not. Each step does five 2048 × 2048 bf16 matrix products, then an
+# ``all_reduce`` of 32 MiB (a gradient) and one of 4 KiB (a loss), then waits for the GPU:
+#
+# - ``balanced``: both ranks do the same work;
+# - ``stalled``: rank 1 also sleeps 10 ms on the host before its ``all_reduce`` calls, every
+#   step (``record_function("host_stall")``), as a slow data loader or logging on one rank
+#   would.
+#
+# We copy them into this page's trace folder, so they can be downloaded at the end.
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import profiling_utils
+from profiling_utils import diagnose, load_trace
+from profiling_utils.claims import claim
+from profiling_utils.comm import collectives, comm_overlap
+from profiling_utils.ranks import cross_rank, rank_profile, trace_files
+from profiling_utils.render import (
+    findings_table,
+    plot_rank_step,
+    trace_dir,
+    trace_links,
+)
+
+# The recordings live in the repository, beside the package (this page runs from a checkout).
+recorded = Path(profiling_utils.__file__).resolve().parents[1] / "tests/fixtures/nccl"
+for run in ("balanced", "stalled"):
+    shutil.copytree(recorded / run, trace_dir() / run, dirs_exist_ok=True)
+
+traces = {
+    run: [load_trace(path) for path in trace_files([trace_dir() / run])]
+    for run in ("balanced", "stalled")
+}
+for trace in traces["stalled"]:
+    info = trace.metadata["distributedInfo"]
+    print(
+        f"{trace.path.parent.name}/{trace.path.name}: rank {trace.rank} of "
+        f"{trace.world_size}, {trace.devices[0].name}, NCCL {info['nccl_version']}, "
+        f"{len(trace.steps)} steps"
+    )
+
+# %%
+# :func:`~profiling_utils.ranks.trace_files` expands a directory into its per-rank traces
+# (``rank2`` before ``rank10``), and each trace records its rank and the job's size in
+# ``distributedInfo``.
+#
+# One rank at a time
+# ------------------
+#
+# First what each trace of the stalled run says on its own: the median step,
+# the 32 MiB ``all_reduce`` kernels found by :func:`~profiling_utils.comm.collectives`, and
+# rank 1's own stall.
+
+MiB = 2**20
+
+
+def median_us(spans):
+    return statistics.median(span.dur for span in spans)
+
+
+def gradient_reduce_us(trace):
+    """Median duration of the trace's 32 MiB all_reduce kernels."""
+    kernels = [c.span for c in collectives(trace) if c.bytes == 32 * MiB]
+    return median_us(kernels)
+
+
+rank0, rank1 = traces["stalled"]
+step_us = {t.rank: median_us(step.span for step in t.steps) for t in (rank0, rank1)}
+reduce_us = {t.rank: gradient_reduce_us(t) for t in (rank0, rank1)}
+stall_us = median_us(rank1.find("host_stall"))
+for rank in (0, 1):
+    print(
+        f"rank {rank}: median step {step_us[rank]:8,.0f} µs, "
+        f"32 MiB all_reduce kernel {reduce_us[rank]:8,.0f} µs"
+    )
+print(f"rank 1's host_stall: {stall_us:,.0f} µs per step")
+
+claim(
+    "both ranks' median steps are within 5% of each other",
+    abs(step_us[0] - step_us[1]) <= 0.05 * max(step_us.values()),
+    rank0_step_us=step_us[0],
+    rank1_step_us=step_us[1],
+)
+claim(
+    "rank 0's 32 MiB all_reduce kernels last at least 10× as long as rank 1's",
+    reduce_us[0] >= 10 * reduce_us[1],
+    rank0_all_reduce_us=reduce_us[0],
+    rank1_all_reduce_us=reduce_us[1],
+)
+claim(
+    "rank 0's 32 MiB all_reduce lasts at least 80% of rank 1's host stall",
+    reduce_us[0] >= 0.8 * stall_us,
+    rank0_all_reduce_us=reduce_us[0],
+    stall_us=stall_us,
+)
+
+# %%
+# Both ranks take about as long per step, although only rank 1 sleeps: rank 0 spends the
+# same time inside its ``all_reduce`` kernel, which cannot finish before rank 1 joins. The
+# kernel's duration on rank 0 is mostly waiting; on rank 1, which arrives last and finds
+# its peer ready, it is the transfer alone.
+#
+# One step of both ranks on one clock
+# -----------------------------------
+#
+# Ranks of one host share a clock, and the traces record it
+# (``baseTimeNanoseconds``), so :func:`~profiling_utils.ranks.rank_profile` can put both
+# ranks on one time axis. :func:`~profiling_utils.render.plot_rank_step` draws one step:
+
+profiles = {run: [rank_profile(t) for t in traces[run]] for run in traces}
+plot_rank_step(profiles["stalled"], step=4, title="stalled run, both ranks")
+
+# %%
+# The two ranks' steps begin together. Rank 0's ``all_reduce`` kernel starts right after
+# its matrix products and ends just after rank 1's starts: the two kernels end together,
+# and the long bar on rank 0 is the wait for rank 1.
+#
+# Diagnosed alone, each rank tells a different story
+# --------------------------------------------------
+#
+# The cheatsheet's communication rules on each trace of the stalled run:
+
+comm_rules = ["exposed-communication", "comm-overlap", "collective-bandwidth"]
+alone = {t.rank: diagnose(t, select=comm_rules) for t in (rank0, rank1)}
+findings_table(alone[0], caption="stalled, rank 0")
+
+# %%
+
+findings_table(alone[1], caption="stalled, rank 1")
+
+# %%
+# ``exposed-communication`` fires on rank 0: communication with no compute beside it
+# fills most of its step. On rank 1 it stays silent. ``collective-bandwidth`` reports the
+# bandwidth each rank's 32 MiB ``all_reduce`` reached: on rank 0 it is that of a kernel
+# that mostly waited, far below NVLink's; rank 1's is what the link delivers. Read alone,
+# rank 0 looks communication-bound and rank 1 looks healthy: the opposite of where the
+# time is lost.
+
+
+def fired(findings, rule):
+    return any(f.rule == rule for f in findings)
+
+
+def gradient_bandwidth(findings):
+    """Median algorithm bandwidth (GB/s) of the 32 MiB all_reduce, from the evidence."""
+    (finding,) = (f for f in findings if f.rule == "collective-bandwidth")
+    (kind,) = (k for k in finding.evidence["kinds"] if k["bytes"] == 32 * MiB)
+    return kind["median_algbw_gb_s"]
+
+
+bandwidth = {rank: gradient_bandwidth(alone[rank]) for rank in (0, 1)}
+print(
+    f"32 MiB all_reduce, algorithm bandwidth: rank 0 {bandwidth[0]:.1f} GB/s, "
+    f"rank 1 {bandwidth[1]:.1f} GB/s"
+)
+claim(
+    "exposed-communication fires on rank 0 of the stalled run, not on rank 1",
+    fired(alone[0], "exposed-communication")
+    and not fired(alone[1], "exposed-communication"),
+)
+claim(
+    "collective-bandwidth fires on both ranks, rank 0's at least 10× below rank 1's",
+    bandwidth[0] * 10 <= bandwidth[1],
+    rank0_gb_s=bandwidth[0],
+    rank1_gb_s=bandwidth[1],
+)
+
+# %%
+# In the balanced run neither rank waits long, and the 32 MiB ``all_reduce`` takes about
+# what rank 1's takes in the stalled one. Its communication is still exposed, since
+# nothing computes beside it, only for a smaller share of the step:
+
+for trace in traces["balanced"]:
+    (finding,) = diagnose(trace, select=["exposed-communication"])
+    share = finding.evidence["median_exposed_share"]
+    print(f"balanced, rank {trace.rank}: exposed communication {share:.0%} of the step")
+    claim(
+        f"exposed-communication fires on rank {trace.rank} of the balanced run, "
+        "for less than half of its median step",
+        share < 0.5,
+        exposed_share=share,
+    )
+
+# %%
+# ``comm-overlap`` is the rule for the opposite case, a collective hidden behind compute,
+# as data-parallel training arranges. It stays silent on all four traces:
+# :func:`~profiling_utils.comm.comm_overlap` measures how much of the communication ran
+# beside a compute kernel, and here the collectives only start once the matrix products
+# they reduce have finished.
+
+for run, run_traces in traces.items():
+    for trace in run_traces:
+        overlap = comm_overlap(trace).total
+        print(
+            f"{run:8}, rank {trace.rank}: {overlap.communication_us:8,.0f} µs of "
+            f"communication, {overlap.overlapped_us:,.0f} µs of it beside compute"
+        )
+        claim(
+            f"no compute runs beside the collectives on rank {trace.rank} ({run})",
+            overlap.overlapped_us == 0 and not fired(diagnose(trace), "comm-overlap"),
+            overlapped_us=overlap.overlapped_us,
+        )
+
+# %%
+# Across ranks: the straggler
+# ---------------------------
+#
+# :func:`~profiling_utils.ranks.cross_rank` lines the ranks' collectives up (the k-th
+# ``all_reduce`` of a process group is the same call on every rank) and splits each
+# kernel's time into **wait**, from the rank's own arrival until the last rank arrives,
+# and **transfer**, the rest. The rank that arrives last, again and again, is the one the
+# others wait for.
+
+report = cross_rank(profiles["stalled"])
+for row in report.ranks:
+    print(
+        f"{row.label}: {row.collective_us:8,.0f} µs in collectives = "
+        f"{row.wait_us:8,.0f} wait + {row.transfer_us:5,.0f} transfer; "
+        f"last at {row.last_arrivals} of {report.matched_collectives}"
+    )
+straggler = report.straggler
+print(
+    f"straggler: {straggler.label}, the others waited {straggler.caused_wait_us:,.0f} µs"
+)
+
+short_rank = min(reduce_us, key=reduce_us.get)
+claim(
+    "the straggler is rank 1, the rank whose all_reduce kernels are short",
+    straggler.rank == 1 == short_rank,
+    straggler=straggler.label,
+    shorter_all_reduce=f"rank {short_rank}",
+)
+claim(
+    "rank 1 reached every matched collective last",
+    straggler.last_arrivals == report.matched_collectives > 0,
+    last_arrivals=straggler.last_arrivals,
+    matched=report.matched_collectives,
+)
+balanced = cross_rank(profiles["balanced"])
+arrivals = ", ".join(f"{row.label} {row.last_arrivals}" for row in balanced.ranks)
+print(
+    f"balanced run, collectives reached last: {arrivals}; straggler: {balanced.straggler}"
+)
+claim(
+    "in the balanced run each rank reaches some collectives last, and no straggler is named",
+    balanced.straggler is None and all(row.last_arrivals > 0 for row in balanced.ranks),
+)
+
+# %%
+# Rank 1's collectives are all transfer, and it arrived last at every one; rank 0's are
+# almost all wait. The straggler's steps are not longer than the others': the time it
+# loses is paid by the others, inside their collectives. So look at the rank with the
+# *short* collectives, and at what it does before them (here, the ``host_stall``). In the
+# balanced run each rank is sometimes the later one, by little, and no straggler is named.
+#
+# The same from the command line
+# ------------------------------
+#
+# ``summary`` given a directory (or several files) loads each rank's trace in its own
+# process and prints the per-rank table and the cross-rank findings. Its table is wider
+# than this page, so we ask for ``--json`` and print the keys we need:
+
+command = ["summary", "--json", "stalled"]
+print("$ python -m profiling_utils " + " ".join(command))
+done = subprocess.run(
+    [sys.executable, "-m", "profiling_utils", *command],
+    cwd=trace_dir(),
+    capture_output=True,
+    text=True,
+    check=True,
+)
+summary = json.loads(done.stdout)["cross_rank"]
+keys = ("median_step_us", "collective_us", "wait_us", "transfer_us", "last_arrivals")
+print(f"{'label':8}" + "".join(f"{key:>16}" for key in keys))
+for row in summary["ranks"]:
+    print(f"{row['label']:8}" + "".join(f"{row[key]:16,.0f}" for key in keys))
+print("straggler:", {key: summary["straggler"][key] for key in ("label", "basis")})
+print("findings:", [finding["rule"] for finding in summary["findings"]])
+claim(
+    "the CLI names the same straggler",
+    summary["straggler"]["rank"] == straggler.rank,
+    cli=summary["straggler"]["label"],
+)
+
+# %%
+# Besides ``rank-straggler``, ``collective-skew`` says that most of the time in
+# collectives is waiting rather than transfer, and ``rank-gpu-idle`` that rank 1's GPU idles
+# while it sleeps. ``python -m profiling_utils diagnose stalled/rank0.json.gz`` gives the
+# single-rank findings above for one trace.
+#
+# The traces
+# ----------
+#
+# The stalled run's two traces, to open side by side in Perfetto:
+
+trace_links(trace_dir() / "stalled" / "rank0.json.gz", title="stalled_rank0")
+
+# %%
+
+trace_links(trace_dir() / "stalled" / "rank1.json.gz", title="stalled_rank1")
