@@ -87,7 +87,7 @@ def _kernels_of(facts: Facts, op: Span) -> list[Span]:
     matmul folded the leading (batch) dimensions of a 3-D input into rows because the other
     operand is 2-D: still one plain mm, not a batched one.""",
     severity="info",
-    example="auto_examples/plot_05_dispatch_chain",
+    example="auto_examples/plot_09_diagnose_your_own_trace",
 )
 def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     pairs = _under(facts, "aten::mm", "aten::matmul")
