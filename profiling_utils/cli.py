@@ -11,7 +11,9 @@ Commands:
 
     - ``file``: the trace path as given.
     - ``spans``: number of complete events; ``duration_us``: end of the last one (µs from the
-      first); ``has_gpu``: whether there is any GPU work.
+      first); ``has_gpu``: whether there is any GPU work; ``gpu_work``: the same in words, and
+      why there is none (no GPU, host activities only, an accelerator whose own events are not
+      analysed).
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
       compute_capability, description}]``;
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
@@ -176,13 +178,17 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
     return "\n".join(out)
 
 
+_LINE_WIDTH = 88
+"""The header's sentences go on lines of their own beyond this width."""
+
 _CROSS_RANK_KEYS = """\
   {ranks, steps, matched_collectives, straggler, findings, notes}
     ranks        [{label, rank, file, device, content, steps, median_step_us, gpu_busy_us,
                  gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
                  last_arrivals}] in rank order. label is "rank N", or the file name when the
-                 trace records no distributedInfo.rank; content is "GPU", "CPU only" or
-                 "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
+                 trace records no distributedInfo.rank; content is "GPU", "accelerator
+                 not read" (an accelerator whose own events are not analysed), "CPU only"
+                 or "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
                  split into wait_us (waiting for the last rank to arrive: skew) and
@@ -310,6 +316,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "spans": len(trace.spans),
         "duration_us": max((s.end for s in trace.spans), default=0.0),
         "has_gpu": trace.has_gpu,
+        "gpu_work": trace.describe_gpu_work(),
         "devices": [
             {**dataclasses.asdict(device), "description": device.describe()}
             for device in trace.devices
@@ -380,7 +387,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     for device in summary["devices"]:
         memory = device["total_memory_bytes"]
         size = "" if memory is None else f", {_bytes(memory)}"
-        out.append(f"  GPU {device['id']}: {device['description']}{size}")
+        # An accelerator of unknown vendor (MTIA) is no GPU the analysis reads.
+        kind = "GPU" if device["vendor"] != "unknown" or device["name"] == "unknown" else "device"
+        out.append(f"  {kind} {device['id']}: {device['description']}{size}")
     versions = [
         f"{label} {summary[key]}"
         for label, key in (
@@ -392,11 +401,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     if versions:
         out.append("  " + ", ".join(versions))
-    if not summary["spans"]:
-        gpu = "no events"
-    else:
-        gpu = "GPU work recorded" if summary["has_gpu"] else "no GPU work (CPU-only trace)"
-    out.append(f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs; {gpu}")
+    extent = f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs"
+    line = f"{extent}; {summary['gpu_work']}"
+    out += [line] if len(line) <= _LINE_WIDTH else [extent, f"  {summary['gpu_work']}"]
 
     out += ["", "Lanes"]
     for lane in summary["lanes"]:
@@ -570,7 +577,7 @@ JSON (--json): one object
   baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
                    kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
                    launch_apis, compiled, cuda_graph_launches}; content is "GPU",
-                   "CPU only" or "no events"
+                   "accelerator not read", "CPU only" or "no events"
   cpu_ratio        median step CPU time of TRACE over BASELINE
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position

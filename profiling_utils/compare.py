@@ -20,11 +20,11 @@ import os
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import text_table
-from .trace import Trace, gc_paused, load_trace
+from .trace import Trace, TraceContent, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 
@@ -37,8 +37,9 @@ class RunSummary:
     """The trace's path."""
     device: str | None
     """The GPU name(s) recorded, or ``None``."""
-    content: Literal["GPU", "CPU only", "no events"]
-    """Whether the trace holds GPU work, only host events, or no event at all."""
+    content: TraceContent
+    """Whether the trace holds GPU work, only an accelerator's events that are not read, only
+    host events, or no event at all."""
     steps: int
     """``ProfilerStep#N`` windows in the trace."""
     median_step_cpu_us: float | None
@@ -216,14 +217,10 @@ def _summary(facts: Facts) -> RunSummary:
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
     devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
     info = facts.compile_info
-    if not trace.spans:
-        content: Literal["GPU", "CPU only", "no events"] = "no events"
-    else:
-        content = "GPU" if trace.has_gpu else "CPU only"
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
-        content=content,
+        content=trace.content,
         steps=steps,
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,

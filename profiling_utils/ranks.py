@@ -47,7 +47,7 @@ from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Finding
-from .trace import Trace, gc_paused, load_trace
+from .trace import Trace, TraceContent, gc_paused, load_trace
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -248,8 +248,9 @@ class RankProfile:
     device: str | None
     """The GPU(s) of ``deviceProperties``, as
     :meth:`~profiling_utils.trace.DeviceInfo.describe` puts them."""
-    content: Literal["GPU", "CPU only", "no events"]
-    """Whether the trace holds GPU work, only host events, or nothing at all."""
+    content: TraceContent
+    """Whether the trace holds GPU work, only an accelerator's events that are not read, only
+    host events, or nothing at all."""
     clock: ClockKind
     """How :attr:`clock_base_ns` was found."""
     clock_base_ns: int
@@ -271,12 +272,6 @@ class RankProfile:
     def collective_us(self) -> float:
         """Total duration of the collectives' kernels."""
         return sum(c.dur_us for c in self.collectives)
-
-
-def _content(trace: Trace) -> Literal["GPU", "CPU only", "no events"]:
-    if not trace.spans:
-        return "no events"
-    return "GPU" if trace.has_gpu else "CPU only"
 
 
 def _gpu_idle_us(trace: Trace, times: list[measures.StepTime], busy: float) -> float | None:
@@ -318,7 +313,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         rank=trace.rank,
         world_size=trace.world_size,
         device=", ".join(devices) or None,
-        content=_content(trace),
+        content=trace.content,
         clock="absolute ts" if base is None else "baseTimeNanoseconds",
         clock_base_ns=base or 0,
         steps=steps,
@@ -341,7 +336,8 @@ class RankTiming:
     file: str
     device: str | None
     content: str
-    """``"GPU"``, ``"CPU only"`` or ``"no events"``."""
+    """A :data:`~profiling_utils.trace.TraceContent`: ``"GPU"``, ``"accelerator not read"``,
+    ``"CPU only"`` or ``"no events"``."""
     steps: int
     median_step_us: float | None
     """Median CPU duration of the rank's steps."""

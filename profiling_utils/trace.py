@@ -60,6 +60,7 @@ __all__ = [
     "Step",
     "DeviceInfo",
     "Vendor",
+    "TraceContent",
     "Trace",
     "load_trace",
     "is_communication",
@@ -67,6 +68,11 @@ __all__ = [
 ]
 
 LaneKind = Literal["cpu", "gpu", "overhead", "other"]
+
+TraceContent = Literal["GPU", "accelerator not read", "CPU only", "no events"]
+"""What a trace holds, in a word for reports: GPU work (CUDA or HIP), only the events of an
+accelerator the model does not read (see :meth:`Trace.unread_device_lanes`), only host
+events, or nothing at all."""
 
 LEGACY_CATEGORIES = {
     "Operator": "cpu_op",
@@ -745,6 +751,60 @@ class Trace:
     def lane_spans(self, lane: Lane) -> list[Span]:
         """The spans on ``lane``, in start order."""
         return self._lane_spans.get(lane, [])
+
+    def unread_device_lanes(self) -> list[Lane]:
+        """Lanes of a device that hold events but no GPU work the model reads: an accelerator
+        that writes its own categories (MTIA's ``mtia_ccp_events``, ``mtia_runtime``)."""
+        return [
+            lane
+            for lane in self.lanes
+            if lane.kind == "other" and lane.device is not None and self.lane_spans(lane)
+        ]
+
+    @property
+    def content(self) -> TraceContent:
+        """What the trace holds, in a word (:data:`TraceContent`)."""
+        if not self.spans:
+            return "no events"
+        if self.has_gpu:
+            return "GPU"
+        return "accelerator not read" if self.unread_device_lanes() else "CPU only"
+
+    def describe_gpu_work(self) -> str:
+        """What GPU work the trace gives the analysis, in words, for a report's header.
+
+        ``"GPU work recorded"``; ``"no events"``; for a trace without CUDA or HIP work, why:
+        an accelerator the model does not read (MTIA writes its own categories on its device's
+        lanes), GPU lanes without kernels, copies or memsets (CUPTI's range profiler), a GPU
+        listed in ``deviceProperties`` while only host activities were recorded, or no GPU at
+        all (``"no GPU work (CPU-only trace)"``).
+        """
+        content = self.content
+        if content == "no events":
+            return "no events"
+        if content == "GPU":
+            return "GPU work recorded"
+        if content == "accelerator not read":
+            unread = self.unread_device_lanes()
+            count = sum(len(self.lane_spans(lane)) for lane in unread)
+            lanes = f"{len(unread)} lane{'s' if len(unread) > 1 else ''}"
+            return (
+                f"no CUDA/HIP work read; the accelerator's own {count:,} events ({lanes}) "
+                "are not analysed"
+            )
+        on_gpu_lanes = [
+            span for lane in self.lanes if lane.kind == "gpu" for span in self.lane_spans(lane)
+        ]
+        if on_gpu_lanes:
+            # CUPTI's range profiler (cuda_profiler_range), a device-wide synchronisation.
+            categories = ", ".join(sorted({span.cat for span in on_gpu_lanes}))
+            return (
+                f"no kernel, copy or memset recorded; the GPU lanes hold {len(on_gpu_lanes):,} "
+                f"other events ({categories})"
+            )
+        if self.devices:
+            return "no GPU work recorded: the trace lists a GPU but holds host events only"
+        return "no GPU work (CPU-only trace)"
 
     def children(self, span: Span) -> list[Span]:
         """The spans directly nested in ``span`` on its lane, in start order."""

@@ -26,6 +26,7 @@ SUMMARY_KEYS = {
     "spans",
     "duration_us",
     "has_gpu",
+    "gpu_work",
     "devices",
     "cuda_runtime_version",
     "cuda_driver_version",
@@ -107,6 +108,72 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
     assert summary["steps"][0]["gpu_idle_fraction"] is None
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "no GPU work (CPU-only trace)" in text
+
+
+def mtia_like(make_trace):
+    """Host ops, and an MTIA accelerator's own events on its device's lanes (categories the
+    model does not read), as in HTA's mtia_inference_trace."""
+    events = [
+        complete_event("aten::add", "cpu_op", 0, 10),
+        complete_event("event_wait", "mtia_ccp_events", 2, 5, pid=17, tid=3774),
+        complete_event("event_wait", "mtia_ccp_events", 8, 5, pid=17, tid=3774),
+        complete_event("runtime_call", "mtia_runtime", 3, 4, pid=17, tid=3536),
+    ]
+    properties = [{"id": 17, "name": "ARTEMIS", "runtimeMajorVersion": 1}]
+    return make_trace(events, deviceProperties=properties)
+
+
+def test_an_accelerator_whose_events_are_not_read_is_not_called_cpu_only(
+    capsys, make_trace
+) -> None:
+    path = mtia_like(make_trace)
+    unread = "no CUDA/HIP work read; the accelerator's own 3 events (2 lanes) are not analysed"
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and "CPU-only" not in text and "GPU 17" not in text
+    assert "  device 17: ARTEMIS, accelerator of unknown vendor" in text.splitlines()
+    # Too long for one line beside the extent: a line of its own.
+    lines = text.splitlines()
+    extent = lines.index("  4 spans over 13.0 µs")
+    assert lines[extent + 1] == f"  {unread}"
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert status == 0 and not summary["has_gpu"] and summary["gpu_work"] == unread
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert status == 0 and text.splitlines()[2] == f"  {unread}"
+    status, out, _ = run_cli(capsys, "summary", str(path), str(path), "--json")
+    ranks = json.loads(out)["cross_rank"]["ranks"]
+    assert status == 0 and [r["content"] for r in ranks] == ["accelerator not read"] * 2
+
+
+def test_a_listed_gpu_with_host_events_only_is_said_so(capsys, make_trace) -> None:
+    # Profiled with ProfilerActivity.CPU alone on a GPU machine: deviceProperties, no GPU lane.
+    path = make_trace([complete_event("aten::add", "cpu_op", 0, 10)])
+    said = "no GPU work recorded: the trace lists a GPU but holds host events only"
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    lines = text.splitlines()
+    assert status == 0 and "CPU-only" not in text
+    assert lines[lines.index("  1 spans over 10.0 µs") + 1] == f"  {said}"
+    assert lines[1].startswith("  GPU 0: NVIDIA")
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert status == 0 and f"  {said}" in text.splitlines()
+    status, out, _ = run_cli(capsys, "summary", str(path), str(path), "--json")
+    assert {r["content"] for r in json.loads(out)["cross_rank"]["ranks"]} == {"CPU only"}
+
+
+def test_gpu_lanes_without_kernels_are_named_for_what_they_hold(capsys, make_trace) -> None:
+    # CUPTI's range profiler replays each kernel and writes a range, not the kernel.
+    ranges = [
+        complete_event(f"k{i}", "cuda_profiler_range", i * 10, 5, pid=0, tid=7) for i in range(3)
+    ]
+    path = make_trace([complete_event("aten::mm", "cpu_op", 0, 40), *ranges])
+    said = (
+        "no kernel, copy or memset recorded; "
+        "the GPU lanes hold 3 other events (cuda_profiler_range)"
+    )
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and f"  {said}" in text.splitlines() and "host events only" not in text
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert status == 0 and f"  {said}" in text.splitlines()
 
 
 def test_empty_trace_is_not_called_cpu_only(capsys, make_trace) -> None:

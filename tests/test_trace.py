@@ -400,6 +400,8 @@ def test_unknown_accelerator_is_reported_as_such(make_trace) -> None:
     assert not trace.has_gpu
     track = next(lane for lane in trace.lanes if lane.pid == 17)
     assert (track.kind, track.device, track.label) == ("other", 17, "device 17 track 3774")
+    assert trace.unread_device_lanes() == [track]
+    assert trace.content == "accelerator not read"
 
 
 def test_gpu_sync_row_is_labelled_as_the_gpus() -> None:

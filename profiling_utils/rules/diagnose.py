@@ -153,6 +153,9 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         f"  {device}; {len(steps)} profiler steps; "
         f"{len(findings)} finding(s), {warnings} warning(s)",
     ]
+    if described and trace.spans and not trace.has_gpu:
+        # The devices named above did no work the rules read: say so, and why.
+        header.append(f"  {trace.describe_gpu_work()}")
     if not steps:
         header.append("  no ProfilerStep#N annotations: the rules that compare steps stay silent")
     out = header
