@@ -1,11 +1,12 @@
-"""Record ``tests/fixtures/nccl``: two ranks, one GPU each, NCCL; a balanced run and one where
-rank 1 stalls on the host before its collectives.
+"""Record ``tests/fixtures/nccl``: two ranks, one GPU each, NCCL; a balanced run, one where
+rank 1 stalls on the host before its collectives, and one where the gradient's all_reduce
+runs beside the products (as DDP overlaps it with the backward pass).
 
 Run on a machine with two GPUs, once per run kind::
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     python -m torch.distributed.run --standalone --nproc_per_node=2 \
-        scripts/record_nccl_fixtures.py tests/fixtures/nccl balanced   # then: stalled
+        scripts/record_nccl_fixtures.py tests/fixtures/nccl balanced   # stalled, overlapped
 
 Each rank writes ``OUT/{balanced|stalled}/rank{N}.json.gz``.
 """
@@ -35,7 +36,25 @@ small = torch.randn(1024, device=dev, dtype=torch.float32)
 STALL_S = 0.010
 
 
+def overlapped_step() -> None:
+    # The gradient is ready: its all_reduce starts on NCCL's stream, and the products that
+    # follow run beside it on the compute stream.
+    with record_function("all_reduce_grad"):
+        work = dist.all_reduce(grad, async_op=True)
+    with record_function("forward_backward"):
+        y = x @ w
+        for _ in range(4):
+            y = y @ w
+    work.wait()
+    with record_function("all_reduce_loss"):
+        dist.all_reduce(small)
+    torch.cuda.synchronize()
+
+
 def step(i: int) -> None:
+    if mode == "overlapped":
+        overlapped_step()
+        return
     with record_function("forward_backward"):
         y = x @ w
         for _ in range(4):
