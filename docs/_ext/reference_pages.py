@@ -50,6 +50,7 @@ API_ORDER = (
     "render.perfetto",
     "render.tables",
     "render.steps",
+    "render.ranks",
     "loading",
     "errors",
     "provenance",
