@@ -136,11 +136,23 @@ claim(
 # ranks on one time axis. :func:`~profiling_utils.render.plot_rank_step` draws one step:
 
 profiles = {run: [rank_profile(t) for t in traces[run]] for run in traces}
+first, second = profiles["stalled"]
+apart = [
+    abs(b.start_us - a.start_us) for a, b in zip(first.steps, second.steps, strict=True)
+]
+print(f"the ranks' steps start at most {max(apart):,.0f} µs apart")
+claim(
+    "both ranks count time from the same baseTimeNanoseconds, and every step starts "
+    "on both within 1% of rank 0's median step",
+    first.clock_base_ns == second.clock_base_ns and max(apart) <= 0.01 * step_us[0],
+    largest_gap_us=max(apart),
+)
 plot_rank_step(profiles["stalled"], step=4, title="stalled run, both ranks")
 
 # %%
-# The two ranks' steps begin together. Rank 0's ``all_reduce`` kernel starts right after
-# its matrix products and runs until rank 1's, which starts some 10 ms later, is done: the
+# The two ranks' steps begin together: each step ends with a collective that neither
+# rank leaves before the other has joined, then a synchronisation. Rank 0's
+# ``all_reduce`` kernel runs until rank 1's, which starts some 10 ms later, is done: the
 # two kernels end together, and the long bar on rank 0 is the wait for rank 1. In every
 # step, on the shared clock:
 
