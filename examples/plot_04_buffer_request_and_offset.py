@@ -330,6 +330,14 @@ else:
 value_table(["recording", "sync (µs)", "GPU busy in it (µs)", "share"], rows)
 
 # %%
+# The cheatsheet's ``sync-flush`` row speaks of such a sync when it outlasts a median step:
+
+if has_gpu:
+    flush = diagnose(big.trace, select=["sync-flush"])
+    claim("sync-flush fires on the 8192 recording", bool(flush), findings=len(flush))
+    findings_table(flush, caption=big.trace.path.name)
+
+# %%
 # At 64 the sync has next to nothing to wait for; at 8192 the GPU is busy for most of it,
 # finishing the products the CPU queued. The post measured a 1.78 ms sync covering 26 µs
 # of GPU work on its A100 and read it as the overhead-bound symptom. Since a sync waits
@@ -367,9 +375,10 @@ findings_table(findings, caption=trace.path.name)
 
 # %%
 # ``buffer-request`` reports the request and the step it fell in; ``cold-start`` flags the
-# first step's width. ``intra-step-gap`` is for a GPU that idles although its next kernel
-# was already launched; where the GPU waits for a late launch, as here, that is CPU time
-# and the rule stays silent.
+# first step's width. ``intra-step-gap`` leaves the first step to ``cold-start``: it speaks
+# of idle stretches in later steps, after a host sync, during a buffer request, or with the
+# next work already queued (see
+# :ref:`sphx_glr_auto_examples_plot_10_gaps_inside_a_step.py`).
 #
 # The traces
 # ----------
