@@ -29,7 +29,8 @@ Commands:
     - ``launch_apis``: kernels per launch API (``"unknown"`` when the launch is not in the
       trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
-      median_bandwidth_gb_s, ops}``, ``ops`` mapping the issuing op to a count.
+      median_bandwidth_gb_s, ops}``, ``ops`` mapping the issuing op to a count; the bandwidth
+      counts bytes copied (or set) per second, each byte once, GB = 10^9 bytes.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
@@ -288,12 +289,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Planning calls: {_counts(summary['planning_calls'])}",
     ]
 
-    out += ["", "Memory copies and sets"]
+    out += ["", "Memory copies and sets (GB/s: 10^9 bytes copied or set per second)"]
     for m in summary["memory"] or []:
         bandwidth = m["median_bandwidth_gb_s"]
         out.append(
             f"  {m['kind']:<8} x{m['count']:<5} {_bytes(m['total_bytes']):>12} total,"
-            f" median {_us(bandwidth, 2)} GB/s, from {_counts(m['ops'])}"
+            f" median {_us(bandwidth, 2)} GB/s {'set' if m['kind'] == 'memset' else 'copied'},"
+            f" from {_counts(m['ops'])}"
         )
     if not summary["memory"]:
         out.append("  none")

@@ -555,8 +555,11 @@ class MemoryCopy(_Result):
     bytes: int | None
     """Bytes moved or set, as recorded."""
     bandwidth_gb_s: float | None
-    """Achieved bandwidth, ``bytes / dur`` in GB/s (10^9 bytes per second); ``None`` for a
-    zero-length activity or unknown size."""
+    """Bytes copied (or set) per second, ``bytes / dur`` in GB/s (10^9 bytes per second),
+    each byte counted once: the profiler's ``memory bandwidth (GB/s)`` and copy benchmarks'
+    convention, used everywhere in this library. A device-to-device copy moves twice this
+    through memory (read, then written). ``None`` for a zero-length activity or unknown
+    size."""
     op: Span | None
     """The ``cpu_op`` that issued it (through its launch call)."""
     api: str | None

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 from conftest import gpu_fixture
+from synthetic_peaks import h100_like_peaks
 
 from profiling_utils import load_trace
 from profiling_utils.peaks import (
-    Peaks,
     _copies,
     _largest_kernel,
+    _measurement,
     achieved_gb_s,
     achieved_tflops,
     gemm_flops,
@@ -34,8 +35,8 @@ def test_achieved_tflops_and_gb_s_convert_from_microseconds() -> None:
     assert achieved_gb_s(1e9, 1e6) == pytest.approx(1.0)
     # The post's 4096 GEMM, ~580 µs on an A100: about 237 TFLOP/s.
     assert achieved_tflops(gemm_flops(4096, 4096, 4096), 580.0) == pytest.approx(236.96, 1e-3)
-    # A 32 MiB copy read and written in 33 µs: about 2 TB/s.
-    assert achieved_gb_s(2 * 32 * 2**20, 33.0) == pytest.approx(2033.6, 1e-3)
+    # A 32 MiB copy in 18.88 µs, bytes copied counted once: the 1,777 GB/s Kineto recorded.
+    assert achieved_gb_s(32 * 2**20, 18.88) == pytest.approx(1777.25, 1e-4)
 
 
 @pytest.mark.parametrize("dur_us", [0.0, -1.0, math.nan])
@@ -75,23 +76,56 @@ def test_a_trace_without_kernels_is_an_error(make_trace) -> None:  # noqa: ANN00
         _largest_kernel(load_trace(path))
 
 
-def test_summary_states_both_peaks_with_their_units() -> None:
-    peaks = Peaks(
-        device="GPU",
-        matmul_tflops=790.4,
-        matmul_size=8192,
-        matmul_flops=gemm_flops(8192, 8192, 8192),
-        matmul_kernel="gemm",
-        matmul_dur_us=1391.0,
-        matmul_durations_us=(1390.0, 1391.0, 1392.0),
-        copy_gb_s=3012.0,
-        copy_bytes=2**30,
-        copy_name="Memcpy DtoD (Device -> Device)",
-        copy_dur_us=713.0,
-        copy_durations_us=(713.0,),
+def test_a_measurement_is_the_median_with_its_interquartile_range() -> None:
+    flops = gemm_flops(8192, 8192, 8192)
+    durations = [1400.0, 1380.0, 1390.0, 1385.0, 1500.0]  # one slow outlier
+    burst = _measurement(
+        "8192x8192x8192 bf16 matmul",
+        "TFLOP/s",
+        lambda us: achieved_tflops(flops, us),
+        sustained=False,
+        method="in a short burst",
+        samples=durations,
+        calls=5,
+        elapsed_s=0.01,
     )
-    text = peaks.summary()
-    assert "790 TFLOP/s" in text and "8192x8192x8192" in text
-    assert "1 GiB" in text and "3,012 GB/s read + write" in text
+    assert burst.median_us == 1390.0
+    assert burst.rate == pytest.approx(achieved_tflops(flops, 1390.0))
+    # The quartiles of the durations, 1385 and 1400 µs: the slower one is the low rate.
+    assert burst.rate_low == pytest.approx(achieved_tflops(flops, 1400.0))
+    assert burst.rate_high == pytest.approx(achieved_tflops(flops, 1385.0))
+    assert burst.rate_low < burst.rate < burst.rate_high
+    assert "median of 5 calls in a short burst" in burst.conditions()
+    assert "SM clock" not in burst.conditions()  # none was read
+
+
+def test_sustained_conditions_name_the_samples_and_the_clock() -> None:
+    sustained = _measurement(
+        "1 GiB device-to-device copy",
+        "GB/s",
+        lambda us: achieved_gb_s(2**30, us),
+        sustained=True,
+        method="back to back over 2.01 s, timed with CUDA events",
+        samples=[720.0] * 1400,
+        calls=2800,
+        elapsed_s=2.01,
+        clocks=(1980, 1890, 1755),
+    )
+    text = sustained.conditions()
+    assert text.startswith("median of the last 1,400 of 2,800 calls back to back over 2.01 s")
+    assert "interquartile range 1,491-1,491 GB/s" in text
+    assert "SM clock 1980 MHz early on, 1755 MHz at the end" in text
+
+
+def test_summary_states_every_peak_with_the_copy_convention() -> None:
+    peaks = h100_like_peaks()
+    text = " ".join(peaks.summary().split())
+    assert "GB = 10^9 bytes" in text and "bytes copied, each once" in text
+    # 2 * 8192^3 operations in the median 1385 µs; 2^30 bytes copied in the median 725 µs.
+    assert "burst 8192x8192x8192 bf16 matmul: 794 TFLOP/s" in text
+    assert "sustained 1 GiB device-to-device copy: 1,481 GB/s" in text
+    assert "read + write" not in text
+    assert all(len(line) <= 88 for line in peaks.summary().splitlines())
+    assert peaks.copy_burst.rate == pytest.approx(2**30 / 716e-6 / 1e9)
     with pytest.raises(AttributeError):
-        peaks.matmul_tflops = 1.0  # type: ignore[misc]
+        peaks.matmul_burst = peaks.matmul_sustained  # type: ignore[misc]

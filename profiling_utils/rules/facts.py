@@ -115,7 +115,7 @@ class Copy:
 
     @property
     def bandwidth_gb_s(self) -> float | None:
-        """Achieved bandwidth in GB/s (10^9 bytes per second)."""
+        """Bytes copied (or set) per second, GB/s (10^9 bytes per second), each byte once."""
         return self.measured.bandwidth_gb_s
 
 

@@ -321,7 +321,7 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     bandwidth = row["median_bandwidth_gb_s"]
     yield (
         f"{row['count']} Memcpy DtoD ({size}, {row['median_us']:.1f} µs"
-        + (f", {bandwidth:,.0f} GB/s" if bandwidth is not None else "")
+        + (f", {bandwidth:,.0f} GB/s copied" if bandwidth is not None else "")
         + f") right before {short_name(row['gemm_kernel'])}, both from {row['op']}.",
         row,
     )
