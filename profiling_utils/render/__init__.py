@@ -2,6 +2,8 @@
 
 - :mod:`~profiling_utils.render.timeline`: timeline images of a trace (matplotlib).
 - :mod:`~profiling_utils.render.html`: the profiler table and the cheatsheet findings as HTML.
+- :mod:`~profiling_utils.render.listings`: text that fits a page's output box (a span tree,
+  a step's GPU work, an excerpt of generated code, a command's folded output).
 - :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
   publishes them, and a download link with an "Open in Perfetto" button for each.
 
@@ -16,6 +18,7 @@ Example::
 """
 
 from .html import HtmlFragment, findings_table, profiler_table
+from .listings import fold_lines, gpu_work_listing, source_excerpt, span_tree
 from .perfetto import TraceLinks, trace_dir, trace_links
 from .timeline import Highlight, highlight_between, highlight_span, plot_timeline
 
@@ -24,10 +27,14 @@ __all__ = [
     "HtmlFragment",
     "TraceLinks",
     "findings_table",
+    "fold_lines",
+    "gpu_work_listing",
     "highlight_between",
     "highlight_span",
     "plot_timeline",
     "profiler_table",
+    "source_excerpt",
+    "span_tree",
     "trace_dir",
     "trace_links",
 ]
