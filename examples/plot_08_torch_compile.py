@@ -317,7 +317,7 @@ if ro is not None:
         for name in ("cudaGraphLaunch", "aten::_foreach_copy_")
     ]
     claim(
-        "every reduce-overhead step makes one cudaGraphLaunch, after aten::_foreach_copy_",
+        "every reduce-overhead step makes one aten::_foreach_copy_ and one cudaGraphLaunch",
         all(len(found) == 1 for found in per_step),
         steps=len(ro.trace.steps),
     )

@@ -200,8 +200,8 @@ if run.has_gpu:
     )
 
 # %%
-# Each of those calls has its own CPU cost and, with a GPU, its own launch, for little GPU
-# work. The step on a timeline, the optimizer's part highlighted:
+# Each of those calls has its own CPU cost and, with a GPU, its own launch. The step on a
+# timeline, the optimizer's part highlighted:
 
 plot_timeline(
     trace,
@@ -223,9 +223,10 @@ plot_timeline(
 # print what it prints.
 
 
-def cli(*args):
+def cli(*args, max_lines=3):
     """Run ``python -m profiling_utils ARGS`` in the trace folder and print its output,
-    lines wider than this page folded (:func:`~profiling_utils.render.fold_lines`)."""
+    a line wider than this page folded into at most ``max_lines``
+    (:func:`~profiling_utils.render.fold_lines`)."""
     print(fold_lines("$ python -m profiling_utils " + " ".join(args)))
     done = subprocess.run(
         [sys.executable, "-m", "profiling_utils", *args],
@@ -233,7 +234,7 @@ def cli(*args):
         capture_output=True,
         text=True,
     )
-    print(fold_lines(done.stdout + done.stderr))
+    print(fold_lines(done.stdout + done.stderr, max_lines=max_lines))
     if done.returncode != 0:
         raise RuntimeError(
             f"profiling_utils {args[0]} exited with status {done.returncode}"
@@ -305,7 +306,7 @@ else:
 # record that version and compare:
 
 fused = record(training_step(fused=True), "tiny_transformer_train_adamw_fused")
-cli("compare", run.trace_path.name, fused.trace_path.name)
+cli("compare", run.trace_path.name, fused.trace_path.name, max_lines=2)
 
 # %%
 # Read the first block as "trace against baseline": the last column is the ratio, so below
@@ -315,6 +316,10 @@ cli("compare", run.trace_path.name, fused.trace_path.name)
 # same comparison from Python, the CPU time per step with its spread over the ten steps:
 
 comparison = compare(run.trace, fused.trace)
+claim(
+    "only the fused run calls aten::_fused_adamw_",
+    "aten::_fused_adamw_" in {op.name for op in comparison.ops_only_in_trace},
+)
 cpu = {}
 for label, side, capture_run in (
     ("loop", comparison.baseline, run),
