@@ -185,13 +185,6 @@ if compiled.has_gpu:
         compiled=comparison.trace.kernels_per_step,
     )
     claim(
-        "the compiled step makes as many launch calls as the eager one",
-        comparison.trace.launches_per_step == comparison.baseline.launches_per_step,
-        otherwise="the compiled step makes a different number of launch calls",
-        eager=comparison.baseline.launches_per_step,
-        compiled=comparison.trace.launches_per_step,
-    )
-    claim(
         "the compiled GEMM is a different kernel from the eager one",
         gemm_kernel(eager) != gemm_kernel(compiled),
         otherwise="the compiled GEMM is the same kernel as the eager one, as in the post",
@@ -271,12 +264,16 @@ plot_timeline(
 # What a step costs the CPU
 # -------------------------
 # The post's compiled step cost its A100's CPU about twice the eager one (0.1 against
-# 0.2 ms, then 0.07 against 0.1 ms). Ours, over twenty steps each:
+# 0.2 ms, then 0.07 against 0.1 ms). Ours, over twenty steps each, and on a GPU the GPU's
+# busy time per step:
 
 cpu = {name: step_cpu(run) for name, run in runs.items()}
 for name, times in cpu.items():
     print(f"{name:16s} {times}, {times.median / cpu['eager'].median:.2f}x eager")
 if compiled.has_gpu:
+    for name, run in runs.items():
+        busy = Distribution.of([t.gpu_busy_us for t in step_times(run.trace)], "µs")
+        print(f"{name:16s} GPU busy {busy}")
     claim(
         "a compiled step costs the CPU more than an eager one",
         clearly_greater(cpu["compiled"], cpu["eager"]),
@@ -292,14 +289,8 @@ if compiled.has_gpu:
 #
 # Extra CPU time costs wall time only where the GPU waits for it: where a step's GPU work
 # takes longer than the CPU needs to issue it, the CPU runs ahead and its extra time is
-# hidden. The GPU's busy time per step, to set against the CPU times above:
-
-if compiled.has_gpu:
-    for name, run in runs.items():
-        busy = Distribution.of([t.gpu_busy_us for t in step_times(run.trace)], "µs")
-        print(f"{name:16s} GPU busy {busy}")
-
-# %%
+# hidden. Set the CPU times above against the GPU's busy times.
+#
 # Beyond the post: ``mode="reduce-overhead"``
 # -------------------------------------------
 # ``reduce-overhead`` records Inductor's code once into a CUDA graph, and each call replays
