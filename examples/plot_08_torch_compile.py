@@ -19,8 +19,9 @@ twice the eager one. We check each of these on the GPU this page was built on, t
 # ---------------------------
 # The post's function at 4096 in bf16 (256 on a machine without a GPU, where a 4096 product
 # takes the CPU too long). The first call of a compiled function compiles it;
-# ``run_and_get_code``, a helper of Inductor's, makes that call and hands back the Python
-# that Inductor generated. Its ``call`` function is what runs at every later call:
+# ``run_and_get_code``, a helper from Inductor's tests (not a public API), makes that call
+# and hands back the Python that Inductor generated. Its ``call`` function is what runs at
+# every later call:
 
 import torch
 from torch._inductor.utils import run_and_get_code
@@ -62,15 +63,14 @@ call_code = source_excerpt(generated[0], "def call(", "return ") if generated el
 print(call_code or "Inductor generated no code in this process (nothing to show).")
 
 # %%
-# The product and the add are one line: ``extern_kernels.addmm(b, x, w, beta=1, ...)``
-# computes ``b + x @ w`` with ATen's own ``addmm``. Inductor generates kernels of its own
+# The product and the add are one line: ``extern_kernels.addmm`` with ``b`` (``arg2_1``)
+# first computes ``b + x @ w`` with ATen's own ``addmm``. Inductor generates kernels of its own
 # (Triton on a GPU, C++ on a CPU) for elementwise work; a matrix product it hands to an
 # *extern kernel*, and here it folded the add into that call.
 
 claim(
     "the generated code hands the product and the add to one addmm call",
     "extern_kernels.addmm(" in call_code,
-    otherwise="the generated code does not call addmm: see the excerpt above",
 )
 
 # %%
@@ -78,7 +78,8 @@ claim(
 # --------------------
 # Three ways to run the function: eager, compiled, and compiled with
 # ``mode="reduce-overhead"`` (on a GPU only: it replays CUDA graphs). Each is profiled for
-# twenty steps after three unprofiled calls, which compile it or record its CUDA graph.
+# twenty steps after three unprofiled calls (in which ``reduce-overhead`` compiles and
+# records its CUDA graph).
 # ``step_cpu`` collects each run's CPU time per step as a
 # :class:`~profiling_utils.stats.Distribution`: its median and spread.
 
