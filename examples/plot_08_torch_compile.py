@@ -63,8 +63,8 @@ call_code = source_excerpt(generated[0], "def call(", "return ") if generated el
 print(call_code or "Inductor generated no code in this process (nothing to show).")
 
 # %%
-# The product and the add are one line: ``extern_kernels.addmm`` with ``b`` (``arg2_1``)
-# first computes ``b + x @ w`` with ATen's own ``addmm``. Inductor generates kernels of its own
+# The product and the add are one line: ``extern_kernels.addmm``, given the bias first,
+# computes ``b + x @ w`` with ATen's own ``addmm``. Inductor generates kernels of its own
 # (Triton on a GPU, C++ on a CPU) for elementwise work; a matrix product it hands to an
 # *extern kernel*, and here it folded the add into that call.
 
