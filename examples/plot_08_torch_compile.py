@@ -343,14 +343,14 @@ if ro is not None:
 # When does a replay pay?
 # -----------------------
 # A stack of sixteen small linear layers (64 features, bf16) makes a launch per layer in
-# eager mode. Its weights are parameters, so the CUDA graph keeps them in place and copies
-# only the input:
+# eager mode. Its weights are parameters, which the CUDA graph can keep in place, so only
+# the input needs copying:
 
 if device == "cuda":
     stack = torch.nn.Sequential(*(torch.nn.Linear(64, 64) for _ in range(16)))
     stack = stack.to(device, torch.bfloat16).requires_grad_(False)
     layers_in = torch.randn(64, 64, device=device, dtype=torch.bfloat16)
-    stack_cpu = {}
+    stack_cpu, stack_launches = {}, {}
     for mode in (False, "reduce-overhead"):
         model = torch.compile(stack, mode=mode) if mode else stack
         stack_run = capture(
@@ -364,7 +364,13 @@ if device == "cuda":
         label = mode or "eager"
         stack_cpu[label] = step_cpu(stack_run)
         launches = compare(stack_run.trace, stack_run.trace).trace.launches_per_step
+        stack_launches[label] = launches
         print(f"{label:16s} {stack_cpu[label]}, {launches:g} launch calls per step")
+    claim(
+        "eager makes at least one launch call per layer",
+        stack_launches["eager"] >= 16,
+        launches_per_step=stack_launches["eager"],
+    )
     claim(
         "for sixteen layers, reduce-overhead costs the CPU less than eager",
         clearly_greater(stack_cpu["eager"], stack_cpu["reduce-overhead"]),
