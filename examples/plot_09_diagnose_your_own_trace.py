@@ -263,8 +263,8 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # What drives ``many-calls``?
 # ---------------------------
 #
-# ``many-calls`` counts the operators called most often per step. Is it the optimizer's
-# loop? For each operator it names, the share of its calls made inside
+# ``many-calls`` names the operators called 50 times or more per step. Is that the
+# optimizer's loop? For each operator it names, the share of its calls made inside
 # ``Optimizer.step``:
 
 many = next((f for f in findings if f.rule == "many-calls"), None)
@@ -294,9 +294,10 @@ else:
 # few times, per step. Under autocast there is another source of small, frequent calls:
 # each forward pass casts every weight it uses to bf16 (``aten::to``, which calls
 # ``aten::_to_copy`` and ``aten::copy_``), and the backward pass casts each gradient back.
-# The claims box says which of the two the operators above belong to on this run. Either
-# way, the cure is fewer, larger operations: a fused optimizer, or keeping the weights in
-# bf16 so that nothing needs casting.
+# The claims box says whether most of the calls above were the optimizer's on this run;
+# the names say the rest (``aten::to``, ``aten::_to_copy`` and ``aten::copy_`` are casts
+# and copies). Either way, the cure is fewer, larger operations: a fused optimizer, or
+# weights kept in bf16 so that nothing needs casting.
 #
 # Compare two traces
 # ------------------
