@@ -54,19 +54,24 @@ html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
 
+# PROFILING_UTILS_GALLERY_ORDER=reverse runs the examples last to first, to check that no
+# page depends on the examples that ran before it (docs/howto/rebuild-docs.md).
 GALLERY_ORDER_ENV = "PROFILING_UTILS_GALLERY_ORDER"
 GALLERY_ORDERS = {
     "name": "FileNameSortKey",
     "reverse": "gallery_runs.ReverseFileNameSortKey",
 }
+gallery_order = os.environ.get(GALLERY_ORDER_ENV) or "name"
+if gallery_order not in GALLERY_ORDERS:
+    raise ValueError(
+        f"{GALLERY_ORDER_ENV} must be one of {', '.join(GALLERY_ORDERS)}, not {gallery_order!r}"
+    )
 
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
-    # PROFILING_UTILS_GALLERY_ORDER=reverse runs the examples last to first, to check that no
-    # page depends on the examples that ran before it (docs/howto/rebuild-docs.md).
-    "within_subsection_order": GALLERY_ORDERS[os.environ.get(GALLERY_ORDER_ENV, "") or "name"],
+    "within_subsection_order": GALLERY_ORDERS[gallery_order],
     # matplotlib figures (the timelines) at 1x and 2x, so they are sharp on high-DPI screens.
     "image_scrapers": ("matplotlib",),
     "image_srcset": ["2x"],

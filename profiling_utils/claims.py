@@ -18,7 +18,11 @@ is worded by the outcome instead, with ``otherwise``: it always holds, and says 
 run found::
 
     claim("the compiled GEMM is a different kernel from the eager one", eager != compiled,
-          otherwise="the compiled GEMM is the same kernel as the eager one")
+          otherwise="the compiled GEMM is the same kernel as the eager one",
+          eager=eager, compiled=compiled)
+
+A claim about GPU work is made under ``if run.has_gpu:``: a build without a GPU does not
+make it, and its pages say that their GPU claims were not checked.
 
 While the documentation builds, each example's claims are also written to a file
 (:data:`CLAIMS_FILE_ENV`) from which its page shows a "Checked on this run" box, and
@@ -45,6 +49,7 @@ __all__ = [
     "at_least_times",
     "claim",
     "format_number",
+    "mode",
     "read_claims",
 ]
 
@@ -56,8 +61,6 @@ CLAIMS_FILE_ENV = "PROFILING_UTILS_CLAIMS_FILE"
 STRICT = "strict"
 REPORT = "report"
 MODES = (STRICT, REPORT)
-
-Number = int | float | bool | str
 
 
 class ClaimFailed(AssertionError):
@@ -142,7 +145,7 @@ class Claim:
         verdict = "" if self.holds else " <strong>did not hold on this machine</strong>"
         numbers = self.numbers_text()
         numbers_html = (
-            f' <span class="claim-numbers">{html.escape(numbers)}</span>' if numbers else ""
+            f' <span class="claim-numbers">({html.escape(numbers)})</span>' if numbers else ""
         )
         return (
             f'<div class="claims-inline"><p class="claim {state}">'
@@ -150,9 +153,7 @@ class Claim:
         )
 
 
-def claim(
-    statement: str, holds: bool, *, otherwise: str | None = None, **numbers: Number | object
-) -> Claim:
+def claim(statement: str, holds: bool, *, otherwise: str | None = None, **numbers: Any) -> Claim:
     """State a qualitative claim of the page as a check over the run's measured values.
 
     Args:
@@ -175,7 +176,7 @@ def claim(
     holds = bool(holds)
     if otherwise is not None:
         statement, holds = (statement if holds else otherwise), True
-    made = Claim(statement, holds, dict(numbers), example=_example(), mode=_mode())
+    made = Claim(statement, holds, dict(numbers), example=_example(), mode=mode())
     _record(made)
     if not made.holds and made.mode == STRICT:
         raise ClaimFailed(made)
@@ -216,7 +217,8 @@ def read_claims(path: str | os.PathLike[str]) -> list[Claim]:
     return [Claim(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
-def _mode() -> str:
+def mode() -> str:
+    """How failed claims are handled now: ``"strict"`` or ``"report"`` (:data:`CLAIMS_MODE_ENV`)."""
     mode = os.environ.get(CLAIMS_MODE_ENV, STRICT).strip().lower() or STRICT
     if mode not in MODES:
         raise ValueError(f"{CLAIMS_MODE_ENV} must be one of {', '.join(MODES)}, not {mode!r}")

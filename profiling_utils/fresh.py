@@ -9,9 +9,13 @@ importing the same ``profiling_utils``, with the environment of the caller (so
 back with :func:`report`::
 
     PROGRAM = '''
+    import torch
     from profiling_utils import capture
     from profiling_utils.fresh import report
-    run = capture(step, name="cold", out_dir=trace_dir())
+    from profiling_utils.render import trace_dir
+
+    x = torch.randn(64, 64, device="cuda")
+    run = capture(lambda: x @ x, name="cold", out_dir=trace_dir())
     report(trace_path=str(run.trace_path))
     '''
     cold = run_in_fresh_process(PROGRAM)

@@ -256,13 +256,13 @@ def _datasheet_share(
                 "clock: check the operation count and the kernel's duration before trusting "
                 "this rate.",
             )
-        return _share("datasheet", peak.value, share, peak.describe(), above)
+        description = f"the datasheet's {peak.figure} peak, {_number(peak.value)} {peak.unit}"
+        return _share("datasheet", peak.value, share, description, above)
 
     ceiling = peak.value / 2
     description = (
-        f"{_number(ceiling)} GB/s, the copy rate the {peak.product}'s {peak.value:,.0f} GB/s "
-        f"{peak.figure} allows, half of it, since a device-to-device copy reads each byte "
-        f"from memory and writes it back ({peak.source})"
+        f"{_number(ceiling)} GB/s, the copy rate that the datasheet's {peak.value:,.0f} GB/s "
+        f"of {peak.figure.split()[0]} allows (a copy reads and writes each byte)"
     )
     share = rate / ceiling
     above: tuple[Reason, str] | None = None
@@ -306,10 +306,7 @@ def _measured_share(
     if not sustained:
         measured = burst
     against: Against = "sustained" if sustained else "burst"
-    description = (
-        f"the {against} peak measured on this GPU, {_number(measured.rate)} {measured.unit} "
-        f"({measured.operation}: {measured.conditions()})"
-    )
+    description = f"the {against} peak measured here, {_number(measured.rate)} {measured.unit}"
     share = rate / measured.rate
     above = _above_measured(rate, peaks, measured, burst, copy) if share > 1 else None
     return _share(against, measured.rate, share, description, above)

@@ -137,7 +137,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Build:
 
 def test_a_claim_that_holds_is_listed_with_its_numbers(strict: Build) -> None:
     assert claim_items(strict.page("plot_a_holds")) == [
-        ("claim claim-pass", "the first step is the widest first_us=219.4, widest_other_us=92.0")
+        ("claim claim-pass", "the first step is the widest (first_us=219.4, widest_other_us=92.0)")
     ]
     assert "Checked on this run" in strict.page("plot_a_holds")
 
@@ -159,7 +159,7 @@ def test_report_mode_marks_the_failed_claim_and_finishes(report: Build) -> None:
         (
             "claim claim-fail",
             "the first step is the widest: did not hold on this machine "
-            "first_us=80.0, widest_other_us=92.0",
+            "(first_us=80.0, widest_other_us=92.0)",
         )
     ]
     assert "carried on" in report.page("plot_b_fails")
@@ -203,7 +203,10 @@ def _app(tmp_path: Path, failing: list[Path] = ()) -> SimpleNamespace:
     )
 
 
-def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(tmp_path: Path) -> None:
+def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROFILING_UTILS_CLAIMS", raising=False)
     held = {
         "statement": "s",
         "holds": True,
@@ -216,6 +219,11 @@ def test_a_gpu_build_fails_for_an_example_that_checked_no_claim(tmp_path: Path) 
     _ran_example(tmp_path, "plot_c", None, [])  # ran on the CPU: its GPU claims were not made
     with pytest.raises(ExtensionError, match=r"checked no claim.*: plot_b\.py$"):
         gallery_runs._check_claims(_app(tmp_path), None)
+    monkeypatch.setenv("PROFILING_UTILS_CLAIMS", "report")
+    warnings = []
+    monkeypatch.setattr(gallery_runs.logger, "warning", lambda *a, **k: warnings.append(a[0]))
+    gallery_runs._check_claims(_app(tmp_path), None)  # report mode carries on, and says so
+    assert len(warnings) == 1 and warnings[0].endswith(": plot_b.py")
 
 
 def test_an_example_that_raised_is_not_also_blamed_for_its_missing_claims(tmp_path: Path) -> None:
@@ -227,3 +235,20 @@ def test_reverse_order_runs_the_examples_last_to_first() -> None:
     names = ["plot_01_a.py", "plot_10_c.py", "plot_02_b.py"]
     key = gallery_runs.ReverseFileNameSortKey("examples")
     assert sorted(names, key=key) == ["plot_10_c.py", "plot_02_b.py", "plot_01_a.py"]
+
+
+@pytest.mark.parametrize(
+    ("order", "key"),
+    [("", "FileNameSortKey"), ("reverse", "gallery_runs.ReverseFileNameSortKey")],
+)
+def test_docs_conf_picks_the_gallery_order_from_the_environment(
+    order: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runpy
+
+    monkeypatch.setenv("PROFILING_UTILS_GALLERY_ORDER", order)
+    conf = runpy.run_path(str(ROOT / "docs" / "conf.py"))
+    assert conf["sphinx_gallery_conf"]["within_subsection_order"] == key
+    monkeypatch.setenv("PROFILING_UTILS_GALLERY_ORDER", "random")
+    with pytest.raises(ValueError, match="name, reverse"):
+        runpy.run_path(str(ROOT / "docs" / "conf.py"))

@@ -77,11 +77,21 @@ def test_invalidate_stale_removes_the_md5_of_examples_from_another_run(tmp_path:
     never_ran = _cached_example(tmp_path, "plot_d", "before")
     never_ran.md5.unlink()
 
-    stale = gallery_runs.invalidate_stale([current, other, unrecorded, never_ran], "now")
+    failed = _cached_example(tmp_path, "plot_e", "now")
+    claim = {"numbers": {}, "example": "plot_e.py", "mode": "report"}
+    failed.claims.write_text(
+        json.dumps({**claim, "statement": "held", "holds": True})
+        + "\n"
+        + json.dumps({**claim, "statement": "did not", "holds": False})
+        + "\n"
+    )
+    current.claims.write_text(json.dumps({**claim, "statement": "held", "holds": True}) + "\n")
 
-    assert stale == [other, unrecorded]
+    stale = gallery_runs.invalidate_stale([current, other, unrecorded, never_ran, failed], "now")
+
+    assert stale == [other, unrecorded, failed]
     assert current.md5.exists()
-    assert not other.md5.exists() and not unrecorded.md5.exists()
+    assert not other.md5.exists() and not unrecorded.md5.exists() and not failed.md5.exists()
 
 
 @pytest.mark.parametrize(

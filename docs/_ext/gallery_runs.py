@@ -49,6 +49,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from profiling_utils.claims import CLAIMS_FILE_ENV, CLAIMS_MODE_ENV, REPORT, Claim, read_claims
+from profiling_utils.claims import mode as claims_mode
 from profiling_utils.provenance import Environment, environment
 from profiling_utils.render.perfetto import PAGE_DIR_ENV, TRACE_DIR_ENV
 
@@ -151,14 +152,19 @@ def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
     """Make sphinx-gallery re-run every example whose outputs came from another fingerprint.
 
     Deletes the ``.md5`` of each cached example whose run record is missing or carries a
-    fingerprint other than ``current``; returns those examples.
+    fingerprint other than ``current``, or one of whose claims did not hold (a page is never
+    kept with a failed claim: the next build checks it again); returns those examples.
     """
     stale = []
     for example in examples:
         if not example.md5.exists():
             continue
         record = read_record(example)
-        if record is None or record.get("fingerprint") != current:
+        if (
+            record is None
+            or record.get("fingerprint") != current
+            or not all(made.holds for made in read_claims(example.claims))
+        ):
             example.md5.unlink()
             stale.append(example)
     return stale
@@ -311,7 +317,7 @@ def _before_gallery(app: Sphinx) -> None:
     if stale:
         logger.info(
             "[gallery_runs] re-running %d example(s) made by another profiling_utils, torch, "
-            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s): %s",
+            "CUDA or GPU (now: torch %s, CUDA %s, GPU %s), or with a failed claim: %s",
             len(stale),
             parts["torch"],
             parts["cuda"],
@@ -423,7 +429,7 @@ def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.cont
         numbers = made.numbers_text()
         if numbers:
             line += nodes.Text(" ")
-            line += nodes.inline(text=numbers, classes=["claim-numbers"])
+            line += nodes.inline(text=f"({numbers})", classes=["claim-numbers"])
         items += nodes.list_item("", line, classes=["claim", state])
     box += items
     return box
@@ -458,7 +464,8 @@ def _check_claims(app: Sphinx, exception: Exception | None) -> None:
 
     A failed claim in the default strict mode raised in its example, which sphinx-gallery
     reports and fails the build for; in report mode (``PROFILING_UTILS_CLAIMS=report``) the
-    build carries on, and each failed claim gets a warning line here, at the end of the log.
+    build carries on, and each failed claim, and each example without claims, gets a warning
+    line here, at the end of the log.
     """
     conf = app.config.sphinx_gallery_conf
     failing = {Path(p).resolve() for p in conf.get("failing_examples", {})}
@@ -480,11 +487,16 @@ def _check_claims(app: Sphinx, exception: Exception | None) -> None:
         has_gpu = Environment(**record["environment"]).has_gpu
         if has_gpu and not claims and example.source.resolve() not in failing:
             unclaimed.append(example.source.name)
-    if exception is None and unclaimed:
-        raise ExtensionError(
-            "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
-            "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
-        )
+    if exception is not None or not unclaimed:
+        return
+    message = (
+        "gallery_runs: these examples ran on a GPU and checked no claim; state what their "
+        "prose says about the run with profiling_utils.claims.claim(): " + ", ".join(unclaimed)
+    )
+    if claims_mode() == REPORT:
+        logger.warning(message, type="gallery_runs", subtype="no_claims")
+    else:
+        raise ExtensionError(message)
 
 
 class GalleryProvenance(SphinxDirective):
