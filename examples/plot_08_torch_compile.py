@@ -206,19 +206,21 @@ else:
 #
 # The bias copy against the peaks
 # -------------------------------
-# How fast is that copy? :func:`~profiling_utils.rates.rate_report` puts its rate, in bytes
-# copied per second, next to the datasheet's memory bandwidth and the copy peaks
-# :func:`~profiling_utils.peaks.measure_peaks` measured on this GPU:
+# How fast is that copy? :func:`~profiling_utils.peaks.measure_peaks` measures this GPU's
+# peaks first (printed with the conditions they were measured under); then
+# :func:`~profiling_utils.rates.rate_report` puts the copy's rate, in bytes copied per
+# second, next to the datasheet's memory bandwidth and the measured copy peaks:
 
 if compiled.has_gpu:
     copy_us = Distribution.of([c.span.dur for c in bias_copies], "µs")
     copy_bytes = bias_copies[0].bytes
-    print(f"bias copy of {copy_bytes / 2**20:g} MiB: {copy_us}")
+    peaks = measure_peaks()
+    print(f"{peaks.summary()}\n\nbias copy of {copy_bytes / 2**20:g} MiB: {copy_us}")
     report = rate_report(
         copy_bytes / copy_us.median / 1e3,
         "copy",
         device=compiled.trace.devices[0].name,
-        peaks=measure_peaks(),
+        peaks=peaks,
         copy_bytes=copy_bytes,
         subject="bias copy, median step",
     )
