@@ -19,24 +19,27 @@ command line, where ``summary`` and ``compare`` join ``diagnose``.
 #
 # A two-layer transformer encoder with an embedding and an output layer, trained on random
 # tokens with AdamW. On a GPU it runs in bf16 autocast, as a training step usually would.
-# The step is labelled ``train_step``; three warm-up iterations run first, then the
-# post's schedule records three steps.
+# The step is labelled ``train_step``; three warm-up iterations run first, then ten steps
+# are recorded, enough to compare medians.
 
 import json
 import subprocess
 import sys
-import textwrap
 
 import torch
 
 from profiling_utils import capture, compare, diagnose
+from profiling_utils.claims import claim
+from profiling_utils.measures import step_times
 from profiling_utils.render import (
     findings_table,
+    fold_lines,
     highlight_span,
     plot_timeline,
     trace_dir,
     trace_links,
 )
+from profiling_utils.stats import Distribution, clearly_greater
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,13 +81,21 @@ def training_step(**optimizer_options):
     return step
 
 
-run = capture(
-    training_step(foreach=False),
-    name="tiny_transformer_train_adamw_loop",
-    label="train_step",
-    out_dir=trace_dir(),
-    warmup_iters=3,
-)
+PARAMETERS = len(list(TinyTransformer().parameters()))  # tensors AdamW's loop visits
+
+
+def record(step, name):
+    return capture(
+        step,
+        name=name,
+        label="train_step",
+        out_dir=trace_dir(),
+        warmup_iters=3,
+        active=10,
+    )
+
+
+run = record(training_step(foreach=False), "tiny_transformer_train_adamw_loop")
 print(
     f"{run.trace_path.name}: {len(run.trace.spans):,} events in {len(run.trace.steps)} steps"
 )
@@ -137,9 +148,9 @@ for key, value in first.evidence.items():
 
 # %%
 # The evidence names steps, events and times on the trace's own axis, so a finding can
-# be checked in the trace. Here is the first recorded step, with the optimizer's part of it
-# highlighted: AdamW, looping over the parameters, runs a handful of small operators for
-# each of them. We count the operator calls, and the launches, inside it:
+# be checked in the trace. Take the optimizer's part of the first recorded step: AdamW,
+# looping over the model's parameter tensors, runs a handful of small operators for each
+# of them. We count the operator calls, and the kernel launches, inside it:
 
 trace = run.trace
 step = trace.steps[0]
@@ -167,13 +178,31 @@ step_launches = [
     c for c in trace.runtime_calls if c.is_launch and trace.step_of(c) is step
 ]
 share = optimizer.dur / step.span.dur
-print(f"{optimizer.name}: {optimizer.dur:.1f} µs, {share:.0%} of the step's CPU time;")
-print(f"  {len(ops)} operator calls", end="")
+print(f"{optimizer.name}: {optimizer.dur:,.1f} µs, {share:.0%} of the step's CPU time;")
+print(f"{len(ops)} operator calls for {PARAMETERS} parameter tensors", end="")
 if step_launches:
     print(
         f", {len(launches)} of the step's {len(step_launches)} kernel launches", end=""
     )
 print()
+claim(
+    "the optimizer loop makes at least three operator calls per parameter tensor",
+    len(ops) >= 3 * PARAMETERS,
+    calls=len(ops),
+    parameters=PARAMETERS,
+)
+if run.has_gpu:
+    claim(
+        "the optimizer loop launches at least one kernel per parameter tensor",
+        len(launches) >= PARAMETERS,
+        launches=len(launches),
+        parameters=PARAMETERS,
+    )
+
+# %%
+# Each of those calls has its own CPU cost and, with a GPU, its own launch. The step on a
+# timeline, the optimizer's part highlighted:
+
 plot_timeline(
     trace,
     step=step.number,
@@ -183,11 +212,8 @@ plot_timeline(
 )
 
 # %%
-# The lines printed above the picture are the loop's price: a few small operators per
-# parameter tensor, each with its own CPU cost and, with a GPU, its own launch, for little
-# GPU work each. That is the kind of cost the ``overhead-bound`` and ``many-calls``
-# warnings point at. At this zoom a whole training step is a dense wall of boxes, which is
-# why a list of findings with numbers is a useful first read before opening the trace.
+# At this zoom a whole training step is a dense wall of boxes, which is why a list of
+# findings with numbers is a useful first read before opening the trace.
 #
 # The same from the command line
 # ------------------------------
@@ -197,36 +223,18 @@ plot_timeline(
 # print what it prints.
 
 
-def fold(line, width=88):
-    """Wrap a long output line to the page, cutting very long ones (kernel names) short."""
-    indent = line[: len(line) - len(line.lstrip())] + "    "
-    return textwrap.fill(
-        line,
-        width,
-        subsequent_indent=indent,
-        max_lines=3,
-        placeholder=" …",
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
-def cli(*args):
-    """Run ``python -m profiling_utils ARGS`` in the trace folder and print its output.
-
-    Lines wider than this page are folded, and very long ones cut short.
-    """
-    print(fold("$ python -m profiling_utils " + " ".join(args)))
+def cli(*args, max_lines=3):
+    """Run ``python -m profiling_utils ARGS`` in the trace folder and print its output,
+    a line wider than this page folded into at most ``max_lines``
+    (:func:`~profiling_utils.render.fold_lines`)."""
+    print(fold_lines("$ python -m profiling_utils " + " ".join(args)))
     done = subprocess.run(
         [sys.executable, "-m", "profiling_utils", *args],
         cwd=run.trace_path.parent,
         capture_output=True,
         text=True,
     )
-    output = done.stdout + done.stderr
-    print(
-        "\n".join(fold(line) if len(line) > 88 else line for line in output.split("\n"))
-    )
+    print(fold_lines(done.stdout + done.stderr, max_lines=max_lines))
     if done.returncode != 0:
         raise RuntimeError(
             f"profiling_utils {args[0]} exited with status {done.returncode}"
@@ -252,6 +260,45 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # found, so it can run in a script; ``--json`` gives one object with every finding, for a
 # script to read.
 #
+# What drives ``many-calls``?
+# ---------------------------
+#
+# ``many-calls`` names the operators called 50 times or more per step. Is that the
+# optimizer's loop? For each operator it names, the share of its calls made inside
+# ``Optimizer.step``:
+
+many = next((f for f in findings if f.rule == "many-calls"), None)
+optimizer_steps = [s for s in trace.annotations if s.name.startswith("Optimizer.step")]
+named_calls = in_optimizer = 0
+for entry in many.evidence["ops"] if many else []:
+    calls = [op for op in trace.find(entry["op"]) if trace.step_of(op) is not None]
+    inside_count = sum(any(inside(op, o) for o in optimizer_steps) for op in calls)
+    named_calls, in_optimizer = named_calls + len(calls), in_optimizer + inside_count
+    print(
+        f"{entry['op']:24s} {entry['calls_per_step']:6.1f} calls per step, "
+        f"{inside_count / len(calls):4.0%} of them inside the optimizer"
+    )
+if many is None:
+    print("many-calls did not fire on this run: no operator is called that often.")
+else:
+    claim(
+        "most calls of the operators many-calls names are made outside the optimizer",
+        in_optimizer < named_calls / 2,
+        otherwise="most calls of the operators many-calls names are the optimizer's",
+        calls=named_calls,
+        in_optimizer=in_optimizer,
+    )
+
+# %%
+# An operator called from the optimizer's loop is called once per parameter tensor, or a
+# few times, per step. Under autocast there is another source of small, frequent calls:
+# each forward pass casts every weight it uses to bf16 (``aten::to``, which calls
+# ``aten::_to_copy`` and ``aten::copy_``), and the backward pass casts each gradient back.
+# The claims box says whether most of the calls above were the optimizer's on this run;
+# the names say the rest (``aten::to``, ``aten::_to_copy`` and ``aten::copy_`` are casts
+# and copies). Either way, the cure is fewer, larger operations: a fused optimizer, or
+# weights kept in bf16 so that nothing needs casting.
+#
 # Compare two traces
 # ------------------
 #
@@ -259,34 +306,54 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # parameters; AdamW can also do its update in a few fused kernels (``fused=True``). We
 # record that version and compare:
 
-fused = capture(
-    training_step(fused=True),
-    name="tiny_transformer_train_adamw_fused",
-    label="train_step",
-    out_dir=trace_dir(),
-    warmup_iters=3,
-)
-cli("compare", run.trace_path.name, fused.trace_path.name)
+fused = record(training_step(fused=True), "tiny_transformer_train_adamw_fused")
+cli("compare", run.trace_path.name, fused.trace_path.name, max_lines=2)
 
 # %%
 # Read the first block as "trace against baseline": the last column is the ratio, so below
 # 1 means the second trace has less of it. The step table pairs the steps by position; the
 # lists below it name the ops and kernels that only one of the two runs has, which is where
 # the change shows (here, the optimizer's per-parameter ops against its fused ones). The
-# same comparison from Python, in numbers:
+# same comparison from Python, the CPU time per step with its spread over the ten steps:
 
 comparison = compare(run.trace, fused.trace)
-for label, side in (("loop ", comparison.baseline), ("fused", comparison.trace)):
-    print(
-        f"{label}: median CPU per step {side.median_step_cpu_us:9.1f} µs, "
-        f"{side.launches_per_step or 0:5.1f} launches, {side.kernels_per_step or 0:5.1f} kernels"
+claim(
+    "only the fused run calls aten::_fused_adamw_",
+    "aten::_fused_adamw_" in {op.name for op in comparison.ops_only_in_trace},
+)
+cpu = {}
+for label, side, capture_run in (
+    ("loop", comparison.baseline, run),
+    ("fused", comparison.trace, fused),
+):
+    cpu[label] = Distribution.of(
+        [t.cpu_us for t in step_times(capture_run.trace)], "µs"
+    )
+    print(f"{label:5s} CPU per step: {cpu[label]}")
+    if capture_run.has_gpu:
+        print(
+            f"      {side.launches_per_step:.1f} launches and {side.kernels_per_step:.1f} "
+            "kernels per step"
+        )
+if run.has_gpu:
+    claim(
+        "the fused optimizer's step makes fewer launches than the loop's",
+        comparison.trace.launches_per_step < comparison.baseline.launches_per_step,
+        loop=comparison.baseline.launches_per_step,
+        fused=comparison.trace.launches_per_step,
+    )
+    claim(
+        "the fused optimizer's step costs the CPU less than the loop's",
+        clearly_greater(cpu["loop"], cpu["fused"]),
+        loop=cpu["loop"],
+        fused=cpu["fused"],
     )
 
 # %%
 # On a CPU there are no launches or kernels to count, and the CPU time is the whole story.
-# With a GPU, the fused optimizer needs fewer launches per step, and the step's CPU time
-# goes down with them: the cure the overhead-bound warning asks for, in one line of code.
-# Whether it was enough, the fused run's own diagnosis says:
+# With a GPU, the claims above say whether the fused optimizer needed fewer launches per
+# step and cost the CPU less: the cure the overhead-bound warning asks for, in one line of
+# code. Whether it was enough, the fused run's own diagnosis says:
 
 findings_table(diagnose(fused.trace), caption=fused.name)
 

@@ -415,16 +415,16 @@ def format_summary(summary: dict[str, Any]) -> str:
     out += ["", "Steps (µs)"]
     if summary["steps"]:
         out.append(
-            f"  {'step':>5} {'CPU':>10} {'GPU busy':>10} {'GPU idle':>9} {'lane off.':>10}"
-            f" {'dead win.':>10} {'delay med':>10} {'delay max':>10} {'gaps':>5} {'gap max':>9}"
+            f"  {'step':>5} {'CPU':>10} {'GPU busy':>9} {'idle':>4} {'lane off.':>9}"
+            f" {'dead win.':>9} {'delay med':>9} {'delay max':>9} {'gaps':>5} {'gap max':>8}"
         )
         for s in summary["steps"]:
             idle = "-" if s["gpu_idle_fraction"] is None else f"{s['gpu_idle_fraction']:.0%}"
             out.append(
-                f"  {s['step']:>5} {_us(s['cpu_us']):>10} {_us(s['gpu_busy_us']):>10}"
-                f" {idle:>9} {_us(s['lane_offset_us']):>10} {_us(s['dead_window_us']):>10}"
-                f" {_us(s['launch_delay_median_us']):>10} {_us(s['launch_delay_max_us']):>10}"
-                f" {s['gpu_gap_count']:>5} {_us(s['gpu_gap_max_us']):>9}"
+                f"  {s['step']:>5} {_us(s['cpu_us']):>10} {_us(s['gpu_busy_us']):>9}"
+                f" {idle:>4} {_us(s['lane_offset_us']):>9} {_us(s['dead_window_us']):>9}"
+                f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
+                f" {s['gpu_gap_count']:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
     else:
         out.append("  no ProfilerStep#N annotations")
@@ -465,12 +465,16 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Planning calls: {_counts(summary['planning_calls'])}",
     ]
 
-    out += ["", "Memory copies and sets (GB/s: 10^9 bytes copied or set per second)"]
+    out += ["", "Memory copies and sets (GB/s: 10^9 bytes copied per second)"]
     for m in summary["memory"] or []:
-        bandwidth = m["median_bandwidth_gb_s"]
+        # A memset of a few bytes has no meaningful rate: its size and callers say enough.
+        rate = (
+            ""
+            if m["kind"] == "memset"
+            else f" median {_us(m['median_bandwidth_gb_s'], 2)} GB/s copied,"
+        )
         out.append(
-            f"  {m['kind']:<8} x{m['count']:<5} {_bytes(m['total_bytes']):>12} total,"
-            f" median {_us(bandwidth, 2)} GB/s {'set' if m['kind'] == 'memset' else 'copied'},"
+            f"  {m['kind']:<8} x{m['count']:<5} {_bytes(m['total_bytes']):>12} total,{rate}"
             f" from {_counts(m['ops'])}"
         )
     if not summary["memory"]:

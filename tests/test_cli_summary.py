@@ -88,6 +88,21 @@ def test_text_summary_names_what_each_run_shows(capsys) -> None:
     assert "Activity Buffer Request x1" in w0a3 and "CUPTI overhead" in w0a3
 
 
+def test_text_summary_steps_fit_the_page_and_memsets_carry_no_rate(capsys) -> None:
+    _, out, _ = run_cli(capsys, "summary", str(gpu_fixture("train_tiny_transformer_a3")))
+    lines = out.split("\n")
+    table = lines[lines.index("Steps (µs)") + 1 : lines.index("Top kernels by total time (µs)")]
+    assert len(table) == 1 + 3 + 1  # header, three steps, blank line
+    assert all(len(line) <= 88 for line in table)
+    header, first = table[0].split(), table[1].split()
+    assert header[:2] == ["step", "CPU"] and header[-2:] == ["gap", "max"]
+    assert first[:2] == ["2", "24,463.4"] and first[3] == "94%"
+    (memset,) = [line for line in lines if line.lstrip().startswith("memset")]
+    (dtod,) = [line for line in lines if line.lstrip().startswith("DtoD")]
+    assert "GB/s" not in memset and "from aten::sum x51" in memset
+    assert "GB/s copied" in dtod
+
+
 def test_top_limits_the_kernel_list(capsys) -> None:
     path = str(gpu_fixture("train_tiny_transformer_a3"))
     _, out, _ = run_cli(capsys, "summary", path, "--json", "--top", "3")

@@ -6,6 +6,8 @@
 - :mod:`~profiling_utils.render.tables`: small HTML tables of a page's measured values.
 - :mod:`~profiling_utils.render.steps`: a chart of per-step timings, one bar per step.
 - :mod:`~profiling_utils.render.ranks`: one step of several ranks on one clock.
+- :mod:`~profiling_utils.render.listings`: text that fits a page's output box (a span tree,
+  a step's GPU work, an excerpt of generated code, a command's folded output).
 - :mod:`~profiling_utils.render.perfetto`: where an example writes its traces so the site
   publishes them, and a download link with an "Open in Perfetto" button for each.
 
@@ -21,6 +23,7 @@ Example::
 
 from .charts import plot_size_sweep
 from .html import HtmlFragment, findings_table, profiler_table
+from .listings import fold_lines, gpu_work_listing, source_excerpt, span_tree
 from .perfetto import TraceLinks, trace_dir, trace_links
 from .ranks import plot_rank_step
 from .steps import plot_per_step
@@ -32,6 +35,8 @@ __all__ = [
     "HtmlFragment",
     "TraceLinks",
     "findings_table",
+    "fold_lines",
+    "gpu_work_listing",
     "highlight_between",
     "highlight_span",
     "plot_per_step",
@@ -39,6 +44,8 @@ __all__ = [
     "plot_size_sweep",
     "plot_timeline",
     "profiler_table",
+    "source_excerpt",
+    "span_tree",
     "trace_dir",
     "trace_links",
     "value_table",
