@@ -51,6 +51,7 @@ API_ORDER = (
     "render.tables",
     "render.steps",
     "render.ranks",
+    "render.listings",
     "loading",
     "errors",
     "provenance",
