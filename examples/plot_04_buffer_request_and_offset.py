@@ -332,10 +332,10 @@ value_table(["recording", "sync (µs)", "GPU busy in it (µs)", "share"], rows)
 # %%
 # The cheatsheet's ``sync-flush`` row speaks of such a sync when it outlasts a median step:
 
+flush = diagnose(big.trace, select=["sync-flush"]) if has_gpu else []
 if has_gpu:
-    flush = diagnose(big.trace, select=["sync-flush"])
     claim("sync-flush fires on the 8192 recording", bool(flush), findings=len(flush))
-    findings_table(flush, caption=big.trace.path.name)
+findings_table(flush, caption=big.trace.path.name if has_gpu else None)
 
 # %%
 # At 64 the sync has next to nothing to wait for; at 8192 the GPU is busy for most of it,

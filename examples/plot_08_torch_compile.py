@@ -394,10 +394,24 @@ compile_rules = [
     "aot-wrapper",
     "compiled-graph-cache-hit",
     "addmm-fusion",
+    "gemm-kernel",
     "bias-copy",
+    "hidden-memcpy",
     "memset-before-gemm",
 ]
 findings_table(diagnose(compiled.trace, select=compile_rules), caption=compiled.name)
+
+# %%
+# Rules that compare two traces run in :func:`~profiling_utils.compare.compare`; against
+# the eager run:
+
+findings_table(comparison.findings, caption=f"{compiled.name} against {eager.name}")
+
+# %%
+# And on the ``reduce-overhead`` run, the row about CUDA graphs:
+
+ro_findings = diagnose(ro.trace, select=["cuda-graph"]) if ro is not None else []
+findings_table(ro_findings, caption=ro.name if ro is not None else None)
 
 # %%
 # The traces
