@@ -777,6 +777,16 @@ def test_comm_overlap_fires_when_compute_hides_most_of_it(tmp_path: Path) -> Non
     assert "exposed-communication" not in hidden
 
 
+def test_comm_overlap_needs_a_quarter_of_the_communication_beside_compute(
+    tmp_path: Path,
+) -> None:
+    # The GEMM runs from 100 to 400 µs into each step. From 250 µs, 500 µs long: 30% beside it.
+    found = rules_on(nccl_trace(tmp_path, 250.0, 500.0))
+    assert found["comm-overlap"].evidence["overlap_fraction"] == pytest.approx(0.3)
+    # From 340 µs: 60 of 500 µs, 12%, stays silent.
+    assert "comm-overlap" not in rules_on(nccl_trace(tmp_path, 340.0, 500.0))
+
+
 def test_collective_bandwidth_follows_nccl_tests(tmp_path: Path) -> None:
     found = rules_on(nccl_trace(tmp_path, 450.0))
     row = found["collective-bandwidth"].evidence["kinds"][0]
