@@ -8,7 +8,7 @@ Run on a machine with two GPUs, once per run kind::
     python -m torch.distributed.run --standalone --nproc_per_node=2 \
         scripts/record_nccl_fixtures.py tests/fixtures/nccl balanced   # stalled, overlapped
 
-Each rank writes ``OUT/{balanced|stalled}/rank{N}.json.gz``.
+Each rank writes ``OUT/{balanced|stalled|overlapped}/rank{N}.json.gz``.
 """
 
 from __future__ import annotations
