@@ -8,14 +8,14 @@ trace is full of communication. Which rank is the straggler?*
 A distributed job writes one trace per rank, and a collective such as ``all_reduce``
 finishes on no rank before every rank has joined it. So when one rank is late, the others
 sit in the collective's kernel waiting for it: their traces show long collectives and
-"exposed communication", while the late rank's own collectives are short. We read two real
+"exposed communication", while the late rank's own collectives are short. We read real
 two-rank recordings with :mod:`profiling_utils.ranks` and :mod:`profiling_utils.comm`,
 from Python and from the command line, and find the rank the others wait for.
 """
 
 # %%
-# Two recordings of two ranks
-# ---------------------------
+# Three recordings of two ranks
+# -----------------------------
 #
 # This site is built on a single GPU, so this page cannot record a distributed run itself.
 # It reads traces recorded by ``scripts/record_nccl_fixtures.py`` on two NVIDIA H200 of one
@@ -27,7 +27,8 @@ from Python and from the command line, and find the rank the others wait for.
 # - ``balanced``: both ranks do the same work;
 # - ``stalled``: rank 1 also sleeps 10 ms on the host before its ``all_reduce`` calls, every
 #   step (``record_function("host_stall")``), as a slow data loader or logging on one rank
-#   would.
+#   would;
+# - ``overlapped``: the 32 MiB ``all_reduce`` runs beside the products (the last section).
 #
 # We copy them into this page's trace folder, so they can be downloaded at the end.
 
@@ -49,15 +50,17 @@ from profiling_utils.render import (
     trace_dir,
     trace_links,
 )
+from profiling_utils.rules.communication import OVERLAP_MIN_FRACTION
+from profiling_utils.stats import Distribution, clearly_greater
 
 # The recordings live in the repository, beside the package (this page runs from a checkout).
 recorded = Path(profiling_utils.__file__).resolve().parents[1] / "tests/fixtures/nccl"
-for run in ("balanced", "stalled"):
+runs = ("balanced", "stalled", "overlapped")
+for run in runs:
     shutil.copytree(recorded / run, trace_dir() / run, dirs_exist_ok=True)
 
 traces = {
-    run: [load_trace(path) for path in trace_files([trace_dir() / run])]
-    for run in ("balanced", "stalled")
+    run: [load_trace(path) for path in trace_files([trace_dir() / run])] for run in runs
 }
 for trace in traces["stalled"]:
     info = trace.metadata["distributedInfo"]
@@ -135,7 +138,9 @@ claim(
 # (``baseTimeNanoseconds``), so :func:`~profiling_utils.ranks.rank_profile` can put both
 # ranks on one time axis. :func:`~profiling_utils.render.plot_rank_step` draws one step:
 
-profiles = {run: [rank_profile(t) for t in traces[run]] for run in traces}
+profiles = {
+    run: [rank_profile(t) for t in traces[run]] for run in ("balanced", "stalled")
+}
 first, second = profiles["stalled"]
 apart = [
     abs(b.start_us - a.start_us) for a, b in zip(first.steps, second.steps, strict=True)
@@ -262,13 +267,13 @@ for trace in traces["balanced"]:
 
 # %%
 # ``comm-overlap`` is the rule for the opposite case, a collective hidden behind compute,
-# as data-parallel training arranges. It stays silent on all four traces:
-# :func:`~profiling_utils.comm.comm_overlap` measures how much of the communication ran
-# beside a compute kernel, and here the collectives only start once the matrix products
-# they reduce have finished.
+# as data-parallel training arranges. It stays silent on the balanced and stalled runs'
+# four traces: :func:`~profiling_utils.comm.comm_overlap` measures how much of the
+# communication ran beside a compute kernel, and here the collectives only start once the
+# matrix products they reduce have finished. The last section reads a run where it fires.
 
-for run, run_traces in traces.items():
-    for trace in run_traces:
+for run in ("balanced", "stalled"):
+    for trace in traces[run]:
         overlap = comm_overlap(trace).total
         print(
             f"{run + ',':9} rank {trace.rank}: {overlap.communication_us:8,.0f} µs of "
@@ -368,6 +373,87 @@ claim(
 # while it sleeps. ``python -m profiling_utils diagnose stalled/rank0.json.gz`` gives the
 # single-rank findings above for one trace.
 #
+# Communication beside compute
+# ----------------------------
+#
+# In the ``overlapped`` run both ranks do the balanced run's work, but the gradient's
+# ``all_reduce`` starts, asynchronously, before the products, as DDP starts a bucket's
+# while the backward pass goes on. The step of ``scripts/record_nccl_fixtures.py``
+# differs from the balanced one in these lines (``record_function`` labels left out):
+#
+# .. code-block:: diff
+#
+#    +    work = dist.all_reduce(grad, async_op=True)  # queued on NCCL's stream
+#         y = x @ w
+#         for _ in range(4):
+#             y = y @ w
+#    -    dist.all_reduce(grad)
+#    +    work.wait()  # the compute stream waits for the all_reduce
+#         dist.all_reduce(small)
+#
+# The products run on the compute stream while the ``all_reduce`` runs on NCCL's.
+
+overlapped = traces["overlapped"]
+findings_table(
+    diagnose(overlapped[0], select=["comm-overlap", "exposed-communication"]),
+    caption="overlapped, rank 0",
+)
+
+# %%
+# ``comm-overlap`` fires, and ``exposed-communication`` still does: compute hides part of
+# the communication, not all of it. On both ranks, the communication time split as
+# :func:`~profiling_utils.comm.comm_overlap` splits it, and the exposed part per step
+# beside the balanced run's:
+
+
+def exposed_per_step(trace):
+    """Exposed communication of each step, µs."""
+    return Distribution.of([s.exposed_us for s in comm_overlap(trace).steps], unit="µs")
+
+
+for trace, balanced_trace in zip(overlapped, traces["balanced"], strict=True):
+    total = comm_overlap(trace).total
+    share = total.overlap_fraction
+    print(
+        f"overlapped, rank {trace.rank}: {total.communication_us:,.0f} µs of "
+        f"communication = {total.overlapped_us:,.0f} beside compute ({share:.0%}) + "
+        f"{total.exposed_us:,.0f} exposed"
+    )
+    exposed = exposed_per_step(trace)
+    exposed_balanced = exposed_per_step(balanced_trace)
+    print(f"  exposed per step, overlapped: {exposed}")
+    print(f"  exposed per step, balanced:   {exposed_balanced}")
+    findings = diagnose(trace, select=["comm-overlap", "exposed-communication"])
+    claim(
+        f"comm-overlap and exposed-communication both fire on rank {trace.rank} of the "
+        "overlapped run",
+        fired(findings, "comm-overlap") and fired(findings, "exposed-communication"),
+    )
+    claim(
+        f"on rank {trace.rank}, compute runs beside at least {OVERLAP_MIN_FRACTION:.0%} "
+        "of the communication in the overlapped run, beside none in the balanced and "
+        "stalled runs",
+        share >= OVERLAP_MIN_FRACTION
+        and all(
+            comm_overlap(traces[run][trace.rank]).total.overlapped_us == 0
+            for run in ("balanced", "stalled")
+        ),
+        overlap_share=share,
+    )
+    claim(
+        f"rank {trace.rank}'s exposed communication per step is clearly smaller in the "
+        "overlapped run than in the balanced one",
+        clearly_greater(exposed_balanced, exposed),
+        overlapped=exposed,
+        balanced=exposed_balanced,
+    )
+
+# %%
+# About two fifths of each rank's communication ran beside compute, and each step exposed
+# less communication than a balanced step. The rest still runs with no compute beside it,
+# which is why ``exposed-communication`` still fires; the overlapped traces below show
+# where, the NCCL stream's kernels beside the compute stream's.
+#
 # The traces
 # ----------
 #
@@ -378,3 +464,12 @@ trace_links(trace_dir() / "stalled" / "rank0.json.gz", title="stalled_rank0")
 # %%
 
 trace_links(trace_dir() / "stalled" / "rank1.json.gz", title="stalled_rank1")
+
+# %%
+# And the overlapped run's, where the ``all_reduce`` and the products share the GPU:
+
+trace_links(trace_dir() / "overlapped" / "rank0.json.gz", title="overlapped_rank0")
+
+# %%
+
+trace_links(trace_dir() / "overlapped" / "rank1.json.gz", title="overlapped_rank1")

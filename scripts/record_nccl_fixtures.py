@@ -1,6 +1,7 @@
 """Record ``tests/fixtures/nccl``: two ranks, one GPU each, NCCL; a balanced run, one where
-rank 1 stalls on the host before its collectives, and one where the gradient's all_reduce
-runs beside the products (as DDP overlaps it with the backward pass).
+rank 1 stalls on the host before its collectives, and one (``overlapped``) where the
+gradient's all_reduce is started with ``async_op=True`` before the products and waited for
+after them, so that it runs beside them (as DDP overlaps it with the backward pass).
 
 Run on a machine with two GPUs, once per run kind::
 
@@ -8,7 +9,7 @@ Run on a machine with two GPUs, once per run kind::
     python -m torch.distributed.run --standalone --nproc_per_node=2 \
         scripts/record_nccl_fixtures.py tests/fixtures/nccl balanced   # stalled, overlapped
 
-Each rank writes ``OUT/{balanced|stalled}/rank{N}.json.gz``.
+Each rank writes ``OUT/{balanced|stalled|overlapped}/rank{N}.json.gz``.
 """
 
 from __future__ import annotations
