@@ -353,7 +353,7 @@ class GpuGap(_Result):
     after: Span
     """The activity that starts the gap's end."""
     gap_us: float
-    """``after.start - before.end``."""
+    """``after.start - before.end``: no stream of the device ran in it."""
 
 
 _SPAN_ID = attrgetter("id")
@@ -362,25 +362,59 @@ _START = attrgetter("start")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
-    """Gaps between consecutive GPU activities of each step, per device, longer than
-    ``min_gap_us`` (all streams of a device together: a gap is time no stream ran)."""
+    """Idle stretches between consecutive GPU activities of each step, per device, longer than
+    ``min_gap_us``.
+
+    A gap is time in which no stream of the device ran anything, this step's work or any
+    other's: where the CPU runs ahead, the work of neighbouring steps can fill the time
+    between two activities of one step, and that time is not idle.
+    """
+    busy_by_device: dict[int | None, tuple[list[float], list[float]]] = {}
+    for device, work in _work_by_device(trace.gpu_work).items():
+        busy_by_device[device] = _merged_intervals(work)
     results = []
     for step in trace.steps:
-        by_device: dict[int | None, list[Span]] = {}
-        for work in step.gpu_work:
-            by_device.setdefault(work.lane.device, []).append(work)
-        for device, work in by_device.items():
-            work.sort(key=_SPAN_ID)  # ids follow start order (Trace.spans is sorted)
+        for device, work in _work_by_device(step.gpu_work).items():
+            starts, ends = busy_by_device[device]
             latest = work[0]
             latest_end = latest.start + latest.dur
             for after in work[1:]:
                 gap = after.start - latest_end
-                if gap > 0 and gap >= min_gap_us:
+                if gap > 0 and gap >= min_gap_us and not _covered(starts, ends, latest_end):
                     results.append(GpuGap(step.number, device, latest, after, gap))
                 end = after.start + after.dur
                 if end > latest_end:
                     latest, latest_end = after, end
     return results
+
+
+def _work_by_device(work: list[Span] | tuple[Span, ...]) -> dict[int | None, list[Span]]:
+    by_device: dict[int | None, list[Span]] = {}
+    for span in work:
+        by_device.setdefault(span.lane.device, []).append(span)
+    for spans in by_device.values():
+        spans.sort(key=_SPAN_ID)  # ids follow start order (Trace.spans is sorted)
+    return by_device
+
+
+def _merged_intervals(work: list[Span]) -> tuple[list[float], list[float]]:
+    """The union of the spans' intervals as sorted, disjoint (starts, ends)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for span in work:  # in start order
+        end = span.start + span.dur
+        if ends and span.start <= ends[-1]:
+            ends[-1] = max(ends[-1], end)
+        else:
+            starts.append(span.start)
+            ends.append(end)
+    return starts, ends
+
+
+def _covered(starts: list[float], ends: list[float], time: float) -> bool:
+    """Whether some activity of the device runs on at ``time`` (past its own end there)."""
+    index = bisect_left(starts, time, hi=len(starts)) - 1
+    return index >= 0 and ends[index] > time
 
 
 # -- kernels ----------------------------------------------------------------------------------

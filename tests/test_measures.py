@@ -223,6 +223,48 @@ def test_gpu_gaps_tiny_when_the_queue_is_full() -> None:
     assert all(g.gap_us < 5 for g in gaps if g.step >= 2)
 
 
+def test_gpu_gaps_are_time_no_stream_ran(make_trace) -> None:
+    """A stretch between two kernels of step 2 that a kernel launched in step 1 fills (the
+    CPU ran ahead) is not idle; the same stretch left empty is."""
+
+    def events(fill: bool) -> list[dict]:
+        out = [
+            complete_event("ProfilerStep#1", "user_annotation", 0, 50),
+            complete_event("ProfilerStep#2", "user_annotation", 50, 50),
+        ]
+        launches = [(1, 10, 0.0, 7, 300.0), (2, 60, 400.0, 7, 100.0), (3, 70, 600.0, 7, 100.0)]
+        if not fill:
+            launches = [launch for launch in launches if launch[0] != 1]
+        for correlation, launch_at, start, stream, dur in launches:
+            out += [
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", launch_at, 5, correlation=correlation
+                ),
+                complete_event(
+                    f"k{correlation}",
+                    "kernel",
+                    start,
+                    dur,
+                    pid=0,
+                    tid=stream,
+                    correlation=correlation,
+                ),
+            ]
+        if fill:  # step 1's second kernel, on another stream, runs from 450 to 650
+            out += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=4),
+                complete_event("k4", "kernel", 450.0, 200.0, pid=0, tid=20, correlation=4),
+            ]
+        return out  # fmt: skip
+
+    empty = load_trace(make_trace(events(fill=False), name="empty.json"))
+    assert [(g.step, g.before.name, g.after.name, g.gap_us) for g in gpu_gaps(empty)] == [
+        (2, "k2", "k3", 100.0)
+    ]
+    filled = load_trace(make_trace(events(fill=True), name="filled.json"))
+    assert [g for g in gpu_gaps(filled) if g.step == 2] == []
+
+
 # -- kernels ----------------------------------------------------------------------------------
 
 
