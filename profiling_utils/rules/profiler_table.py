@@ -128,8 +128,8 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     if fraction >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         yield (
             f"In the median step the GPU is busy {evidence['median_gpu_busy_us']:.1f} µs for "
-            f"{evidence['median_cpu_us']:.1f} µs of CPU time ({fraction:.0%}): the GPU sets "
-            "the pace.",
+            f"{evidence['median_cpu_us']:.1f} µs of CPU time ({fraction:.2g}× as long): the "
+            "GPU sets the pace.",
             evidence,
         )
 
