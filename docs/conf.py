@@ -8,6 +8,7 @@ Build with ``nox -s docs`` (warnings are errors). The local extensions live in `
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from datetime import date
@@ -15,6 +16,12 @@ from pathlib import Path
 
 DOCS = Path(__file__).parent
 sys.path.insert(0, str(DOCS / "_ext"))
+
+# myst-parser logs its whole configuration (one line of about 1,000 characters) at INFO on
+# every build; its warnings and errors still pass.
+logging.getLogger("sphinx.myst_parser.sphinx_ext.main").addFilter(
+    lambda record: record.levelno >= logging.WARNING
+)
 
 project = "Reading PyTorch profiler traces"
 author = "the profiling_utils contributors"

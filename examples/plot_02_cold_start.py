@@ -37,7 +37,7 @@ from profiling_utils.render import (
     trace_dir,
     trace_links,
 )
-from profiling_utils.rules import cpu_lane
+from profiling_utils.rules import Facts, cpu_lane
 
 COLD_PROGRAM = """
 import torch
@@ -247,7 +247,9 @@ findings_table(findings, caption=cold.path.name)
 # Each rule has a threshold, so that ordinary step-to-step jitter is not reported: the
 # first step must be some multiple of the other steps (their median for a step's width,
 # the quickest of them for a dead window, since the second step is often still settling),
-# and longer by a minimum. The thresholds, and this recording's first step against them:
+# and longer by a few of the trace's own launch latencies (the median time from a launch
+# call to its kernel's start on an idle GPU, which differs from one GPU and driver to
+# another). The thresholds, and this recording's first step against them:
 
 
 def first_against(by_step, baseline):
@@ -255,20 +257,22 @@ def first_against(by_step, baseline):
 
 
 fired = {finding.rule for finding in findings}
+latency = Facts(cold).launch_latency_us
+print(f"launch latency in this trace: {latency:.1f} µs")
 checks = {
     "cold-start": (
         cold_widths,
         statistics.median,
         "the median",
         cpu_lane.COLD_START_MIN_RATIO,
-        cpu_lane.COLD_START_MIN_EXCESS_US,
+        cpu_lane.COLD_START_MIN_EXCESS_LAUNCHES * latency,
     ),
     "dead-window": (
         cold_dead,
         min,
         "the quickest",
         cpu_lane.DEAD_WINDOW_MIN_RATIO,
-        cpu_lane.DEAD_WINDOW_MIN_EXCESS_US,
+        cpu_lane.DEAD_WINDOW_MIN_EXCESS_LAUNCHES * latency,
     ),
 }
 for rule, (by_step, baseline, which, min_ratio, min_excess_us) in checks.items():

@@ -12,7 +12,8 @@ Commands:
     - ``file``: the trace path as given.
     - ``spans``: number of complete events; ``duration_us``: end of the last one (µs from the
       first); ``has_gpu``: whether there is any GPU work.
-    - ``devices``: ``[{id, name, sm_count, total_memory_bytes, compute_capability}]``;
+    - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
+      compute_capability, description}]``;
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` sums
@@ -26,6 +27,10 @@ Commands:
       footprint}]``; ``apis`` and ``planning_calls`` map a call name to a count, ``footprint``
       is the first instance's ``{registers_per_thread, shared_memory_bytes, grid, block,
       blocks_per_sm, warps_per_sm, occupancy_pct}``.
+    - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
+      total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
+      direct children's on the same thread, never negative; a call whose only child is a call
+      of the same name counts once.
     - ``launch_apis``: kernels per launch API (``"unknown"`` when the launch is not in the
       trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
@@ -41,6 +46,13 @@ exits with status 2 (the status argparse uses for bad usage).
 ``diagnose TRACE [--json] [--select IDS] [--ignore IDS]`` applies the trace reading cheatsheet
 (:mod:`profiling_utils.rules`); ``compare BASELINE TRACE [--json]`` puts two traces side by side
 (:mod:`profiling_utils.compare`). Their JSON output is described in their ``--help``.
+
+Given several traces, or a directory of per-rank traces, ``summary`` and ``diagnose`` load each
+in its own process, as many at once as there are cores, and add the comparison of the ranks
+(:mod:`profiling_utils.ranks`); ``compare`` takes two directories and pairs their traces in
+file-name order. A file that cannot be read gives its one line on stderr, the others are
+still reported, and the exit status is 2. The JSON of several traces is described in
+``MULTI_RANK_JSON_HELP``.
 """
 
 from __future__ import annotations
@@ -53,18 +65,162 @@ import statistics
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from . import measures
 from .compare import compare
 from .errors import TraceError
+from .ranks import (
+    CrossRank,
+    Outcome,
+    RankProfile,
+    analyse_files,
+    cross_rank,
+    rank_profile,
+    trace_files,
+)
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .trace import Trace, load_trace
+from .tables import text_table
+from .trace import Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
 
 EXIT_BAD_TRACE = 2
+
+
+# -- several traces --------------------------------------------------------------------------
+
+
+def _is_multi(paths: Sequence[str]) -> bool:
+    """Several files, or a directory: the per-rank output (even for a directory of one)."""
+    return len(paths) > 1 or any(Path(path).is_dir() for path in paths)
+
+
+def _analyse(
+    args: argparse.Namespace, paths: Sequence[str], task: Callable[..., Any]
+) -> list[Outcome]:
+    """Each trace named by ``paths`` loaded and handed to ``task`` in a worker process."""
+    return analyse_files(
+        trace_files(paths), task, max_bytes=args.max_trace_bytes, workers=args.jobs
+    )
+
+
+def _report_errors(outcomes: list[Outcome]) -> int:
+    """Print each unreadable file's line on stderr; the exit status (2 if there was one)."""
+    for outcome in outcomes:
+        if outcome.error is not None:
+            print(f"error: {outcome.error}", file=sys.stderr)
+    return EXIT_BAD_TRACE if any(o.error is not None for o in outcomes) else 0
+
+
+def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    return [{"files": list(o.files), "error": o.error} for o in outcomes if o.error is not None]
+
+
+def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
+    """The readable text of the cross-rank analysis: the per-rank table, notes and findings."""
+    out = [f"{title} ({len(report.ranks)} traces)"]
+    rows = [
+        [
+            r.label,
+            r.content,
+            str(r.steps),
+            _us(r.median_step_us, 0),
+            _us(r.gpu_busy_us if r.content == "GPU" else None, 0),
+            _us(r.gpu_idle_us, 0),
+            str(r.collectives),
+            _us(r.collective_us if r.collectives else None, 0),
+            _us(r.wait_us, 0),
+            _us(r.transfer_us, 0),
+            str(r.last_arrivals) if r.wait_us is not None else "-",
+        ]
+        for r in report.ranks
+    ]
+    headers = [
+        "trace", "content", "steps", "median step", "GPU busy", "GPU idle",
+        "collectives", "in collectives", "wait", "transfer", "last",
+    ]  # fmt: skip
+    out += ["  (µs; wait: for a late rank to arrive; last: collectives it reached last)"]
+    out.append(text_table(headers, rows))
+    if report.steps:
+        out += ["", "  Steps across ranks (µs)"]
+        out.append(
+            text_table(
+                ["step", "ranks", "min", "median", "max", "spread", "longest on"],
+                [
+                    [
+                        str(s.step),
+                        str(s.ranks),
+                        _us(s.min_us, 0),
+                        _us(s.median_us, 0),
+                        _us(s.max_us, 0),
+                        f"{s.spread:.1%}",
+                        s.slowest if s.max_us > s.min_us else "-",
+                    ]  # fmt: skip
+                    for s in report.steps
+                ],
+                indent="    ",
+            )
+        )
+    for note in report.notes:
+        out.append(f"  note: {note}")
+    out.append("")
+    for finding in report.findings:
+        out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
+    if not report.findings:
+        out.append("  No cross-rank finding.")
+    return "\n".join(out)
+
+
+_CROSS_RANK_KEYS = """\
+  {ranks, steps, matched_collectives, straggler, findings, notes}
+    ranks        [{label, rank, file, device, content, steps, median_step_us, gpu_busy_us,
+                 gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
+                 last_arrivals}] in rank order. label is "rank N", or the file name when the
+                 trace records no distributedInfo.rank; content is "GPU", "CPU only" or
+                 "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
+                 memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
+                 of the steps' GPU windows; collective_us is the collectives' kernel time,
+                 split into wait_us (waiting for the last rank to arrive: skew) and
+                 transfer_us (the rest), both null when no collective could be matched;
+                 last_arrivals counts the matched collectives this rank reached last.
+    steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
+                 of each step number that two traces or more have; spread = (max - min) /
+                 median; slowest is the label of the longest.
+    matched_collectives  collectives found on two ranks or more with the same process
+                 group, position in that group and op, whose kernels overlap in time.
+    straggler    {label, rank, basis, last_arrivals, matched, caused_wait_us,
+                 median_step_us}, the rank the others wait for, or null. basis
+                 "collectives": it reaches collectives last and caused_wait_us is the
+                 others' wait for it; "steps": nothing matched, its steps are the longest.
+    findings     [{rule, table, severity, message, evidence}]: rank-straggler,
+                 collective-skew, rank-gpu-idle, rank-step-spread (table "Across ranks").
+    notes        caveats: clocks, ranks missing or repeated, collectives left out, sends
+                 and receives (not lined up: each pairs with another rank's opposite call).
+  Ranks are lined up on absolute time (baseTimeNanoseconds + ts; ts alone in traces older
+  than torch 2.4), so the numbers hold as far as the hosts' clocks agree."""
+
+MULTI_RANK_JSON_HELP = f"""\
+Several traces (several files, or a directory of per-rank traces): each loads in its own
+process, as many at once as there are cores (--jobs). JSON (--json): one object
+  traces      the single-trace object above, for each trace that could be read, in file order
+  errors      [{{files, error}}] for each file that could not be read; error is "FILE: what is
+              wrong", the line printed on stderr
+  cross_rank{_CROSS_RANK_KEYS}
+Exit status: 0 when every trace was read; 2 when one could not be (the others are still
+reported), with one line on stderr per unreadable file."""
+
+COMPARE_MULTI_RANK_JSON_HELP = f"""\
+Two directories of per-rank traces: their traces are paired in file-name order (rank-0 with
+rank-0), each pair compared in its own process. JSON (--json): one object
+  pairs       the object above for each pair whose traces could both be read
+  errors      [{{files, error}}] for each pair with a file that could not be read
+  baseline_cross_rank  the comparison of BASELINE's ranks, with the keys below
+  trace_cross_rank{_CROSS_RANK_KEYS}
+Exit status: 2 as well when the directories hold different numbers of traces."""
 
 
 # -- summary ----------------------------------------------------------------------------------
@@ -153,7 +309,10 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "spans": len(trace.spans),
         "duration_us": max((s.end for s in trace.spans), default=0.0),
         "has_gpu": trace.has_gpu,
-        "devices": [dataclasses.asdict(device) for device in trace.devices],
+        "devices": [
+            {**dataclasses.asdict(device), "description": device.describe()}
+            for device in trace.devices
+        ],
         "cuda_runtime_version": trace.cuda_runtime_version,
         "cuda_driver_version": trace.cuda_driver_version,
         "cupti_version": trace.cupti_version,
@@ -167,12 +326,13 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
                 "device": lane.device,
                 "stream": lane.stream,
                 "spans": len(trace.lane_spans(lane)),
-                "busy_us": sum(s.dur for s in trace.lane_spans(lane) if s.depth == 0),
+                "busy_us": measures.lane_busy_us(trace, lane),
             }
             for lane in trace.lanes
         ],
         "steps": _steps(trace),
         "top_kernels": kernels,
+        "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
         "planning_calls": dict(planning.most_common()),
         "memory": _memory(trace),
@@ -217,14 +377,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
     for device in summary["devices"]:
-        facts = []
-        if device["sm_count"] is not None:
-            facts.append(f"{device['sm_count']} SMs")
-        if device["total_memory_bytes"] is not None:
-            facts.append(_bytes(device["total_memory_bytes"]))
-        if device["compute_capability"] is not None:
-            facts.append("compute {}.{}".format(*device["compute_capability"]))
-        out.append(f"  GPU {device['id']}: {device['name']} ({', '.join(facts)})")
+        memory = device["total_memory_bytes"]
+        size = "" if memory is None else f", {_bytes(memory)}"
+        out.append(f"  GPU {device['id']}: {device['description']}{size}")
     versions = [
         f"{label} {summary[key]}"
         for label, key in (
@@ -236,7 +391,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     if versions:
         out.append("  " + ", ".join(versions))
-    gpu = "GPU work recorded" if summary["has_gpu"] else "no GPU work (CPU-only trace)"
+    if not summary["spans"]:
+        gpu = "no events"
+    else:
+        gpu = "GPU work recorded" if summary["has_gpu"] else "no GPU work (CPU-only trace)"
     out.append(f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs; {gpu}")
 
     out += ["", "Lanes"]
@@ -283,6 +441,16 @@ def format_summary(summary: dict[str, Any]) -> str:
                 out.append(f"{'':>8}outlier steps: {steps}")
     else:
         out.append("  none")
+
+    out += ["", "Top CPU operators by self time (µs)"]
+    if summary["top_cpu_ops"]:
+        rows = [
+            [_short(op["name"], 60), f"{op['calls']:,}", _us(op["self_us"]), _us(op["total_us"])]
+            for op in summary["top_cpu_ops"]
+        ]
+        out.append(text_table(["operator", "calls", "self", "total"], rows))
+    else:
+        out.append("  none")
     out += [
         "",
         f"Launch APIs: {_counts(summary['launch_apis'])}",
@@ -325,15 +493,37 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _summary_task(trace: Trace, top: int, ranks: bool) -> tuple[RankProfile | None, dict[str, Any]]:
+    """Worker: one trace's summary, and its profile for the cross-rank table if ``ranks``."""
+    return rank_profile(trace) if ranks else None, summarize(trace, top=top)
+
+
 def run_summary(args: argparse.Namespace) -> int:
-    """``summary``: print the summary of one trace as text or JSON."""
-    trace = load_trace(args.trace)
-    summary = summarize(trace, file=args.trace, top=args.top)
+    """``summary``: one trace's summary, or the per-rank table of several, as text or JSON."""
+    multi = _is_multi(args.traces)
+    outcomes = _analyse(args, args.traces, partial(_summary_task, top=args.top, ranks=multi))
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not multi:
+        for _, summary in done:
+            print(
+                json.dumps(summary, indent=2, allow_nan=False)
+                if args.json
+                else format_summary(summary)
+            )
+        return status
+    report = cross_rank([profile for profile, _ in done if profile is not None])
     if args.json:
-        print(json.dumps(summary, indent=2, allow_nan=False))
+        document = {
+            "traces": [summary for _, summary in done],
+            "errors": _errors(outcomes),
+            "cross_rank": report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(format_summary(summary))
-    return 0
+        print(format_cross_rank(report))
+        print("\n(summary FILE shows one trace in full; --json holds every trace's summary.)")
+    return status
 
 
 def _summary_keys_help() -> str:
@@ -348,13 +538,17 @@ def add_summary_parser(subcommands: Any) -> None:
     """Register ``summary``."""
     parser = subcommands.add_parser(
         "summary",
-        help="steps, lanes, top kernels and the measurements of one trace",
-        description="Summarize one trace: readable text, or one JSON object with --json.",
-        epilog="JSON keys:\n" + _summary_keys_help(),
+        help="steps, lanes, top kernels and the measurements of a trace, or of a run's ranks",
+        description=(
+            "Summarize one trace, or compare the ranks of a distributed run (several traces, "
+            "or a directory of them): readable text, or one JSON object with --json."
+        ),
+        epilog=f"JSON keys (--json):\n{_summary_keys_help()}\n{MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("trace", help="a trace written by torch.profiler (.json or .json.gz)")
+    _add_traces_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.add_argument(
         "--top", type=int, default=10, metavar="N", help="kernel names to list (default 10)"
     )
@@ -376,9 +570,10 @@ rule id, with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
-  baseline, trace  {trace, device, steps, median_step_cpu_us, median_step_gpu_busy_us,
+  baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
                    kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
-                   launch_apis, compiled, cuda_graph_launches}
+                   launch_apis, compiled, cuda_graph_launches}; content is "GPU",
+                   "CPU only" or "no events"
   cpu_ratio        median step CPU time of TRACE over BASELINE
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
@@ -393,37 +588,64 @@ def _rule_id_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _diagnose_task(
+    trace: Trace, select: list[str] | None, ignore: list[str] | None, ranks: bool
+) -> tuple[RankProfile | None, dict[str, Any], str]:
+    """Worker: one trace's findings (JSON and text), and its profile for the cross-rank table
+    if ``ranks``."""
+    findings = diagnose(trace, select=select, ignore=ignore)
+    profile = rank_profile(trace) if ranks else None
+    return profile, diagnosis_dict(trace, findings), format_diagnosis(trace, findings)
+
+
 def run_diagnose(args: argparse.Namespace) -> int:
-    """``diagnose``: print the cheatsheet's findings for one trace as text or JSON."""
+    """``diagnose``: the cheatsheet's findings for each trace, and across ranks, as text or JSON."""
     try:
         select_rules(args.select, args.ignore)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_TRACE
-    trace = load_trace(args.trace)
-    findings = diagnose(trace, select=args.select, ignore=args.ignore)
+    multi = _is_multi(args.traces)
+    task = partial(_diagnose_task, select=args.select, ignore=args.ignore, ranks=multi)
+    outcomes = _analyse(args, args.traces, task)
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not multi:
+        for _, document, text in done:
+            print(json.dumps(document, indent=2) if args.json else text)
+        return status
+    report = cross_rank([profile for profile, _, _ in done if profile is not None])
     if args.json:
-        print(json.dumps(diagnosis_dict(trace, findings, file=args.trace), indent=2))
+        document = {
+            "traces": [document for _, document, _ in done],
+            "errors": _errors(outcomes),
+            "cross_rank": report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(format_diagnosis(trace, findings, file=args.trace))
-    return 0
+        print("\n\n".join([*(text for _, _, text in done), format_cross_rank(report)]))
+    return status
 
 
 def add_diagnose_parser(subcommands: Any) -> None:
     """Register ``diagnose``."""
     parser = subcommands.add_parser(
         "diagnose",
-        help="apply the trace reading cheatsheet to one trace",
+        help="apply the trace reading cheatsheet to a trace, or to each rank of a run",
         description=(
             "Find the cheatsheet's patterns in one trace and show the evidence for each, "
             "grouped by cheatsheet table, the most important first. (compile-cpu-tax needs "
-            "an eager baseline: compare reports it.)"
+            "an eager baseline: compare reports it.) Given several traces, or a directory of "
+            "a run's per-rank traces, it diagnoses each and then compares the ranks."
         ),
-        epilog=f"{DIAGNOSE_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}",
+        epilog=(
+            f"{DIAGNOSE_JSON_HELP}\n\n{MULTI_RANK_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("trace", help="a trace written by torch.profiler (.json or .json.gz)")
+    _add_traces_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.add_argument(
         "--select",
         type=_rule_id_list,
@@ -441,41 +663,120 @@ def add_diagnose_parser(subcommands: Any) -> None:
     parser.set_defaults(handler=run_diagnose)
 
 
+def _compare_task(
+    baseline: Trace, trace: Trace, ranks: bool
+) -> tuple[RankProfile | None, RankProfile | None, dict[str, Any], str]:
+    """Worker: the comparison of two traces, and their profiles for the cross-rank tables if
+    ``ranks``."""
+    comparison = compare(baseline, trace)
+    profiles = (rank_profile(baseline), rank_profile(trace)) if ranks else (None, None)
+    return *profiles, comparison.to_dict(), comparison.to_text()
+
+
 def run_compare(args: argparse.Namespace) -> int:
-    """``compare``: print two traces side by side as text or JSON."""
-    comparison = compare(load_trace(args.baseline), load_trace(args.trace))
+    """``compare``: two traces side by side, or two runs rank by rank, as text or JSON."""
+    baselines, traces = trace_files([args.baseline]), trace_files([args.trace])
+    if len(baselines) != len(traces):
+        print(
+            f"error: {args.baseline} holds {len(baselines)} trace(s) and {args.trace} "
+            f"{len(traces)}: compare pairs them rank by rank",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_TRACE
+    multi = _is_multi([args.baseline]) or _is_multi([args.trace])
+    pairs = list(zip(baselines, traces, strict=True))
+    task = partial(_compare_task, ranks=multi)
+    outcomes = analyse_files(pairs, task, max_bytes=args.max_trace_bytes, workers=args.jobs)
+    status = _report_errors(outcomes)
+    done = [o.value for o in outcomes if o.value is not None]
+    if not multi:
+        for _, _, document, text in done:
+            print(json.dumps(document, indent=2) if args.json else text)
+        return status
+    baseline_report = cross_rank([a for a, _, _, _ in done if a is not None])
+    trace_report = cross_rank([b for _, b, _, _ in done if b is not None])
     if args.json:
-        print(json.dumps(comparison.to_dict(), indent=2))
+        document = {
+            "pairs": [document for _, _, document, _ in done],
+            "errors": _errors(outcomes),
+            "baseline_cross_rank": baseline_report.to_dict(),
+            "trace_cross_rank": trace_report.to_dict(),
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print(comparison.to_text())
-    return 0
+        texts = [text for _, _, _, text in done]
+        texts.append(format_cross_rank(baseline_report, "Baseline across ranks"))
+        texts.append(format_cross_rank(trace_report, "Trace across ranks"))
+        print("\n\n".join(texts))
+    return status
 
 
 def add_compare_parser(subcommands: Any) -> None:
     """Register ``compare``."""
     parser = subcommands.add_parser(
         "compare",
-        help="two traces side by side (e.g. eager against torch.compile)",
+        help="two traces side by side (e.g. eager against torch.compile), or two runs rank by rank",
         description=(
             "Compare TRACE with BASELINE: per-step CPU and GPU time, kernel and launch "
             "counts, ops and kernels only in one of them, and compile-cpu-tax."
         ),
-        epilog=COMPARE_JSON_HELP,
+        epilog=f"{COMPARE_JSON_HELP}\n\n{COMPARE_MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("baseline", help="the reference trace (e.g. the eager run)")
-    parser.add_argument("trace", help="the trace to compare with it (e.g. the compiled run)")
+    parser.add_argument(
+        "baseline", help="the reference trace (e.g. the eager run), or a directory of its ranks"
+    )
+    parser.add_argument(
+        "trace",
+        help="the trace to compare with it (e.g. the compiled run), or a directory of its ranks",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_loading_options(parser)
     parser.set_defaults(handler=run_compare)
+
+
+def _add_traces_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="a trace written by torch.profiler (.json or .json.gz); several files or a "
+        "directory of per-rank traces give the per-rank table and the cross-rank findings",
+    )
+
+
+def _add_loading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-trace-bytes",
+        type=int,
+        metavar="N",
+        help="refuse a trace whose decompressed size is over N bytes (default: "
+        "PROFILING_UTILS_MAX_TRACE_BYTES, else a third of the available memory, shared among "
+        "the traces loaded at once)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="traces to load at once, each in its own process (default: one per core)",
+    )
 
 
 # -- entry point ------------------------------------------------------------------------------
 
 
+def _program_name() -> str:
+    """``python -m profiling_utils`` when started that way, else the console script's name."""
+    started_as = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if started_as is not None and started_as.name == "profiling_utils.__main__":
+        return "python -m profiling_utils"
+    return "profiling-utils"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser: one subparser per command, each with its ``handler``."""
     parser = argparse.ArgumentParser(
-        prog="python -m profiling_utils",
+        prog=_program_name(),
         description="Read PyTorch profiler traces: summarize, diagnose, compare.",
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

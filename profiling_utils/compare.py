@@ -20,9 +20,10 @@ import os
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .rules import RULES, Facts, Finding, order_findings
+from .tables import text_table
 from .trace import Trace, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
@@ -36,6 +37,8 @@ class RunSummary:
     """The trace's path."""
     device: str | None
     """The GPU name(s) recorded, or ``None``."""
+    content: Literal["GPU", "CPU only", "no events"]
+    """Whether the trace holds GPU work, only host events, or no event at all."""
     steps: int
     """``ProfilerStep#N`` windows in the trace."""
     median_step_cpu_us: float | None
@@ -132,7 +135,9 @@ class Comparison:
         if a.device or b.device:
             devices = a.device if a.device == b.device else f"{a.device} | {b.device}"
             out.append(f"device:   {devices}")
-        out += ["", f"{'':30}{'baseline':>14}{'trace':>14}{'trace/baseline':>16}"]
+        contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
+        out.append(f"content:  {contents}")
+        out.append("")
         rows: list[tuple[str, Any, Any]] = [
             ("steps", a.steps, b.steps),
             ("median step CPU (µs)", a.median_step_cpu_us, b.median_step_cpu_us),
@@ -144,18 +149,31 @@ class Comparison:
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
             ("CUDA graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
-        for label, left, right in rows:
-            ratio = f"{right / left:.2f}×" if left and right is not None else ""
-            out.append(f"{label:30}{_num(left):>14}{_num(right):>14}{ratio:>16}")
-        out.append(f"{'launch APIs':30}baseline: {_counts(a.launch_apis)}")
-        out.append(f"{'':30}trace:    {_counts(b.launch_apis)}")
+        cells = [
+            [
+                label,
+                _num(left),
+                _num(right),
+                f"{right / left:.2f}×" if left and right is not None else "",
+            ]
+            for label, left, right in rows
+        ]
+        out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
+        out.append(f"launch APIs, baseline: {_counts(a.launch_apis)}")
+        out.append(f"             trace:    {_counts(b.launch_apis)}")
         if self.steps:
-            out += ["", "Steps (µs)", f"  {'step':>12}{'CPU':>22}{'GPU busy':>22}"]
-            for pair in self.steps:
-                steps = f"#{_num(pair.baseline_step)} | #{_num(pair.trace_step)}"
-                cpu = f"{_num(pair.baseline_cpu_us)} | {_num(pair.trace_cpu_us)}"
-                gpu = f"{_num(pair.baseline_gpu_busy_us)} | {_num(pair.trace_gpu_busy_us)}"
-                out.append(f"  {steps:>12}{cpu:>22}{gpu:>22}")
+            headers = ["step", "baseline CPU", "trace CPU", "baseline GPU busy", "trace GPU busy"]
+            rows = [
+                [
+                    f"#{_num(pair.baseline_step)} | #{_num(pair.trace_step)}",
+                    _num(pair.baseline_cpu_us),
+                    _num(pair.trace_cpu_us),
+                    _num(pair.baseline_gpu_busy_us),
+                    _num(pair.trace_gpu_busy_us),
+                ]
+                for pair in self.steps
+            ]
+            out += ["", "Steps (µs)", text_table(headers, rows)]
         for title, names in (
             ("Ops only in the baseline", self.ops_only_in_baseline),
             ("Ops only in the trace", self.ops_only_in_trace),
@@ -198,9 +216,14 @@ def _summary(facts: Facts) -> RunSummary:
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
     devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
     info = facts.compile_info
+    if not trace.spans:
+        content: Literal["GPU", "CPU only", "no events"] = "no events"
+    else:
+        content = "GPU" if trace.has_gpu else "CPU only"
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
+        content=content,
         steps=steps,
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,

@@ -11,6 +11,18 @@ the garbage collector, and from keeping each event's ``args`` as undecoded JSON
 the input buffer, so the decompressed file stays in memory as long as any event does; that
 buffer is counted in the memory budget of ``benchmarks/README.md``.
 
+**Memory-safe reading.** A trace is held in memory whole: its decompressed bytes, then the
+model built over them, about 2.6 times the decompressed size at peak (``benchmarks/README.md``).
+So before anything is decoded, the decompressed size is checked against a limit,
+:func:`default_max_bytes`: **a third of the memory available** when the file is read
+(``MemAvailable`` of ``/proc/meminfo``; the physical memory where that is not known). A plain
+``.json`` is checked by its size on disk; a ``.json.gz`` is decompressed as a stream, with the
+limit as the cap, so a small file that expands to gigabytes (whitespace compresses a
+thousandfold) is refused as soon as its output passes the limit, whatever its gzip trailer
+claims. The refusal is one :class:`~profiling_utils.errors.TraceError` line. To load a larger
+trace on purpose, pass ``max_bytes`` or set the environment variable
+``PROFILING_UTILS_MAX_TRACE_BYTES`` (a number of bytes; ``max_bytes`` wins).
+
 Some Kineto versions write JSON that strict parsers reject: an unquoted ``N/A`` or ``inf`` in
 ``args``, or control characters inside names. Such a file is decoded a second time after a
 byte-level repair that quotes those values and blanks the control characters; files that
@@ -20,7 +32,6 @@ decode the first time are never rewritten.
 from __future__ import annotations
 
 import codecs
-import gzip
 import math
 import os
 import re
@@ -38,6 +49,8 @@ __all__ = [
     "OtherEvent",
     "OTHER_PHASES",
     "RawTrace",
+    "MAX_TRACE_BYTES_ENV",
+    "default_max_bytes",
     "read_trace_bytes",
     "decode_trace",
     "load_raw_trace",
@@ -149,15 +162,85 @@ _UTF8_CHUNK = 1 << 20
 _VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
 
 
-def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
-    """Read a trace file, decompressing it when it is gzip (detected from its first bytes).
+MAX_TRACE_BYTES_ENV = "PROFILING_UTILS_MAX_TRACE_BYTES"
+"""Environment variable that sets the largest decompressed trace, in bytes (see the module docs)."""
+_MEMORY_PER_TRACE_BYTE = 3  # peak RSS is ~2.6x the decompressed trace: keep a margin
+_GZIP_INPUT_CHUNK = 1 << 16
+_GZIP_OUTPUT_CHUNK = 1 << 20
+_GZIP_MAX_RATIO = 1032  # deflate's largest expansion
+
+
+def _available_memory_bytes() -> int | None:
+    """``MemAvailable`` (Linux), else the physical memory, else ``None``."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def default_max_bytes() -> int | None:
+    """The largest decompressed trace read by default, in bytes.
+
+    ``PROFILING_UTILS_MAX_TRACE_BYTES`` when set, else a third of the memory available now
+    (the model peaks at about 2.6x the decompressed size); ``None`` (no limit) when the
+    machine's memory cannot be read.
 
     Raises:
-        TraceError: The file is missing, unreadable, empty, or gzip that is cut short or
-            corrupt.
+        ValueError: The environment variable is set but is not a positive whole number.
     """
+    written = os.environ.get(MAX_TRACE_BYTES_ENV, "").strip()
+    if written:
+        if not written.isdigit() or int(written) <= 0:
+            raise ValueError(f"{MAX_TRACE_BYTES_ENV} must be a number of bytes, not {written!r}")
+        return int(written)
+    available = _available_memory_bytes()
+    return None if available is None else available // _MEMORY_PER_TRACE_BYTE
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _too_large(path: str | os.PathLike[str], what: str, limit: int) -> TraceError:
+    return TraceError(
+        path,
+        f"{what} more than the {_size(limit)} that can be loaded safely (a third of the "
+        f"available memory); to load it anyway pass max_bytes or set {MAX_TRACE_BYTES_ENV}",
+    )
+
+
+def read_trace_bytes(
+    path: str | os.PathLike[str], *, max_bytes: int | None = None
+) -> bytes | bytearray:
+    """Read a trace file, decompressing it when it is gzip (detected from its first bytes).
+
+    Args:
+        path: The file.
+        max_bytes: The largest decompressed size accepted; ``None`` for
+            :func:`default_max_bytes`.
+
+    Raises:
+        TraceError: The file is missing, unreadable, empty, larger (decompressed) than
+            ``max_bytes``, or gzip that is cut short or corrupt.
+    """
+    limit = default_max_bytes() if max_bytes is None else max_bytes
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as file:
+            on_disk = os.fstat(file.fileno()).st_size
+            if limit is not None and on_disk > limit:
+                raise _too_large(path, f"the file holds {_size(on_disk)},", limit)
+            data = file.read()
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
@@ -167,29 +250,60 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
     if not data or data.isspace():  # not data.strip(): that would copy the whole file
         raise TraceError(path, "file is empty")
     if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(data, path)
+        data = _gunzip(data, path, limit)
         if not data or data.isspace():
             raise TraceError(path, "gzip file holds no data")
     return data
 
 
-def _gunzip(data: bytes, path: str | os.PathLike[str]) -> bytes:
-    """Decompress gzip into one buffer of the final size (``gzip.decompress`` peaks at twice it).
+def _gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None) -> bytearray:
+    """Decompress gzip as a stream into one buffer, refusing output past ``limit``.
 
-    The gzip trailer records the uncompressed size (mod 2**32); it is capped by deflate's
-    largest ratio in case the file is cut short and the trailer is not one.
+    The buffer is sized from the gzip trailer (the uncompressed size mod 2**32), but only as a
+    hint, capped by the limit and by deflate's largest ratio: the output is counted as it
+    comes, in 1 MB pieces, and the file is refused as soon as it passes the limit, whatever
+    the trailer says. Small pieces stay in cache, so this is as fast as one-shot
+    ``zlib.decompress``; one ``bytearray`` (no copy at the end, where ``gzip.decompress`` peaks
+    at twice the output) is what msgspec then decodes from. Several gzip members are read in
+    turn.
     """
-    expected = int.from_bytes(data[-4:], "little")
+    hint = min(int.from_bytes(data[-4:], "little"), _GZIP_MAX_RATIO * len(data))
+    if limit is not None:
+        hint = min(hint, limit + 1)
+    out = bytearray(hint)
+    size = 0
+    view = memoryview(data)
+    position = 0
+    decompressor = zlib.decompressobj(wbits=31)
     try:
-        out = zlib.decompress(data, wbits=31, bufsize=max(1, min(expected, 1032 * len(data))))
-        if len(out) != expected:  # several gzip members, or 4 GiB and more: the slow way
-            out = gzip.decompress(data)
-    except EOFError:
-        raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
-    except (gzip.BadGzipFile, zlib.error, OSError) as err:
-        if "incomplete or truncated" in str(err):
-            raise TraceError(path, "gzip data is cut short (the file looks truncated)") from None
+        while True:
+            if position < len(data):
+                piece: bytes | memoryview = view[position : position + _GZIP_INPUT_CHUNK]
+                position += len(piece)
+            else:
+                piece = b""
+            while True:
+                chunk = decompressor.decompress(piece, _GZIP_OUTPUT_CHUNK)
+                out[size : size + len(chunk)] = chunk
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise _too_large(path, "the gzip data expands to", limit)
+                piece = decompressor.unconsumed_tail
+                # A full piece may leave output pending inside zlib: drain it too.
+                if not piece and len(chunk) < _GZIP_OUTPUT_CHUNK:
+                    break
+            if decompressor.eof:
+                rest = decompressor.unused_data + bytes(view[position:])
+                if not rest.strip(b"\0"):
+                    break
+                data, view, position = rest, memoryview(rest), 0
+                decompressor = zlib.decompressobj(wbits=31)
+            elif position >= len(data):
+                raise TraceError(path, "gzip data is cut short (the file looks truncated)")
+    except zlib.error as err:
         raise TraceError(path, f"not valid gzip data ({err})") from None
+    del view
+    del out[size:]
     return out
 
 
@@ -250,7 +364,7 @@ def _shape_problem(err: msgspec.ValidationError, where_prefix: str) -> str:
 
 
 def decode_trace(
-    data: bytes, path: str | os.PathLike[str], event_type: type[E] = Event
+    data: bytes | bytearray, path: str | os.PathLike[str], event_type: type[E] = Event
 ) -> RawTrace[E]:
     """Decode the bytes of a Kineto trace (already decompressed) into a :class:`RawTrace`.
 
@@ -318,6 +432,11 @@ def decode_trace(
     return trace
 
 
-def load_raw_trace(path: str | os.PathLike[str], event_type: type[E] = Event) -> RawTrace[E]:
+def load_raw_trace(
+    path: str | os.PathLike[str],
+    event_type: type[E] = Event,
+    *,
+    max_bytes: int | None = None,
+) -> RawTrace[E]:
     """Read and decode a trace file: :func:`read_trace_bytes` then :func:`decode_trace`."""
-    return decode_trace(read_trace_bytes(path), path, event_type)
+    return decode_trace(read_trace_bytes(path, max_bytes=max_bytes), path, event_type)

@@ -4,6 +4,8 @@ Each function returns frozen dataclasses whose field names carry their units (``
 microseconds, ``_bytes``, ``_gb_s`` for GB/s, ``_fraction`` for 0..1) and a ``to_dict()`` that
 gives plain JSON values (spans become small dicts: id, name, cat, lane, start_us, dur_us).
 
+- :func:`gpu_busy_us`: how long the GPU (or one GPU lane) ran kernels, copies or memsets.
+- :func:`lane_busy_us`: the busy time of any lane (the one definition every report uses).
 - :func:`step_times`: per step, CPU duration, GPU busy time and GPU idle fraction.
 - :func:`launch_delays`: per GPU activity, launch call start to GPU start.
 - :func:`lane_offset`: per step, how far the GPU lane runs behind the CPU lane.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .trace import Span, Step, Trace
+from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
 
 __all__ = [
     "PLANNING_CALL_PREFIXES",
@@ -40,6 +42,9 @@ __all__ = [
     "KernelLaunch",
     "MemoryCopy",
     "CompileInfo",
+    "OpStats",
+    "gpu_busy_us",
+    "lane_busy_us",
     "step_times",
     "launch_delays",
     "lane_offset",
@@ -50,6 +55,7 @@ __all__ = [
     "kernel_launches",
     "memory_copies",
     "compiled_regions",
+    "op_stats",
     "span_dict",
 ]
 
@@ -132,19 +138,47 @@ class StepTime(_Result):
     """Kernels, copies and memsets launched in the step."""
 
 
-def _union_us(spans: list[Span] | tuple[Span, ...]) -> float:
-    """Length of the union of the spans' intervals."""
-    total, current_start, current_end = 0.0, None, None
-    for span in sorted(spans, key=lambda s: s.start):
-        if current_end is None or span.start > current_end:
+def _union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = False) -> float:
+    """Length of the union of the spans' intervals (sorted first unless already in order)."""
+    total = 0.0
+    current_start = current_end = None
+    for span in spans if in_start_order else sorted(spans, key=_START):
+        start = span.start
+        if current_end is None or start > current_end:
             if current_end is not None:
                 total += current_end - current_start
-            current_start, current_end = span.start, span.end
+            current_start, current_end = start, start + span.dur
         else:
-            current_end = max(current_end, span.end)
+            end = start + span.dur
+            if end > current_end:
+                current_end = end
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+def gpu_busy_us(trace: Trace, lane: Lane | None = None) -> float:
+    """How long GPU work ran: the union of kernels, memcpys and memsets, overlaps counted once.
+
+    ``gpu_user_annotation`` spans (``record_function`` labels drawn on GPU lanes) and sync
+    events are never busy time: they mark a range, the GPU may sit idle inside it.
+
+    Args:
+        trace: The loaded trace.
+        lane: One GPU lane (a stream); ``None`` for every GPU lane of the trace together.
+    """
+    if lane is None:
+        return _union_us(trace.gpu_work, in_start_order=True)
+    work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
+    return _union_us(work, in_start_order=True)
+
+
+def lane_busy_us(trace: Trace, lane: Lane) -> float:
+    """The busy time of one lane: :func:`gpu_busy_us` for a GPU lane, the union of the
+    lane's spans for any other (CPU thread, overhead track)."""
+    if lane.kind == "gpu":
+        return gpu_busy_us(trace, lane)
+    return _union_us(trace.lane_spans(lane), in_start_order=True)
 
 
 def step_times(trace: Trace) -> list[StepTime]:
@@ -317,6 +351,7 @@ class GpuGap(_Result):
 
 
 _SPAN_ID = attrgetter("id")
+_START = attrgetter("start")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
@@ -655,3 +690,53 @@ def compiled_regions(trace: Trace) -> CompileInfo:
             s for s in trace.find("cudaGraphLaunch") if s.cat in ("cuda_runtime", "cuda_driver")
         ),
     )
+
+
+# -- CPU operators ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats(_Result):
+    """All calls of one CPU operator (``cpu_op`` name), as ``key_averages()`` groups them."""
+
+    name: str
+    calls: int
+    """Calls, a call whose only child is a call of the same name counted once (as
+    ``key_averages()`` folds ``aten::sum`` calling ``aten::sum``)."""
+    self_us: float
+    """Time in the op itself: each call's duration less its direct children's on the same
+    thread (ops, runtime calls, annotations), never below 0."""
+    total_us: float
+    """Sum of the calls' durations (a call nested in a call of the same op counts twice, as in
+    ``key_averages()``)."""
+
+
+def _merged_into_parent(trace: Trace, op: Span) -> bool:
+    """Whether ``op`` is the only child of a call of the same name, which ``key_averages()``
+    folds into that call (``aten::sum`` calling ``aten::sum``)."""
+    if op.parent is None:
+        return False
+    parent = trace.spans[op.parent]
+    return parent.name == op.name and len(trace.children(parent)) == 1
+
+
+def op_stats(trace: Trace) -> list[OpStats]:
+    """Calls, self time and total time of every CPU operator, largest self time first.
+
+    As ``key_averages()`` does, a call whose only child is a call of the same name counts
+    once, its child's children as its own.
+    """
+    calls: dict[str, list[float]] = {}
+    for op in trace.cpu_ops:
+        if _merged_into_parent(trace, op):
+            continue
+        children = trace.children(op)
+        while len(children) == 1 and children[0].name == op.name:
+            children = trace.children(children[0])
+        entry = calls.setdefault(op.name, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += max(0.0, op.dur - sum(child.dur for child in children))
+        entry[2] += op.dur
+    stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
+    stats.sort(key=lambda s: (-s.self_us, s.name))
+    return stats

@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,10 +39,32 @@ import msgspec
 from .errors import TraceError
 from .loading import Event, RawTrace, load_raw_trace
 
-__all__ = ["LaneKind", "Lane", "Span", "Step", "DeviceInfo", "Trace", "load_trace", "gc_paused"]
+__all__ = [
+    "LaneKind",
+    "Lane",
+    "Span",
+    "Step",
+    "DeviceInfo",
+    "Vendor",
+    "Trace",
+    "load_trace",
+    "is_communication",
+    "gc_paused",
+]
 
 LaneKind = Literal["cpu", "gpu", "overhead", "other"]
 
+LEGACY_CATEGORIES = {
+    "Operator": "cpu_op",
+    "Runtime": "cuda_runtime",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Python": "python_function",
+}
+"""Category spellings of torch ~1.8-1.9 traces (and the TensorBoard plugin's samples), mapped to
+today's. The model renames them on load (:attr:`Trace.renamed_categories` keeps what was
+written), so every analysis reads one vocabulary."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
 GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation"}
@@ -64,11 +86,45 @@ CPU_CATEGORIES = frozenset(
 )
 """Categories recorded on host threads."""
 
+SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
+"""Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
+
+COMMUNICATION_KERNEL_PREFIXES = (
+    "ncclKernel",
+    "ncclDevKernel",
+    "rcclKernel",
+    "rccl_",
+    "mscclKernel",
+    "nvshmem",
+)
+"""Name prefixes of collective and point-to-point communication kernels: NCCL
+(``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_SendRecv``), RCCL on ROCm (which
+keeps NCCL's kernel names, plus its own ``rccl`` ones), MSCCL and NVSHMEM."""
+
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)")
+_STEP_PREFIX = "ProfilerStep#"
+_STREAM_NUMBER = re.compile(r"\s*(?:stream\s*)?(-?\d+)\s*", re.I)
+# Tensile GEMM kernels (rocBLAS, hipBLASLt) carry the ISA they were built for: "..._ISA90a_...".
+_TENSILE_ISA = re.compile(r"_ISA(\d{2,4}[a-z]?)_")
 _RECORD_WINDOW_END = "Record Window End"
 _START = attrgetter("start")
 _DUR = attrgetter("dur")
 _ID = attrgetter("id")
+_NAME = attrgetter("name")
+_COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
+_IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
+# Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
+# ends this little after its parent is rounding, and still nests in it.
+_NEST_TOLERANCE_US = 0.002
+
+
+def is_communication(name: str) -> bool:
+    """Whether a GPU kernel's name is a collective or point-to-point communication kernel.
+
+    Matches NCCL (``ncclKernel_*``, ``ncclDevKernel_*``), RCCL (the same names on ROCm, and
+    ``rccl*``), MSCCL and NVSHMEM kernels; see :data:`COMMUNICATION_KERNEL_PREFIXES`.
+    """
+    return name.startswith(COMMUNICATION_KERNEL_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +204,11 @@ class Span(Event, gc=False, eq=False):
         """Whether this is a kernel, a memcpy or a memset on a GPU."""
         return self.cat in GPU_WORK_CATEGORIES
 
+    @property
+    def is_communication(self) -> bool:
+        """Whether this is a communication kernel (NCCL/RCCL collective or send/receive)."""
+        return self.cat == "kernel" and is_communication(self.name)
+
     def __repr__(self) -> str:
         return (
             f"Span(id={self.id}, name={self.name!r}, cat={self.cat!r}, "
@@ -189,20 +250,63 @@ class Step:
     in start order. It may run after the window ends."""
 
 
+Vendor = Literal["nvidia", "amd", "unknown"]
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
-    """A GPU as ``deviceProperties`` describes it."""
+    """An accelerator as ``deviceProperties`` describes it (or as the GPU work shows it)."""
 
     id: int
-    """The device index (the ``pid`` of its GPU lanes)."""
+    """The device index, as the trace's GPU lanes use it (:attr:`Lane.device`)."""
     name: str
-    """E.g. ``"NVIDIA H100 80GB HBM3"``."""
-    sm_count: int | None
-    """Streaming multiprocessors (``numSms``)."""
+    """E.g. ``"NVIDIA H100 80GB HBM3"``; ``"unknown"`` for a device with GPU work but no
+    ``deviceProperties`` entry."""
+    vendor: Vendor
+    """``"nvidia"``, ``"amd"``, or ``"unknown"`` (another accelerator, e.g. MTIA, or no clue)."""
+    arch: str | None
+    """The instruction-set architecture: ``"sm_90"`` on NVIDIA (from the compute capability),
+    ``"gfx90a"`` on AMD (from ``gcnArchName`` when written, else from the ``_ISA90a_`` tag of
+    the trace's Tensile GEMM kernels); ``None`` when the trace does not say."""
+    compute_units: int | None
+    """Streaming multiprocessors on NVIDIA, compute units on AMD (``numSms`` in both)."""
     total_memory_bytes: int | None
     """Global memory in bytes (``totalGlobalMem``)."""
     compute_capability: tuple[int, int] | None
-    """``(computeMajor, computeMinor)``, e.g. ``(9, 0)``."""
+    """``(computeMajor, computeMinor)``, e.g. ``(9, 0)``. AMD writes its GFX major and minor
+    here (``(9, 0)`` for an MI250): use :attr:`arch` there."""
+
+    def describe(self) -> str:
+        """The device for humans: ``"NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"``,
+        ``"AMD Instinct MI250X, 110 CUs, gfx90a"``, ``"unknown GPU"``."""
+        if self.name in ("", "unknown"):
+            return "unknown GPU"
+        facts = [self.name]
+        if self.vendor == "nvidia":
+            if self.compute_units is not None:
+                facts.append(f"{self.compute_units} SMs")
+            if self.compute_capability is not None:
+                facts.append("compute capability {}.{}".format(*self.compute_capability))
+        elif self.vendor == "amd":
+            if self.compute_units is not None:
+                facts.append(f"{self.compute_units} CUs")
+            if self.arch is not None:
+                facts.append(self.arch)
+        else:
+            facts.append("accelerator of unknown vendor")
+        return ", ".join(facts)
+
+
+_AMD_NAMES = ("AMD", "Radeon", "Instinct")
+_NVIDIA_NAMES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN")
+
+
+def _vendor_from_name(name: str) -> Vendor:
+    if name.startswith(_NVIDIA_NAMES):
+        return "nvidia"
+    if any(word in name for word in _AMD_NAMES):
+        return "amd"
+    return "unknown"
 
 
 def _as_int(value: Any) -> int | None:
@@ -223,28 +327,65 @@ def _cuda_version(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _device_info(index: int, props: dict[str, Any]) -> DeviceInfo:
+def _device_info(
+    index: int, props: dict[str, Any], runtime_vendor: Vendor, amd_arch: str | None
+) -> DeviceInfo:
     major, minor = _as_int(props.get("computeMajor")), _as_int(props.get("computeMinor"))
     device_id = _as_int(props.get("id"))
+    name = str(props.get("name", ""))
+    vendor = _vendor_from_name(name)
+    if vendor == "unknown" and "computeMajor" in props:
+        # A GPU whose name says nothing: the launch API (cuda*/hip*) tells.
+        vendor = runtime_vendor
+    capability = None if major is None or minor is None else (major, minor)
+    arch: str | None = None
+    if vendor == "nvidia" and capability is not None:
+        arch = f"sm_{major}{minor}"
+    elif vendor == "amd":
+        written = props.get("gcnArchName") or props.get("arch")
+        arch = str(written).split(":", 1)[0] if written else amd_arch
     return DeviceInfo(
         id=index if device_id is None else device_id,
-        name=str(props.get("name", "")),
-        sm_count=_as_int(props.get("numSms")),
+        name=name,
+        vendor=vendor,
+        arch=arch,
+        compute_units=_as_int(props.get("numSms", props.get("multiProcessorCount"))),
         total_memory_bytes=_as_int(props.get("totalGlobalMem")),
-        compute_capability=None if major is None or minor is None else (major, minor),
+        compute_capability=capability,
     )
+
+
+def _stream_number(tid: int | str) -> int | None:
+    """A GPU lane's stream from its tid: ``7``, ``"7"`` or ``"stream 7"`` (torch ~1.8)."""
+    if isinstance(tid, int):
+        return tid
+    match = _STREAM_NUMBER.fullmatch(tid)
+    return int(match[1]) if match else None
 
 
 def _sort_key(value: int | str) -> tuple[int, int, str]:
     return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
 
 
-def _make_lane(pid: int | str, tid: int | str, categories: set[str]) -> Lane:
+def _make_lane(pid: int | str, tid: int | str, categories: set[str], device: int | None) -> Lane:
+    """The lane of ``(pid, tid)``; ``device`` is the GPU index when ``pid`` is a GPU's."""
     if pid == -1 or pid == "-1":
         return Lane(pid, tid, "overhead", "CUPTI overhead")
     if categories & GPU_CATEGORIES:
-        device, stream = _as_int(pid), _as_int(tid)
-        return Lane(pid, tid, "gpu", f"GPU {pid} stream {tid}", device, stream)
+        stream = _stream_number(tid)
+        shown = device if device is not None else pid
+        return Lane(
+            pid,
+            tid,
+            "gpu",
+            f"GPU {shown} stream {tid if stream is None else stream}",
+            device,
+            stream,
+        )
+    if device is not None and categories <= SYNC_CATEGORIES:
+        # Kineto writes device-wide synchronisation (cudaDeviceSynchronize) on the GPU's own
+        # pid, tid -1: a GPU row, not a CPU thread.
+        return Lane(pid, tid, "gpu", f"GPU {device} synchronization", device, None)
     if categories & CPU_CATEGORIES:
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if categories == {"overhead"}:
@@ -294,7 +435,18 @@ class Trace:
     steps: list[Step]
     """The ``ProfilerStep#N`` windows, ordered by N."""
     devices: list[DeviceInfo]
-    """The GPUs in ``deviceProperties`` (empty for a CPU-only trace)."""
+    """The accelerators in ``deviceProperties``, by id, plus any device that has GPU lanes but
+    no entry there (named ``"unknown"``). Empty for a CPU-only trace without properties."""
+    vendor: Vendor
+    """The GPU vendor the launch calls show (``hip*`` on AMD, ``cuda*`` on NVIDIA), or
+    ``"unknown"`` when the trace has none."""
+    rank: int | None
+    """``distributedInfo.rank``: this process's rank in a distributed job, else ``None``."""
+    world_size: int | None
+    """``distributedInfo.world_size``, else ``None``."""
+    renamed_categories: dict[str, str]
+    """Legacy categories this file used, ``{written: current}`` (empty for today's traces),
+    e.g. ``{"Kernel": "kernel"}`` for torch ~1.8; see :data:`LEGACY_CATEGORIES`."""
     cuda_runtime_version: str | None
     """E.g. ``"13.0"`` from ``cuda_runtime_version: 13000``."""
     cuda_driver_version: str | None
@@ -311,6 +463,10 @@ class Trace:
     """Whether the trace holds any GPU work. A CPU-only trace is valid."""
     kernels: list[Span]
     """Spans of category ``kernel``, in start order."""
+    communication: list[Span]
+    """The communication kernels (:func:`is_communication`), in start order."""
+    compute_kernels: list[Span]
+    """The kernels that are not communication, in start order."""
     gpu_work: list[Span]
     """Kernels, memcpys and memsets, in start order."""
     cpu_ops: list[Span]
@@ -329,12 +485,16 @@ class Trace:
         events it does not keep (flows, metadata, instants) are freed before it builds.
         """
         self.path = raw.path
-        self.devices = [_device_info(i, props) for i, props in enumerate(raw.device_properties)]
+        self._device_properties = raw.device_properties
         self.cuda_runtime_version = _cuda_version(raw.cuda_runtime_version)
         self.cuda_driver_version = _cuda_version(raw.cuda_driver_version)
         self.cupti_version = _as_int(raw.cupti_version)
         self.base_time_ns = _as_int(raw.base_time_ns)
         self.metadata = raw.metadata
+        distributed = raw.metadata.get("distributedInfo")
+        distributed = distributed if isinstance(distributed, dict) else {}
+        self.rank = _as_int(distributed.get("rank"))
+        self.world_size = _as_int(distributed.get("world_size"))
         self._children: dict[int, list[Span]] | None = None
         self._by_name: dict[str, list[Span]] | None = None
         events, raw.events = raw.events, []
@@ -367,10 +527,16 @@ class Trace:
             if in_cat is None:
                 in_cat = by_cat[span.cat] = []
             in_cat.append(span)
+        self.renamed_categories = _normalise_categories(by_cat)
 
+        lane_categories = {key: {span.cat for span in on_lane} for key, on_lane in by_lane.items()}
+        self.vendor = self._runtime_vendor(by_cat)
+        gpu_pids = {pid for (pid, _), cats in lane_categories.items() if cats & GPU_CATEGORIES}
+        device_of_pid = self._device_of_pid(gpu_pids, by_cat)
         self._lane_spans: dict[Lane, list[Span]] = {}
-        for (pid, tid), on_lane in by_lane.items():
-            lane = _make_lane(pid, tid, {span.cat for span in on_lane})
+        for key, on_lane in by_lane.items():
+            pid, tid = key
+            lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
             for span in on_lane:
                 span.lane = lane
             self._lane_spans[lane] = on_lane
@@ -379,6 +545,12 @@ class Trace:
         self._by_cat = by_cat
 
         self.kernels = by_cat.get("kernel", [])
+        self.communication = [k for k in self.kernels if k.name.startswith(_COMM_PREFIXES)]
+        self.compute_kernels = (
+            [k for k in self.kernels if not k.name.startswith(_COMM_PREFIXES)]
+            if self.communication
+            else self.kernels
+        )
         self.gpu_work = _merge(by_cat, GPU_WORK_CATEGORIES)
         self.cpu_ops = by_cat.get("cpu_op", [])
         self.runtime_calls = _merge(by_cat, LAUNCH_CATEGORIES)
@@ -390,8 +562,64 @@ class Trace:
         ]
         self.overhead.sort(key=_ID)
         self.has_gpu = bool(self.gpu_work)
+        self._add_unlisted_devices()
         self._link_launches()
         self._build_steps(by_cat.get("user_annotation", []))
+
+    def _runtime_vendor(self, by_cat: dict[str, list[Span]]) -> Vendor:
+        """The GPU vendor its launch API shows: HIP calls on AMD, CUDA calls on NVIDIA."""
+        for span in by_cat.get("cuda_runtime", ()):
+            if span.name.startswith("hip"):
+                return "amd"
+            if span.name.startswith("cuda"):
+                return "nvidia"
+        return "nvidia" if by_cat.get("cuda_driver") else "unknown"
+
+    def _device_of_pid(
+        self, gpu_pids: set[int | str], by_cat: dict[str, list[Span]]
+    ) -> dict[int | str, int]:
+        """Map each GPU pid to its device index and build :attr:`devices`.
+
+        On NVIDIA the pid of GPU work is the CUDA device index. Kineto on ROCm (roctracer)
+        writes the HSA agent id instead, and HSA numbers the CPU sockets before the GPUs
+        (agents 2-9 for GPUs 0-7 on a two-socket host). When some AMD GPU pid is not a
+        ``deviceProperties`` id, the model subtracts the smallest offset that maps every GPU
+        pid onto one (``GPU 9`` becomes device 7 of 8); when they all are ids, it keeps them.
+        """
+        amd_arch = None
+        if self.vendor == "amd" or any(
+            _vendor_from_name(str(p.get("name", ""))) == "amd" for p in self._device_properties
+        ):
+            for kernel in by_cat.get("kernel", ()):
+                match = _TENSILE_ISA.search(kernel.name)
+                if match:
+                    amd_arch = f"gfx{match[1]}"
+                    break
+        self.devices = [
+            _device_info(i, props, self.vendor, amd_arch)
+            for i, props in enumerate(self._device_properties)
+        ]
+        numbers = {pid: number for pid in gpu_pids if (number := _as_int(pid)) is not None}
+        known = {device.id for device in self.devices}
+        offset = 0
+        is_amd = self.vendor == "amd" or any(d.vendor == "amd" for d in self.devices)
+        if is_amd and known and not set(numbers.values()) <= known:
+            for candidate in range(1, max(numbers.values(), default=0) + 1):
+                if all(number - candidate in known for number in numbers.values()):
+                    offset = candidate
+                    break
+        return {pid: number - offset for pid, number in numbers.items()}
+
+    def _add_unlisted_devices(self) -> None:
+        """Give every device with GPU lanes an entry, ``"unknown"`` when not described."""
+        known = {device.id for device in self.devices}
+        for lane in self.lanes:
+            if lane.kind == "gpu" and lane.device is not None and lane.device not in known:
+                known.add(lane.device)
+                self.devices.append(
+                    DeviceInfo(lane.device, "unknown", self.vendor, None, None, None, None)
+                )
+        self.devices.sort(key=attrgetter("id"))
 
     def _check_times(self, spans: list[Span]) -> None:
         if not spans:
@@ -574,27 +802,77 @@ def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:
     return merged
 
 
+def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
+    """Rename legacy categories in place (see :data:`LEGACY_CATEGORIES`); return what was
+    renamed, ``{written: current}``.
+
+    ``ProfilerStep#N`` was a ``cpu_op`` ("Operator") before torch ~1.10 and is a
+    ``user_annotation`` since: it is filed as one either way.
+    """
+    renamed = {}
+    for written, current in LEGACY_CATEGORIES.items():
+        group = by_cat.pop(written, None)
+        if group is None:
+            continue
+        renamed[written] = current
+        for span in group:
+            span.cat = current
+        if current in by_cat:
+            group = by_cat[current] + group
+            group.sort(key=_ID)
+        by_cat[current] = group
+    ops = by_cat.get("cpu_op")
+    annotations = by_cat.get("user_annotation", ())
+    if (
+        ops
+        and not any(map(_IS_STEP_NAME, map(_NAME, annotations)))
+        and any(map(_IS_STEP_NAME, map(_NAME, ops)))
+    ):
+        steps = [op for op in ops if op.name.startswith(_STEP_PREFIX)]
+        by_cat["cpu_op"] = [op for op in ops if not op.name.startswith(_STEP_PREFIX)]
+        for step in steps:
+            step.cat = "user_annotation"
+        annotations = by_cat.get("user_annotation", []) + steps
+        annotations.sort(key=_ID)
+        by_cat["user_annotation"] = annotations
+    return renamed
+
+
 def _nest(on_lane: list[Span]) -> None:
-    """Set parent and depth for spans of one lane, given in (start, -dur) order."""
+    """Set parent and depth for spans of one lane, given in (start, -dur) order.
+
+    A span's parent is the innermost earlier span that contains it entirely. A span that
+    starts inside an open span but ends after it (a partial overlap, seen between
+    ``python_function`` events and ops in ``with_stack`` traces) is never nested in it: it
+    becomes a sibling, the child of the nearest span that does contain it, and the span it
+    overlaps takes no further children (any later span that would fit in it also fits in the
+    overlapping one, which is deeper). Every child therefore lies within its parent, and a
+    parent's self time (its duration minus the union of its children) is never negative.
+    """
     open_ids: list[int] = []
     open_ends: list[float] = []
     for span in on_lane:
         start = span.start
-        while open_ends and open_ends[-1] <= start:
+        end = start + span.dur
+        while open_ends and (open_ends[-1] <= start or open_ends[-1] + _NEST_TOLERANCE_US < end):
             open_ends.pop()
             open_ids.pop()
         if open_ids:
             span.parent = open_ids[-1]
             span.depth = len(open_ids)
         open_ids.append(span.id)
-        open_ends.append(start + span.dur)
+        open_ends.append(end)
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
     """Load a trace written by ``torch.profiler`` (``.json`` or ``.json.gz``).
 
     Args:
         path: The trace file.
+        max_bytes: The largest decompressed size to read. ``None``: the environment variable
+            ``PROFILING_UTILS_MAX_TRACE_BYTES`` when set, else a third of the available memory
+            (:func:`profiling_utils.loading.default_max_bytes`). A larger file is refused with
+            a :class:`~profiling_utils.errors.TraceError` before it can exhaust memory.
 
     Returns:
         The :class:`Trace`, with every structure built.
@@ -604,5 +882,5 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             problem. No other exception escapes for bad input.
     """
     with gc_paused():
-        raw = load_raw_trace(path, Span)
+        raw = load_raw_trace(path, Span, max_bytes=max_bytes)
         return Trace(raw)

@@ -34,6 +34,7 @@ SUMMARY_KEYS = {
     "lanes",
     "steps",
     "top_kernels",
+    "top_cpu_ops",
     "launch_apis",
     "planning_calls",
     "memory",
@@ -69,7 +70,7 @@ def test_json_summary_of_every_fixture(capsys, name: str) -> None:
 def test_text_summary_of_every_fixture(capsys, name: str) -> None:
     status, out, err = run_cli(capsys, "summary", str(gpu_fixture(name)))
     assert (status, err) == (0, "")
-    assert "NVIDIA H100 80GB HBM3 (132 SMs, 79.2 GiB, compute 9.0)" in out
+    assert "GPU 0: NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0, 79.2 GiB" in out
     assert "CUDA runtime 13.0" in out
     for heading in ("Lanes", "Steps (µs)", "Top kernels", "Launch APIs", "torch.compile"):
         assert heading in out
@@ -121,6 +122,82 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
     assert summary["steps"][0]["gpu_idle_fraction"] is None
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "no GPU work (CPU-only trace)" in text
+
+
+def test_empty_trace_is_not_called_cpu_only(capsys, make_trace) -> None:
+    path = make_trace([], deviceProperties=None)
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and "0 spans over 0.0 µs; no events" in text
+    assert "CPU-only" not in text
+
+
+def test_top_cpu_ops_count_self_time_as_key_averages_does(capsys, make_trace) -> None:
+    # outer 0-100 holds inner 10-40 (which holds leaf 15-20) and a runtime call 50-60.
+    path = make_trace(
+        [
+            complete_event("outer", "cpu_op", 0, 100),
+            complete_event("inner", "cpu_op", 10, 30),
+            complete_event("leaf", "cpu_op", 15, 5),
+            complete_event("cudaLaunchKernel", "cuda_runtime", 50, 10),
+            complete_event("inner", "cpu_op", 200, 8),
+        ]
+    )
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    ops = {op["name"]: op for op in json.loads(out)["top_cpu_ops"]}
+    assert status == 0
+    assert ops["outer"] == {"name": "outer", "calls": 1, "self_us": 60.0, "total_us": 100.0}
+    assert ops["inner"] == {"name": "inner", "calls": 2, "self_us": 25.0 + 8.0, "total_us": 38.0}
+    assert ops["leaf"]["self_us"] == 5.0
+    assert [op["name"] for op in json.loads(out)["top_cpu_ops"]] == ["outer", "inner", "leaf"]
+
+
+def test_top_cpu_ops_match_key_averages_of_the_same_run(tmp_path) -> None:
+    """Profile a small training loop on the CPU and hold every op's calls, self time and total
+    time to what torch's own ``key_averages()`` says about the same run."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from profiling_utils.measures import op_stats
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    inputs = torch.randn(16, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            model(inputs).sum().backward()
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    expected = {
+        e.key: (e.count, e.self_cpu_time_total, e.cpu_time_total)
+        for e in prof.key_averages()
+        if e.key.startswith(("aten::", "autograd::"))
+    }
+    ours = {
+        s.name: (s.calls, s.self_us, s.total_us)
+        for s in op_stats(load_trace(path))
+        if s.name in expected
+    }
+    assert "aten::sum" in ours  # calls itself: key_averages folds the inner call
+    assert set(ours) == set(expected)
+    for name, (calls, self_us, total_us) in ours.items():
+        assert calls == expected[name][0], name
+        assert self_us == pytest.approx(expected[name][1], abs=0.01), name
+        assert total_us == pytest.approx(expected[name][2], abs=0.01), name
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_cpu_op_self_times_add_up_to_the_ops_time_outside_other_ops(name: str) -> None:
+    """Self times never go negative, and ops' self times sum to no more than the time some
+    op is running on a thread."""
+    from profiling_utils.measures import op_stats
+
+    trace = load_trace(gpu_fixture(name))
+    stats = op_stats(trace)
+    assert all(s.self_us >= 0 and s.self_us <= s.total_us + 1e-6 for s in stats)
+    assert sum(s.calls for s in stats) <= len(trace.cpu_ops)  # less the folded calls
+    top_level = sum(
+        op.dur for op in trace.cpu_ops if not any(a.cat == "cpu_op" for a in trace.ancestors(op))
+    )
+    assert sum(s.self_us for s in stats) <= top_level + 1e-6
 
 
 def _bad_inputs(tmp: Path) -> dict[str, Path]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
 import pytest
-from conftest import fixture_steps, gpu_fixture
+from conftest import complete_event, fixture_steps, gpu_fixture
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
 
@@ -124,3 +125,36 @@ def test_to_dict_is_plain_json_and_to_text_reads(eager_vs_compiled: Comparison) 
 def test_compare_raises_trace_error_for_a_bad_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError):
         compare(gpu_fixture("64_bf16_warm_eager"), tmp_path / "missing.json.gz")
+
+
+def test_steps_of_seconds_keep_their_columns_apart(make_trace) -> None:
+    long_steps = [12_345_678.5, 98_765_432.25]
+    baseline = make_trace(
+        [complete_event(f"ProfilerStep#{i}", "user_annotation", i * 1e8, d)
+         for i, d in enumerate(long_steps)],
+        name="baseline.json",
+    )  # fmt: skip
+    trace = make_trace(
+        [complete_event(f"ProfilerStep#{i}", "user_annotation", i * 1e8, 7.5) for i in (0, 1)],
+        name="trace.json",
+    )
+    text = compare(baseline, trace).to_text()
+    table = text.split("Steps (µs)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table]
+    assert rows[0] == ["step", "baseline CPU", "trace CPU", "baseline GPU busy", "trace GPU busy"]
+    assert rows[1:] == [
+        ["#0 | #0", "12,345,678.5", "7.5", "-", "-"],
+        ["#1 | #1", "98,765,432.2", "7.5", "-", "-"],
+    ]
+
+
+def test_an_empty_trace_is_not_called_cpu_only(make_trace) -> None:
+    empty = make_trace([], name="empty.json", deviceProperties=None)
+    cpu_only = make_trace(
+        [complete_event("aten::add", "cpu_op", 0, 5)], name="cpu.json", deviceProperties=None
+    )
+    comparison = compare(empty, cpu_only)
+    assert (comparison.baseline.content, comparison.trace.content) == ("no events", "CPU only")
+    assert "content:  no events | CPU only" in comparison.to_text()
+    gpu = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_eager"))
+    assert gpu.baseline.content == "GPU"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import (
+    FIXTURES,
     complete_event,
     fixture_document,
     fixture_events,
@@ -118,6 +119,10 @@ FIRES: dict[str, set[str]] = {
     "aot-wrapper": COMPILE | GRAPHS,
     "compiled-graph-cache-hit": COMPILE | GRAPHS,
     "cuda-graph": GRAPHS,
+    # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
+    "exposed-communication": set(),
+    "comm-overlap": set(),
+    "collective-bandwidth": set(),
 }
 """Rule id -> the recordings it fires on. Every other recording must leave it silent."""
 
@@ -193,6 +198,9 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "driver-launch",
         "memset-before-gemm",
         "cuda-graph",
+        "exposed-communication",
+        "comm-overlap",
+        "collective-bandwidth",
     }
 
 
@@ -200,7 +208,10 @@ def test_no_detection_keys_on_a_gpu_specific_kernel_name() -> None:
     for rule in RULES:
         source = inspect.getsource(rule.detect or rule.detect_against)
         body = source[source.index("\ndef ") :]  # the decorator holds the row's texts
-        for prefix in ("ampere", "nvjet", "sm80", "sm90", "hopper", "xmma", "cutlass"):
+        for prefix in (
+            *("ampere", "nvjet", "sm80", "sm90", "hopper", "xmma", "cutlass"),
+            *("nccl", "rccl", "cijk", "tensile", "gfx"),  # communication kernels, ROCm GEMMs
+        ):
             assert prefix not in body.lower(), (rule.id, prefix)
 
 
@@ -220,7 +231,13 @@ def test_get_rule() -> None:
 def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> None:
     assert set(FIRES) | {"compile-cpu-tax"} == set(rule_ids())
     without_recording = {rule for rule, names in FIRES.items() if not names}
-    assert without_recording == {"intra-step-gap", "kernel-variance"}
+    assert without_recording == {
+        "intra-step-gap",
+        "kernel-variance",
+        "exposed-communication",
+        "comm-overlap",
+        "collective-bandwidth",
+    }
 
 
 # -- every recording fires what its pattern calls for, and nothing else -------------------------
@@ -671,3 +688,170 @@ def test_cheatsheet_links_the_example_that_shows_a_rule() -> None:
         RULES[index] = original
     row = next(line for line in page.splitlines() if "`cold-start`" in line)
     assert row.endswith("| {doc}`example </auto_examples/plot_02_cold_start>` |")
+
+
+# -- traces recorded elsewhere: AMD, CPU only, multi-rank -------------------------------------
+
+FOREIGN = FIXTURES / "foreign"
+
+
+def foreign_findings(name: str) -> dict[str, Finding]:
+    findings = diagnose(FOREIGN / name)
+    assert len({f.rule for f in findings}) == len(findings)
+    return {f.rule: f for f in findings}
+
+
+def test_every_rule_is_silent_on_a_cpu_only_rank() -> None:
+    assert diagnose(FOREIGN / "cpu_only_rank34.json.gz") == []
+
+
+def test_gpu_rules_are_silent_on_cpu_ops_alone(make_trace: Any) -> None:
+    events = [
+        complete_event(f"ProfilerStep#{n}", "user_annotation", 1000.0 * n, 500) for n in (1, 2)
+    ] + [complete_event("aten::addmm", "cpu_op", 1000.0 * n + 10, 100) for n in (1, 2)]
+    path = make_trace(events, deviceProperties=None)
+    assert diagnose(path) == []
+
+
+def test_amd_launches_are_read_like_cuda_ones() -> None:
+    found = foreign_findings("amd_mi250_minitoy_train.json.gz")
+    plain = found["plain-launch"].evidence
+    assert {group["api"] for group in plain["groups"]} == {"hipLaunchKernel"}
+    driver = found["driver-launch"].evidence
+    assert {group["api"] for group in driver["groups"]} == {"hipExtModuleLaunchKernel"}
+    assert {group["op"] for group in driver["groups"]} == {"aten::addmm", "aten::mm"}
+
+
+def test_amd_bias_copy_kernel_is_not_a_gemm() -> None:
+    found = foreign_findings("amd_mi250_minitoy_train.json.gz")
+    gemms = [row["kernel"] for row in found["gemm-kernel"].evidence["kernels"]]
+    assert gemms and not any("at::native::" in name for name in gemms)
+    fusion = found["addmm-fusion"]
+    assert fusion.evidence["with_bias_copy"] == 1
+    assert "ATen kernel + GEMM kernel" in fusion.message
+
+
+def test_cold_start_threshold_follows_the_traces_launch_latency() -> None:
+    trace = load_trace(FOREIGN / "amd_mi250_minitoy_train.json.gz")
+    latency = Facts(trace).launch_latency_us
+    h100 = Facts(load_trace(gpu_fixture("4096_fp32_warm_eager"))).launch_latency_us
+    assert latency > h100 > 0
+    evidence = foreign_findings("amd_mi250_minitoy_train.json.gz")["cold-start"].evidence
+    assert evidence["min_excess_us"] == pytest.approx(3 * latency, abs=1e-3)
+
+
+HIP_NAMES = {
+    "cudaLaunchKernel": "hipLaunchKernel",
+    "cuLaunchKernelEx": "hipExtModuleLaunchKernel",
+    "cudaGraphLaunch": "hipGraphLaunch",
+    "cudaDeviceSynchronize": "hipDeviceSynchronize",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaMemsetAsync": "hipMemsetAsync",
+}
+"""CUDA calls and the HIP calls ROCm's PyTorch makes in their place (all ``cuda_runtime``)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["4096_bf16_warm_eager", "64_bf16_warm_compile", "64_bf16_warm_compile-reduce-overhead"],
+)
+def test_hip_calls_fire_what_cuda_calls_do(tmp_path: Path, name: str) -> None:
+    document = fixture_document(name)
+    for event in document["traceEvents"]:
+        hip = HIP_NAMES.get(event.get("name"))
+        if hip is not None:
+            event["name"], event["cat"] = hip, "cuda_runtime"
+    renamed = diagnose(write_trace(tmp_path / f"{name}_hip.json", document))
+    assert {f.rule for f in renamed} == fired(name)
+    text = json.dumps([f.to_dict() for f in renamed], ensure_ascii=False)
+    assert "hip" in text
+    assert not any(cuda in text for cuda in HIP_NAMES)
+
+
+def test_kernels_without_device_properties_are_not_called_no_gpu(tmp_path: Path) -> None:
+    from profiling_utils.rules import format_diagnosis
+
+    document = fixture_document("64_bf16_warm_eager")
+    del document["deviceProperties"]
+    trace = load_trace(write_trace(tmp_path / "anonymous.json", document))
+    text = format_diagnosis(trace, diagnose(trace))
+    assert "no GPU recorded" not in text and "unknown GPU" in text
+    assert "overhead-bound" in {f.rule for f in diagnose(trace)}
+
+
+def nccl_trace(
+    tmp_path: Path, comm_start: float, comm_us: float = 500.0, *, sized: bool = True
+) -> Path:
+    """Two steps of 1000 µs, each a 300 µs compute kernel (stream 7, 100-400 µs into the step)
+    and an all_reduce of 64 MiB over 8 ranks (stream 20) from ``comm_start`` µs into it."""
+    params = {
+        "Collective name": "allreduce",
+        "In msg nelems": 16 << 20,
+        "Out msg nelems": 16 << 20,
+        "dtype": "Float",
+        "Group size": 8,
+        "Process Group Name": "0",
+    }
+    events = []
+    for n, t in ((1, 1000.0), (2, 3000.0)):
+        c = 10 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000),
+            complete_event("aten::mm", "cpu_op", t + 10, 30),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=c),
+            complete_event("gemm", "kernel", t + 100, 300, pid=0, tid=7, correlation=c),
+            complete_event("c10d::allreduce_", "cpu_op", t + 50, 60),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 70, 5, correlation=c + 1),
+            complete_event(
+                "ncclDevKernel_Generic", "kernel", t + comm_start, comm_us, pid=0, tid=20,
+                correlation=c + 1, **(params if sized else {}),
+            ),
+        ]  # fmt: skip
+    name = f"nccl_{comm_start:g}_{comm_us:g}_{sized}.json"
+    return write_trace(tmp_path / name, {"traceEvents": events})
+
+
+def rules_on(path: Path) -> dict[str, Finding]:
+    return {f.rule: f for f in diagnose(path)}
+
+
+def test_collectives_are_not_a_compute_hotspot(tmp_path: Path) -> None:
+    found = rules_on(nccl_trace(tmp_path, 450.0))
+    assert found["hotspot"].evidence["kernel"] == "gemm"
+    assert found["hotspot"].evidence["communication_kernels_left_out"] == 2
+    # The GPU computes 300 µs of each 1000 µs step: not compute-bound, whatever NCCL does.
+    assert "compute-bound" not in found
+
+
+def test_exposed_communication_fires_when_nothing_hides_it(tmp_path: Path) -> None:
+    found = rules_on(nccl_trace(tmp_path, 450.0))
+    evidence = found["exposed-communication"].evidence
+    assert evidence["total"]["exposed_us"] == pytest.approx(1000.0)
+    assert [row["exposed_us"] for row in evidence["steps"]] == [500.0, 500.0]
+    assert "comm-overlap" not in found
+
+
+def test_comm_overlap_fires_when_compute_hides_most_of_it(tmp_path: Path) -> None:
+    # From 100 µs, 500 µs long: beside the GEMM for 300 µs, 200 µs (20% of a step) exposed.
+    found = rules_on(nccl_trace(tmp_path, 100.0))
+    assert found["comm-overlap"].evidence["overlap_fraction"] == pytest.approx(0.6)
+    assert found["exposed-communication"].evidence["median_exposed_share"] == pytest.approx(0.2)
+    # 350 µs long: 50 µs (5% of a step) exposed, under the threshold.
+    hidden = rules_on(nccl_trace(tmp_path, 100.0, 350.0))
+    assert hidden["comm-overlap"].evidence["overlap_fraction"] == pytest.approx(300 / 350, abs=1e-4)
+    assert "exposed-communication" not in hidden
+
+
+def test_collective_bandwidth_follows_nccl_tests(tmp_path: Path) -> None:
+    found = rules_on(nccl_trace(tmp_path, 450.0))
+    row = found["collective-bandwidth"].evidence["kinds"][0]
+    algbw = (64 << 20) / 500e-6 / 1e9
+    assert (row["op"], row["group_size"], row["count"]) == ("all_reduce", 8, 2)
+    assert row["median_algbw_gb_s"] == pytest.approx(algbw, abs=0.01)
+    assert row["median_busbw_gb_s"] == pytest.approx(algbw * 2 * 7 / 8, abs=0.01)
+
+
+def test_collective_bandwidth_is_silent_without_recorded_sizes(tmp_path: Path) -> None:
+    found = rules_on(nccl_trace(tmp_path, 450.0, sized=False))
+    assert "collective-bandwidth" not in found
+    assert "exposed-communication" in found

@@ -6,8 +6,9 @@ a copy of ``docs/`` and ``examples/`` so the checkout's own build is left alone.
 on 127.0.0.1 and driven with Debian's Chromium through Playwright; nothing is downloaded and
 nothing outside 127.0.0.1 is reached: ui.perfetto.dev is answered by a stub inside the test.
 
-Set ``PROFILING_UTILS_SKIP_BROWSER=1`` to skip the browser tests on a machine without
-``/usr/bin/chromium`` (CI installs it; see ``.ci/run``).
+The browser is the first of ``chromium`` (Debian's), ``chromium-browser`` and
+``google-chrome`` found on ``PATH``; without one the browser tests fail with one line that says
+how to install it. Set ``PROFILING_UTILS_SKIP_BROWSER=1`` to skip them instead.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+SKIP_BROWSER = "PROFILING_UTILS_SKIP_BROWSER"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -141,16 +143,27 @@ def base_url(site: Build) -> Iterator[str]:
     server.server_close()
 
 
+def find_browser() -> str:
+    """The first of :data:`BROWSERS` on ``PATH``; fails the test, in one line, when none is."""
+    for name in BROWSERS:
+        if found := shutil.which(name):
+            return found
+    pytest.fail(
+        f"no Chromium on PATH ({', '.join(BROWSERS)}): install it (Debian and Ubuntu: "
+        f"sudo apt-get install chromium), or set {SKIP_BROWSER}=1 to skip the browser tests",
+        pytrace=False,
+    )
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if os.environ.get("PROFILING_UTILS_SKIP_BROWSER") == "1":
-        pytest.skip("PROFILING_UTILS_SKIP_BROWSER=1")
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (or see .ci/run)")
+    if os.environ.get(SKIP_BROWSER) == "1":
+        pytest.skip(f"{SKIP_BROWSER}=1")
+    executable = find_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 

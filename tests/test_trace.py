@@ -58,7 +58,8 @@ def test_top_level_fields(eager: Trace) -> None:
     assert eager.base_time_ns == 1790857026000000000
     (device,) = eager.devices
     assert device.name == "NVIDIA H100 80GB HBM3"
-    assert device.sm_count == 132
+    assert (device.vendor, device.arch, device.compute_units) == ("nvidia", "sm_90", 132)
+    assert device.describe() == "NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"
     assert device.compute_capability == (9, 0)
     assert device.total_memory_bytes == 85017493504
     assert eager.metadata["schemaVersion"] == 1

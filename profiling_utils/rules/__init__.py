@@ -16,12 +16,20 @@ Example::
 
 The thresholds each rule uses are module constants of its table's module
 (:mod:`~profiling_utils.rules.profiler_table`, :mod:`~profiling_utils.rules.cpu_lane`,
-:mod:`~profiling_utils.rules.gpu_lane`, :mod:`~profiling_utils.rules.dispatch_chain`,
+:mod:`~profiling_utils.rules.gpu_lane`, :mod:`~profiling_utils.rules.communication`,
+:mod:`~profiling_utils.rules.dispatch_chain`,
 :mod:`~profiling_utils.rules.torch_compile`).
 """
 
 # Importing a table's module registers its rules.
-from . import cpu_lane, dispatch_chain, gpu_lane, profiler_table, torch_compile  # noqa: F401
+from . import (  # noqa: F401
+    communication,
+    cpu_lane,
+    dispatch_chain,
+    gpu_lane,
+    profiler_table,
+    torch_compile,
+)
 from .cheatsheet import cheatsheet_markdown
 from .diagnose import diagnose, diagnosis_dict, format_diagnosis, order_findings, select_rules
 from .facts import Facts

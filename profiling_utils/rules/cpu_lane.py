@@ -5,29 +5,41 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
 from .. import measures
 from ..trace import Span
-from .facts import Copy, Facts, Launch, median, short_name, span_ref, step_label, us
+from .facts import (
+    DEVICE_SYNC_CALLS,
+    DRIVER_LAUNCH_PREFIXES,
+    MEMCPY_CALL_PREFIXES,
+    PLAIN_LAUNCH_CALLS,
+    Copy,
+    Facts,
+    Launch,
+    median,
+    short_name,
+    span_ref,
+    step_label,
+    us,
+)
 from .registry import Hit, rule
 
 COLD_START_MIN_RATIO = 3.5
 """``cold-start``: the first step is at least this many times the median of the others..."""
 
-COLD_START_MIN_EXCESS_US = 50.0
-"""... and at least this much longer (µs)."""
+COLD_START_MIN_EXCESS_LAUNCHES = 3.0
+"""... and longer by at least this many of the trace's launch latencies
+(:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): less is noise."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
 steps under the same label (the steady state: right after a cold start the second step is
 often still settling, so a median of few steps would understate the contrast)..."""
 
-DEAD_WINDOW_MIN_EXCESS_US = 50.0
-"""... and at least this much longer (µs)."""
-
-MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy")
-"""Host calls that issue a copy."""
+DEAD_WINDOW_MIN_EXCESS_LAUNCHES = 3.0
+"""... and longer by at least this many of the trace's launch latencies: less is noise."""
 
 EXPLICIT_COPY_OPS = frozenset(
     {
@@ -46,6 +58,7 @@ EXPLICIT_COPY_OPS = frozenset(
 issued from one of them is one the code asked for."""
 
 _GROUPS_REPORTED = 5
+_START = attrgetter("start")
 
 
 def _other_median(values: dict[int, float], skip: int) -> float | None:
@@ -74,7 +87,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     typical = _other_median(widths, first.number)
     assert typical is not None
     width = first.span.dur
-    if width < COLD_START_MIN_RATIO * typical or width - typical < COLD_START_MIN_EXCESS_US:
+    if width < COLD_START_MIN_RATIO * typical:
+        return
+    min_excess = COLD_START_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+    if width - typical < min_excess:
         return
     trace = facts.trace
     overhead = [
@@ -88,6 +104,7 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         "cpu_us": us(width),
         "median_other_cpu_us": us(typical),
         "ratio": round(width / typical, 2),
+        "min_excess_us": us(min_excess),
         "other_steps": {str(n): us(w) for n, w in widths.items() if n != first.number},
         "profiler_overhead": [span_ref(span) for span in overhead],
         "profiler_overhead_us": us(overhead_us),
@@ -151,7 +168,10 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                 continue
             typical = min(others)
             gap = window.gap_us
-            if gap < DEAD_WINDOW_MIN_RATIO * typical or gap - typical < DEAD_WINDOW_MIN_EXCESS_US:
+            if gap < DEAD_WINDOW_MIN_RATIO * typical:
+                continue
+            min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+            if gap - typical < min_excess:
                 continue
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
@@ -164,6 +184,7 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "gap_us": us(gap),
                     "quickest_other_gap_us": us(typical),
                     "ratio": round(gap / typical, 2) if typical > 0 else None,
+                    "min_excess_us": us(min_excess),
                     "gaps_us": {str(n): us(g) for n, g in gaps.items()},
                 },
             )
@@ -253,7 +274,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
 @rule(
     "plain-launch",
     "CPU lane",
-    see="cudaLaunchKernel with no planning call before it.",
+    see="cudaLaunchKernel (hipLaunchKernel on ROCm) with no planning call before it.",
     means="""An elementwise or reduction kernel with a small, fixed footprint (few registers,
     little or no shared memory): there is nothing to plan, PyTorch launches it directly.""",
     severity="info",
@@ -263,13 +284,13 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
     plain = [
         (launch, kernel)
         for launch, kernel in facts.kernel_launches
-        if not launch.planning and launch.call.name == "cudaLaunchKernel"
+        if not launch.planning and launch.call.name in PLAIN_LAUNCH_CALLS
     ]
     if not plain:
         return
     rows = _launch_groups(plain, with_planning=False)
     yield (
-        f"{len(plain)} kernel(s) launched with a plain cudaLaunchKernel; most often "
+        f"{len(plain)} kernel(s) launched with a plain {rows[0]['api']}; most often "
         f"{_describe(rows[0])}, {rows[0]['count']}×.",
         {"launches": len(plain), "groups": rows[:_GROUPS_REPORTED]},
     )
@@ -278,8 +299,9 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
 @rule(
     "driver-launch",
     "CPU lane",
-    see="""A kernel launched through the CUDA driver (cuLaunchKernelEx, category cuda_driver)
-    with no planning call, often with a large register and shared-memory footprint.""",
+    see="""A kernel launched through the driver API (cuLaunchKernelEx, category cuda_driver;
+    hipModuleLaunchKernel or hipExtModuleLaunchKernel on ROCm) with no planning call, often
+    with a large register and shared-memory footprint.""",
     means="""A library or generated kernel that calls the driver directly with launch
     attributes: cuBLASLt GEMMs on Hopper, cuDNN, Triton kernels from torch.compile. The kernel
     was chosen from cached heuristics, so nothing is planned per call; the footprint, not a
@@ -292,7 +314,10 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     direct = [
         (launch, kernel)
         for launch, kernel in facts.kernel_launches
-        if not launch.planning and launch.call.cat == "cuda_driver"
+        if not launch.planning
+        and (
+            launch.call.cat == "cuda_driver" or launch.call.name.startswith(DRIVER_LAUNCH_PREFIXES)
+        )
     ]
     if not direct:
         return
@@ -308,7 +333,7 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
 @rule(
     "sync-flush",
     "CPU lane",
-    see="A long cudaDeviceSynchronize after the last profiled step.",
+    see="A long cudaDeviceSynchronize (hipDeviceSynchronize) after the last profiled step.",
     means="""The profiler waiting for the GPU before it collects the events: it lasts as long
     as the GPU still has queued work, so it is not CPU cost. If the GPU was busy through it,
     the CPU had run ahead of a busy GPU; if it covers little GPU work, the wait is the flush
@@ -322,7 +347,8 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
         return
     last_end = max(step.end for step in steps)
     typical_step = median(step.span.dur for step in steps)
-    for sync in facts.named("cudaDeviceSynchronize"):
+    syncs = sorted((s for name in DEVICE_SYNC_CALLS for s in facts.named(name)), key=_START)
+    for sync in syncs:
         if sync.start < last_end or sync.dur < typical_step:
             continue
         busy = _gpu_busy_within(facts, sync.start, sync.end)
@@ -332,7 +358,7 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
         else:
             reading = "little GPU work was left: the wait is mostly the flush itself"
         yield (
-            f"cudaDeviceSynchronize after the last step takes {sync.dur:.1f} µs, "
+            f"{sync.name} after the last step takes {sync.dur:.1f} µs, "
             f"{sync.dur / typical_step:.1f}× a median step, and the GPU is busy for "
             f"{fraction:.0%} of it: {reading}.",
             {
@@ -366,7 +392,7 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
 @rule(
     "hidden-memcpy",
     "CPU lane",
-    see="A cudaMemcpyAsync inside an op that is not a copy you asked for.",
+    see="A cudaMemcpyAsync (hipMemcpyAsync) inside an op that is not a copy you asked for.",
     means="""A copy made on your behalf, often Device-to-Device: addmm, for one, first copies
     the bias into its output and then lets the GEMM accumulate onto it. It costs memory
     bandwidth and an extra launch.""",

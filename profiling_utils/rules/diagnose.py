@@ -92,8 +92,8 @@ def diagnose(
 
 
 def _device(trace: Trace) -> str | None:
-    names = list(dict.fromkeys(device.name for device in trace.devices if device.name))
-    return ", ".join(names) if names else None
+    names = [device.name for device in trace.devices if device.name not in ("", "unknown")]
+    return ", ".join(dict.fromkeys(names)) if names else None
 
 
 def diagnosis_dict(trace: Trace, findings: list[Finding], file: str | None = None) -> dict:
@@ -145,7 +145,8 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
     steps = trace.steps
-    device = _device(trace) or "no GPU recorded"
+    described = dict.fromkeys(device.describe() for device in trace.devices)
+    device = ", ".join(described) if described else "no GPU recorded"
     warnings = sum(f.severity == "warning" for f in findings)
     header = [
         str(trace.path) if file is None else file,

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..trace import Span
-from .facts import Facts, median, short_name, span_ref, us
+from .facts import Facts, is_aten_kernel, median, short_name, span_ref, us
 from .registry import Hit, rule
 
 FOLDING_OPS = frozenset({"aten::reshape", "aten::view", "aten::_unsafe_view", "aten::flatten"})
@@ -29,9 +29,14 @@ _REPORTED = 5
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     step_lanes = {id(step.span.lane) for step in facts.steps}  # few lanes: compare identity
+    communication = facts.communication_ids
     launch, longest = None, -1.0
-    for candidate in facts.launches:  # the launch with the most GPU time, made inside a step
+    # The launch with the most GPU time, made inside a step, collectives left out: their
+    # chain runs through c10d, not through the compute the step is built of.
+    for candidate in facts.launches:
         if candidate.op is None or id(candidate.call.lane) not in step_lanes:
+            continue
+        if communication and any(work.id in communication for work in candidate.work):
             continue
         gpu_us = sum(work.dur for work in candidate.work)
         if gpu_us > longest and facts.step_number_of(candidate.call) is not None:
@@ -167,7 +172,14 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     example="auto_examples/plot_08_torch_compile",
 )
 def addmm_fusion(facts: Facts) -> Iterator[Hit]:
-    addmms = [span for span in facts.named("aten::addmm") if span.cat == "cpu_op"]
+    # Only addmms that launched GPU work: the rule reads the fusion off the GPU lane, and a
+    # CPU-only trace has nothing there to read.
+    addmms = [
+        span
+        for span in facts.named("aten::addmm")
+        if span.cat == "cpu_op"
+        and any(launch.work for launch in facts.launches_by_op.get(span.id, []))
+    ]
     if not addmms:
         return
     spans = facts.trace.spans
@@ -180,8 +192,8 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
     for op in addmms:
         work = [w for launch in facts.launches_by_op.get(op.id, []) for w in launch.work]
         activities[" + ".join(_activity(w) for w in sorted(work, key=lambda w: w.start))] += 1
-        kernels.update(w.name for w in work if w.cat == "kernel")
-        with_copy += any(w.cat == "gpu_memcpy" for w in work)
+        kernels.update(w.name for w in work if w.cat == "kernel" and not is_aten_kernel(w))
+        with_copy += any(_is_bias_copy(w) for w in work)
     pattern, _ = activities.most_common(1)[0]
     parent_names = ", ".join(short_name(name, 48) for name in parents)
     yield (
@@ -201,5 +213,10 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
 
 def _activity(work: Span) -> str:
     if work.cat == "kernel":
-        return "GEMM kernel"
+        return "ATen kernel" if is_aten_kernel(work) else "GEMM kernel"
     return work.name.split(" (")[0]
+
+
+def _is_bias_copy(work: Span) -> bool:
+    """A memcpy, or PyTorch's own copy kernel (how addmm seeds its output on ROCm)."""
+    return work.cat == "gpu_memcpy" or (is_aten_kernel(work) and "copy" in work.name)

@@ -46,17 +46,24 @@ _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _REPORTED_ROWS = 5
 
 
-def _busy_fractions(facts: Facts) -> list[dict[str, Any]]:
-    return [
-        {
-            "step": t.step,
-            "cpu_us": us(t.cpu_us),
-            "gpu_busy_us": us(t.gpu_busy_us),
-            "gpu_busy_fraction": round(t.gpu_busy_us / t.cpu_us, 4),
-        }
-        for t in facts.step_times
-        if t.cpu_us > 0
-    ]
+def _busy_fractions(facts: Facts, compute_only: bool = False) -> list[dict[str, Any]]:
+    """Per step, CPU time and GPU busy time; with ``compute_only``, busy time leaves
+    communication kernels out (a GPU waiting on its peers is not computing)."""
+    busy = facts.compute_busy_us if compute_only else None
+    rows = []
+    for t in facts.step_times:
+        if t.cpu_us <= 0:
+            continue
+        busy_us = t.gpu_busy_us if busy is None else busy[t.step]
+        rows.append(
+            {
+                "step": t.step,
+                "cpu_us": us(t.cpu_us),
+                "gpu_busy_us": us(busy_us),
+                "gpu_busy_fraction": round(busy_us / t.cpu_us, 4),
+            }
+        )
+    return rows
 
 
 def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -80,7 +87,8 @@ def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     means="""Overhead-bound: dispatching and launching the work costs the CPU more time than
     the GPU needs to run it, so the GPU mostly waits. Give each launch more work (larger or
     batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
-    graph.""",
+    graph. Communication kernels count as busy here: a GPU waiting for its peers is not
+    waiting for the CPU.""",
     severity="warning",
     example="auto_examples/plot_01_overhead_vs_compute",
 )
@@ -106,12 +114,13 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     is busy for most of each step's CPU time, or longer.""",
     means="""Compute-bound: the GPU is the bottleneck, which is usually the goal. Further gains
     come from the kernels themselves (precision, algorithm, memory traffic), not from the
-    launch path.""",
+    launch path. Communication kernels do not count as GPU work here (see
+    exposed-communication).""",
     severity="info",
     example="auto_examples/plot_01_overhead_vs_compute",
 )
 def compute_bound(facts: Facts) -> Iterator[Hit]:
-    rows = _busy_fractions(facts)
+    rows = _busy_fractions(facts, compute_only=True)
     if not facts.trace.has_gpu or not rows:
         return
     evidence = _bound_evidence(rows)
@@ -130,16 +139,18 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     "profiler table",
     see="One row takes most of the CUDA time total.",
     means="""That is the hotspot: start optimizing there, since it bounds what any other
-    change can gain.""",
+    change can gain. Communication kernels (NCCL, RCCL) are left out: their time is judged
+    by exposed-communication and collective-bandwidth.""",
     severity="info",
     example="auto_examples/plot_01_overhead_vs_compute",
 )
 def hotspot(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
-    total = sum(work.dur for work in trace.gpu_work)
-    if total <= 0:
+    communication = facts.communication_ids
+    total = sum(work.dur for work in trace.gpu_work if work.id not in communication)
+    if total <= 0 or not facts.compute_kernels_by_name:
         return
-    name, kernels = max(facts.kernels_by_name.items(), key=lambda item: _total(item[1]))
+    name, kernels = max(facts.compute_kernels_by_name.items(), key=lambda item: _total(item[1]))
     kernel_total = _total(kernels)
     share = kernel_total / total
     if share < HOTSPOT_MIN_SHARE:
@@ -150,8 +161,9 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
         if kernel.name == name
     )
     ops = launched + Counter({"unknown": len(kernels) - sum(launched.values())})
+    of_what = "GPU time besides communication" if communication else "all GPU time"
     yield (
-        f"{short_name(name)} takes {share:.0%} of all GPU time ({kernel_total:.1f} of "
+        f"{short_name(name)} takes {share:.0%} of {of_what} ({kernel_total:.1f} of "
         f"{total:.1f} µs, {len(kernels)} calls), launched from {', '.join(ops)}.",
         {
             "kernel": name,
@@ -161,6 +173,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
             "share": round(share, 4),
             "median_us": us(median(k.dur for k in kernels)),
             "ops": dict(ops.most_common()),
+            "communication_kernels_left_out": len(communication),
         },
     )
 

@@ -212,15 +212,15 @@ def _run(facts: Facts) -> dict[str, Any]:
         "trace": str(facts.trace.path),
         "median_step_cpu_us": us(median(step.span.dur for step in facts.steps)),
         "step_cpu_us": {str(step.number): us(step.span.dur) for step in facts.steps},
-        "cuda_graph_launches": len(facts.compile_info.cuda_graph_launches),
+        "cuda_graph_launches": len(facts.graph_launches),
     }
 
 
 @rule(
     "cuda-graph",
     "torch.compile",
-    see="""cudaGraphLaunch inside the compiled call (torch.compile with
-    mode="reduce-overhead"), with GPU work but no aten op launching it.""",
+    see="""cudaGraphLaunch (hipGraphLaunch on ROCm) inside the compiled call (torch.compile
+    with mode="reduce-overhead"), with GPU work but no aten op launching it.""",
     means="""The kernels are replayed from a captured CUDA graph: one CPU call launches them
     all, and the ops inside no longer show on the CPU lane. Inputs are first copied into the
     graph's static buffers. It removes per-kernel launch cost, not Dynamo's and AOTAutograd's
@@ -231,7 +231,7 @@ def _run(facts: Facts) -> dict[str, Any]:
     example="auto_examples/plot_08_torch_compile",
 )
 def cuda_graph(facts: Facts) -> Iterator[Hit]:
-    graph_launches = facts.compile_info.cuda_graph_launches
+    graph_launches = facts.graph_launches
     if not graph_launches:
         return
     trace = facts.trace
@@ -257,7 +257,7 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
     steps = max(len(_per_step(facts, graph_launches)), 1)
     launch_us = median(s.dur for s in graph_launches)
     message = (
-        f"cudaGraphLaunch {len(graph_launches)}× (median {launch_us:.1f} µs of CPU), each "
+        f"{graph_launches[0].name} {len(graph_launches)}× (median {launch_us:.1f} µs of CPU), each "
         f"replaying {median(len(w) for w in replayed):g} GPU activities"
     )
     if copies:

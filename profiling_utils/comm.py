@@ -1,0 +1,417 @@
+"""Communication in a trace: the collectives a rank ran and how much compute hid them.
+
+- :func:`collectives`: every NCCL/RCCL collective or point-to-point kernel, with its operation,
+  message size, dtype, process group and position, so that the k-th collective of a group can be
+  paired across ranks.
+- :func:`comm_overlap`: per step and in total, how long communication ran, how much of it
+  compute kernels overlapped, and how much was exposed (ran with no compute beside it).
+
+What a trace records about a collective depends on the torch version. Since about torch 2.2 the
+collective's kernel and its ``record_param_comms`` op carry ``Collective name``, ``In msg
+nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Name``... Older traces
+only have the ``nccl:<op>`` label and the ``c10d::<op>`` op around the launch, with the tensors'
+``Input Dims`` and ``Input type`` when shapes were recorded; the kernel's own name is the last
+resort for the operation.
+
+Bandwidths follow the conventions of NCCL's `nccl-tests
+<https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md>`_: the message size is
+the larger of the input and output buffers, the *algorithm bandwidth* is that size over the
+kernel's duration, and the *bus bandwidth* scales it by how much each rank really sends, so that
+it compares with the link's peak whatever the number of ranks ``n``: ``2(n-1)/n`` for all_reduce,
+``(n-1)/n`` for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+from .trace import Span, Trace
+
+__all__ = [
+    "OPERATIONS",
+    "Collective",
+    "Overlap",
+    "CommOverlap",
+    "collectives",
+    "comm_overlap",
+]
+
+OPERATIONS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
+    "unknown",
+)
+"""The values of :attr:`Collective.op`."""
+
+_BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+}
+
+# Element sizes by the dtype spellings traces use: ``Float``/``BFloat16`` (c10 ScalarType names,
+# in ``dtype``) and ``float``/``c10::BFloat16``/``signed char`` (C++ names, in ``Input type``).
+_DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "half": 2,
+    "float16": 2,
+    "c10::half": 2,
+    "bfloat16": 2,
+    "c10::bfloat16": 2,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "long int": 8,
+    "int64": 8,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "signed char": 1,
+    "int8": 1,
+    "byte": 1,
+    "unsigned char": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+}
+
+_LABEL_PREFIXES = ("nccl:", "rccl:", "gloo:")
+_C10D_PREFIX = "c10d::"
+_PARAM_COMMS = "record_param_comms"
+_START = attrgetter("start")
+
+
+def _operation(text: str) -> str:
+    """``"allreduce"``, ``"_allgather_base"``, ``"nccl:all_reduce"``, ``"AllReduce"``,
+    ``"reduce_scatter_tensor_coalesced"``... as one of :data:`OPERATIONS`."""
+    key = re.sub(r"[^a-z]", "", text.lower())
+    for needle, operation in (
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("reducescatter", "reduce_scatter"),
+        ("alltoall", "all_to_all"),
+        ("broadcast", "broadcast"),
+        ("barrier", "barrier"),
+    ):
+        if needle in key:
+            return operation
+    if "sendrecv" in key:
+        return "unknown"  # NCCL's SendRecv kernel runs sends, receives and all_to_all alike
+    if "send" in key:
+        return "send"
+    if "recv" in key:
+        return "recv"
+    return "unknown"
+
+
+def _kernel_operation(name: str) -> str:
+    """The operation a kernel's name spells (``ncclKernel_AllReduce_RING_LL_Sum_float``,
+    ``ncclDevKernel_AllGather_RING_LL``): the first ``_``-separated word after the prefix."""
+    words = name.split("(", 1)[0].split("_")
+    return _operation(words[1]) if len(words) > 1 else "unknown"
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _element_bytes(dtype: str | None) -> int | None:
+    return None if dtype is None else _DTYPE_BYTES.get(dtype.strip().lower())
+
+
+def _tensor_bytes(args: dict[str, Any]) -> tuple[int | None, str | None]:
+    """The largest tensor among an op's recorded inputs (``Input Dims`` with ``Input type``),
+    in bytes, and its dtype: for a collective, the larger of its input and output buffers."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None, None
+    best: tuple[int | None, str | None] = (None, None)
+    for shape, dtype in zip(dims, types, strict=False):
+        size = _element_bytes(dtype) if isinstance(dtype, str) else None
+        if not shape or size is None or not all(isinstance(d, int) for d in shape):
+            continue
+        total = math.prod(shape) * size
+        if best[0] is None or total > best[0]:
+            best = (total, dtype)
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective or point-to-point transfer, as its GPU kernel ran on this rank.
+
+    The bandwidths follow nccl-tests (see the module's docstring).
+    """
+
+    span: Span
+    """The GPU kernel doing the collective (``ncclDevKernel_*``, ``ncclKernel_*``...)."""
+    op: str
+    """One of :data:`OPERATIONS`: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``,
+    ``"broadcast"``, ``"all_to_all"``, ``"send"``, ``"recv"``, ``"barrier"``, or ``"unknown"``
+    when the trace does not say (an older trace's ``SendRecv`` kernel outside any label)."""
+    bytes: int | None
+    """Message size in bytes, the larger of the input and output buffers (elements × dtype
+    size), where the trace records it; else ``None``."""
+    dtype: str | None
+    """The element type as the trace spells it (``"Float"``, ``"BFloat16"``, ``"float"``...)."""
+    group: str | None
+    """The process group's name (``Process Group Name``, e.g. ``"0"``), where recorded."""
+    group_size: int | None
+    """Ranks in the process group (``Group size``), where recorded."""
+    step: int | None
+    """The ``ProfilerStep#N`` its launch lies in, if any."""
+    index: int
+    """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
+    order: the k-th collective of a group on one rank pairs with the k-th on every other."""
+
+    @property
+    def duration_us(self) -> float:
+        """The kernel's duration, µs (it includes waiting for the slowest peer)."""
+        return self.span.dur
+
+    @property
+    def algbw_gb_s(self) -> float | None:
+        """Algorithm bandwidth, ``bytes / duration``, in GB/s (10^9 bytes per second)."""
+        if self.bytes is None or self.span.dur <= 0:
+            return None
+        return self.bytes / (self.span.dur * 1e3)
+
+    @property
+    def busbw_gb_s(self) -> float | None:
+        """Bus bandwidth, GB/s: :attr:`algbw_gb_s` × ``2(n-1)/n`` for all_reduce, ``(n-1)/n``
+        for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv (``n`` =
+        :attr:`group_size`); ``None`` when the size, the group size or the operation is
+        unknown."""
+        algbw = self.algbw_gb_s
+        factor = _BUS_FACTORS.get(self.op)
+        if algbw is None or factor is None:
+            return None
+        if self.op in ("broadcast", "send", "recv"):
+            return algbw
+        if self.group_size is None or self.group_size < 1:
+            return None
+        return algbw * factor(self.group_size)
+
+
+def _describe(
+    trace: Trace, kernel: Span
+) -> tuple[str, int | None, str | None, str | None, int | None]:
+    """(op, bytes, dtype, group, group size) from the kernel's args, else from the
+    ``record_param_comms`` op, ``nccl:<op>`` label and ``c10d::<op>`` op around its launch."""
+    sources = [kernel.args]
+    label_op = c10d_op = None
+    launch = trace.launch_of(kernel)
+    if launch is not None:
+        for enclosing in trace.ancestors(launch):
+            name = enclosing.name
+            if name == _PARAM_COMMS:
+                sources.append(enclosing.args)
+            elif label_op is None and name.startswith(_LABEL_PREFIXES):
+                label_op = enclosing
+            elif c10d_op is None and name.startswith(_C10D_PREFIX):
+                c10d_op = enclosing
+                break  # the outermost of the three
+    recorded = next((args for args in sources if "Collective name" in args), {})
+    if recorded:
+        op = _operation(str(recorded["Collective name"]))
+    elif label_op is not None:
+        op = _operation(label_op.name.split(":", 1)[1])
+    elif c10d_op is not None:
+        op = _operation(c10d_op.name[len(_C10D_PREFIX) :])
+    else:
+        op = _kernel_operation(kernel.name)
+    dtype = recorded.get("dtype")
+    dtype = dtype if isinstance(dtype, str) else None
+    elements = [
+        n for n in map(_as_int, (recorded.get("In msg nelems"), recorded.get("Out msg nelems")))
+    ]
+    size = _element_bytes(dtype)
+    if size is not None and any(n is not None for n in elements):
+        message_bytes: int | None = max(n for n in elements if n is not None) * size
+    else:
+        # Older traces: the largest tensor the label or the c10d op recorded.
+        message_bytes = None
+        for span in (label_op, c10d_op):
+            if span is not None:
+                found, found_dtype = _tensor_bytes(span.args)
+                if found is not None and (message_bytes is None or found > message_bytes):
+                    message_bytes, dtype = found, dtype or found_dtype
+    group = recorded.get("Process Group Name")
+    return (
+        op,
+        message_bytes,
+        dtype,
+        None if group is None else str(group),
+        _as_int(recorded.get("Group size")),
+    )
+
+
+def collectives(trace: Trace) -> list[Collective]:
+    """Every collective and point-to-point kernel of the trace, in start order.
+
+    Args:
+        trace: A loaded trace (one rank).
+
+    Returns:
+        One :class:`Collective` per communication kernel; empty for a trace without any.
+    """
+    found = []
+    seen_in_group: dict[str | None, int] = {}
+    for kernel in trace.communication:
+        op, message_bytes, dtype, group, group_size = _describe(trace, kernel)
+        index = seen_in_group.get(group, 0)
+        seen_in_group[group] = index + 1
+        step = trace.step_of(kernel)
+        found.append(
+            Collective(
+                span=kernel,
+                op=op,
+                bytes=message_bytes,
+                dtype=dtype,
+                group=group,
+                group_size=group_size,
+                step=None if step is None else step.number,
+                index=index,
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """Communication and compute time on the GPU(s), and how much of one the other hid."""
+
+    step: int | None
+    """The ``ProfilerStep#N`` (kernels launched in it), or ``None`` for the whole trace."""
+    communication_us: float
+    """Time during which at least one communication kernel ran (union over kernels), µs."""
+    compute_us: float
+    """Time during which at least one compute kernel ran, µs."""
+    overlapped_us: float
+    """Communication time during which a compute kernel also ran on the same GPU, µs."""
+
+    @property
+    def exposed_us(self) -> float:
+        """Communication time with no compute kernel running beside it on the same GPU, µs:
+        the time communication adds to the step unless it is hidden."""
+        return self.communication_us - self.overlapped_us
+
+    @property
+    def overlap_fraction(self) -> float | None:
+        """:attr:`overlapped_us` / :attr:`communication_us` (``None`` with no communication)."""
+        if self.communication_us <= 0:
+            return None
+        return self.overlapped_us / self.communication_us
+
+
+@dataclass(frozen=True, slots=True)
+class CommOverlap:
+    """:func:`comm_overlap`'s answer: the whole trace and each step."""
+
+    total: Overlap
+    """Over every kernel of the trace (those outside any step included)."""
+    steps: tuple[Overlap, ...]
+    """One per ``ProfilerStep#N`` that launched any kernel, by step number."""
+
+
+def _merged(spans: list[Span]) -> list[tuple[float, float]]:
+    """The union of the spans' intervals as sorted, disjoint (start, end) pairs."""
+    merged: list[tuple[float, float]] = []
+    for span in sorted(spans, key=_START):
+        start, end = span.start, span.start + span.dur
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two unions of sorted, disjoint intervals."""
+    total, i, j, len_a, len_b = 0.0, 0, 0, len(a), len(b)
+    while i < len_a and j < len_b:
+        a_start, a_end = a[i]
+        b_start, b_end = b[j]
+        low = a_start if a_start > b_start else b_start
+        high = a_end if a_end < b_end else b_end
+        if high > low:
+            total += high - low
+        if a_end < b_end:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _overlap(step: int | None, comm: list[Span], compute: list[Span]) -> Overlap:
+    by_device: dict[Any, tuple[list[Span], list[Span]]] = {}
+    for span in comm:
+        by_device.setdefault(span.lane.device, ([], []))[0].append(span)
+    for span in compute:
+        by_device.setdefault(span.lane.device, ([], []))[1].append(span)
+    comm_us = compute_us = overlapped = 0.0
+    for device_comm, device_compute in by_device.values():
+        comm_intervals, compute_intervals = _merged(device_comm), _merged(device_compute)
+        comm_us += _length(comm_intervals)
+        compute_us += _length(compute_intervals)
+        overlapped += _intersection(comm_intervals, compute_intervals)
+    return Overlap(step, comm_us, compute_us, overlapped)
+
+
+def comm_overlap(trace: Trace) -> CommOverlap:
+    """How much of the communication compute kernels hid, per step and in total.
+
+    Communication is the time at least one collective kernel runs on a GPU; it is *overlapped*
+    where a compute kernel runs on the same GPU at the same time (on another stream), and
+    *exposed* elsewhere. A kernel counts in the step its launch lies in (it may run after the
+    step's CPU window). Memcpys and memsets are neither communication nor compute here.
+
+    Args:
+        trace: A loaded trace (one rank).
+
+    Returns:
+        A :class:`CommOverlap`; its numbers are 0 for a trace without communication.
+    """
+    comm = trace.communication
+    compute = trace.compute_kernels
+    per_step: dict[int, tuple[list[Span], list[Span]]] = {}
+    for kernels, slot in ((comm, 0), (compute, 1)):
+        for kernel in kernels:
+            step = trace.step_of(kernel)
+            if step is not None:
+                per_step.setdefault(step.number, ([], []))[slot].append(kernel)
+    return CommOverlap(
+        total=_overlap(None, comm, compute),
+        steps=tuple(_overlap(number, *per_step[number]) for number in sorted(per_step)),
+    )

@@ -1,0 +1,754 @@
+"""Several ranks of one distributed run: load each rank's trace in its own process, then line
+the ranks up against each other.
+
+A distributed job writes one trace per rank. :func:`trace_files` expands the paths given on a
+command line (files, or directories of per-rank traces) into trace files; :func:`analyse_files`
+loads them in parallel, one worker process per core, and hands each loaded trace to a function
+of the caller's; :func:`cross_rank` compares the ranks' :class:`RankProfile` (small, picklable
+facts taken from each trace in its worker) and names what one rank alone cannot show:
+
+- the **straggler**: the rank the others wait for. When a rank is late to a collective, every
+  other rank's GPU sits in the collective's kernel until it arrives, so the steps of all ranks
+  come out about as long; the late rank is the one that reaches the collectives last, not the
+  one with the longest steps;
+- for each rank, time in collectives split into **wait** (skew: waiting for the last rank to
+  arrive) and **transfer** (the rest of the collective's duration), the way AMD TraceLens
+  separates synchronisation skew from communication: for the k-th collective of a process
+  group on every rank, the rank that arrives last waits about 0, each other rank waits from its
+  own start until the last arrival;
+- the spread of step time across ranks, and each rank's GPU idle time.
+
+Ranks are aligned by absolute time: ``baseTimeNanoseconds`` plus ``ts`` in traces from
+torch >= 2.4, ``ts`` alone in older traces (where it is already absolute). The comparison is
+only as good as the agreement of the hosts' clocks: ranks on one host share a clock; across
+hosts, NTP or PTP keeps them within tens of µs to a few ms.
+
+Example::
+
+    from profiling_utils.ranks import analyse_files, cross_rank, rank_profile, trace_files
+
+    results = analyse_files(trace_files(["traces/"]), rank_profile)
+    report = cross_rank([r.value for r in results if r.error is None])
+    print(report.straggler)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from . import comm, measures
+from .errors import TraceError
+from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
+from .rules import Finding
+from .trace import Trace, gc_paused, load_trace
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
+
+__all__ = [
+    "ClockKind",
+    "CollectiveCall",
+    "RankStep",
+    "RankProfile",
+    "Outcome",
+    "RankTiming",
+    "StepSpread",
+    "Straggler",
+    "CrossRank",
+    "trace_files",
+    "analyse_files",
+    "rank_profile",
+    "cross_rank",
+]
+
+T = TypeVar("T")
+
+ClockKind = Literal["baseTimeNanoseconds", "absolute ts"]
+"""How a trace's times become absolute: ``baseTimeNanoseconds`` + ``ts`` (torch >= 2.4) or
+``ts`` alone (older traces write absolute µs)."""
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+"""File names a directory of per-rank traces is searched for."""
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """``rank-2`` before ``rank-10``."""
+    return [int(part) if part.isdigit() else part for part in _DIGITS.split(path.name)]
+
+
+def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The trace files named by ``paths``: each file as given, each directory's ``.json`` and
+    ``.json.gz`` files (not its subdirectories) in natural order (``rank-2`` before ``rank-10``).
+
+    Raises:
+        TraceError: A path does not exist, or a directory holds no trace file.
+    """
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = sorted(
+                (p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)),
+                key=_natural_key,
+            )
+            if not found:
+                raise TraceError(path, "directory holds no .json or .json.gz trace")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
+# -- loading in parallel ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """What one worker brings back: a value, or the one-line error of a file it could not read."""
+
+    files: tuple[str, ...]
+    """The trace files the worker loaded, as given."""
+    value: T | None = None
+    """What the caller's function returned, when every file loaded."""
+    error: str | None = None
+    """``FILE: what is wrong`` for a file that cannot be read, else ``None``."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _run(files: tuple[str, ...], analyse: Callable[..., T], max_bytes: int | None) -> Outcome[T]:
+    """The worker: load ``files`` and apply ``analyse`` to the traces (module level, so that a
+    spawned worker can unpickle it by name)."""
+    with gc_paused():  # the analysis, like the load, creates many objects and no cycles
+        try:
+            traces = [load_trace(path, max_bytes=max_bytes) for path in files]
+        except TraceError as err:
+            return Outcome(files, error=_one_line(str(err)))
+        return Outcome(files, value=analyse(*traces))
+
+
+def analyse_files(
+    tasks: Sequence[str | os.PathLike[str] | Sequence[str | os.PathLike[str]]],
+    analyse: Callable[..., T],
+    *,
+    max_bytes: int | None = None,
+    workers: int | None = None,
+    context: BaseContext | None = None,
+) -> list[Outcome[T]]:
+    """Load each task's trace(s) in a worker process and apply ``analyse`` to them.
+
+    Each trace is loaded and analysed in its own process, as many at once as there are cores,
+    so that N traces take about N / cores times one. The traces stay in the workers: ``analyse``
+    should return something small (a dict, a :class:`RankProfile`), which is pickled back.
+
+    Args:
+        tasks: One trace file per task, or a sequence of files that ``analyse`` takes together
+            (``compare`` passes a baseline and a trace).
+        analyse: Called with the loaded trace(s) of a task. It must be picklable: a module-level
+            function, or a :func:`functools.partial` of one.
+        max_bytes: Passed to :func:`~profiling_utils.trace.load_trace`: refuse a file whose
+            decompressed size is larger. ``None``: ``PROFILING_UTILS_MAX_TRACE_BYTES`` when
+            set, else load_trace's share of the available memory divided among the workers,
+            since their traces are in memory at once.
+        workers: Processes to use (default: the cores this process may run on).
+        context: The :mod:`multiprocessing` context (default: the platform's; the work is
+            spawn-safe).
+
+    Returns:
+        One :class:`Outcome` per task, in the order given. A file that cannot be read gives an
+        outcome with its one-line ``error``; the other tasks still run.
+    """
+    jobs = [
+        (str(task),) if isinstance(task, str | os.PathLike) else tuple(map(str, task))
+        for task in tasks
+    ]
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        workers = workers or os.cpu_count() or 1
+    workers = max(1, min(workers, len(jobs)))
+    if max_bytes is None and workers > 1 and not os.environ.get(MAX_TRACE_BYTES_ENV):
+        # The default limit is a share of the memory available; traces loaded at once share it.
+        limit = default_max_bytes()
+        max_bytes = None if limit is None else max(1, limit // workers)
+    if workers == 1:
+        return [_run(files, analyse, max_bytes) for files in jobs]
+    # Imported here: a single trace never needs them, and the CLI's start-up stays short.
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(_run, files, analyse, max_bytes) for files in jobs]
+        outcomes = []
+        for files, future in zip(jobs, futures, strict=True):
+            try:
+                outcomes.append(future.result())
+            except BrokenProcessPool:  # a worker was killed (out of memory?) mid-task
+                reason = "the process reading it stopped abruptly (out of memory?)"
+                outcomes.append(Outcome(files, error=f"{files[0]}: {reason}"))
+        return outcomes
+
+
+# -- what each rank brings back -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCall:
+    """One collective's kernel on one rank, with its time on the rank's absolute clock."""
+
+    group: str
+    """The process group (``"default"`` when the trace does not name one)."""
+    index: int
+    """Position among this rank's collectives of the same group and op, from 0: the k-th
+    all_reduce of a group is the same call on every rank. (NCCL needs every rank to issue a
+    communicator's collectives in one order, so this pairs as the position in the group does;
+    in older traces that do not name the group, collectives of different communicators
+    interleave differently on each rank, and the op keeps them apart.)"""
+    op: str
+    """One of :data:`profiling_utils.comm.OPERATIONS` (``all_reduce``, ``all_to_all``...)."""
+    start_us: float
+    """Start of the kernel, µs after the rank's :attr:`RankProfile.clock_base_ns`."""
+    dur_us: float
+    """Duration of the kernel."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankStep:
+    """One ``ProfilerStep#N`` of one rank."""
+
+    step: int
+    start_us: float
+    """Start of the CPU window, µs after the rank's :attr:`RankProfile.clock_base_ns`."""
+    cpu_us: float
+    """Duration of the CPU window."""
+    gpu_busy_us: float
+    gpu_window_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class RankProfile:
+    """The facts of one rank's trace that the cross-rank analysis needs (small and picklable)."""
+
+    file: str
+    """The trace file, as given."""
+    rank: int | None
+    """``distributedInfo.rank``, or ``None`` when the trace does not record it."""
+    world_size: int | None
+    """``distributedInfo.world_size``, or ``None``."""
+    device: str | None
+    """The GPU(s) of ``deviceProperties``, as
+    :meth:`~profiling_utils.trace.DeviceInfo.describe` puts them."""
+    content: Literal["GPU", "CPU only", "no events"]
+    """Whether the trace holds GPU work, only host events, or nothing at all."""
+    clock: ClockKind
+    """How :attr:`clock_base_ns` was found."""
+    clock_base_ns: int
+    """Absolute ns that times of this profile count from: ``baseTimeNanoseconds``, or 0."""
+    steps: tuple[RankStep, ...]
+    gpu_busy_us: float
+    """Time the GPU ran kernels, copies or memsets (streams' overlaps counted once)."""
+    gpu_idle_us: float | None
+    """GPU time in the steps' GPU windows (the whole GPU span without steps) not busy;
+    ``None`` without GPU work."""
+    collectives: tuple[CollectiveCall, ...]
+
+    @property
+    def label(self) -> str:
+        """``"rank 3"``, or the file name when the trace records no rank."""
+        return f"rank {self.rank}" if self.rank is not None else Path(self.file).name
+
+    @property
+    def collective_us(self) -> float:
+        """Total duration of the collectives' kernels."""
+        return sum(c.dur_us for c in self.collectives)
+
+
+def _content(trace: Trace) -> Literal["GPU", "CPU only", "no events"]:
+    if not trace.spans:
+        return "no events"
+    return "GPU" if trace.has_gpu else "CPU only"
+
+
+def _gpu_idle_us(trace: Trace, times: list[measures.StepTime], busy: float) -> float | None:
+    if not trace.has_gpu:
+        return None
+    if times:
+        return sum(max(0.0, t.gpu_window_us - t.gpu_busy_us) for t in times)
+    work = trace.gpu_work
+    return max(w.end for w in work) - min(w.start for w in work) - busy
+
+
+def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
+    """Take from a loaded trace what :func:`cross_rank` needs (run in a worker process)."""
+    base = trace.base_time_ns
+    origin = trace.origin_us
+    times = measures.step_times(trace)
+    busy = measures.gpu_busy_us(trace)
+    by_step = {t.step: t for t in times}
+    steps = tuple(
+        RankStep(
+            s.number,
+            origin + s.start,
+            s.end - s.start,
+            by_step[s.number].gpu_busy_us,
+            by_step[s.number].gpu_window_us,
+        )
+        for s in trace.steps
+    )
+    calls = []
+    seen: dict[tuple[str, str], int] = {}
+    for collective in comm.collectives(trace):
+        key = (collective.group or "default", collective.op)
+        index = seen[key] = seen.get(key, -1) + 1
+        span = collective.span
+        calls.append(CollectiveCall(key[0], index, key[1], origin + span.start, span.dur))
+    devices = list(dict.fromkeys(device.describe() for device in trace.devices))
+    return RankProfile(
+        file=str(trace.path) if file is None else file,
+        rank=trace.rank,
+        world_size=trace.world_size,
+        device=", ".join(devices) or None,
+        content=_content(trace),
+        clock="absolute ts" if base is None else "baseTimeNanoseconds",
+        clock_base_ns=base or 0,
+        steps=steps,
+        gpu_busy_us=busy,
+        gpu_idle_us=_gpu_idle_us(trace, times, busy),
+        collectives=tuple(calls),
+    )
+
+
+# -- across ranks -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankTiming:
+    """One row of the per-rank table."""
+
+    label: str
+    """``"rank 3"``, or the file name when the trace records no rank."""
+    rank: int | None
+    file: str
+    device: str | None
+    content: str
+    """``"GPU"``, ``"CPU only"`` or ``"no events"``."""
+    steps: int
+    median_step_us: float | None
+    """Median CPU duration of the rank's steps."""
+    gpu_busy_us: float
+    """Time the GPU ran kernels, copies or memsets; a collective's kernel counts while it
+    waits."""
+    gpu_idle_us: float | None
+    """The rest of the steps' GPU windows (of the GPU's whole span without steps); ``None``
+    without GPU work."""
+    collectives: int
+    collective_us: float
+    """Total duration of the rank's collective kernels (for those matched across ranks,
+    wait plus transfer)."""
+    wait_us: float | None
+    """Time in the collectives matched across ranks spent waiting for the last rank to arrive
+    (skew); ``None`` when no collective could be matched."""
+    transfer_us: float | None
+    """The rest of the matched collectives' duration: moving the data."""
+    last_arrivals: int
+    """Matched collectives this rank reached last (the others waited for it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpread:
+    """One step number across the ranks that have it."""
+
+    step: int
+    ranks: int
+    min_us: float
+    median_us: float
+    max_us: float
+    slowest: str
+    """Label of the rank with the longest step."""
+
+    @property
+    def spread(self) -> float:
+        """``(max - min) / median``."""
+        return (self.max_us - self.min_us) / self.median_us if self.median_us else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """The rank the others wait for."""
+
+    label: str
+    rank: int | None
+    basis: Literal["collectives", "steps"]
+    """``collectives``: it arrives last at collectives, and the others' wait for it is at
+    least twice what any other rank caused; ``steps``: no collective could be matched, and
+    its median step is over 5% above the ranks' median."""
+    last_arrivals: int
+    """Matched collectives it reached last."""
+    matched: int
+    """Collectives matched across ranks."""
+    caused_wait_us: float
+    """Time the other ranks waited in collectives this rank reached last."""
+    median_step_us: float | None
+    """Its median step, to set beside the others' (about equal when the others wait)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrossRank:
+    """What :func:`cross_rank` finds across the ranks of one run."""
+
+    ranks: list[RankTiming]
+    steps: list[StepSpread]
+    """Step numbers that at least two ranks have, in order."""
+    matched_collectives: int
+    """Collectives found on at least two ranks under the same group, op and index, whose
+    kernels overlap in time."""
+    straggler: Straggler | None
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+    """Caveats on the comparison (clocks, missing or repeated ranks, unmatched collectives)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (the ``cross_rank`` key of the CLI's multi-rank ``--json``)."""
+        return {
+            "ranks": [asdict(r) for r in self.ranks],
+            "steps": [dict(asdict(s), spread=s.spread) for s in self.steps],
+            "matched_collectives": self.matched_collectives,
+            "straggler": None if self.straggler is None else asdict(self.straggler),
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+
+def _labels(profiles: Sequence[RankProfile]) -> list[str]:
+    labels = [p.label for p in profiles]
+    repeated = {label for label in labels if labels.count(label) > 1}
+    return [
+        f"{label} ({Path(p.file).name})" if label in repeated else label
+        for label, p in zip(labels, profiles, strict=True)
+    ]
+
+
+def _offsets_us(profiles: Sequence[RankProfile]) -> list[float]:
+    """Per profile, what to add to its times to put every rank on one clock (exact in ns)."""
+    reference = min(p.clock_base_ns for p in profiles)
+    return [(p.clock_base_ns - reference) / 1000 for p in profiles]
+
+
+@dataclass(frozen=True, slots=True)
+class _Waits:
+    wait: list[float]
+    transfer: list[float]
+    last: list[int]
+    caused: list[float]
+    matched: int = 0
+    alone: int = 0
+    """Collectives found on one rank only."""
+    apart: int = 0
+    """Collectives whose kernels do not overlap across ranks: not the same call."""
+    point_to_point: int = 0
+    """Sends and receives: a send pairs with a receive on another rank, not with the other
+    ranks' k-th send, so they are not lined up."""
+
+
+def _waits(profiles: Sequence[RankProfile]) -> _Waits:
+    """Wait and transfer per rank, collectives reached last and wait caused per rank."""
+    count = len(profiles)
+    result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count)
+    if len({p.clock for p in profiles}) > 1:
+        return result
+    offsets = _offsets_us(profiles)
+    by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
+    point_to_point = 0
+    for position, profile in enumerate(profiles):
+        for call in profile.collectives:
+            if call.op in _POINT_TO_POINT:
+                point_to_point += 1
+                continue
+            key = (call.group, call.index, call.op)
+            by_key.setdefault(key, []).append(
+                (position, call.start_us + offsets[position], call.dur_us)
+            )
+    matched = alone = apart = 0
+    for arrivals in by_key.values():
+        if len({position for position, _, _ in arrivals}) < 2:
+            alone += 1
+            continue
+        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
+        # Every rank's kernel of one collective runs until the last rank has arrived; kernels
+        # that do not overlap belong to different calls (or the clocks disagree).
+        if latest_start > min(start + duration for _, start, duration in arrivals):
+            apart += 1
+            continue
+        matched += 1
+        result.last[latest_position] += 1
+        for position, start, duration in arrivals:
+            waited = latest_start - start
+            result.wait[position] += waited
+            result.transfer[position] += duration - waited
+            result.caused[latest_position] += waited
+    return dataclasses.replace(
+        result, matched=matched, alone=alone, apart=apart, point_to_point=point_to_point
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[StepSpread]:
+    by_step: dict[int, list[tuple[float, str]]] = {}
+    for profile, label in zip(profiles, labels, strict=True):
+        for step in profile.steps:
+            by_step.setdefault(step.step, []).append((step.cpu_us, label))
+    spreads = []
+    for number, durations in sorted(by_step.items()):
+        if len(durations) < 2:
+            continue
+        values = [d for d, _ in durations]
+        spreads.append(
+            StepSpread(
+                step=number,
+                ranks=len(durations),
+                min_us=min(values),
+                median_us=statistics.median(values),
+                max_us=max(values),
+                slowest=max(durations)[1],
+            )
+        )
+    return spreads
+
+
+_TABLE = "Across ranks"
+_POINT_TO_POINT = frozenset({"send", "recv"})
+_STEP_SPREAD_THRESHOLD = 0.05
+"""Steps within 5% of each other across ranks count as even."""
+_STANDS_OUT = 2.0
+"""A straggler has caused at least twice the wait any other rank has caused."""
+_WAIT_WARNING_SHARE = 0.05
+"""A straggler whose wait costs the others 5% of their step time or more is worth acting on."""
+
+
+def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
+    """Compare the ranks of one run: per-rank table, step spread, straggler, skew and idle.
+
+    Args:
+        profiles: One :class:`RankProfile` per rank (from :func:`rank_profile`), in any order.
+
+    Returns:
+        The :class:`CrossRank` report, ranks in rank order (traces without one last). Its
+        findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
+        in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
+        idles most, when it stands out), ``rank-step-spread`` (step time uneven across ranks).
+    """
+    profiles = sorted(profiles, key=lambda p: (p.rank is None, p.rank or 0, p.file))
+    labels = _labels(profiles)
+    notes = []
+    clocks = {p.clock for p in profiles}
+    if len(clocks) > 1:
+        notes.append(
+            "the traces keep time differently (some with baseTimeNanoseconds, some without): "
+            "collectives cannot be lined up, so wait and straggler are left out"
+        )
+    missing = [label for label, p in zip(labels, profiles, strict=True) if p.rank is None]
+    if missing:
+        notes.append(f"no rank recorded (distributedInfo.rank) in: {', '.join(missing)}")
+    ranks = [p.rank for p in profiles if p.rank is not None]
+    if len(set(ranks)) < len(ranks):
+        notes.append("several traces claim the same rank: are they from one run?")
+    waits = _waits(profiles)
+    matched = waits.matched
+    if waits.alone:
+        notes.append(
+            f"{waits.alone} collective(s) found on one rank only (a trace cut at another point, "
+            "or a group whose other ranks were not given)"
+        )
+    if waits.apart:
+        notes.append(
+            f"{waits.apart} collective(s) left out: their kernels do not overlap across ranks, "
+            "so they are not one call (the traces start at different collectives, or the "
+            "hosts' clocks disagree)"
+        )
+    if waits.point_to_point:
+        notes.append(
+            f"{waits.point_to_point} send(s) and receive(s) not lined up: each pairs with "
+            "another rank's opposite call, which the trace does not name"
+        )
+    if matched:
+        notes.append(
+            "wait and transfer compare absolute start times across ranks: they hold as far as "
+            "the hosts' clocks agree"
+        )
+
+    rows = []
+    for position, (profile, label) in enumerate(zip(profiles, labels, strict=True)):
+        rows.append(
+            RankTiming(
+                label=label,
+                rank=profile.rank,
+                file=profile.file,
+                device=profile.device,
+                content=profile.content,
+                steps=len(profile.steps),
+                median_step_us=_median([s.cpu_us for s in profile.steps]),
+                gpu_busy_us=profile.gpu_busy_us,
+                gpu_idle_us=profile.gpu_idle_us,
+                collectives=len(profile.collectives),
+                collective_us=profile.collective_us,
+                wait_us=waits.wait[position] if matched and profile.collectives else None,
+                transfer_us=waits.transfer[position] if matched and profile.collectives else None,
+                last_arrivals=waits.last[position],
+            )
+        )
+    spreads = _step_spreads(profiles, labels)
+    straggler = _straggler(rows, waits.caused, matched)
+    findings = _findings(rows, spreads, straggler)
+    return CrossRank(rows, spreads, matched, straggler, findings, notes)
+
+
+def _straggler(rows: list[RankTiming], caused: list[float], matched: int) -> Straggler | None:
+    if len(rows) < 2:
+        return None
+    if matched:
+        position = max(range(len(rows)), key=lambda i: caused[i])
+        runner_up = max((c for i, c in enumerate(caused) if i != position), default=0.0)
+        if caused[position] <= 0 or caused[position] < _STANDS_OUT * runner_up:
+            return None  # every rank is late now and then: jitter, not one late rank
+        row = rows[position]
+        return Straggler(
+            row.label, row.rank, "collectives", row.last_arrivals, matched, caused[position],
+            row.median_step_us,
+        )  # fmt: skip
+    timed = [row for row in rows if row.median_step_us is not None]
+    if len(timed) < 2:
+        return None
+    slowest = max(timed, key=lambda r: r.median_step_us or 0.0)
+    median = statistics.median(r.median_step_us or 0.0 for r in timed)
+    if not median or (slowest.median_step_us or 0.0) <= median * (1 + _STEP_SPREAD_THRESHOLD):
+        return None
+    return Straggler(slowest.label, slowest.rank, "steps", 0, 0, 0.0, slowest.median_step_us)
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} µs"
+
+
+def _findings(
+    rows: list[RankTiming], spreads: list[StepSpread], straggler: Straggler | None
+) -> list[Finding]:
+    findings = []
+    others = [
+        r for r in rows if r.collectives and straggler is not None and r.label != straggler.label
+    ]
+    if straggler is not None and straggler.basis == "collectives":
+        other_steps = _median([r.median_step_us for r in others if r.median_step_us is not None])
+        others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
+        own_steps = straggler.median_step_us
+        if own_steps is None or not other_steps:
+            steps_compared = "The others wait in their collectives:"
+        elif abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps:
+            steps_compared = (
+                f"Its median step ({_us(own_steps)}) is about the others' "
+                f"({_us(other_steps)}): the time it loses shows up as the others' wait, so"
+            )
+        else:
+            steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
+        share = straggler.caused_wait_us / others_time if others_time else None
+        findings.append(
+            Finding(
+                "rank-straggler",
+                _TABLE,
+                "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
+                f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
+                f"{straggler.matched} collectives last, and the other ranks waited "
+                f"{_us(straggler.caused_wait_us)} in them for it. {steps_compared} "
+                "look at what it does before its collectives (host work, data loading, a "
+                "slower GPU).",
+                {
+                    "rank": straggler.rank,
+                    "last_arrivals": straggler.last_arrivals,
+                    "matched_collectives": straggler.matched,
+                    "caused_wait_us": straggler.caused_wait_us,
+                    "median_step_us": straggler.median_step_us,
+                    "others_median_step_us": other_steps,
+                    "caused_wait_share_of_others_steps": share,
+                },
+            )
+        )
+    elif straggler is not None:
+        findings.append(
+            Finding(
+                "rank-straggler",
+                _TABLE,
+                "warning",
+                f"{straggler.label} has the longest steps (median "
+                f"{_us(straggler.median_step_us)}); no collective could be matched across "
+                "ranks to show who waits for whom.",
+                {"rank": straggler.rank, "median_step_us": straggler.median_step_us},
+            )
+        )
+    waited = [r for r in rows if r.wait_us]
+    if waited:
+        total_wait = sum(r.wait_us or 0.0 for r in rows)
+        total = total_wait + sum(r.transfer_us or 0.0 for r in rows)
+        worst = max(waited, key=lambda r: r.wait_us or 0.0)
+        share = total_wait / total if total else 0.0
+        late = (
+            f"mostly for {straggler.label}"
+            if straggler is not None and straggler.basis == "collectives"
+            else "spread across the ranks (no one rank is late most of the time: jitter)"
+        )
+        findings.append(
+            Finding(
+                "collective-skew",
+                _TABLE,
+                "warning" if straggler is not None and share >= 0.25 else "info",
+                f"{share:.0%} of the time in matched collectives is waiting for a late rank, "
+                f"not transfer ({_us(total_wait)} of {_us(total)}), {late}; "
+                f"{worst.label} waits most ({_us(worst.wait_us)}).",
+                {
+                    "wait_us": {r.label: r.wait_us for r in rows},
+                    "transfer_us": {r.label: r.transfer_us for r in rows},
+                    "wait_share": share,
+                },
+            )
+        )
+    idle = [r for r in rows if r.gpu_idle_us is not None]
+    if len(idle) >= 2:
+        most = max(idle, key=lambda r: r.gpu_idle_us or 0.0)
+        median = statistics.median(r.gpu_idle_us or 0.0 for r in idle)
+        if (most.gpu_idle_us or 0.0) > 1.25 * median and (most.gpu_idle_us or 0.0) > 0:
+            findings.append(
+                Finding(
+                    "rank-gpu-idle",
+                    _TABLE,
+                    "info",
+                    f"{most.label}'s GPU idles {_us(most.gpu_idle_us)}, against a median of "
+                    f"{_us(median)} across ranks.",
+                    {"gpu_idle_us": {r.label: r.gpu_idle_us for r in idle}},
+                )
+            )
+    uneven = [s for s in spreads if s.spread > _STEP_SPREAD_THRESHOLD]
+    if uneven and (straggler is None or straggler.basis == "collectives"):
+        worst_step = max(uneven, key=lambda s: s.spread)
+        findings.append(
+            Finding(
+                "rank-step-spread",
+                _TABLE,
+                "info",
+                f"step time differs across ranks by up to {worst_step.spread:.0%} "
+                f"(step {worst_step.step}: {_us(worst_step.min_us)} to "
+                f"{_us(worst_step.max_us)}, longest on {worst_step.slowest}).",
+                {"steps": [dict(asdict(s), spread=s.spread) for s in uneven]},
+            )
+        )
+    return findings

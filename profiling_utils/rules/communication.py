@@ -1,0 +1,205 @@
+"""Cheatsheet rows for communication (table "GPU lane"): collectives that no compute hides,
+how much compute overlaps them, and the bandwidth they reach.
+
+A collective's kernel (NCCL, RCCL) occupies the GPU while it waits for its peers and moves
+data, so it is judged on its own terms here and left out of the compute rules (``hotspot``,
+``compute-bound``). The numbers come from :mod:`profiling_utils.comm`; bandwidths follow
+nccl-tests' conventions (see that module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..comm import Collective
+from .facts import Facts, median, span_ref, step_label, us
+from .registry import Hit, rule
+
+EXPOSED_MIN_STEP_SHARE = 0.10
+"""``exposed-communication``: exposed communication takes at least this share of the median
+step's time."""
+
+OVERLAP_MIN_FRACTION = 0.5
+"""``comm-overlap``: compute kernels run beside at least this share of the communication."""
+
+BANDWIDTH_MIN_BYTES = 1 << 20
+"""``collective-bandwidth``: messages of at least this many bytes (1 MiB); a smaller one
+takes about the same time whatever its size (NCCL's latency), so its bandwidth says little."""
+
+_REPORTED = 5
+
+
+def _step_widths(facts: Facts) -> dict[int, float]:
+    """Per step, the longer of its CPU window and the GPU window of its work, µs."""
+    return {t.step: max(t.cpu_us, t.gpu_window_us) for t in facts.step_times}
+
+
+def _overlap_row(overlap: Any, width: float | None = None) -> dict[str, Any]:
+    row = {
+        "step": overlap.step,
+        "communication_us": us(overlap.communication_us),
+        "overlapped_us": us(overlap.overlapped_us),
+        "exposed_us": us(overlap.exposed_us),
+        "compute_us": us(overlap.compute_us),
+    }
+    if width is not None:
+        row["step_us"] = us(width)
+        row["exposed_share"] = round(overlap.exposed_us / width, 4) if width > 0 else None
+    return row
+
+
+def _collective_ref(collective: Collective) -> dict[str, Any]:
+    return {
+        "op": collective.op,
+        "bytes": collective.bytes,
+        "step": collective.step,
+        "group": collective.group,
+        **span_ref(collective.span),
+    }
+
+
+@rule(
+    "exposed-communication",
+    "GPU lane",
+    see="""Collective kernels (ncclDevKernel_*, ncclKernel_* on NVIDIA, the same names from
+    RCCL on AMD) running while no compute kernel runs on the GPU, for a sizeable part of each
+    step.""",
+    means="""Exposed communication: the step waits for the network (or for the slowest rank)
+    instead of computing. Overlap it with compute (DDP's bucketed gradient all-reduce during
+    the backward pass, FSDP's prefetch), send less (larger buckets, lower-precision
+    gradients), or find the straggler: a collective also lasts as long as its slowest peer
+    takes to join.""",
+    severity="warning",
+    from_post=False,
+)
+def exposed_communication(facts: Facts) -> Iterator[Hit]:
+    if not facts.collectives:
+        return
+    widths = _step_widths(facts)
+    rows = [
+        _overlap_row(overlap, widths[overlap.step])
+        for overlap in facts.comm_overlap.steps
+        if overlap.step in widths and overlap.communication_us > 0
+    ]
+    if not rows:
+        return
+    # The lower median is a real step, so the message can name it.
+    median_row = sorted(rows, key=lambda row: row["exposed_share"] or 0.0)[(len(rows) - 1) // 2]
+    typical = median_row["exposed_share"]
+    if typical is None or typical < EXPOSED_MIN_STEP_SHARE:
+        return
+    total = facts.comm_overlap.total
+    longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
+    yield (
+        f"Communication runs with no compute beside it for {typical:.0%} of the median step "
+        f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs in "
+        f"{step_label(median_row['step'])}); over the trace, {total.exposed_us:.1f} of "
+        f"{total.communication_us:.1f} µs of communication is exposed.",
+        {
+            "median_exposed_share": typical,
+            "total": _overlap_row(total),
+            "steps": rows,
+            "collectives": len(facts.collectives),
+            "longest_collectives": [_collective_ref(c) for c in longest],
+        },
+    )
+
+
+@rule(
+    "comm-overlap",
+    "GPU lane",
+    see="""Collective kernels on one stream while compute kernels run on another, at the same
+    time, for most of the collectives' duration.""",
+    means="""Communication hidden behind compute, which is what data-parallel training aims
+    for (DDP all-reduces gradient buckets during the backward pass). The two still share the
+    GPU's memory bandwidth and SMs, so overlapped kernels run slower than they would alone.""",
+    severity="info",
+    from_post=False,
+)
+def comm_overlap(facts: Facts) -> Iterator[Hit]:
+    if not facts.collectives:
+        return
+    total = facts.comm_overlap.total
+    fraction = total.overlap_fraction
+    if fraction is None or fraction < OVERLAP_MIN_FRACTION:
+        return
+    yield (
+        f"Compute kernels run beside {fraction:.0%} of the communication "
+        f"({total.overlapped_us:.1f} of {total.communication_us:.1f} µs, "
+        f"{len(facts.collectives)} collective kernels).",
+        {
+            "overlap_fraction": round(fraction, 4),
+            "total": _overlap_row(total),
+            "steps": [
+                _overlap_row(overlap)
+                for overlap in facts.comm_overlap.steps
+                if overlap.communication_us > 0
+            ],
+        },
+    )
+
+
+@rule(
+    "collective-bandwidth",
+    "GPU lane",
+    see="""Collectives whose message size the trace records (In msg nelems and dtype on the
+    kernel or on record_param_comms; Input Dims on the nccl:* label in older traces).""",
+    means="""The bandwidth each collective reached, as nccl-tests reports it: algorithm
+    bandwidth (bytes / time) and bus bandwidth (scaled by 2(n-1)/n for all_reduce, (n-1)/n
+    for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv), which
+    compares with the links' peak (NVLink, InfiniBand). It is a lower bound: the kernel's
+    time includes waiting for the slowest rank. Far below the links' peak for large
+    messages, look for stragglers or a slow path between nodes.""",
+    severity="info",
+    from_post=False,
+)
+def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
+    sized = [
+        c
+        for c in facts.collectives
+        if c.bytes is not None and c.bytes >= BANDWIDTH_MIN_BYTES and c.algbw_gb_s is not None
+    ]
+    if not sized:
+        return
+    # One row per operation, group and message size: bandwidth depends on the size.
+    by_kind: dict[tuple[str, str | None, int | None, int], list[Collective]] = {}
+    for collective in sized:
+        key = (collective.op, collective.group, collective.group_size, collective.bytes or 0)
+        by_kind.setdefault(key, []).append(collective)
+    rows = []
+    for (op, group, group_size, size), members in by_kind.items():
+        busbw = [c.busbw_gb_s for c in members if c.busbw_gb_s is not None]
+        rows.append(
+            {
+                "op": op,
+                "group": group,
+                "group_size": group_size,
+                "bytes": size,
+                "dtype": members[0].dtype,
+                "count": len(members),
+                "total_us": us(sum(c.span.dur for c in members)),
+                "median_us": us(median(c.span.dur for c in members)),
+                "median_algbw_gb_s": round(median(c.algbw_gb_s or 0.0 for c in members), 2),
+                "median_busbw_gb_s": round(median(busbw), 2) if busbw else None,
+                "first": _collective_ref(members[0]),
+            }
+        )
+    rows.sort(key=lambda row: -row["total_us"])
+    top = rows[0]
+    bus = (
+        f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
+        if top["median_busbw_gb_s"] is not None
+        else " (group size not recorded: no bus bandwidth)"
+    )
+    yield (
+        f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; the most time goes "
+        f"to {top['op']} of {top['bytes'] / 2**20:.1f} MiB ({top['count']}×, median "
+        f"{top['median_us']:.1f} µs), at a median algorithm bandwidth of "
+        f"{top['median_algbw_gb_s']:.1f} GB/s{bus}.",
+        {
+            "kinds": rows[:_REPORTED],
+            "sized_collectives": len(sized),
+            "collectives": len(facts.collectives),
+        },
+    )

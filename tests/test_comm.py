@@ -1,0 +1,154 @@
+"""profiling_utils.comm on synthetic traces shaped like torch 2.x and older NCCL traces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import complete_event
+
+from profiling_utils import load_trace
+from profiling_utils.comm import collectives, comm_overlap
+
+COMM_STREAM = 20
+
+
+def nccl_step(
+    number: int,
+    t: float,
+    *,
+    overlap: bool,
+    recorded: bool = True,
+    correlation: int = 100,
+) -> list[dict[str, Any]]:
+    """One step (1000 µs): a compute kernel 100-400 on stream 7, then an all_reduce of 2^20
+    floats in a group of 4 ranks running 500 µs on stream 20, from 200 (beside the compute
+    kernel for 200 µs) with ``overlap`` else from 450 (alone). ``recorded``: torch 2.x's
+    collective args; else only the nccl:all_reduce label with its Input Dims."""
+    comm_start = t + (200 if overlap else 450)
+    params = {
+        "Collective name": "allreduce",
+        "In msg nelems": 1 << 20,
+        "Out msg nelems": 1 << 20,
+        "dtype": "Float",
+        "Group size": 4,
+        "Process Group Name": "0",
+    }
+    label_args = {"Input Dims": [[1 << 20]], "Input type": ["float"]}
+    c = correlation
+    return [
+        complete_event(f"ProfilerStep#{number}", "user_annotation", t, 1000),
+        complete_event("aten::mm", "cpu_op", t + 10, 30),
+        complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=c),
+        complete_event("gemm", "kernel", t + 100, 300, pid=0, tid=7, correlation=c),
+        complete_event("c10d::allreduce_", "cpu_op", t + 50, 60),
+        complete_event("record_param_comms", "cpu_op", t + 55, 50, **(params if recorded else {})),
+        complete_event("nccl:all_reduce", "user_annotation", t + 60, 40, **label_args),
+        complete_event("cudaLaunchKernel", "cuda_runtime", t + 70, 5, correlation=c + 1),
+        complete_event(
+            "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "kernel", comm_start, 500,
+            pid=0, tid=COMM_STREAM, correlation=c + 1, **(params if recorded else {}),
+        ),
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def two_steps(make_trace: Any) -> Any:
+    def make(**kwargs: Any) -> Any:
+        events = nccl_step(1, 1000.0, **kwargs) + nccl_step(2, 3000.0, correlation=200, **kwargs)
+        return load_trace(make_trace(events))
+
+    return make
+
+
+def test_collectives_read_torch2_args(two_steps: Any) -> None:
+    found = collectives(two_steps(overlap=False))
+    assert [(c.op, c.group, c.group_size, c.dtype, c.step, c.index) for c in found] == [
+        ("all_reduce", "0", 4, "Float", 1, 0),
+        ("all_reduce", "0", 4, "Float", 2, 1),
+    ]
+    first = found[0]
+    assert first.bytes == 4 << 20
+    assert first.duration_us == pytest.approx(500.0)
+    # nccl-tests: algbw = bytes / time; busbw = algbw * 2(n-1)/n for all_reduce.
+    assert first.algbw_gb_s == pytest.approx((4 << 20) / 500e-6 / 1e9)
+    assert first.busbw_gb_s == pytest.approx(first.algbw_gb_s * 2 * 3 / 4)
+
+
+def test_collectives_fall_back_to_the_nccl_label_in_older_traces(two_steps: Any) -> None:
+    first = collectives(two_steps(overlap=False, recorded=False))[0]
+    assert (first.op, first.bytes, first.dtype) == ("all_reduce", 4 << 20, "float")
+    assert first.group is None and first.group_size is None
+    assert first.algbw_gb_s is not None and first.busbw_gb_s is None
+
+
+def test_collectives_empty_without_communication(fixture_path: Any) -> None:
+    trace = load_trace(fixture_path("64_bf16_warm_eager"))
+    assert collectives(trace) == []
+    overlap = comm_overlap(trace)
+    assert overlap.total.communication_us == 0 and overlap.total.overlap_fraction is None
+
+
+@pytest.mark.parametrize(("overlap", "overlapped"), [(True, 200.0), (False, 0.0)])
+def test_comm_overlap_per_step_and_total(two_steps: Any, overlap: bool, overlapped: float) -> None:
+    result = comm_overlap(two_steps(overlap=overlap))
+    assert [s.step for s in result.steps] == [1, 2]
+    for step in result.steps:
+        assert step.communication_us == pytest.approx(500.0)
+        assert step.compute_us == pytest.approx(300.0)
+        assert step.overlapped_us == pytest.approx(overlapped)
+        assert step.exposed_us == pytest.approx(500.0 - overlapped)
+    assert result.total.exposed_us == pytest.approx(2 * (500.0 - overlapped))
+    assert result.total.overlap_fraction == pytest.approx(overlapped / 500.0)
+
+
+def test_the_kernel_name_is_the_last_resort(make_trace: Any) -> None:
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event(
+            "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "kernel", 20, 50, pid=0, tid=COMM_STREAM, correlation=1,
+        ),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=2),
+        complete_event("ncclDevKernel_Generic", "kernel", 110, 50, pid=0, tid=COMM_STREAM,
+                       correlation=2),
+    ]  # fmt: skip
+    found = collectives(load_trace(make_trace(events)))
+    assert [(c.op, c.bytes, c.group, c.step, c.index) for c in found] == [
+        ("all_gather", None, None, None, 0),
+        ("unknown", None, None, None, 1),
+    ]
+    assert found[0].algbw_gb_s is None and found[0].busbw_gb_s is None
+
+
+def test_index_counts_within_each_group(make_trace: Any) -> None:
+    events = []
+    for i, (group, collective) in enumerate(
+        [("0", "allreduce"), ("1", "_allgather_base"), ("0", "broadcast"), ("1", "reduce_scatter")]
+    ):
+        t = 100.0 * i
+        args = {
+            "Collective name": collective,
+            "Process Group Name": group,
+            "In msg nelems": 8,
+            "Out msg nelems": 64,
+            "dtype": "BFloat16",
+            "Group size": 8,
+        }
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", t, 5, correlation=i + 1),
+            complete_event("ncclDevKernel_Generic", "kernel", t + 10, 2, pid=0, tid=COMM_STREAM,
+                           correlation=i + 1, **args),
+        ]  # fmt: skip
+    found = collectives(load_trace(make_trace(events)))
+    assert [(c.op, c.group, c.index) for c in found] == [
+        ("all_reduce", "0", 0),
+        ("all_gather", "1", 0),
+        ("broadcast", "0", 1),
+        ("reduce_scatter", "1", 1),
+    ]
+    # The larger of the input and output buffers, as nccl-tests counts an all_gather's size.
+    assert {c.bytes for c in found} == {64 * 2}
+    gather = found[1]
+    assert gather.busbw_gb_s == pytest.approx(gather.algbw_gb_s * 7 / 8)
+    assert found[2].busbw_gb_s == pytest.approx(found[2].algbw_gb_s)

@@ -1,0 +1,409 @@
+"""Several ranks of one run: parallel loading, the cross-rank analysis and the CLI around it.
+
+The synthetic runs are built so that the answer is known from their construction: every rank
+computes, then joins an all-reduce; a rank that stalls on the host joins late, and the others'
+GPUs sit in the all-reduce kernel until it arrives.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    BASE_TIME_NS,
+    FIXTURES,
+    complete_event,
+    flow_pair,
+    run_cli,
+    trace_document,
+    write_trace,
+)
+
+from profiling_utils.cli import build_parser
+from profiling_utils.ranks import (
+    analyse_files,
+    cross_rank,
+    rank_profile,
+    trace_files,
+)
+from profiling_utils.trace import load_trace
+
+SAMPLED = FIXTURES / "ranks" / "sampled"
+NCCL = FIXTURES / "nccl"
+
+STEP_US = 1000.0
+COMPUTE_US = 400.0
+TRANSFER_US = 100.0
+
+
+def rank_events(
+    rank: int,
+    *,
+    steps: int = 3,
+    stall_us: float = 0.0,
+    late_us: float = 0.0,
+    shift_us: float = 0.0,
+    op_name: str = "allreduce",
+) -> list[dict[str, Any]]:
+    """One rank's steps: a compute kernel, then an all-reduce.
+
+    ``late_us`` is how much later than the first rank the last rank reaches the all-reduce;
+    this rank reaches it ``stall_us`` late (a host stall before its launch). Every rank's
+    all-reduce ends at the same time: ``late_us + TRANSFER_US`` after the on-time start.
+    ``shift_us`` is subtracted from every ts (a trace with a later ``baseTimeNanoseconds``).
+    """
+    events = []
+    for index in range(steps):
+        t = index * STEP_US - shift_us
+        compute, collective = 100 * index + 10 * rank + 1, 100 * index + 10 * rank + 2
+        arrival = t + 20 + COMPUTE_US + stall_us
+        end = t + 20 + COMPUTE_US + late_us + TRANSFER_US
+        events += [
+            complete_event(f"ProfilerStep#{index}", "user_annotation", t, STEP_US - 1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=compute),
+            complete_event("gemm", "kernel", t + 20, COMPUTE_US, pid=0, tid=7,
+                           correlation=compute, device=0, stream=7),
+            complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
+                           correlation=collective),
+            complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
+                           arrival, end - arrival, pid=0, tid=20, correlation=collective,
+                           device=0, stream=20, **{"Collective name": op_name,
+                           "Process Group Name": "0", "Group size": 2}),
+            *flow_pair(compute, t + 5, t + 20),
+            *flow_pair(collective, arrival - 10, arrival),
+        ]  # fmt: skip
+    return events
+
+
+def write_rank(directory: Path, rank: int, events: list[dict[str, Any]], **top: Any) -> Path:
+    """Write rank ``rank``'s trace, ``rank-N.json``, into ``directory`` with its
+    ``distributedInfo``."""
+    info = {"backend": "nccl", "rank": rank, "world_size": 2}
+    document = trace_document(events, distributedInfo=info, **top)
+    return write_trace(directory / f"rank-{rank}.json", document)
+
+
+@pytest.fixture
+def stalled_run(tmp_path: Path) -> Path:
+    """Two ranks; rank 1 stalls 300 µs on the host before each all-reduce."""
+    write_rank(tmp_path, 0, rank_events(0, late_us=300))
+    write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300))
+    return tmp_path
+
+
+def profiles(directory: Path) -> list[Any]:
+    return [rank_profile(load_trace(path)) for path in trace_files([directory])]
+
+
+# -- the analysis --------------------------------------------------------------------------------
+
+
+def test_straggler_is_the_rank_the_others_wait_for(stalled_run: Path) -> None:
+    report = cross_rank(profiles(stalled_run))
+    assert report.matched_collectives == 3
+    assert report.straggler is not None
+    assert (report.straggler.rank, report.straggler.basis) == (1, "collectives")
+    assert report.straggler.last_arrivals == 3
+    assert report.straggler.caused_wait_us == pytest.approx(3 * 300)
+    # The stalled rank's steps are no longer than the others': the step table cannot tell.
+    assert {s.slowest for s in report.steps} <= {"rank 0", "rank 1"}
+    assert all(s.spread == 0 for s in report.steps)
+    assert [f.rule for f in report.findings][:2] == ["rank-straggler", "collective-skew"]
+    assert "rank 1 is the straggler" in report.findings[0].message
+
+
+def test_wait_and_transfer_split_each_rank_collectives(stalled_run: Path) -> None:
+    rows = {row.rank: row for row in cross_rank(profiles(stalled_run)).ranks}
+    assert rows[0].collective_us == pytest.approx(3 * (300 + TRANSFER_US))
+    assert rows[0].wait_us == pytest.approx(3 * 300)
+    assert rows[0].transfer_us == pytest.approx(3 * TRANSFER_US)
+    assert rows[1].wait_us == pytest.approx(0)
+    assert rows[1].transfer_us == pytest.approx(3 * TRANSFER_US)
+    assert (rows[0].last_arrivals, rows[1].last_arrivals) == (0, 3)
+
+
+def test_balanced_run_has_no_straggler(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, rank_events(0))
+    write_rank(tmp_path, 1, rank_events(1))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is None
+    assert [row.wait_us for row in report.ranks] == [0, 0]
+    assert report.findings == []
+
+
+def test_ranks_line_up_on_base_time_plus_ts(tmp_path: Path) -> None:
+    # Rank 1's profiler started 1 ms later: its ts are 1000 µs smaller for the same moments.
+    write_rank(tmp_path, 0, rank_events(0, late_us=300))
+    write_rank(
+        tmp_path,
+        1,
+        rank_events(1, stall_us=300, late_us=300, shift_us=1000),
+        baseTimeNanoseconds=BASE_TIME_NS + 1_000_000,
+    )
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert report.ranks[0].wait_us == pytest.approx(3 * 300)
+
+
+def test_old_traces_line_up_on_absolute_ts(tmp_path: Path) -> None:
+    epoch_us = 1_682_725_898_000_000.0
+    write_rank(
+        tmp_path, 0, rank_events(0, late_us=300, shift_us=-epoch_us), baseTimeNanoseconds=None
+    )
+    write_rank(
+        tmp_path, 1, rank_events(1, stall_us=300, late_us=300, shift_us=-epoch_us),
+        baseTimeNanoseconds=None,
+    )  # fmt: skip
+    report = cross_rank(profiles(tmp_path))
+    assert {p.clock for p in profiles(tmp_path)} == {"absolute ts"}
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert report.ranks[0].wait_us == pytest.approx(3 * 300, abs=1)  # float µs near 1.7e15
+
+
+def test_sends_and_receives_are_not_lined_up_as_collectives(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, rank_events(0, late_us=300, op_name="send"))
+    write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300, op_name="recv"))
+    report = cross_rank(profiles(tmp_path))
+    assert [row.collectives for row in report.ranks] == [3, 3]
+    assert report.matched_collectives == 0 and report.straggler is None
+    assert any("6 send(s) and receive(s) not lined up" in note for note in report.notes)
+
+
+def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, rank_events(0, late_us=300))
+    write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300), baseTimeNanoseconds=None)
+    report = cross_rank(profiles(tmp_path))
+    assert report.matched_collectives == 0
+    assert all(row.wait_us is None for row in report.ranks)
+    assert any("keep time differently" in note for note in report.notes)
+
+
+@pytest.mark.parametrize(
+    "info", [None, {"backend": "nccl"}], ids=["no distributedInfo", "distributedInfo without rank"]
+)
+def test_traces_without_rank_are_named_by_file(tmp_path: Path, info: Any) -> None:
+    for rank, events in enumerate(
+        (rank_events(0, late_us=300), rank_events(1, stall_us=300, late_us=300))
+    ):
+        write_trace(tmp_path / f"rank-x{rank}.json", trace_document(events, distributedInfo=info))
+    report = cross_rank(profiles(tmp_path))
+    assert [row.label for row in report.ranks] == ["rank-x0.json", "rank-x1.json"]
+    assert report.straggler is not None and report.straggler.label == "rank-x1.json"
+    assert any("no rank recorded" in note for note in report.notes)
+
+
+def test_content_tells_empty_from_cpu_only_from_gpu(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, [])
+    write_rank(tmp_path, 1, [complete_event("aten::add", "cpu_op", 0, 5)])
+    write_rank(tmp_path, 2, rank_events(2))
+    assert [p.content for p in profiles(tmp_path)] == ["no events", "CPU only", "GPU"]
+
+
+def test_two_real_ranks_of_a_128_rank_job() -> None:
+    """HTA's sampled ranks 0 and 1: each only sees part of every all_to_all's 128 ranks."""
+    counts = []
+    for path in sorted(SAMPLED.glob("*.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        counts.append(
+            sum(e.get("cat") == "kernel" and e["name"].startswith("nccl") for e in events)
+        )
+    report = cross_rank(profiles(SAMPLED))
+    rank_0, rank_1 = report.ranks
+    assert [rank_0.collectives, rank_1.collectives] == counts
+    assert 0 < report.matched_collectives <= min(counts)
+    assert rank_0.last_arrivals + rank_1.last_arrivals == report.matched_collectives
+    for row in report.ranks:
+        assert row.wait_us is not None and row.transfer_us is not None
+        assert row.wait_us >= 0 and row.transfer_us >= 0
+        assert row.wait_us + row.transfer_us <= row.collective_us + 1e-6
+    # With two ranks, all one rank's wait is for the other.
+    straggler = report.straggler
+    assert straggler is not None
+    other = rank_0 if straggler.rank == 1 else rank_1
+    assert straggler.caused_wait_us == pytest.approx(other.wait_us)
+    if report.matched_collectives < min(counts):
+        assert any("do not overlap" in note for note in report.notes)
+
+
+def _collective_starts(path: Path) -> tuple[int, list[float]]:
+    """``baseTimeNanoseconds`` and the ``ts`` of each NCCL kernel of a recorded rank, read with
+    json alone."""
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    starts = sorted(
+        e["ts"]
+        for e in document["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")
+    )
+    return document["baseTimeNanoseconds"], starts
+
+
+def test_real_nccl_run_where_rank_1_stalls_on_the_host() -> None:
+    run = NCCL / "stalled"
+    report = cross_rank(profiles(run))
+    rank_0, rank_1 = report.ranks
+    # Every step of both ranks is about as long: the step table cannot name the straggler.
+    assert all(s.spread < 0.05 for s in report.steps)
+    assert report.straggler is not None
+    assert (report.straggler.rank, report.straggler.basis) == (1, "collectives")
+    assert report.matched_collectives == rank_1.last_arrivals == 10
+    (base_0, starts_0), (base_1, starts_1) = (
+        _collective_starts(run / f"rank{r}.json.gz") for r in (0, 1)
+    )
+    assert base_0 == base_1  # one host: the same clock and base
+    starts = [starts_0, starts_1]
+    lateness = [late - early for early, late in zip(*starts, strict=True)]
+    assert all(d > 0 for d in lateness)
+    assert rank_0.wait_us == pytest.approx(sum(lateness), abs=0.01)
+    assert rank_1.wait_us == 0
+    assert rank_0.wait_us > 0.9 * rank_0.collective_us  # ~10 ms per step, of ~10.3 ms
+    assert [f.rule for f in report.findings][:2] == ["rank-straggler", "collective-skew"]
+    assert report.findings[0].severity == "warning"
+
+
+def test_real_balanced_nccl_run_has_no_straggler() -> None:
+    report = cross_rank(profiles(NCCL / "balanced"))
+    assert report.matched_collectives == 10
+    assert report.straggler is None
+    assert all(f.severity == "info" for f in report.findings)
+    skew = next(f for f in report.findings if f.rule == "collective-skew")
+    assert "no one rank is late" in skew.message
+
+
+def test_cli_names_the_stalled_rank_of_the_real_run(capsys) -> None:
+    status, out, _ = run_cli(capsys, "diagnose", str(NCCL / "stalled"))
+    assert status == 0
+    assert "[warning] rank-straggler: rank 1 is the straggler: it reached 10 of 10" in out
+
+
+# -- files and workers ---------------------------------------------------------------------------
+
+
+def test_trace_files_expands_directories_in_natural_order(tmp_path: Path) -> None:
+    for name in ("rank-10.json", "rank-2.json.gz", "rank-1.json", "notes.txt"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "sub").mkdir()
+    assert [p.name for p in trace_files([tmp_path])] == [
+        "rank-1.json",
+        "rank-2.json.gz",
+        "rank-10.json",
+    ]
+    assert trace_files(["a.json", "b.json"]) == [Path("a.json"), Path("b.json")]
+
+
+def _span_count(trace: Any) -> int:
+    return len(trace.spans)
+
+
+def test_spawned_workers_report_each_file_and_bad_ones_alone(stalled_run: Path) -> None:
+    (stalled_run / "rank-2.json").write_text('{"traceEvents": [')
+    files = trace_files([stalled_run])
+    outcomes = analyse_files(
+        files, _span_count, workers=2, context=multiprocessing.get_context("spawn")
+    )
+    assert [o.files for o in outcomes] == [(str(f),) for f in files]
+    assert [o.value for o in outcomes[:2]] == [len(load_trace(f).spans) for f in files[:2]]
+    assert outcomes[2].value is None
+    assert outcomes[2].error is not None and outcomes[2].error.startswith(str(files[2]))
+    assert "\n" not in outcomes[2].error
+
+
+def _exit_abruptly(trace: Any) -> None:
+    os._exit(1)  # what the kernel's out-of-memory killer does to a worker
+
+
+def test_a_worker_that_dies_gives_an_error_not_a_traceback(stalled_run: Path) -> None:
+    files = trace_files([stalled_run])
+    outcomes = analyse_files(files, _exit_abruptly, workers=2)
+    assert [o.value for o in outcomes] == [None, None]
+    assert all(o.error and "stopped abruptly" in o.error for o in outcomes)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose"])
+def test_cli_names_the_straggler_in_text(capsys, stalled_run: Path, command: str) -> None:
+    status, out, err = run_cli(capsys, command, str(stalled_run))
+    assert (status, err) == (0, "")
+    assert "Across ranks (2 traces)" in out
+    assert "rank-straggler: rank 1 is the straggler" in out
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose"])
+def test_cli_json_of_several_traces(capsys, stalled_run: Path, command: str) -> None:
+    files = [str(p) for p in trace_files([stalled_run])]
+    status, out, _ = run_cli(capsys, command, *files, "--json")
+    document = json.loads(out)
+    assert status == 0
+    assert set(document) == {"traces", "errors", "cross_rank"}
+    key = "file" if command == "summary" else "trace"
+    assert [t[key] for t in document["traces"]] == files
+    cross = document["cross_rank"]
+    assert cross["straggler"]["rank"] == 1
+    assert [r["rank"] for r in cross["ranks"]] == [0, 1]
+    assert set(cross) == {"ranks", "steps", "matched_collectives", "straggler", "findings", "notes"}
+
+
+def test_cli_reports_the_readable_ranks_and_exits_2(capsys, stalled_run: Path) -> None:
+    (stalled_run / "rank-2.json").write_text('{"traceEvents": [')
+    status, out, err = run_cli(capsys, "summary", str(stalled_run), "--json")
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith(f"error: {stalled_run / 'rank-2.json'}: ")
+    document = json.loads(out)
+    assert len(document["traces"]) == 2
+    assert document["errors"] == [
+        {"files": [str(stalled_run / "rank-2.json")], "error": err.removeprefix("error: ").strip()}
+    ]
+
+
+def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None:
+    balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
+    balanced.mkdir(), stalled.mkdir()
+    for rank in (0, 1):
+        write_rank(balanced, rank, rank_events(rank))
+        write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    status, out, _ = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
+    document = json.loads(out)
+    assert status == 0
+    assert [(p["baseline"]["trace"], p["trace"]["trace"]) for p in document["pairs"]] == [
+        (str(balanced / f"rank-{r}.json"), str(stalled / f"rank-{r}.json")) for r in (0, 1)
+    ]
+    assert document["baseline_cross_rank"]["straggler"] is None
+    assert document["trace_cross_rank"]["straggler"]["rank"] == 1
+
+
+def test_cli_compare_refuses_runs_of_different_sizes(capsys, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_rank(run, 0, rank_events(0))
+    write_rank(run, 1, rank_events(1))
+    single = write_rank(tmp_path, 0, rank_events(0))
+    status, _, err = run_cli(capsys, "compare", str(run), str(single))
+    assert status == 2 and "compare pairs them rank by rank" in err
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose", "compare"])
+def test_help_documents_the_multi_rank_json(command: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    help_text = capsys.readouterr().out
+    for key in ("errors", "cross_rank", "matched_collectives", "caused_wait_us", "last_arrivals"):
+        assert key in help_text
+
+
+def test_max_trace_bytes_refuses_the_large_trace_alone(capsys, tmp_path: Path) -> None:
+    small = write_rank(tmp_path, 0, rank_events(0, steps=1))
+    large = write_rank(tmp_path, 1, rank_events(1, steps=6))
+    limit = (small.stat().st_size + large.stat().st_size) // 2
+    status, out, err = run_cli(
+        capsys, "summary", str(tmp_path), "--json", "--max-trace-bytes", str(limit)
+    )
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith(f"error: {large}: ")
+    assert [t["file"] for t in json.loads(out)["traces"]] == [str(small)]
