@@ -142,8 +142,9 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
     "torch.compile",
     see="## Call CompiledFxGraph <hash> with the same hash in every step.",
     means="""The same generated code ran each time: a cache hit, nothing was recompiled. The
-    hash keys Inductor's FX graph cache, by default under /tmp/torchinductor_<user>/fxgraph,
-    where the generated code can be read.""",
+    hash keys Inductor's FX graph cache (its fxgraph folder, by default in a
+    torchinductor_<user> folder of the system's temporary directory), where the generated code
+    can be read.""",
     severity="info",
     example="auto_examples/plot_08_torch_compile",
 )
