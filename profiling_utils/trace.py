@@ -804,6 +804,21 @@ class Trace:
         number = self._step_number_at(span.start)
         return None if number is None else self._step_by_number[number]
 
+    @property
+    def by_name(self) -> dict[str, list[Span]]:
+        """Every span grouped by name, each list in start order, the names in the order they
+        first occur (built on first use; do not modify)."""
+        if self._by_name is None:
+            by_name: dict[str, list[Span]] = {}
+            for span in self.spans:
+                group = by_name.get(span.name)
+                if group is None:
+                    by_name[span.name] = [span]
+                else:
+                    group.append(span)
+            self._by_name = by_name
+        return self._by_name
+
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None
     ) -> list[Span]:
@@ -814,15 +829,11 @@ class Trace:
             cat: Exact category.
             prefix: Start of the name (``"aten::"``, ``"cudaOccupancy"``...).
         """
-        if self._by_name is None:
-            by_name: dict[str, list[Span]] = {}
-            for span in self.spans:
-                by_name.setdefault(span.name, []).append(span)
-            self._by_name = by_name
+        by_name = self.by_name
         if name is not None:
-            found = self._by_name.get(name, [])
+            found = by_name.get(name, [])
         elif prefix is not None:
-            found = _merge(self._by_name, [key for key in self._by_name if key.startswith(prefix)])
+            found = _merge(by_name, [key for key in by_name if key.startswith(prefix)])
         elif cat is not None:
             found = self._by_cat.get(cat, [])
         else:
