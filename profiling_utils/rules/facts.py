@@ -175,6 +175,7 @@ class Row:
 _COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup")
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
+_UNSEEN: list[Any] = []
 
 
 class Facts:
@@ -279,23 +280,29 @@ class Facts:
         # The time each span's children cover (their union, from the model): overlapping
         # children must not be counted twice, or self time goes negative.
         covered = self.trace.children_cover_us
-        rows = {}
-        for name, named in self.trace.by_name.items():
-            # A name's first span's category stands for the name's.
-            cat = named[0].cat
-            if cat not in _ROW_CATEGORIES or name.startswith("ProfilerStep#"):
-                continue
-            if cat == "user_annotation":
-                # GPU lanes repeat record_function labels (gpu_user_annotation): not rows.
-                named = [span for span in named if span.cat == "user_annotation"]
-            total_us = self_us = 0.0
-            for span in named:
-                parent = span.parent
-                if parent is None or spans[parent].name != name:  # nested in itself: once
-                    total_us += span.dur
-                self_us += span.dur - covered[span.id]
-            rows[name] = Row(len(named), total_us, self_us, cat == "cpu_op")
-        return rows
+        # Per name: [calls, total, self, category], or None for a name that is not a row.
+        # One pass in span order (by name, the spans would be visited in scattered memory).
+        sums: dict[str, list[Any] | None] = {}
+        for span in spans:
+            name = span.name
+            row = sums.get(name, _UNSEEN)
+            if row is _UNSEEN:
+                # A name's first span's category stands for the name's.
+                is_row = span.cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
+                row = sums[name] = [0, 0.0, 0.0, span.cat] if is_row else None
+            if row is None or (row[3] == "user_annotation" and span.cat != "user_annotation"):
+                continue  # GPU lanes repeat record_function labels (gpu_user_annotation)
+            dur = span.dur
+            parent = span.parent
+            if parent is None or spans[parent].name != name:  # nested in itself: counted once
+                row[1] += dur
+            row[2] += dur - covered[span.id]
+            row[0] += 1
+        return {
+            name: Row(row[0], row[1], row[2], row[3] == "cpu_op")
+            for name, row in sums.items()
+            if row is not None
+        }
 
     @cached_property
     def compile_info(self) -> measures.CompileInfo:
