@@ -531,7 +531,10 @@ class Launch(_Result):
     @property
     def kernel(self) -> Span | None:
         """The first kernel among :attr:`work`, if it started one."""
-        return next((activity for activity in self.work if activity.cat == "kernel"), None)
+        for activity in self.work:
+            if activity.cat == "kernel":
+                return activity
+        return None
 
 
 def launches(trace: Trace) -> list[Launch]:

@@ -399,8 +399,15 @@ class Facts:
                 children.append(candidate)
         return children
 
+    @cached_property
+    def _step_of_gpu_work(self) -> dict[int, int]:
+        """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
+        return {work.id: step.number for step in self.steps for work in step.gpu_work}
+
     def step_number_of(self, span: Span) -> int | None:
         """The number of the step ``span`` belongs to (see :meth:`Trace.step_of`)."""
+        if span.lane.kind == "gpu":  # by its launch: the step that lists it as its GPU work
+            return self._step_of_gpu_work.get(span.id)
         step = self.trace.step_of(span)
         return None if step is None else step.number
 
