@@ -568,10 +568,8 @@ class Trace:
         for key, on_lane in by_lane.items():
             pid, tid = key
             lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
-            for span in on_lane:
-                span.lane = lane
             self._lane_spans[lane] = on_lane
-            _nest(on_lane, self.children_cover_us)
+            _nest(lane, on_lane, self.children_cover_us)
         self.lanes = sorted(self._lane_spans, key=_lane_order)
         self._by_cat = by_cat
 
@@ -913,9 +911,9 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     return renamed
 
 
-def _nest(on_lane: list[Span], covered: list[float]) -> None:
-    """Set parent and depth for spans of one lane, given in (start, -dur) order, and add up in
-    ``covered[parent.id]`` the time each parent's children cover (their union).
+def _nest(lane: Lane, on_lane: list[Span], covered: list[float]) -> None:
+    """Set lane, parent and depth for the spans of ``lane``, given in (start, -dur) order, and
+    add up in ``covered[parent.id]`` the time each parent's children cover (their union).
 
     A span's parent is the innermost earlier span that contains it entirely. A span that
     starts inside an open span but ends after it (a partial overlap, seen between
@@ -930,6 +928,7 @@ def _nest(on_lane: list[Span], covered: list[float]) -> None:
     open_ends: list[float] = []
     covered_until: list[float] = []  # per open span: how far its children's union reaches
     for span in on_lane:
+        span.lane = lane
         start = span.start
         end = start + span.dur
         must_reach = end - _NEST_TOLERANCE_US
