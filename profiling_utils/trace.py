@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress, count, islice
+from itertools import chain, compress, count, islice
 from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
@@ -927,7 +927,8 @@ def _nest(lane: Lane, on_lane: list[Span], covered: list[float]) -> None:
     open_ids: list[int] = []
     open_ends: list[float] = []
     covered_until: list[float] = []  # per open span: how far its children's union reaches
-    for span in on_lane:
+    next_starts = chain(map(_START, islice(on_lane, 1, None)), (math.inf,))
+    for span, next_start in zip(on_lane, next_starts, strict=True):
         span.lane = lane
         start = span.start
         end = start + span.dur
@@ -947,9 +948,12 @@ def _nest(lane: Lane, on_lane: list[Span], covered: list[float]) -> None:
             open_ends.pop()
             open_ids.pop()
             covered_until.pop()
-        open_ids.append(span.id)
-        open_ends.append(end)
-        covered_until.append(start)
+        # A span that ends before the next one starts can hold no later span: left off the
+        # stack (most spans are leaves), as it would be popped at the next span anyway.
+        if next_start < end:
+            open_ids.append(span.id)
+            open_ends.append(end)
+            covered_until.append(start)
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
