@@ -105,10 +105,12 @@ def _is_multi(paths: Sequence[str]) -> bool:
 def _analyse(
     args: argparse.Namespace, paths: Sequence[str], task: Callable[..., Any]
 ) -> list[Outcome]:
-    """Each trace named by ``paths`` loaded and handed to ``task`` in a worker process."""
-    return analyse_files(
-        trace_files(paths), task, max_bytes=args.max_trace_bytes, workers=args.jobs
-    )
+    """Each trace named by ``paths`` loaded and handed to ``task`` in a worker process (one
+    trace alone in this process, kept in ``args.keep_traces`` when :func:`main` was given a
+    list for them)."""
+    files = trace_files(paths)
+    keep = args.keep_traces if len(files) == 1 else None
+    return analyse_files(files, task, max_bytes=args.max_trace_bytes, workers=args.jobs, keep=keep)
 
 
 def _report_errors(outcomes: list[Outcome]) -> int:
@@ -794,9 +796,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for a trace that cannot be read)."""
+def main(argv: Sequence[str] | None = None, *, keep_traces: list[Trace] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for a trace that cannot be read).
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+        keep_traces: A list that a trace analysed in this process is appended to rather than
+            freed, for a caller that exits without tearing down the interpreter (see
+            :func:`profiling_utils.ranks.analyse_files`).
+    """
     args = build_parser().parse_args(argv)
+    args.keep_traces = keep_traces
     try:
         return args.handler(args)
     except TraceError as err:

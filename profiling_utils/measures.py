@@ -359,6 +359,7 @@ class GpuGap(_Result):
 _SPAN_ID = attrgetter("id")
 _GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")  # CUDA's and HIP's
 _START = attrgetter("start")
+_CAT = attrgetter("cat")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
@@ -565,7 +566,10 @@ class Launch(_Result):
     @property
     def kernel(self) -> Span | None:
         """The first kernel among :attr:`work`, if it started one."""
-        return next((activity for activity in self.work if activity.cat == "kernel"), None)
+        for activity in self.work:
+            if activity.cat == "kernel":
+                return activity
+        return None
 
 
 def launches(trace: Trace) -> list[Launch]:
@@ -587,7 +591,7 @@ def launches(trace: Trace) -> list[Launch]:
         if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
             op = trace.op_of(call)
         work = tuple(trace.gpu_work_of(call))
-        starts_kernel = any(activity.cat == "kernel" for activity in work)
+        starts_kernel = "kernel" in map(_CAT, work)
         planning = tuple(pending.pop(parent, ())) if pending and starts_kernel else ()
         found.append(Launch(call, op, planning, work))
     return found

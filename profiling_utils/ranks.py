@@ -127,14 +127,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _run(files: tuple[str, ...], analyse: Callable[..., T], max_bytes: int | None) -> Outcome[T]:
+def _run(
+    files: tuple[str, ...],
+    analyse: Callable[..., T],
+    max_bytes: int | None,
+    keep: list[Trace] | None = None,
+) -> Outcome[T]:
     """The worker: load ``files`` and apply ``analyse`` to the traces (module level, so that a
-    spawned worker can unpickle it by name)."""
+    spawned worker can unpickle it by name); the traces go into ``keep`` when one is given."""
     with gc_paused():  # the analysis, like the load, creates many objects and no cycles
         try:
             traces = [load_trace(path, max_bytes=max_bytes) for path in files]
         except TraceError as err:
             return Outcome(files, error=_one_line(str(err)))
+        if keep is not None:
+            keep += traces
         return Outcome(files, value=analyse(*traces))
 
 
@@ -145,6 +152,7 @@ def analyse_files(
     max_bytes: int | None = None,
     workers: int | None = None,
     context: BaseContext | None = None,
+    keep: list[Trace] | None = None,
 ) -> list[Outcome[T]]:
     """Load each task's trace(s) in a worker process and apply ``analyse`` to them.
 
@@ -164,6 +172,10 @@ def analyse_files(
         workers: Processes to use (default: the cores this process may run on).
         context: The :mod:`multiprocessing` context (default: the platform's; the work is
             spawn-safe).
+        keep: When the tasks run in this process (one worker), their traces are appended
+            here rather than freed: for a caller that exits without tearing down, as
+            ``python -m profiling_utils`` does, since freeing a large trace object by object
+            costs about 0.07 s per 100 MB. Ignored when the tasks run in worker processes.
 
     Returns:
         One :class:`Outcome` per task, in the order given. A file that cannot be read gives an
@@ -182,7 +194,7 @@ def analyse_files(
         limit = default_max_bytes()
         max_bytes = None if limit is None else max(1, limit // workers)
     if workers == 1:
-        return [_run(files, analyse, max_bytes) for files in jobs]
+        return [_run(files, analyse, max_bytes, keep) for files in jobs]
     # Imported here: a single trace never needs them, and the CLI's start-up stays short.
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress, count, islice
+from itertools import chain, compress, count, islice
 from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
@@ -574,10 +574,8 @@ class Trace:
         for key, on_lane in by_lane.items():
             pid, tid = key
             lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
-            for span in on_lane:
-                span.lane = lane
             self._lane_spans[lane] = on_lane
-            _nest(on_lane, self.children_cover_us)
+            _nest(lane, on_lane, self.children_cover_us)
         self.lanes = sorted(self._lane_spans, key=_lane_order)
         self._by_cat = by_cat
 
@@ -864,6 +862,21 @@ class Trace:
         number = self._step_number_at(span.start)
         return None if number is None else self._step_by_number[number]
 
+    @property
+    def by_name(self) -> dict[str, list[Span]]:
+        """Every span grouped by name, each list in start order, the names in the order they
+        first occur (built on first use; do not modify)."""
+        if self._by_name is None:
+            by_name: dict[str, list[Span]] = {}
+            for span in self.spans:
+                group = by_name.get(span.name)
+                if group is None:
+                    by_name[span.name] = [span]
+                else:
+                    group.append(span)
+            self._by_name = by_name
+        return self._by_name
+
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None
     ) -> list[Span]:
@@ -874,15 +887,11 @@ class Trace:
             cat: Exact category.
             prefix: Start of the name (``"aten::"``, ``"cudaOccupancy"``...).
         """
-        if self._by_name is None:
-            by_name: dict[str, list[Span]] = {}
-            for span in self.spans:
-                by_name.setdefault(span.name, []).append(span)
-            self._by_name = by_name
+        by_name = self.by_name
         if name is not None:
-            found = self._by_name.get(name, [])
+            found = by_name.get(name, [])
         elif prefix is not None:
-            found = _merge(self._by_name, [key for key in self._by_name if key.startswith(prefix)])
+            found = _merge(by_name, [key for key in by_name if key.startswith(prefix)])
         elif cat is not None:
             found = self._by_cat.get(cat, [])
         else:
@@ -962,9 +971,9 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     return renamed
 
 
-def _nest(on_lane: list[Span], covered: list[float]) -> None:
-    """Set parent and depth for spans of one lane, given in (start, -dur) order, and add up in
-    ``covered[parent.id]`` the time each parent's children cover (their union).
+def _nest(lane: Lane, on_lane: list[Span], covered: list[float]) -> None:
+    """Set lane, parent and depth for the spans of ``lane``, given in (start, -dur) order, and
+    add up in ``covered[parent.id]`` the time each parent's children cover (their union).
 
     A span's parent is the innermost earlier span that contains it entirely. A span that
     starts inside an open span but ends after it (a partial overlap, seen between
@@ -978,7 +987,9 @@ def _nest(on_lane: list[Span], covered: list[float]) -> None:
     open_ids: list[int] = []
     open_ends: list[float] = []
     covered_until: list[float] = []  # per open span: how far its children's union reaches
-    for span in on_lane:
+    next_starts = chain(map(_START, islice(on_lane, 1, None)), (math.inf,))
+    for span, next_start in zip(on_lane, next_starts, strict=True):
+        span.lane = lane
         start = span.start
         end = start + span.dur
         must_reach = end - _NEST_TOLERANCE_US
@@ -997,9 +1008,12 @@ def _nest(on_lane: list[Span], covered: list[float]) -> None:
             open_ends.pop()
             open_ids.pop()
             covered_until.pop()
-        open_ids.append(span.id)
-        open_ends.append(end)
-        covered_until.append(start)
+        # A span that ends before the next one starts can hold no later span: left off the
+        # stack (most spans are leaves), as it would be popped at the next span anyway.
+        if next_start < end:
+            open_ids.append(span.id)
+            open_ends.append(end)
+            covered_until.append(start)
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:

@@ -313,6 +313,14 @@ def test_spawned_workers_report_each_file_and_bad_ones_alone(stalled_run: Path) 
     assert "\n" not in outcomes[2].error
 
 
+def test_traces_analysed_in_this_process_are_kept_when_asked(stalled_run: Path) -> None:
+    files = trace_files([stalled_run])
+    kept: list[Any] = []
+    outcomes = analyse_files(files, _span_count, workers=1, keep=kept)
+    assert [len(trace.spans) for trace in kept] == [o.value for o in outcomes]
+    assert [trace.path for trace in kept] == files
+
+
 def _exit_abruptly(trace: Any) -> None:
     os._exit(1)  # what the kernel's out-of-memory killer does to a worker
 

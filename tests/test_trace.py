@@ -176,6 +176,15 @@ def test_find(eager: Trace) -> None:
     assert eager.find("no such span") == []
 
 
+def test_by_name_groups_every_span_in_start_order(eager: Trace) -> None:
+    by_name = eager.by_name
+    names = list(dict.fromkeys(s.name for s in eager.spans))  # in the order they first occur
+    assert list(by_name) == names
+    assert [s for group in by_name.values() for s in group] == sorted(
+        eager.spans, key=lambda s: (names.index(s.name), s.id)
+    )
+
+
 def test_synthetic_trace_times_are_relative_to_the_earliest_span(make_trace) -> None:
     trace = load_trace(make_trace(minimal_gpu_events(offset=5000.0)))
     assert trace.origin_us == 5000.0

@@ -202,7 +202,8 @@ def _footprint(kernel: Span) -> dict[str, Any]:
 
 
 def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> list[dict]:
-    """Kernel launches grouped by (op, planning calls, API, kernel), most frequent first."""
+    """Kernel launches grouped by (op, planning calls, API, kernel), most frequent first: the
+    :data:`_GROUPS_REPORTED` first groups (only those are reported)."""
     groups: dict[tuple[str, tuple[str, ...], str, str], list[tuple[Launch, Span]]] = {}
     for launch, kernel in launches:
         key = (
@@ -213,9 +214,8 @@ def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> 
         )
         groups.setdefault(key, []).append((launch, kernel))
     rows = []
-    for (op, planning, api, kernel_name), members in sorted(
-        groups.items(), key=lambda item: -len(item[1])
-    ):
+    by_count = sorted(groups.items(), key=lambda item: -len(item[1]))
+    for (op, planning, api, kernel_name), members in by_count[:_GROUPS_REPORTED]:
         first, kernel = members[0]
         row: dict[str, Any] = {"op": op, "api": api, "kernel": kernel_name, "count": len(members)}
         if with_planning:
@@ -268,7 +268,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
         f"{len(planned)} kernel launch(es) follow a planning call; most often "
         f"{_counts(top['planning_calls'])} → {top['api']} in {_describe(top)}, "
         f"{top['count']}×.",
-        {"launches": len(planned), "groups": rows[:_GROUPS_REPORTED]},
+        {"launches": len(planned), "groups": rows},
     )
 
 
@@ -293,7 +293,7 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
     yield (
         f"{len(plain)} kernel(s) launched with a plain {rows[0]['api']}; most often "
         f"{_describe(rows[0])}, {rows[0]['count']}×.",
-        {"launches": len(plain), "groups": rows[:_GROUPS_REPORTED]},
+        {"launches": len(plain), "groups": rows},
     )
 
 
@@ -327,7 +327,7 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     yield (
         f"{len(direct)} kernel(s) launched through the driver with no planning call; most "
         f"often {top['api']} in {_describe(top)}, {top['count']}×.",
-        {"launches": len(direct), "groups": rows[:_GROUPS_REPORTED]},
+        {"launches": len(direct), "groups": rows},
     )
 
 

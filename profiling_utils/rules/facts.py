@@ -13,14 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import comm, measures
 from ..measures import Launch
 from ..trace import Span, Step, Trace
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
 
 __all__ = [
     "MATMUL_OPS",
@@ -85,10 +82,6 @@ MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy", "hipMemcpy")
 DEFAULT_LAUNCH_LATENCY_US = 6.5
 """:attr:`Facts.launch_latency_us` of a trace with no launch that found the GPU idle (a
 CPU-only trace): a typical H100 launch."""
-
-_NAME = attrgetter("name")
-_PARENT = attrgetter("parent")
-_DUR = attrgetter("dur")
 
 
 def _union_us(spans: list[Span]) -> float:
@@ -182,6 +175,7 @@ class Row:
 _COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup")
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
+_UNSEEN: list[Any] = []
 
 
 class Facts:
@@ -266,86 +260,48 @@ class Facts:
             if launch.op is not None and launch.op.name in MATMUL_OPS and not is_aten_kernel(kernel)
         ]
 
-    @cached_property
-    def _columns(self) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
-        """Name index and per-span columns (name code, parent id or -1, duration), built with
-        C-level passes so that per-name sums over every span stay cheap on large traces."""
-        import numpy as np  # imported on first use: whole-process start-up counts
-
-        spans = self.trace.spans
-        count = len(spans)
-        index: dict[str, int] = {}
-        codes = np.fromiter(
-            map(index.setdefault, map(_NAME, spans), range(count)), dtype=np.int64, count=count
-        )
-        parents = np.array(list(map(_PARENT, spans)), dtype=np.float64)  # None -> nan
-        parent_ids = np.where(np.isnan(parents), -1, parents).astype(np.int64)
-        durations = np.fromiter(map(_DUR, spans), dtype=np.float64, count=count)
-        return index, codes, parent_ids, durations
-
-    @cached_property
-    def _child_sums(self) -> np.ndarray:
-        # The time each span's children cover (their union, from the model): overlapping
-        # children must not be counted twice, or self time goes negative.
-        import numpy as np
-
-        return np.array(self.trace.children_cover_us, dtype=np.float64)
-
     def self_us(self, span: Span) -> float:
         """``span``'s "Self" time, µs: :meth:`profiling_utils.trace.Trace.self_us`."""
         return self.trace.self_us(span)
 
     def named(self, name: str) -> list[Span]:
         """Every span with exactly this name, in start order."""
-        import numpy as np
-
-        index, codes, _, _ = self._columns
-        code = index.get(name)
-        if code is None:
-            return []
-        spans = self.trace.spans
-        return [spans[i] for i in np.flatnonzero(codes == code)]
+        return list(self.trace.by_name.get(name, ()))
 
     def has_prefix(self, prefix: str) -> bool:
         """Whether any span's name starts with ``prefix``."""
-        return any(name.startswith(prefix) for name in self._columns[0])
+        return any(name.startswith(prefix) for name in self.trace.by_name)
 
     @cached_property
     def rows(self) -> dict[str, Row]:
         """The profiler table's rows rebuilt from the trace: per ``cpu_op`` and
         ``user_annotation`` name (``ProfilerStep#N`` left out), calls, total and self time."""
-        import numpy as np
-
-        index, codes, parents, durations = self._columns
         spans = self.trace.spans
-        # A name's code is the id of its first span, whose category stands for the name's.
-        row_codes = [
-            code
-            for name, code in index.items()
-            if spans[code].cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
-        ]
-        rows = np.isin(codes, row_codes)
-        # GPU lanes repeat record_function labels (gpu_user_annotation): not table rows.
-        label_codes = [c for c in row_codes if spans[c].cat == "user_annotation"]
-        for index_ in np.flatnonzero(np.isin(codes, label_codes)):
-            if spans[index_].cat != "user_annotation":
-                rows[index_] = False
-        same_name_parent = (parents >= 0) & (codes[np.maximum(parents, 0)] == codes)
-        outer = rows & ~same_name_parent
-        size = len(spans)
-        calls = np.bincount(codes[rows], minlength=size)
-        totals = np.bincount(codes[outer], weights=durations[outer], minlength=size)
-        selfs = durations - self._child_sums
-        self_sums = np.bincount(codes[rows], weights=selfs[rows], minlength=size)
+        # The time each span's children cover (their union, from the model): overlapping
+        # children must not be counted twice, or self time goes negative.
+        covered = self.trace.children_cover_us
+        # Per name: [calls, total, self, category], or None for a name that is not a row.
+        # One pass in span order (by name, the spans would be visited in scattered memory).
+        sums: dict[str, list[Any] | None] = {}
+        for span in spans:
+            name = span.name
+            row = sums.get(name, _UNSEEN)
+            if row is _UNSEEN:
+                # A name's first span's category stands for the name's.
+                is_row = span.cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
+                row = sums[name] = [0, 0.0, 0.0, span.cat] if is_row else None
+            if row is None or (row[3] == "user_annotation" and span.cat != "user_annotation"):
+                continue  # GPU lanes repeat record_function labels (gpu_user_annotation)
+            dur = span.dur
+            parent = span.parent
+            if parent is None or spans[parent].name != name:  # nested in itself: counted once
+                row[1] += dur
+            row[2] += dur - covered[span.id]
+            row[0] += 1
         return {
-            name: Row(
-                int(calls[code]),
-                float(totals[code]),
-                float(self_sums[code]),
-                spans[code].cat == "cpu_op",
-            )
-            for name, code in index.items()
-            if calls[code]
+            name: Row(row[0], row[1], row[2], row[3] == "cpu_op")
+            for name, row in sums.items()
+            if row is not None
         }
 
     @cached_property
@@ -443,8 +399,15 @@ class Facts:
                 children.append(candidate)
         return children
 
+    @cached_property
+    def _step_of_gpu_work(self) -> dict[int, int]:
+        """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
+        return {work.id: step.number for step in self.steps for work in step.gpu_work}
+
     def step_number_of(self, span: Span) -> int | None:
         """The number of the step ``span`` belongs to (see :meth:`Trace.step_of`)."""
+        if span.lane.kind == "gpu":  # by its launch: the step that lists it as its GPU work
+            return self._step_of_gpu_work.get(span.id)
         step = self.trace.step_of(span)
         return None if step is None else step.number
 
