@@ -346,8 +346,9 @@ with tempfile.TemporaryDirectory() as sweep_dir:
         print(line)
 
 # %%
-# On a GPU, launching the same two kernels costs the CPU about the same at every size,
-# while the product's work grows eightfold each time n doubles. The GPU column does not
+# On a GPU, launching the same two kernels costs the CPU the same order of time at every
+# size (the medians above move by a small factor from one run to the next), while the
+# product's work grows eightfold each time n doubles. The GPU column does not
 # follow the work at once: while the kernels are too small to fill the GPU, their fixed
 # start-up sets their duration. Only at the large sizes does it grow nearly as fast as the
 # work:
@@ -356,9 +357,9 @@ if device == "cuda":
     by_size = dict(zip(sizes, zip(cpu, gpu, strict=True), strict=True))
     medians = [d.median for d in cpu]
     claim(
-        "the CPU time per step stays within 3x across the sweep, "
+        "the CPU time per step stays within 10x across the sweep, "
         f"while the product's work grows {(sizes[-1] // sizes[0]) ** 3:,}x",
-        max(medians) < 3 * min(medians),
+        max(medians) < 10 * min(medians),
         slowest_us=max(medians),
         quickest_us=min(medians),
     )
