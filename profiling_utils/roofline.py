@@ -255,6 +255,8 @@ def roofline(trace: Trace) -> Roofline:
         concrete = args.get("Concrete Inputs")
         inputs = _Inputs(dims, types, concrete if isinstance(concrete, list) else [])
         kind, flops, num_bytes, note = _count(op.name, inputs)
+        if kind == "other" and all(w.is_communication for w in work):
+            note = "communication kernels: GPU time only"
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(t) for t in types if t in DTYPE_BYTES), None)
         entries.append(
