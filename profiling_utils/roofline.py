@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
@@ -245,6 +246,12 @@ def roofline(trace: Trace) -> Roofline:
     if not launched:
         return Roofline([], "no GPU work is launched from inside a CPU operator in this trace")
     names = {device.id: device.name for device in trace.devices if device.name != "unknown"}
+
+    @cache
+    def peak(device: str | None, figure: Figure | None) -> DatasheetPeak | None:
+        """A datasheet figure, looked up once per device and figure."""
+        return datasheet_peak(device, figure) if device and figure else None
+
     entries = []
     for op_id, work in sorted(launched.items()):
         op = trace.spans[op_id]
@@ -258,7 +265,7 @@ def roofline(trace: Trace) -> Roofline:
         if kind == "other" and all(w.is_communication for w in work):
             note = "communication kernels: GPU time only"
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
-        figure = next((_COMPUTE_FIGURE.get(t) for t in types if t in DTYPE_BYTES), None)
+        figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
         entries.append(
             RooflineEntry(
                 op=op,
@@ -270,10 +277,8 @@ def roofline(trace: Trace) -> Roofline:
                 gpu_us=sum(w.dur for w in work),
                 gpu_activities=len(work),
                 device=device,
-                compute_peak=(
-                    datasheet_peak(device, figure) if device and figure is not None else None
-                ),
-                memory_peak=datasheet_peak(device, "memory") if device else None,
+                compute_peak=peak(device, figure),
+                memory_peak=peak(device, "memory"),
                 note=note,
             )
         )
@@ -294,14 +299,18 @@ class _Inputs:
         self.dims = dims
         self.types = types
         self.concrete = concrete
+        self.tensors = [
+            index
+            for index, (sizes, dtype) in enumerate(zip(dims, types, strict=True))
+            if isinstance(dtype, str)
+            and dtype in DTYPE_BYTES
+            and isinstance(sizes, list)
+            and all(isinstance(size, int) for size in sizes)
+        ]
+        """Indices of the tensor arguments whose sizes and dtype are recorded."""
 
     def is_tensor(self, index: int) -> bool:
-        return (
-            index < len(self.types)
-            and self.types[index] in DTYPE_BYTES
-            and isinstance(self.dims[index], list)
-            and all(isinstance(size, int) for size in self.dims[index])
-        )
+        return index in self.tensors
 
     def shape(self, index: int) -> list[int] | None:
         return self.dims[index] if self.is_tensor(index) else None
@@ -311,7 +320,7 @@ class _Inputs:
 
     def read_bytes(self) -> int:
         """Every tensor input, at its size."""
-        return sum(self.tensor_bytes(i) for i in range(len(self.types)) if self.is_tensor(i))
+        return sum(self.tensor_bytes(i) for i in self.tensors)
 
     def element_bytes(self, index: int) -> int:
         return DTYPE_BYTES[self.types[index]]
@@ -570,7 +579,7 @@ _WRITE_ONLY = {"aten::copy_", "aten::fill_", "aten::zero_"}
 
 
 def _elementwise(name: str, inputs: _Inputs) -> _Count:
-    tensors = [i for i in range(len(inputs.types)) if inputs.is_tensor(i)]
+    tensors = inputs.tensors
     if not tensors:
         raise _CannotCount("no tensor sizes are recorded")
     first = tensors[0]
