@@ -333,8 +333,8 @@ class _Inputs:
         text = self.concrete[index].strip()
         if text in ("True", "False"):
             return text == "True"
-        try:
-            return json.loads(text)
+        try:  # Python's spelling of lists of booleans: "[True, False]"
+            return json.loads(text.replace("True", "true").replace("False", "false"))
         except ValueError:
             return None
 

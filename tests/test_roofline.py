@@ -97,10 +97,15 @@ def test_linear_writes_input_rows_by_weight_rows(entry_of) -> None:
     assert entry.bytes == (8 * 64 * 32 + 16 * 32 + 16 + 8 * 64 * 16) * 4
 
 
-def conv_args(stride: int, padding: int, groups: int) -> list[str]:
+def conv_args(
+    stride: int, padding: int, groups: int, transposed: bool = False, output_padding: int = 0
+) -> list[str]:
     """``Concrete Inputs`` of ``aten::convolution`` with these settings, 2-D."""
-    return ["", "", "", f"[{stride}, {stride}]", f"[{padding}, {padding}]", "[1, 1]", "False",
-            "[0, 0]", str(groups)]  # fmt: skip
+    return ["", "", "", f"[{stride}, {stride}]", f"[{padding}, {padding}]", "[1, 1]",
+            str(transposed), f"[{output_padding}, {output_padding}]", str(groups)]  # fmt: skip
+
+
+CONV_TYPES = [BF16, BF16, BF16, *["ScalarList"] * 3, "Scalar", "ScalarList", "Scalar"]
 
 
 @pytest.mark.parametrize(
@@ -115,13 +120,39 @@ def test_convolution_derives_its_output_from_stride_padding_and_groups(
     entry_of, stride: int, padding: int, groups: int, x: list[int], w: list[int], out: list[int]
 ) -> None:
     dims = [x, w, [8], [], [], [], [], [], []]
-    types = [BF16, BF16, BF16, *["ScalarList"] * 3, "Scalar", "ScalarList", "Scalar"]
-    entry = entry_of("aten::convolution", dims, types, conv_args(stride, padding, groups))
+    entry = entry_of("aten::convolution", dims, CONV_TYPES, conv_args(stride, padding, groups))
     n, c_out, h_out, w_out = out
     c_in, kh, kw = x[1], w[2], w[3]
     assert entry.kind == "convolution"
     assert entry.flops == 2 * n * c_out * h_out * w_out * (c_in // groups) * kh * kw
     assert entry.bytes == (math.prod(x) + math.prod(w) + 8 + math.prod(out)) * 2
+
+
+def test_transposed_convolution_counts_per_input_element(entry_of) -> None:
+    # weight (C_in, C_out/groups, kH, kW); output (16 - 1) * 2 - 2 * 1 + (3 - 1) + 1 + 1 = 32
+    x, w = [2, 8, 16, 16], [8, 4, 3, 3]
+    dims = [x, w, [4], [], [], [], [], [], []]
+    concrete = conv_args(2, 1, 1, transposed=True, output_padding=1)
+    entry = entry_of("aten::convolution", dims, CONV_TYPES, concrete)
+    assert entry.flops == 2 * 2 * 8 * 16 * 16 * 4 * 3 * 3
+    assert entry.bytes == (math.prod(x) + math.prod(w) + 4 + 2 * 4 * 32 * 32) * 2
+
+
+@pytest.mark.parametrize(
+    ("mask", "gradients"), [("[True, True, True]", 2), ("[False, True, True]", 1)]
+)
+def test_convolution_backward_counts_a_forward_per_gradient(
+    entry_of, mask: str, gradients: int
+) -> None:
+    grad, x, w = [2, 8, 16, 16], [2, 3, 32, 32], [8, 3, 3, 3]
+    dims = [grad, x, w, [], [], [], [], [], [], [], []]
+    types = [BF16] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
+    concrete = ["", "", "", "[8]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", mask]
+    entry = entry_of("aten::convolution_backward", dims, types, concrete)
+    forward = 2 * 2 * 8 * 16 * 16 * 3 * 3 * 3
+    assert entry.flops == forward * gradients
+    written = (gradients == 2) * math.prod(x) + math.prod(w) + 8
+    assert entry.bytes == (math.prod(grad) + math.prod(x) + math.prod(w) + written) * 2
 
 
 def test_cudnn_convolution_reads_its_own_argument_order(entry_of) -> None:
@@ -135,8 +166,7 @@ def test_cudnn_convolution_reads_its_own_argument_order(entry_of) -> None:
 
 def test_convolution_without_its_settings_says_it_cannot_count(entry_of) -> None:
     dims = [[2, 3, 32, 32], [8, 3, 3, 3], [8], [], [], [], [], [], []]
-    types = [BF16, BF16, BF16, *["ScalarList"] * 3, "Scalar", "ScalarList", "Scalar"]
-    entry = entry_of("aten::convolution", dims, types)  # no Concrete Inputs
+    entry = entry_of("aten::convolution", dims, CONV_TYPES)  # no Concrete Inputs
     assert (entry.kind, entry.flops, entry.bytes) == ("convolution", None, None)
     assert "stride is not recorded" in entry.note
     assert entry.bound == "unknown" and entry.peak_share is None
