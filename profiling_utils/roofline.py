@@ -28,7 +28,10 @@ Bytes are the tensors read (every tensor input, at its recorded size and dtype) 
 written (its size derived as above, in the dtype of the first input): the traffic an ideal
 kernel needs, not what the GPU's counters would measure (caches, re-reads and padding are
 invisible to a trace). Other operators (reductions, norms, softmax, embedding, ``_foreach_*``
-with tensor lists that record no sizes) are listed with their GPU time but no FLOPs or bytes.
+with tensor lists that record no sizes, fp8 ``aten::_scaled_mm``, collectives) are listed with
+their GPU time but no FLOPs or bytes. GPU work launched outside any ``cpu_op``, or from an op
+that recorded no shapes (``torch.compile``'s Triton kernels run under region markers), has no
+entry.
 
 **Which operator counts.** Each GPU activity belongs to the *innermost* ``cpu_op`` around its
 launch (:meth:`~profiling_utils.trace.Trace.op_of`): ``aten::linear`` reaches the GPU through
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -339,34 +343,21 @@ class _Inputs:
             return None
 
 
-_Count = tuple[OpKind, int | None, int | None, str]
+_Count = tuple[int | None, int | None, str]
+"""FLOPs, bytes, and a note on what the count assumed."""
 
 
-def _count(name: str, inputs: _Inputs) -> _Count:
-    """The op's kind, FLOPs, bytes and a note on what was assumed."""
+def _count(name: str, inputs: _Inputs) -> tuple[OpKind, int | None, int | None, str]:
+    """The op's kind, FLOPs, bytes and a note on what was assumed or why there is no count."""
+    formula = _FORMULAS.get(name)
+    if formula is None:
+        return "other", None, None, "no formula for this operator: GPU time only"
+    kind, count = formula
     try:
-        if name in _GEMM_OPERANDS:
-            return _gemm(name, inputs)
-        if name in _CONVOLUTION_ARGS:
-            return _convolution(name, inputs)
-        if name == "aten::convolution_backward":
-            return _convolution_backward(inputs)
-        if name in _ATTENTION:
-            return _attention(name, inputs)
-        if name in _ELEMENTWISE:
-            return _elementwise(name, inputs)
+        flops, num_bytes, note = count(name, inputs)
     except _CannotCount as reason:
-        kind: OpKind = (
-            "gemm"
-            if name in _GEMM_OPERANDS
-            else "attention"
-            if name in _ATTENTION
-            else "elementwise"
-            if name in _ELEMENTWISE
-            else "convolution"
-        )
         return kind, None, None, str(reason)
-    return "other", None, None, "no formula for this operator: GPU time only"
+    return kind, flops, num_bytes, note
 
 
 class _CannotCount(Exception):
@@ -399,7 +390,7 @@ def _gemm(name: str, inputs: _Inputs) -> _Count:
     else:
         batch, m, n, k = _matmul_sizes(a, b)
     output = batch * m * n * inputs.element_bytes(first)
-    return "gemm", 2 * m * n * k * batch, inputs.read_bytes() + output, ""
+    return 2 * m * n * k * batch, inputs.read_bytes() + output, ""
 
 
 def _matmul_sizes(a: list[int], b: list[int]) -> tuple[int, int, int, int]:
@@ -473,10 +464,10 @@ def _convolution(name: str, inputs: _Inputs) -> _Count:
         out_channels = w[0]  # weight is (C_out, C_in/groups, k...)
         flops = 2 * x[0] * math.prod(out) * math.prod(w)
     output = x[0] * out_channels * math.prod(out) * inputs.element_bytes(0)
-    return "convolution", flops, inputs.read_bytes() + output, ""
+    return flops, inputs.read_bytes() + output, ""
 
 
-def _convolution_backward(inputs: _Inputs) -> _Count:
+def _convolution_backward(name: str, inputs: _Inputs) -> _Count:
     # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
     #  output_padding, groups, output_mask)
     grad, x, w = inputs.shape(0), inputs.shape(1), inputs.shape(2)
@@ -493,7 +484,7 @@ def _convolution_backward(inputs: _Inputs) -> _Count:
         + mask[2] * grad[1] * inputs.element_bytes(0)
     )
     note = "one forward's FLOPs per gradient (input, weight)"
-    return "convolution", forward * (mask[0] + mask[1]), inputs.read_bytes() + written, note
+    return forward * (mask[0] + mask[1]), inputs.read_bytes() + written, note
 
 
 # -- attention -------------------------------------------------------------------------------
@@ -556,7 +547,7 @@ def _attention(name: str, inputs: _Inputs) -> _Count:
         written = output_elements * element
     if seq_q != seq_k:
         notes.append(f"Lq {seq_q}, Lk {seq_k}")
-    return "attention", flops, inputs.read_bytes() + written, "; ".join(notes)
+    return flops, inputs.read_bytes() + written, "; ".join(notes)
 
 
 # -- elementwise -----------------------------------------------------------------------------
@@ -586,13 +577,23 @@ def _elementwise(name: str, inputs: _Inputs) -> _Count:
     if name.endswith("_"):  # in place: the output is self
         written = inputs.tensor_bytes(first)
         read = inputs.read_bytes() - (written if name in _WRITE_ONLY else 0)
-        return "elementwise", None, read + written, ""
+        return None, read + written, ""
     shape = _broadcast([inputs.dims[i] for i in tensors])
     written = math.prod(shape) * inputs.element_bytes(first)
-    return "elementwise", None, inputs.read_bytes() + written, ""
+    return None, inputs.read_bytes() + written, ""
 
 
 def _broadcast(shapes: list[list[int]]) -> list[int]:
     width = max(len(shape) for shape in shapes)
     padded = [[1] * (width - len(shape)) + shape for shape in shapes]
     return [max(sizes) for sizes in zip(*padded, strict=True)]
+
+
+_FORMULAS: dict[str, tuple[OpKind, Callable[[str, _Inputs], _Count]]] = {
+    **{name: ("gemm", _gemm) for name in _GEMM_OPERANDS},
+    **{name: ("convolution", _convolution) for name in _CONVOLUTION_ARGS},
+    "aten::convolution_backward": ("convolution", _convolution_backward),
+    **{name: ("attention", _attention) for name in _ATTENTION},
+    **{name: ("elementwise", _elementwise) for name in _ELEMENTWISE},
+}
+"""Each operator with a formula: its kind and the function that counts it."""
