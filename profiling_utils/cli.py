@@ -42,7 +42,9 @@ Commands:
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
-    - ``roofline``: ``{reason, entries}``: the ``--top`` operator calls by GPU time, each
+    - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
+      operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
+      the ``--top`` calls by GPU time, each
       ``{name, start_us, input_dims, input_types, kind, flops, bytes, intensity, gpu_us,
       gpu_activities, tflops, gb_s, device, ridge, bound, peak, peak_share, note}``, from the
       shapes a trace records with ``record_shapes=True`` (:mod:`profiling_utils.roofline`):
@@ -373,6 +375,8 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         ],
         "roofline": {
             "reason": view.reason,
+            "gpu_us": view.gpu_us,
+            "counted_gpu_us": view.counted_gpu_us,
             "entries": [entry.to_dict() for entry in view.top(top)],
         },
     }

@@ -19,7 +19,8 @@ work had to do, divides by the time its kernels ran, and sets the rate against t
   ``P·V`` (``4 · B · H · Lq · Lk · D`` when ``D = Dv``), the softmax not counted; halved when
   the recorded ``is_causal`` is true (a causal mask skips about half the products). The
   backward ops count twice the forward (the four products ``dV``, ``dP``, ``dQ``, ``dK``);
-  the ``Q·Kᵀ`` that flash-style kernels recompute in the backward is not counted.
+  the ``Q·Kᵀ`` that flash-style kernels recompute in the backward is not counted
+  (``aten::_efficient_attention_backward`` has no count).
 - Elementwise and copy ops (``aten::add``, ``mul``, ``copy_``, ``fill_``, activations and
   their backward...): bytes only. They do a few FLOPs per element, far below the ridge of
   every GPU in the table, so they are memory-bound by construction.
@@ -48,8 +49,10 @@ compute-bound and its share is its TFLOP/s over the compute peak.
 Example::
 
     view = roofline(load_trace("trace.json.gz"))
-    for entry in sorted(view.entries, key=lambda e: -e.gpu_us)[:5]:
-        print(entry.name, entry.bound, entry.tflops, entry.peak_share)
+    if view.reason:
+        print(view.reason)
+    for entry in view.top(5):  # the five calls with the most GPU time
+        print(entry.name, entry.input_dims, entry.bound, entry.peak_share)
 """
 
 from __future__ import annotations
@@ -223,6 +226,16 @@ class Roofline:
     """One per operator call with recorded shapes that launched GPU work, in start order."""
     reason: str | None
     """Why :attr:`entries` is empty (no GPU work, no shapes recorded); ``None`` otherwise."""
+
+    @property
+    def gpu_us(self) -> float:
+        """The GPU time of every entry, µs."""
+        return sum(entry.gpu_us for entry in self.entries)
+
+    @property
+    def counted_gpu_us(self) -> float:
+        """The GPU time of the entries with a count (FLOPs or bytes), µs."""
+        return sum(entry.gpu_us for entry in self.entries if entry.bytes is not None)
 
     def top(self, count: int) -> list[RooflineEntry]:
         """The ``count`` entries with the most GPU time, most first."""

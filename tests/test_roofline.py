@@ -341,9 +341,12 @@ def test_summary_json_lists_the_top_entries_by_gpu_time(capsys, transformer_view
     assert (status, err) == (0, "")
     section = json.loads(out)["roofline"]
     assert section["reason"] is None and len(section["entries"]) == 4
+    _, view = transformer_view
+    assert section["gpu_us"] == pytest.approx(sum(entry.gpu_us for entry in view.entries))
+    uncounted = sum(entry.gpu_us for entry in view.entries if entry.kind == "other")
+    assert section["counted_gpu_us"] == pytest.approx(section["gpu_us"] - uncounted)
     times = [entry["gpu_us"] for entry in section["entries"]]
     assert times == sorted(times, reverse=True)
-    _, view = transformer_view
     assert times == [entry.gpu_us for entry in view.top(4)]
 
 
