@@ -358,3 +358,22 @@ def test_summary_json_says_why_a_trace_has_no_roofline(capsys, make_trace) -> No
     section = json.loads(out)["roofline"]
     assert status == 0 and section["entries"] == []
     assert "record_shapes=True" in section["reason"]
+
+
+def test_h200_fixture_large_gemms_are_compute_bound() -> None:
+    # rank 0 of a 2-GPU NCCL run on H200s: 2048³ bf16 GEMMs between the collectives
+    trace = load_trace(Path(__file__).parent / "fixtures" / "nccl" / "balanced" / "rank0.json.gz")
+    view = roofline(trace)
+    gemms = [entry for entry in view.entries if entry.kind == "gemm"]
+    assert gemms and all(entry.device == "NVIDIA H200" for entry in gemms)
+    ridge = (
+        datasheet_peak("NVIDIA H200", "bf16").value / datasheet_peak("NVIDIA H200", "memory").value
+    )
+    for entry in gemms:
+        (m, k), (_, n) = entry.input_dims[:2]
+        assert entry.flops == 2 * m * n * k
+        assert entry.ridge == pytest.approx(ridge * 1e3)  # TFLOP/s over GB/s, in FLOP/byte
+        assert entry.intensity > entry.ridge and entry.bound == "compute"
+        assert 0 < entry.peak_share < 1
+    communication = [e for e in view.entries if e.note.startswith("communication")]
+    assert communication and all(e.flops is None for e in communication)
