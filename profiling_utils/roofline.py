@@ -65,7 +65,7 @@ from functools import cache
 from typing import Any, Literal
 
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
-from .trace import Span, Trace
+from .trace import Span, Trace, gc_paused
 
 __all__ = ["Roofline", "RooflineEntry", "roofline"]
 
@@ -253,6 +253,11 @@ def roofline(trace: Trace) -> Roofline:
         input shapes (see the module docs for the formulas and what they leave out), and, when
         there are none, the reason.
     """
+    with gc_paused():  # many small objects, no cycles
+        return _roofline(trace)
+
+
+def _roofline(trace: Trace) -> Roofline:
     if not trace.gpu_work:
         return Roofline([], trace.describe_gpu_work())
     launched: dict[int, list[Span]] = {}
