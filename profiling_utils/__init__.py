@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .errors import TraceError
     from .peaks import Peaks, achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
     from .provenance import environment
+    from .roofline import Roofline, RooflineEntry, roofline
     from .rules import Finding, diagnose
     from .trace import DeviceInfo, Lane, Span, Step, Trace, load_trace
 
@@ -36,6 +37,9 @@ _HOMES = {
     "gemm_flops": "peaks",
     "measure_peaks": "peaks",
     "environment": "provenance",
+    "Roofline": "roofline",
+    "RooflineEntry": "roofline",
+    "roofline": "roofline",
     "Finding": "rules",
     "diagnose": "rules",
     "DeviceInfo": "trace",
@@ -53,6 +57,8 @@ __all__ = [
     "Finding",
     "Lane",
     "Peaks",
+    "Roofline",
+    "RooflineEntry",
     "Span",
     "Step",
     "Trace",
@@ -67,6 +73,7 @@ __all__ = [
     "load_trace",
     "measure_peaks",
     "measures",
+    "roofline",
     "run_name",
 ]
 

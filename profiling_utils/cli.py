@@ -42,6 +42,17 @@ Commands:
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
+    - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
+      operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
+      the ``--top`` calls by GPU time, each
+      ``{name, start_us, input_dims, input_types, kind, flops, bytes, intensity, gpu_us,
+      gpu_activities, tflops, gb_s, device, ridge, bound, peak, peak_share, note}``, from the
+      shapes a trace records with ``record_shapes=True`` (:mod:`profiling_utils.roofline`):
+      ``kind`` is ``gemm``, ``convolution``, ``attention``, ``elementwise`` or ``other``;
+      ``intensity`` and ``ridge`` are FLOP/byte; ``bound`` is ``compute``, ``memory`` or
+      ``unknown`` (a device not in the datasheet table), ``peak`` the datasheet figure it is
+      held to and ``peak_share`` the achieved fraction of it; ``reason`` says why
+      ``entries`` is empty (no shapes recorded, no GPU work), else ``null``.
 
 A trace that cannot be read prints one line on stderr, ``error: FILE: what is wrong``, and
 exits with status 2 (the status argparse uses for bad usage).
@@ -85,6 +96,7 @@ from .ranks import (
     rank_profile,
     trace_files,
 )
+from .roofline import roofline
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .tables import text_table
 from .trace import Trace
@@ -309,6 +321,7 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     kernels, apis, planning = _kernels(trace, top)
+    view = roofline(trace)
     compiled = measures.compiled_regions(trace)
     overhead: dict[str, list[float]] = {}
     for span in trace.overhead:
@@ -360,6 +373,12 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             {"name": name, "count": len(durations), "total_us": sum(durations)}
             for name, durations in overhead.items()
         ],
+        "roofline": {
+            "reason": view.reason,
+            "gpu_us": view.gpu_us,
+            "counted_gpu_us": view.counted_gpu_us,
+            "entries": [entry.to_dict() for entry in view.top(top)],
+        },
     }
 
 
@@ -560,7 +579,11 @@ def add_summary_parser(subcommands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_loading_options(parser)
     parser.add_argument(
-        "--top", type=int, default=10, metavar="N", help="kernel names to list (default 10)"
+        "--top",
+        type=int,
+        default=10,
+        metavar="N",
+        help="kernel names, CPU ops and roofline entries to list (default 10)",
     )
     parser.set_defaults(handler=run_summary)
 

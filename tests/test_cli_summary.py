@@ -41,6 +41,7 @@ SUMMARY_KEYS = {
     "memory",
     "compile",
     "overhead",
+    "roofline",
 }
 
 

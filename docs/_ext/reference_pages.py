@@ -41,6 +41,7 @@ API_ORDER = (
     "capture",
     "trace",
     "measures",
+    "roofline",
     "rules",
     "compare",
     "render",

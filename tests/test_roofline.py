@@ -1,0 +1,379 @@
+"""The roofline view: FLOP and byte formulas on synthetic ops, and the recorded H100 traces."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DEVICE_PROPERTIES, complete_event, flow_pair, gpu_fixture, run_cli
+
+from profiling_utils import load_trace, roofline
+from profiling_utils.datasheet import datasheet_peak
+from profiling_utils.roofline import RooflineEntry
+
+BF16, FP32 = "c10::BFloat16", "float"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def op_events(
+    name: str,
+    dims: list[Any],
+    types: list[str],
+    concrete: list[str] | None = None,
+    *,
+    kernel_us: float = 10.0,
+    wrappers: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """One CPU op recording ``dims``/``types`` (inside ``wrappers``, outermost first) that
+    launches one kernel of ``kernel_us`` µs on GPU 0."""
+    shapes: dict[str, Any] = {"Input Dims": dims, "Input type": types}
+    if concrete is not None:
+        shapes["Concrete Inputs"] = concrete
+    events = [
+        complete_event(outer, "cpu_op", 100 + i, 100 - 2 * i, External_id=10 + i, **shapes)
+        for i, outer in enumerate(wrappers)
+    ]
+    events += [
+        complete_event(name, "cpu_op", 120, 40, External_id=3, **shapes),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 130, 5, External_id=3, correlation=7),
+        complete_event("kernel", "kernel", 140, kernel_us, pid=0, tid=7, correlation=7,
+                       device=0, stream=7),
+        *flow_pair(7, 130, 140),
+    ]  # fmt: skip
+    return events
+
+
+def only_entry(path: Path) -> RooflineEntry:
+    view = roofline(load_trace(path))
+    assert view.reason is None
+    (entry,) = view.entries
+    return entry
+
+
+@pytest.fixture
+def entry_of(make_trace: Callable[..., Path]) -> Callable[..., RooflineEntry]:
+    """``entry_of(name, dims, types, concrete)``: the one roofline entry of that op."""
+
+    def make(*args: Any, **kwargs: Any) -> RooflineEntry:
+        return only_entry(make_trace(op_events(*args, **kwargs)))
+
+    return make
+
+
+def test_mm_counts_2mnk_and_reads_both_matrices_writes_the_product(entry_of) -> None:
+    entry = entry_of("aten::mm", [[64, 32], [32, 16]], [BF16, BF16], kernel_us=2.0)
+    assert entry.kind == "gemm"
+    assert entry.flops == 2 * 64 * 16 * 32
+    assert entry.bytes == (64 * 32 + 32 * 16 + 64 * 16) * 2
+    assert entry.gpu_us == 2.0 and entry.gpu_activities == 1
+    assert entry.tflops == pytest.approx(entry.flops / 2e-6 / 1e12)
+    assert entry.gb_s == pytest.approx(entry.bytes / 2e-6 / 1e9)
+    assert entry.intensity == pytest.approx(entry.flops / entry.bytes)
+
+
+@pytest.mark.parametrize(
+    ("name", "dims", "flops"),
+    [
+        ("aten::addmm", [[16], [64, 32], [32, 16], [], []], 2 * 64 * 16 * 32),
+        ("aten::bmm", [[8, 64, 32], [8, 32, 16]], 2 * 8 * 64 * 16 * 32),
+        ("aten::baddbmm", [[8, 64, 16], [8, 64, 32], [8, 32, 16], [], []], 2 * 8 * 64 * 16 * 32),
+        ("aten::matmul", [[4, 1, 64, 32], [3, 32, 16]], 2 * 12 * 64 * 16 * 32),
+        ("aten::matmul", [[32], [32, 16]], 2 * 16 * 32),
+        ("aten::linear", [[8, 64, 32], [16, 32], [16]], 2 * 8 * 64 * 16 * 32),
+    ],
+)
+def test_gemm_flops_include_the_batch(entry_of, name: str, dims: list[Any], flops: int) -> None:
+    types = [BF16 if d else "Scalar" for d in dims]
+    entry = entry_of(name, dims, types)
+    assert (entry.kind, entry.flops) == ("gemm", flops)
+
+
+def test_linear_writes_input_rows_by_weight_rows(entry_of) -> None:
+    entry = entry_of("aten::linear", [[8, 64, 32], [16, 32], [16]], [FP32] * 3)
+    assert entry.bytes == (8 * 64 * 32 + 16 * 32 + 16 + 8 * 64 * 16) * 4
+
+
+def conv_args(
+    stride: int, padding: int, groups: int, transposed: bool = False, output_padding: int = 0
+) -> list[str]:
+    """``Concrete Inputs`` of ``aten::convolution`` with these settings, 2-D."""
+    return ["", "", "", f"[{stride}, {stride}]", f"[{padding}, {padding}]", "[1, 1]",
+            str(transposed), f"[{output_padding}, {output_padding}]", str(groups)]  # fmt: skip
+
+
+CONV_TYPES = [BF16, BF16, BF16, *["ScalarList"] * 3, "Scalar", "ScalarList", "Scalar"]
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "groups", "x", "w", "out"),
+    [
+        (1, 1, 1, [2, 3, 32, 32], [8, 3, 3, 3], [2, 8, 32, 32]),
+        (2, 1, 1, [2, 3, 32, 32], [8, 3, 3, 3], [2, 8, 16, 16]),
+        (1, 0, 4, [2, 8, 16, 16], [8, 2, 3, 3], [2, 8, 14, 14]),
+    ],
+)
+def test_convolution_derives_its_output_from_stride_padding_and_groups(
+    entry_of, stride: int, padding: int, groups: int, x: list[int], w: list[int], out: list[int]
+) -> None:
+    dims = [x, w, [8], [], [], [], [], [], []]
+    entry = entry_of("aten::convolution", dims, CONV_TYPES, conv_args(stride, padding, groups))
+    n, c_out, h_out, w_out = out
+    c_in, kh, kw = x[1], w[2], w[3]
+    assert entry.kind == "convolution"
+    assert entry.flops == 2 * n * c_out * h_out * w_out * (c_in // groups) * kh * kw
+    assert entry.bytes == (math.prod(x) + math.prod(w) + 8 + math.prod(out)) * 2
+
+
+def test_transposed_convolution_counts_per_input_element(entry_of) -> None:
+    # weight (C_in, C_out/groups, kH, kW); output (16 - 1) * 2 - 2 * 1 + (3 - 1) + 1 + 1 = 32
+    x, w = [2, 8, 16, 16], [8, 4, 3, 3]
+    dims = [x, w, [4], [], [], [], [], [], []]
+    concrete = conv_args(2, 1, 1, transposed=True, output_padding=1)
+    entry = entry_of("aten::convolution", dims, CONV_TYPES, concrete)
+    assert entry.flops == 2 * 2 * 8 * 16 * 16 * 4 * 3 * 3
+    assert entry.bytes == (math.prod(x) + math.prod(w) + 4 + 2 * 4 * 32 * 32) * 2
+
+
+@pytest.mark.parametrize(
+    ("mask", "gradients"), [("[True, True, True]", 2), ("[False, True, True]", 1)]
+)
+def test_convolution_backward_counts_a_forward_per_gradient(
+    entry_of, mask: str, gradients: int
+) -> None:
+    grad, x, w = [2, 8, 16, 16], [2, 3, 32, 32], [8, 3, 3, 3]
+    dims = [grad, x, w, [], [], [], [], [], [], [], []]
+    types = [BF16] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
+    concrete = ["", "", "", "[8]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", mask]
+    entry = entry_of("aten::convolution_backward", dims, types, concrete)
+    forward = 2 * 2 * 8 * 16 * 16 * 3 * 3 * 3
+    assert entry.flops == forward * gradients
+    written = (gradients == 2) * math.prod(x) + math.prod(w) + 8
+    assert entry.bytes == (math.prod(grad) + math.prod(x) + math.prod(w) + written) * 2
+
+
+def test_cudnn_convolution_reads_its_own_argument_order(entry_of) -> None:
+    # (self, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
+    dims = [[2, 3, 32, 32], [8, 3, 3, 3], [], [], [], [], [], [], []]
+    types = [BF16, BF16, "ScalarList", "ScalarList", "ScalarList", *["Scalar"] * 4]
+    concrete = ["", "", "[0, 0]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"]
+    entry = entry_of("aten::cudnn_convolution", dims, types, concrete)
+    assert entry.flops == 2 * 2 * 8 * 15 * 15 * 3 * 3 * 3
+
+
+def test_convolution_without_its_settings_says_it_cannot_count(entry_of) -> None:
+    dims = [[2, 3, 32, 32], [8, 3, 3, 3], [8], [], [], [], [], [], []]
+    entry = entry_of("aten::convolution", dims, CONV_TYPES)  # no Concrete Inputs
+    assert (entry.kind, entry.flops, entry.bytes) == ("convolution", None, None)
+    assert "stride is not recorded" in entry.note
+    assert entry.bound == "unknown" and entry.peak_share is None
+
+
+def attention_args(name: str, causal: str) -> tuple[list[Any], list[str], list[str]]:
+    """Dims, types and concrete inputs of a cuDNN attention forward with (B, H, L, D) =
+    (2, 4, 128, 64) and ``is_causal`` as given."""
+    qkv = [[2, 4, 128, 64]] * 3
+    dims = [*qkv, *[[]] * 10]
+    types = [BF16] * 3 + [""] * 3 + ["Scalar"] * 6 + [""]
+    concrete = ["", "", "", "", "", "", "128", "128", "True", "0.0", causal, "False", ""]
+    return dims, types, concrete
+
+
+def test_attention_counts_4_b_h_lq_lk_d_and_halves_when_causal(entry_of) -> None:
+    full = entry_of("aten::_cudnn_attention_forward", *attention_args("f", "False"))
+    causal = entry_of("aten::_cudnn_attention_forward", *attention_args("f", "True"))
+    assert full.kind == "attention"
+    assert full.flops == 4 * 2 * 4 * 128 * 128 * 64
+    assert full.bytes == 4 * (2 * 4 * 128 * 64) * 2  # q, k, v read; the output written
+    assert causal.flops == full.flops // 2 and causal.note == "causal: halved"
+
+
+def test_attention_without_is_causal_says_what_it_assumed(entry_of) -> None:
+    dims, types, _ = attention_args("f", "False")
+    entry = entry_of("aten::_cudnn_attention_forward", dims, types)
+    assert entry.flops == 4 * 2 * 4 * 128 * 128 * 64
+    assert "is_causal not recorded" in entry.note
+
+
+def test_flash_attention_reads_batch_length_heads_layout(entry_of) -> None:
+    # _flash_attention_forward takes (B, L, H, D); Lq = 128, Lk = 256
+    dims = [[2, 128, 4, 64], [2, 256, 4, 64], [2, 256, 4, 64], [], [], [], [], [], [], []]
+    types = [BF16] * 3 + ["", "", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]
+    concrete = ["", "", "", "", "", "128", "256", "0.0", "False", "False"]
+    entry = entry_of("aten::_flash_attention_forward", dims, types, concrete)
+    assert entry.flops == 4 * 2 * 4 * 128 * 256 * 64
+
+
+def test_attention_backward_counts_twice_the_forward(entry_of) -> None:
+    qkv = [[2, 4, 128, 64]] * 5
+    dims = [*qkv, [2, 4, 128, 1], *[[]] * 10]
+    types = [BF16] * 5 + [FP32, "long int", "long int"] + [""] * 3 + ["Scalar"] * 4 + [""]
+    concrete = [""] * 11 + ["128", "128", "0.0", "False", ""]
+    entry = entry_of("aten::_cudnn_attention_backward", dims, types, concrete)
+    assert entry.flops == 2 * 4 * 2 * 4 * 128 * 128 * 64
+
+
+def test_elementwise_ops_move_bytes_and_are_memory_bound(entry_of) -> None:
+    add = entry_of("aten::add", [[16, 1024], [1024], []], [FP32, FP32, "Scalar"], kernel_us=1.0)
+    assert (add.kind, add.flops) == ("elementwise", None)
+    assert add.bytes == (16 * 1024 + 1024 + 16 * 1024) * 4
+    assert add.bound == "memory"
+    assert add.peak == datasheet_peak(H100, "memory")
+    assert add.peak_share == pytest.approx(add.bytes / 1e-6 / 1e9 / 3350.0)
+    # copy_ overwrites self (bf16) from src (fp32): self is written, not read
+    copy = entry_of("aten::copy_", [[768], [768], []], [BF16, FP32, "Scalar"])
+    assert copy.bytes == 768 * 2 + 768 * 4
+    # add_ reads self and other, and writes self
+    add_ = entry_of("aten::add_", [[16, 768], [768], []], [BF16, BF16, "Scalar"])
+    assert add_.bytes == (16 * 768 + 768 + 16 * 768) * 2
+
+
+def test_bound_is_decided_against_the_datasheet_ridge(entry_of) -> None:
+    ridge = 989.4e12 / 3350e9  # H100 SXM5, dense bf16 over HBM3
+    small = entry_of("aten::mm", [[64, 64], [64, 64]], [BF16, BF16])
+    large = entry_of("aten::mm", [[8192, 8192], [8192, 8192]], [BF16, BF16], kernel_us=2000.0)
+    assert small.ridge == pytest.approx(ridge) == large.ridge
+    assert small.intensity < ridge and small.bound == "memory"
+    assert small.peak_share == pytest.approx(small.gb_s / 3350.0)
+    assert large.intensity > ridge and large.bound == "compute"
+    assert large.peak_share == pytest.approx(large.tflops / 989.4)
+    assert large.compute_peak == datasheet_peak(H100, "bf16")
+
+
+def test_fp32_is_held_to_the_plain_fp32_peak(entry_of) -> None:
+    entry = entry_of("aten::mm", [[64, 64], [64, 64]], [FP32, FP32])
+    assert entry.compute_peak == datasheet_peak(H100, "fp32")
+
+
+def test_a_device_not_in_the_table_has_no_bound_and_no_share(make_trace) -> None:
+    properties = [{**DEVICE_PROPERTIES[0], "name": "Mystery Accelerator 9000"}]
+    path = make_trace(
+        op_events("aten::mm", [[64, 32], [32, 16]], [BF16, BF16]), deviceProperties=properties
+    )
+    entry = only_entry(path)
+    assert entry.device == "Mystery Accelerator 9000"
+    assert entry.flops == 2 * 64 * 16 * 32 and entry.tflops is not None
+    assert (entry.ridge, entry.bound, entry.peak, entry.peak_share) == (None, "unknown", None, None)
+
+
+def test_only_the_innermost_op_counts(make_trace) -> None:
+    dims, types = [[16], [64, 32], [32, 16], [], []], [BF16] * 3 + ["Scalar"] * 2
+    path = make_trace(op_events("aten::addmm", dims, types, wrappers=("aten::linear",)))
+    view = roofline(load_trace(path))
+    assert [entry.name for entry in view.entries] == ["aten::addmm"]
+
+
+def test_no_shapes_recorded_gives_no_entries_and_says_why(make_trace) -> None:
+    events = op_events("aten::mm", [[64, 32], [32, 16]], [BF16, BF16])
+    for event in events:
+        event.get("args", {}).pop("Input Dims", None)
+    view = roofline(load_trace(make_trace(events)))
+    assert view.entries == []
+    assert "record_shapes=True" in view.reason
+
+
+def test_a_cpu_only_trace_says_there_is_no_gpu_work(make_trace) -> None:
+    path = make_trace([complete_event("aten::mm", "cpu_op", 0, 10)], deviceProperties=None)
+    view = roofline(load_trace(path))
+    assert view.entries == [] and "no GPU work" in view.reason
+
+
+# -- the recorded H100 trace: a tiny transformer's training step, autocast bf16 ----------------
+
+TRANSFORMER = "train_tiny_transformer_a3"
+
+
+@pytest.fixture(scope="module")
+def transformer_view():
+    trace = load_trace(gpu_fixture(TRANSFORMER))
+    return trace, roofline(trace)
+
+
+def test_fixture_gemms_count_2mnk_from_their_recorded_dims(transformer_view) -> None:
+    _, view = transformer_view
+    gemms = [entry for entry in view.entries if entry.kind == "gemm"]
+    assert {entry.name for entry in gemms} == {"aten::mm", "aten::addmm"}
+    for entry in gemms:
+        a, b = entry.input_dims[:2] if entry.name == "aten::mm" else entry.input_dims[1:3]
+        (m, k), (k_b, n) = a, b
+        assert k == k_b
+        assert entry.flops == 2 * m * n * k
+        assert entry.input_types[0] == BF16 and entry.compute_peak == datasheet_peak(H100, "bf16")
+
+
+def test_fixture_bound_is_intensity_against_the_h100_ridge(transformer_view) -> None:
+    _, view = transformer_view
+    ridge = 989.4e12 / 3350e9
+    counted = [e for e in view.entries if e.flops is not None]
+    assert counted
+    for entry in counted:
+        assert entry.device == H100
+        assert entry.bound == ("compute" if entry.intensity >= ridge else "memory")
+        assert 0 < entry.peak_share < 1
+
+
+def test_fixture_attention_is_counted_from_its_cudnn_ops(transformer_view) -> None:
+    trace, view = transformer_view
+    attention = [e for e in view.entries if e.kind == "attention"]
+    ops = trace.find("aten::_cudnn_attention_forward") + trace.find(
+        "aten::_cudnn_attention_backward"
+    )
+    assert sorted(e.op.id for e in attention) == sorted(op.id for op in ops)
+    forward = next(e for e in attention if e.name == "aten::_cudnn_attention_forward")
+    batch, heads, length, head_dim = forward.input_dims[0]
+    assert forward.flops == 4 * batch * heads * length * length * head_dim
+
+
+def test_fixture_gpu_work_is_counted_once(transformer_view) -> None:
+    trace, view = transformer_view
+    assert len({entry.op.id for entry in view.entries}) == len(view.entries)
+    counted = sum(entry.gpu_activities for entry in view.entries)
+    assert counted == sum(1 for work in trace.gpu_work if trace.op_of(work) is not None)
+
+
+def test_summary_json_lists_the_top_entries_by_gpu_time(capsys, transformer_view) -> None:
+    status, out, err = run_cli(
+        capsys, "summary", str(gpu_fixture(TRANSFORMER)), "--json", "--top", "4"
+    )
+    assert (status, err) == (0, "")
+    section = json.loads(out)["roofline"]
+    assert section["reason"] is None and len(section["entries"]) == 4
+    _, view = transformer_view
+    assert section["gpu_us"] == pytest.approx(sum(entry.gpu_us for entry in view.entries))
+    uncounted = sum(entry.gpu_us for entry in view.entries if entry.kind == "other")
+    assert section["counted_gpu_us"] == pytest.approx(section["gpu_us"] - uncounted)
+    times = [entry["gpu_us"] for entry in section["entries"]]
+    assert times == sorted(times, reverse=True)
+    assert times == [entry.gpu_us for entry in view.top(4)]
+
+
+def test_summary_json_says_why_a_trace_has_no_roofline(capsys, make_trace) -> None:
+    events = op_events("aten::mm", [[64, 32], [32, 16]], [BF16, BF16])
+    for event in events:
+        event.get("args", {}).pop("Input Dims", None)
+    status, out, _ = run_cli(capsys, "summary", str(make_trace(events)), "--json")
+    section = json.loads(out)["roofline"]
+    assert status == 0 and section["entries"] == []
+    assert "record_shapes=True" in section["reason"]
+
+
+def test_h200_fixture_large_gemms_are_compute_bound() -> None:
+    # rank 0 of a 2-GPU NCCL run on H200s: 2048³ bf16 GEMMs between the collectives
+    trace = load_trace(Path(__file__).parent / "fixtures" / "nccl" / "balanced" / "rank0.json.gz")
+    view = roofline(trace)
+    gemms = [entry for entry in view.entries if entry.kind == "gemm"]
+    assert gemms and all(entry.device == "NVIDIA H200" for entry in gemms)
+    ridge = (
+        datasheet_peak("NVIDIA H200", "bf16").value / datasheet_peak("NVIDIA H200", "memory").value
+    )
+    for entry in gemms:
+        (m, k), (_, n) = entry.input_dims[:2]
+        assert entry.flops == 2 * m * n * k
+        assert entry.ridge == pytest.approx(ridge * 1e3)  # TFLOP/s over GB/s, in FLOP/byte
+        assert entry.intensity > entry.ridge and entry.bound == "compute"
+        assert 0 < entry.peak_share < 1
+    communication = [e for e in view.entries if e.note.startswith("communication")]
+    assert communication and all(e.flops is None for e in communication)
