@@ -44,7 +44,7 @@ Commands:
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
     - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
-      the ``--top`` calls by GPU time, each
+      the ``--top`` calls by GPU time (those with a count first), each
       ``{name, start_us, input_dims, input_types, kind, flops, bytes, intensity, gpu_us,
       gpu_activities, tflops, gb_s, device, ridge, bound, peak, peak_share, note}``, from the
       shapes a trace records with ``record_shapes=True`` (:mod:`profiling_utils.roofline`):

@@ -51,7 +51,7 @@ Example::
     view = roofline(load_trace("trace.json.gz"))
     if view.reason:
         print(view.reason)
-    for entry in view.top(5):  # the five calls with the most GPU time
+    for entry in view.top(5):  # the five counted calls with the most GPU time
         print(entry.name, entry.input_dims, entry.bound, entry.peak_share)
 """
 
@@ -238,8 +238,13 @@ class Roofline:
         return sum(entry.gpu_us for entry in self.entries if entry.bytes is not None)
 
     def top(self, count: int) -> list[RooflineEntry]:
-        """The ``count`` entries with the most GPU time, most first."""
-        return sorted(self.entries, key=lambda entry: -entry.gpu_us)[:count]
+        """The ``count`` entries with the most GPU time, most first, those with a count (FLOPs
+        or bytes) before those without: a roofline is read for what it can place."""
+
+        def order(entry: RooflineEntry) -> tuple[bool, float]:
+            return (entry.flops is None and entry.bytes is None, -entry.gpu_us)
+
+        return sorted(self.entries, key=order)[:count]
 
 
 def roofline(trace: Trace) -> Roofline:

@@ -348,6 +348,11 @@ def test_summary_json_lists_the_top_entries_by_gpu_time(capsys, transformer_view
     times = [entry["gpu_us"] for entry in section["entries"]]
     assert times == sorted(times, reverse=True)
     assert times == [entry.gpu_us for entry in view.top(4)]
+    # Counted calls first: the fixture's busiest calls (the optimizer's _foreach_ ops) have
+    # no formula and come after every call with FLOPs or bytes.
+    busiest = max(view.entries, key=lambda entry: entry.gpu_us)
+    assert busiest.flops is None and busiest.bytes is None
+    assert all(entry.flops is not None or entry.bytes is not None for entry in view.top(4))
 
 
 def test_summary_json_says_why_a_trace_has_no_roofline(capsys, make_trace) -> None:
