@@ -127,6 +127,10 @@ FIRES: dict[str, set[str]] = {
     # A 3-D weight too: aten::bmm.
     "bmm-dispatch": BMM,
     "addmm-fusion": COMPILE | TRAIN,
+    # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100).
+    "attention-backend": TRAIN,
+    # No recording runs the math backend in fp32 (see tests/test_rules_attention.py).
+    "attention-math-fp32": set(),
     "compiled-region": COMPILE | GRAPHS,
     "dynamo-cache-lookup": COMPILE | GRAPHS,
     "aot-wrapper": COMPILE | GRAPHS,
@@ -214,6 +218,8 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",
+        "attention-backend",
+        "attention-math-fp32",
     }
 
 
@@ -245,6 +251,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
     assert set(FIRES) | {"compile-cpu-tax"} == set(rule_ids())
     without_recording = {rule for rule, names in FIRES.items() if not names}
     assert without_recording == {
+        "attention-math-fp32",
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",

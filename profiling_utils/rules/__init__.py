@@ -23,6 +23,7 @@ The thresholds each rule uses are module constants of its table's module
 
 # Importing a table's module registers its rules.
 from . import (  # noqa: F401
+    attention,
     communication,
     cpu_lane,
     dispatch_chain,
