@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import complete_event, gpu_fixture, write_trace
+from conftest import complete_event, gpu_fixture, op_steps_events, write_trace
 from conftest import trace_document as document
 
 from profiling_utils import Finding, diagnose
@@ -86,3 +86,44 @@ def test_attention_rules_are_silent_without_gpu_work(tmp_path: Path) -> None:
         sdpa_trace(tmp_path, "aten::_scaled_dot_product_attention_math", "float", on_gpu=False)
     )
     assert not {"attention-backend", "attention-math-fp32"} & set(found)
+
+
+L = 128
+
+
+def mask_ops(length: int = L) -> list[tuple[str, dict[str, Any], bool]]:
+    """``torch.full((L, L), -inf).triu(1)`` as record_shapes writes it, on the GPU."""
+    full = {"Input Dims": [[], [], [], [], [], []],
+            "Input type": ["ScalarList", "Scalar", "", "", "", "Scalar"],
+            "Concrete Inputs": [f"[{length}, {length}]", "-inf", "", "", "", "False"]}  # fmt: skip
+    triu = {"Input Dims": [[length, length], []], "Input type": ["float", "Scalar"]}
+    return [("aten::full", full, True), ("aten::triu", triu, True)]
+
+
+def test_a_mask_built_in_every_step_is_reported(tmp_path: Path) -> None:
+    events = op_steps_events([*mask_ops(), ("aten::mm", {}, True)], steps=3)
+    finding = rules_on(write_trace(tmp_path / "mask.json", document(events)))["mask-rebuilt"]
+    evidence = finding.evidence
+    assert evidence["ops_per_step"] == {"aten::full": 1.0, "aten::triu": 1.0}
+    assert evidence["dims"] == [[L, L]]
+    assert evidence["steps"] == [1, 2, 3]
+    # Two 30 µs ops and their two 20 µs kernels per step; the mm is no part of the mask.
+    assert (evidence["cpu_us_per_step"], evidence["gpu_us_per_step"]) == (60.0, 40.0)
+    assert finding.severity == "warning"
+
+
+def test_a_mask_built_once_or_of_another_shape_is_not(tmp_path: Path) -> None:
+    once = op_steps_events([*mask_ops(), ("aten::mm", {}, True)], steps=3)
+    once = [e for e in once if not (e["name"] == "aten::triu" and e["ts"] > 3000)]
+    assert "mask-rebuilt" not in rules_on(write_trace(tmp_path / "once.json", document(once)))
+    # A triangle of a non-square tensor is no attention mask.
+    wide = [(name, {**args, "Input Dims": [[L, 2 * L], []]}, gpu) for name, args, gpu in mask_ops()]
+    events = op_steps_events(wide, steps=3)
+    assert "mask-rebuilt" not in rules_on(write_trace(tmp_path / "wide.json", document(events)))
+
+
+def test_mask_rebuilt_is_silent_without_gpu_work(tmp_path: Path) -> None:
+    on_cpu = [(name, args, False) for name, args, _ in mask_ops()]
+    events = op_steps_events(on_cpu, steps=3)
+    path = write_trace(tmp_path / "cpu.json", document(events, deviceProperties=None))
+    assert "mask-rebuilt" not in rules_on(path)

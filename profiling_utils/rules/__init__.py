@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     communication,
     cpu_lane,
     dispatch_chain,
+    fusion,
     gpu_lane,
     profiler_table,
     torch_compile,

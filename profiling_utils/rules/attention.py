@@ -15,7 +15,7 @@ from ..trace import Span
 from .facts import Facts, us
 from .registry import Hit, rule
 
-__all__ = ["SDPA_BACKENDS", "MATH_BACKEND_OP", "FP32_TYPES"]
+__all__ = ["SDPA_BACKENDS", "MATH_BACKEND_OP", "FP32_TYPES", "CAUSAL_MASK_OPS", "MASK_OPS"]
 
 MATH_BACKEND_OP = "aten::_scaled_dot_product_attention_math"
 """The math backend: attention written out as matmul, softmax and matmul in ATen."""
@@ -141,5 +141,95 @@ def attention_math_fp32(facts: Facts) -> Iterator[Hit]:
             "gpu_us": us(total_us),
             "gpu_us_per_step": us(per_step_us),
             "steps": steps,
+        },
+    )
+
+
+CAUSAL_MASK_OPS = frozenset({"aten::triu", "aten::tril"})
+"""Ops that cut a square tensor into a causal (triangular) mask."""
+
+MASK_OPS = CAUSAL_MASK_OPS | frozenset(
+    {
+        *("aten::ones", "aten::zeros", "aten::full", "aten::masked_fill", "aten::masked_fill_"),
+        *("aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge"),
+        *("aten::logical_not", "aten::where"),
+    }
+)
+"""Ops a mask is built with: the triangle, the tensor it is cut from, the ``-inf`` filling or
+the comparison that turns it into a bool or additive mask."""
+
+
+def _result_dims(op: Span) -> tuple[int, ...] | None:
+    """The shape an op produces: its first tensor input's, or for a factory (``aten::ones``,
+    ``aten::full``) the size it was given, from the recorded shapes."""
+    dims = op.args.get("Input Dims") or []
+    if dims and dims[0]:
+        return tuple(dims[0])
+    concrete = op.args.get("Concrete Inputs") or []
+    text = concrete[0] if concrete else ""
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            return tuple(int(size) for size in text[1:-1].split(","))
+        except ValueError:
+            return None
+    return None
+
+
+def _is_mask_shape(dims: tuple[int, ...]) -> bool:
+    """``[L, L]`` or ``[B, 1, L, L]``, the shapes of a mask shared by every head (``L > 1``)."""
+    square = len(dims) >= 2 and dims[-1] == dims[-2] > 1
+    return square and (len(dims) == 2 or (len(dims) == 4 and dims[1] == 1))
+
+
+@rule(
+    "mask-rebuilt",
+    "dispatch chain",
+    see="""aten::triu / aten::tril on an [L, L] (or [B, 1, L, L]) tensor in every step, with the
+    aten::ones / aten::full / aten::masked_fill / comparison ops that build the mask.""",
+    means="""A constant attention mask rebuilt on every call: the same ops, the same shape, each
+    step. Build it once and keep it (a registered buffer sliced to the length), or pass
+    is_causal=True to scaled_dot_product_attention and build none.""",
+    severity="warning",
+    from_post=False,
+)
+def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
+    if not facts.trace.kernels or len(facts.steps) < 2:
+        return
+    spans = facts.trace.spans
+    # Outermost mask ops (aten::ones' own aten::fill_ is part of it), with the step and shape.
+    mask_ops: list[tuple[int, tuple[int, ...], Span]] = []
+    for name in MASK_OPS:
+        for op in facts.named(name):
+            if op.cat != "cpu_op" or (op.parent is not None and spans[op.parent].name in MASK_OPS):
+                continue
+            dims = _result_dims(op)
+            step = facts.step_number_of(op)
+            if dims is not None and step is not None and _is_mask_shape(dims):
+                mask_ops.append((step, dims, op))
+    every_step = {step.number for step in facts.steps}
+    causal_steps: dict[tuple[str, tuple[int, ...]], set[int]] = defaultdict(set)
+    for step, dims, op in mask_ops:
+        if op.name in CAUSAL_MASK_OPS:
+            causal_steps[op.name, dims].add(step)
+    lengths = {dims[-1] for (_, dims), steps in causal_steps.items() if steps == every_step}
+    if not lengths:
+        return
+    rebuilt = [(step, dims, op) for step, dims, op in mask_ops if dims[-1] in lengths]
+    gpu_us = _gpu_us_under(facts, MASK_OPS)
+    per_step = len(every_step)
+    ops = Counter(op.name for _, _, op in rebuilt)
+    shapes = sorted({dims for _, dims, _ in rebuilt})
+    cpu_us = sum(op.dur for _, _, op in rebuilt) / per_step
+    gpu_total_us = sum(gpu_us.get(op.id, 0.0) for _, _, op in rebuilt) / per_step
+    yield (
+        f"A mask of shape {list(shapes[0])} is rebuilt in every step: "
+        + ", ".join(f"{name} {count / per_step:.0f}×" for name, count in ops.most_common())
+        + f" per step, {cpu_us:.1f} µs of CPU and {gpu_total_us:.1f} µs of GPU time per step.",
+        {
+            "ops_per_step": {name: round(count / per_step, 2) for name, count in ops.most_common()},
+            "dims": [list(dims) for dims in shapes],
+            "cpu_us_per_step": us(cpu_us),
+            "gpu_us_per_step": us(gpu_total_us),
+            "steps": sorted(every_step),
         },
     )

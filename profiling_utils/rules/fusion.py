@@ -1,0 +1,192 @@
+"""Cheatsheet row on fusion: chains of elementwise kernels over one tensor shape, each a round
+trip of the tensor through GPU memory that one fused kernel would not make.
+
+The chains are read from the ops that launched the kernels and the shapes the profiler
+recorded for them (``record_shapes=True``); without recorded shapes the rule stays silent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..trace import Span
+from .facts import Facts, us
+from .registry import Hit, rule
+
+__all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain"]
+
+ELEMENTWISE_OPS = frozenset(
+    {
+        *("aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::rsub"),
+        *("aten::mul", "aten::mul_", "aten::div", "aten::div_", "aten::neg", "aten::reciprocal"),
+        *("aten::pow", "aten::sqrt", "aten::rsqrt", "aten::exp", "aten::log", "aten::abs"),
+        *("aten::relu", "aten::relu_", "aten::gelu", "aten::silu", "aten::silu_"),
+        *("aten::sigmoid", "aten::tanh", "aten::clamp", "aten::clamp_", "aten::clamp_min"),
+        *("aten::where", "aten::masked_fill", "aten::masked_fill_", "aten::copy_"),
+        *("aten::threshold_backward", "aten::gelu_backward", "aten::silu_backward"),
+        *("aten::sigmoid_backward", "aten::tanh_backward"),
+    }
+)
+"""Ops whose kernel reads each element of its inputs once and writes one output element per
+element: a chain of them fuses into one kernel with no change to the result. ``aten::copy_``
+is in (``.to(dtype)`` and ``.contiguous()`` launch it); reductions (softmax, layer norm, sum)
+and dropout (it also writes a mask) are out, as is ``aten::fill_``, which reads nothing."""
+
+DTYPE_BYTES: dict[str, int] = {
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+}
+"""Bytes per element, by the profiler's ``Input type`` spelling."""
+
+MIN_CHAIN_KERNELS = 3
+"""Shortest chain reported: two elementwise kernels in a row are common (a cast then a
+copy); three or more over one shape is a sequence a fused kernel would replace."""
+
+_REPORTED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Consecutive elementwise kernels of one step over tensors of one shape."""
+
+    step: int
+    ops: tuple[Span, ...]
+    kernels: tuple[Span, ...]
+    dims: tuple[int, ...]
+    intermediate_bytes: tuple[int, ...]
+    """Bytes of the tensor each kernel but the last writes and the next reads back."""
+
+    @property
+    def signature(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        return tuple(op.name for op in self.ops), self.dims
+
+    @property
+    def saved_bytes(self) -> int:
+        """Memory traffic fusing the chain saves: each intermediate written, then read."""
+        return 2 * sum(self.intermediate_bytes)
+
+    @property
+    def gpu_us(self) -> float:
+        return sum(kernel.dur for kernel in self.kernels)
+
+
+def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
+    """The shape an elementwise op works on (its first tensor input's) and the bytes of the
+    tensor it writes, from the recorded shapes; ``None`` without them."""
+    dims = op.args.get("Input Dims")
+    types = op.args.get("Input type")
+    if not dims or not types or not dims[0]:
+        return None
+    tensors = [
+        (tuple(d), DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if t in DTYPE_BYTES
+    ]
+    if not tensors or tensors[0][0] != tuple(dims[0]):
+        return None
+    shape = tensors[0][0]
+    if op.name.endswith("_"):  # in place (copy_ too): it writes its first argument
+        itemsize = tensors[0][1]
+    else:  # a new tensor of the promoted type: the widest input's, for floating inputs
+        itemsize = max(size for _, size in tensors)
+    return shape, math.prod(shape) * itemsize
+
+
+def elementwise_chains(facts: Facts) -> list[Chain]:
+    """Runs of at least :data:`MIN_CHAIN_KERNELS` kernels launched back to back in a step, on
+    one stream, from :data:`ELEMENTWISE_OPS` over tensors of one shape.
+
+    The trace does not record which tensor a kernel reads: a run over one shape is taken to
+    pass its tensor along, as a sequence of elementwise ops in a model does."""
+    step_of = facts.step_number_of
+    chains: list[Chain] = []
+    runs: dict[object, list[tuple[Span, Span, int, tuple[int, ...]]]] = {}
+
+    def close(key: object) -> None:
+        run = runs.pop(key, [])
+        if len(run) >= MIN_CHAIN_KERNELS:
+            step = step_of(run[0][1])
+            if step is not None:
+                chains.append(
+                    Chain(
+                        step,
+                        tuple(op for op, _, _, _ in run),
+                        tuple(kernel for _, kernel, _, _ in run),
+                        run[0][3],
+                        tuple(size for _, _, size, _ in run[:-1]),
+                    )
+                )
+
+    for launch, kernel in facts.kernel_launches:
+        stream = kernel.lane
+        op = launch.op
+        read = _dims_and_output_bytes(op) if op is not None and op.name in ELEMENTWISE_OPS else None
+        if read is None:
+            close(stream)
+            continue
+        dims, size = read
+        run = runs.get(stream)
+        if run and (run[-1][3] != dims or step_of(run[-1][1]) != step_of(kernel)):
+            close(stream)
+        runs.setdefault(stream, []).append((op, kernel, size, dims))
+    for stream in list(runs):
+        close(stream)
+    return chains
+
+
+@rule(
+    "elementwise-chain",
+    "GPU lane",
+    see="""Several short elementwise kernels in a row (add, mul, gelu, where, copy_...) over a
+    tensor of one shape, each launched by its own aten op.""",
+    means="""Each kernel writes the whole tensor to GPU memory and the next reads it back: a
+    fusion opportunity. One fused kernel (torch.compile, or a fused op such as F.gelu(x + b))
+    saves 2 × the tensor's bytes per kernel it removes, and the launches. Needs the shapes:
+    record with record_shapes=True.""",
+    severity="info",
+    from_post=False,
+)
+def elementwise_chain(facts: Facts) -> Iterator[Hit]:
+    chains = elementwise_chains(facts)
+    if not chains:
+        return
+    by_signature: dict[object, list[Chain]] = defaultdict(list)
+    for chain in chains:
+        by_signature[chain.signature].append(chain)
+    steps = sorted({chain.step for chain in chains})
+    saved_per_step = sum(chain.saved_bytes for chain in chains) / len(steps)
+    rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
+    biggest = rows[0][0]
+    yield (
+        f"{len(chains) / len(steps):.0f} chains of {MIN_CHAIN_KERNELS}+ elementwise kernels over "
+        f"one shape per step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
+        f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
+        f"{list(biggest.dims)}).",
+        {
+            "chains_per_step": round(len(chains) / len(steps), 2),
+            "saved_bytes_per_step": round(saved_per_step),
+            "gpu_us_per_step": us(sum(chain.gpu_us for chain in chains) / len(steps)),
+            "steps": steps,
+            "chains": [
+                {
+                    "ops": [op.name for op in group[0].ops],
+                    "dims": list(group[0].dims),
+                    "per_step": round(len(group) / len(steps), 2),
+                    "saved_bytes_per_chain": group[0].saved_bytes,
+                    "median_gpu_us": us(sorted(c.gpu_us for c in group)[len(group) // 2]),
+                }
+                for group in rows[:_REPORTED]
+            ],
+        },
+    )
