@@ -9,7 +9,7 @@ those op names and their recorded input types, never a kernel's name.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..trace import Span
 from .facts import Facts, us
@@ -34,17 +34,21 @@ FP32_TYPES = frozenset({"float"})
 """How the profiler's ``Input type`` spells a 32-bit float tensor."""
 
 
-def _gpu_us_under(facts: Facts, names: frozenset[str] | set[str]) -> dict[int, float]:
-    """Per span id of an op named in ``names``, the GPU time of the kernels launched from
-    inside it, µs (each kernel counted for its nearest such op)."""
-    if not any(name in facts.trace.by_name for name in names):
-        return {}
-    gpu_us: dict[int, float] = defaultdict(float)
-    for launch in facts.launches:
-        for enclosing in facts.trace.ancestors(launch.call):
-            if enclosing.name in names:
-                gpu_us[enclosing.id] += sum(work.dur for work in launch.work)
+def _gpu_us_under(facts: Facts, ops: Iterable[Span]) -> dict[int, float]:
+    """Per op id, the GPU time of the work launched from inside the op, µs (found by scanning
+    the op's time range only: the ops are few and short)."""
+    trace = facts.trace
+    spans = trace.spans
+    gpu_us: dict[int, float] = {}
+    for op in ops:
+        total = 0.0
+        for index in range(op.id + 1, len(spans)):
+            candidate = spans[index]
+            if candidate.start >= op.end:
                 break
+            if candidate.lane == op.lane:
+                total += sum(work.dur for work in trace.gpu_work_of(candidate))
+        gpu_us[op.id] = total
     return gpu_us
 
 
@@ -60,14 +64,14 @@ def _first_dims(op: Span) -> list[int] | None:
 
 def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, float]]:
     """Every backend op that launched GPU work, with its backend, and the GPU time per op."""
-    gpu_us = _gpu_us_under(facts, set(SDPA_BACKENDS))
-    calls = [
+    ops = [
         (backend, op)
         for name, backend in SDPA_BACKENDS.items()
         for op in facts.named(name)
-        if op.cat == "cpu_op" and gpu_us.get(op.id, 0.0) > 0.0
+        if op.cat == "cpu_op"
     ]
-    return calls, gpu_us
+    gpu_us = _gpu_us_under(facts, (op for _, op in ops))
+    return [(backend, op) for backend, op in ops if gpu_us[op.id] > 0.0], gpu_us
 
 
 @rule(
@@ -215,12 +219,12 @@ def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
     if not lengths:
         return
     rebuilt = [(step, dims, op) for step, dims, op in mask_ops if dims[-1] in lengths]
-    gpu_us = _gpu_us_under(facts, MASK_OPS)
+    gpu_us = _gpu_us_under(facts, (op for _, _, op in rebuilt))
     per_step = len(every_step)
     ops = Counter(op.name for _, _, op in rebuilt)
     shapes = sorted({dims for _, dims, _ in rebuilt})
     cpu_us = sum(op.dur for _, _, op in rebuilt) / per_step
-    gpu_total_us = sum(gpu_us.get(op.id, 0.0) for _, _, op in rebuilt) / per_step
+    gpu_total_us = sum(gpu_us[op.id] for _, _, op in rebuilt) / per_step
     yield (
         f"A mask of shape {list(shapes[0])} is rebuilt in every step: "
         + ", ".join(f"{name} {count / per_step:.0f}×" for name, count in ops.most_common())

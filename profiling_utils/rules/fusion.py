@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..trace import Span
 from .facts import Facts, us
@@ -110,39 +111,45 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
     step_of = facts.step_number_of
-    chains: list[Chain] = []
-    runs: dict[object, list[tuple[Span, Span, int, tuple[int, ...]]]] = {}
-
-    def close(key: object) -> None:
-        run = runs.pop(key, [])
-        if len(run) >= MIN_CHAIN_KERNELS:
-            step = step_of(run[0][1])
-            if step is not None:
-                chains.append(
-                    Chain(
-                        step,
-                        tuple(op for op, _, _, _ in run),
-                        tuple(kernel for _, kernel, _, _ in run),
-                        run[0][3],
-                        tuple(size for _, _, size, _ in run[:-1]),
-                    )
-                )
-
+    # Runs by op name and step first: the recorded shapes are decoded for long runs only.
+    runs: list[list[tuple[Span, Span]]] = []
+    open_runs: dict[Any, list[tuple[Span, Span]]] = {}
     for launch, kernel in facts.kernel_launches:
-        stream = kernel.lane
         op = launch.op
-        read = _dims_and_output_bytes(op) if op is not None and op.name in ELEMENTWISE_OPS else None
-        if read is None:
-            close(stream)
+        run = open_runs.get(kernel.lane)
+        if op is None or op.name not in ELEMENTWISE_OPS:
+            if run is not None:
+                runs.append(open_runs.pop(kernel.lane))
             continue
-        dims, size = read
-        run = runs.get(stream)
-        if run and (run[-1][3] != dims or step_of(run[-1][1]) != step_of(kernel)):
-            close(stream)
-        runs.setdefault(stream, []).append((op, kernel, size, dims))
-    for stream in list(runs):
-        close(stream)
-    return chains
+        if run is not None and step_of(run[-1][1]) != step_of(kernel):
+            runs.append(open_runs.pop(kernel.lane))
+            run = None
+        if run is None:
+            run = open_runs[kernel.lane] = []
+        run.append((op, kernel))
+    runs.extend(open_runs.values())
+    chains = []
+    for run in runs:
+        if len(run) < MIN_CHAIN_KERNELS or step_of(run[0][1]) is None:
+            continue
+        shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
+        for op, kernel in [*run, (None, None)]:
+            read = None if op is None else _dims_and_output_bytes(op)
+            if shaped and (read is None or read[0] != shaped[-1][2]):
+                if len(shaped) >= MIN_CHAIN_KERNELS:
+                    chains.append(
+                        Chain(
+                            step_of(shaped[0][1]),
+                            tuple(item[0] for item in shaped),
+                            tuple(item[1] for item in shaped),
+                            shaped[0][2],
+                            tuple(item[3] for item in shaped[:-1]),
+                        )
+                    )
+                shaped = []
+            if read is not None:
+                shaped.append((op, kernel, *read))
+    return sorted(chains, key=lambda chain: chain.kernels[0].start)
 
 
 @rule(
