@@ -43,6 +43,8 @@ def test_a_chain_of_three_reports_the_bytes_fusing_saves(make_trace: Any) -> Non
     [chain] = evidence["chains"]
     assert chain["ops"] == ["aten::add", "aten::mul", "aten::gelu"]
     assert chain["dims"] == SHAPE
+    assert chain["input_types"] == ["c10::BFloat16"] * 3
+    assert chain["saved_bytes_per_chain"] == 2 * 2 * BF16_BYTES
     assert "aten::add → aten::mul → aten::gelu" in finding.message
 
 

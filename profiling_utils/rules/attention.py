@@ -185,6 +185,22 @@ def _is_mask_shape(dims: tuple[int, ...]) -> bool:
     return square and (len(dims) == 2 or (len(dims) == 4 and dims[1] == 1))
 
 
+def _mask_ops(facts: Facts, names: frozenset[str]) -> list[tuple[int, tuple[int, ...], Span]]:
+    """The outermost ops named in ``names`` (``aten::ones``' own ``aten::fill_`` is part of
+    it) that ran in a step with a mask's shape, each with its step and shape."""
+    spans = facts.trace.spans
+    found = []
+    for name in names:
+        for op in facts.named(name):
+            if op.cat != "cpu_op" or (op.parent is not None and spans[op.parent].name in names):
+                continue
+            step = facts.step_number_of(op)
+            dims = _result_dims(op) if step is not None else None
+            if dims is not None and _is_mask_shape(dims):
+                found.append((step, dims, op))
+    return found
+
+
 @rule(
     "mask-rebuilt",
     "dispatch chain",
@@ -199,26 +215,15 @@ def _is_mask_shape(dims: tuple[int, ...]) -> bool:
 def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
     if not facts.trace.kernels or len(facts.steps) < 2:
         return
-    spans = facts.trace.spans
-    # Outermost mask ops (aten::ones' own aten::fill_ is part of it), with the step and shape.
-    mask_ops: list[tuple[int, tuple[int, ...], Span]] = []
-    for name in MASK_OPS:
-        for op in facts.named(name):
-            if op.cat != "cpu_op" or (op.parent is not None and spans[op.parent].name in MASK_OPS):
-                continue
-            dims = _result_dims(op)
-            step = facts.step_number_of(op)
-            if dims is not None and step is not None and _is_mask_shape(dims):
-                mask_ops.append((step, dims, op))
     every_step = {step.number for step in facts.steps}
     causal_steps: dict[tuple[str, tuple[int, ...]], set[int]] = defaultdict(set)
-    for step, dims, op in mask_ops:
-        if op.name in CAUSAL_MASK_OPS:
-            causal_steps[op.name, dims].add(step)
+    for step, dims, op in _mask_ops(facts, CAUSAL_MASK_OPS):
+        causal_steps[op.name, dims].add(step)
+    # The mask lengths a triangle was cut at in every step, with the same shape each time.
     lengths = {dims[-1] for (_, dims), steps in causal_steps.items() if steps == every_step}
     if not lengths:
         return
-    rebuilt = [(step, dims, op) for step, dims, op in mask_ops if dims[-1] in lengths]
+    rebuilt = [entry for entry in _mask_ops(facts, MASK_OPS) if entry[1][-1] in lengths]
     gpu_us = _gpu_us_under(facts, (op for _, _, op in rebuilt))
     per_step = len(every_step)
     ops = Counter(op.name for _, _, op in rebuilt)

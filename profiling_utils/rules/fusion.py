@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..trace import Span
-from .facts import Facts, us
+from .facts import Facts, median, us
 from .registry import Hit, rule
 
 __all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain"]
@@ -72,6 +72,7 @@ class Chain:
 
     @property
     def signature(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The ops' names and the shape: chains alike in every step share it."""
         return tuple(op.name for op in self.ops), self.dims
 
     @property
@@ -81,6 +82,7 @@ class Chain:
 
     @property
     def gpu_us(self) -> float:
+        """The kernels' summed durations, µs."""
         return sum(kernel.dur for kernel in self.kernels)
 
 
@@ -172,26 +174,28 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     for chain in chains:
         by_signature[chain.signature].append(chain)
     steps = sorted({chain.step for chain in chains})
-    saved_per_step = sum(chain.saved_bytes for chain in chains) / len(steps)
+    per_step = len(facts.steps)  # averaged over every step, those without a chain too
+    saved_per_step = sum(chain.saved_bytes for chain in chains) / per_step
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
     biggest = rows[0][0]
     yield (
-        f"{len(chains) / len(steps):.0f} chains of {MIN_CHAIN_KERNELS}+ elementwise kernels over "
+        f"{len(chains) / per_step:.3g} chain(s) of {MIN_CHAIN_KERNELS}+ elementwise kernels over "
         f"one shape per step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
         f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
         f"{list(biggest.dims)}).",
         {
-            "chains_per_step": round(len(chains) / len(steps), 2),
+            "chains_per_step": round(len(chains) / per_step, 2),
             "saved_bytes_per_step": round(saved_per_step),
-            "gpu_us_per_step": us(sum(chain.gpu_us for chain in chains) / len(steps)),
+            "gpu_us_per_step": us(sum(chain.gpu_us for chain in chains) / per_step),
             "steps": steps,
             "chains": [
                 {
                     "ops": [op.name for op in group[0].ops],
                     "dims": list(group[0].dims),
-                    "per_step": round(len(group) / len(steps), 2),
+                    "input_types": [op.args["Input type"][0] for op in group[0].ops],
+                    "per_step": round(len(group) / per_step, 2),
                     "saved_bytes_per_chain": group[0].saved_bytes,
-                    "median_gpu_us": us(sorted(c.gpu_us for c in group)[len(group) // 2]),
+                    "median_gpu_us": us(median(c.gpu_us for c in group)),
                 }
                 for group in rows[:_REPORTED]
             ],
