@@ -1,13 +1,13 @@
-"""The elementwise-chain rule: runs of elementwise kernels over one tensor shape, on synthetic
-steps (no recording has one: the tiny transformer's runs are two kernels long) and on the
-recordings, where it must stay silent."""
+"""The elementwise-chain rule: runs of elementwise kernels over one tensor shape, on a foreign
+training trace that has them (an optimizer written as separate ops), on synthetic steps, and on
+the H100 recordings, where it must stay silent (the tiny transformer's runs are two long)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from conftest import gpu_fixture, op_steps_events
+from conftest import FOREIGN, gpu_fixture, op_steps_events
 
 from profiling_utils import Finding, diagnose
 
@@ -87,3 +87,16 @@ def test_silent_without_recorded_shapes_or_gpu_work(make_trace: Any) -> None:
 def test_silent_on_the_recorded_transformer() -> None:
     # Its elementwise kernels come two at a time (a cast then a copy, add_ then a cast).
     assert "elementwise-chain" not in rules_on(gpu_fixture("train_tiny_transformer_a3"))
+
+
+def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
+    found = rules_on(FOREIGN / "hta__timeline_analysis_sampled_rank-0.json.gz")
+    evidence = found["elementwise-chain"].evidence
+    assert evidence["steps"] == [551, 552]
+    biggest = evidence["chains"][0]
+    # Adam's denominator and step: sqrt(v) / c, + eps, m / denominator, on one fp32 weight.
+    assert biggest["ops"] == ["aten::div", "aten::sqrt", "aten::add_", "aten::div"]
+    assert biggest["dims"] == [512, 8192] and biggest["input_types"][0] == "float"
+    # Three fp32 intermediates of 512 x 8192, each written then read back.
+    assert biggest["saved_bytes_per_chain"] == 3 * 2 * 512 * 8192 * 4
+    assert evidence["saved_bytes_per_step"] >= biggest["saved_bytes_per_chain"]

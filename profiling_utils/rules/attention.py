@@ -95,7 +95,7 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
         per_backend[backend].append(op)
     summary = ", ".join(f"{backend} {len(ops)}×" for backend, ops in per_backend.items())
     yield (
-        f"scaled_dot_product_attention ran its backends: {summary} (forward calls on the GPU).",
+        f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU).",
         {
             "backends": {
                 backend: {

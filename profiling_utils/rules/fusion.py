@@ -93,8 +93,12 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     types = op.args.get("Input type")
     if not dims or not types or not dims[0]:
         return None
+    # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
+    # neither it nor a 0-dim tensor sets the result's type when a dimensioned tensor is in.
     tensors = [
-        (tuple(d), DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if t in DTYPE_BYTES
+        (tuple(d), DTYPE_BYTES[t])
+        for d, t in zip(dims, types, strict=False)
+        if d and t in DTYPE_BYTES
     ]
     if not tensors or tensors[0][0] != tuple(dims[0]):
         return None
