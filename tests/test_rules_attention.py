@@ -112,6 +112,21 @@ def test_a_mask_built_in_every_step_is_reported(tmp_path: Path) -> None:
     assert finding.severity == "warning"
 
 
+def test_the_mask_ops_of_the_triangles_length_count_and_the_scores_do_not(
+    tmp_path: Path,
+) -> None:
+    def masked_fill(dims: list[int]) -> tuple[str, dict[str, Any], bool]:
+        args = {"Input Dims": [dims, [L, L], []], "Input type": ["float", "bool", "Scalar"]}
+        return ("aten::masked_fill", args, True)
+
+    # An additive mask for every sequence of the batch, then the scores of 8 heads masked.
+    ops = [*mask_ops(), masked_fill([4, 1, L, L]), masked_fill([4, 8, L, L])]
+    events = op_steps_events(ops, steps=2)
+    found = rules_on(write_trace(tmp_path / "mask.json", document(events)))["mask-rebuilt"]
+    assert found.evidence["ops_per_step"]["aten::masked_fill"] == 1.0
+    assert found.evidence["dims"] == [[4, 1, L, L], [L, L]]
+
+
 def test_a_mask_built_once_or_of_another_shape_is_not(tmp_path: Path) -> None:
     once = op_steps_events([*mask_ops(), ("aten::mm", {}, True)], steps=3)
     once = [e for e in once if not (e["name"] == "aten::triu" and e["ts"] > 3000)]
