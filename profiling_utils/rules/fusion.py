@@ -17,7 +17,7 @@ from ..trace import Span
 from .facts import Facts, median, us
 from .registry import Hit, rule
 
-__all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain"]
+__all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain", "elementwise_chains"]
 
 ELEMENTWISE_OPS = frozenset(
     {
@@ -64,9 +64,13 @@ class Chain:
     """Consecutive elementwise kernels of one step over tensors of one shape."""
 
     step: int
+    """N in ``ProfilerStep#N``."""
     ops: tuple[Span, ...]
+    """The op that launched each kernel (``aten::add``, ``aten::copy_``...)."""
     kernels: tuple[Span, ...]
+    """The kernels, in launch order."""
     dims: tuple[int, ...]
+    """The shape of the tensor the chain works on, as recorded."""
     intermediate_bytes: tuple[int, ...]
     """Bytes of the tensor each kernel but the last writes and the next reads back."""
 
