@@ -19,18 +19,20 @@ def rules_on(path: Path) -> dict[str, Finding]:
     return {f.rule: f for f in diagnose(path)}
 
 
-def sdpa_trace(tmp_path: Path, backend_op: str, dtype: str, *, on_gpu: bool = True) -> Path:
+def sdpa_trace(tmp_path: Path, backend_op: str | None, dtype: str, *, on_gpu: bool = True) -> Path:
     """Two 1000 µs steps, each one attention call: ``aten::scaled_dot_product_attention`` →
-    ``backend_op`` (query, key, value of ``QUERY`` shape in ``dtype``) → ``aten::bmm``, softmax,
-    ``aten::bmm``, each launching a kernel (none with ``on_gpu=False``)."""
+    ``backend_op`` (query, key, value of ``QUERY`` shape in ``dtype``; left out when ``None``)
+    → ``aten::bmm``, softmax, ``aten::bmm``, each launching a kernel (none with
+    ``on_gpu=False``)."""
     shapes = {"Input Dims": [QUERY, QUERY, QUERY], "Input type": [dtype, dtype, dtype]}
     events: list[dict[str, Any]] = []
     for n, t in ((1, 1000.0), (2, 3000.0)):
         events += [
             complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000),
             complete_event("aten::scaled_dot_product_attention", "cpu_op", t + 10, 300, **shapes),
-            complete_event(backend_op, "cpu_op", t + 20, 280, **shapes),
         ]
+        if backend_op is not None:
+            events.append(complete_event(backend_op, "cpu_op", t + 20, 280, **shapes))
         for i, op in enumerate(("aten::bmm", "aten::_softmax", "aten::bmm")):
             start, correlation = t + 30 + 80 * i, 10 * n + i
             events.append(complete_event(op, "cpu_op", start, 60))
@@ -66,6 +68,16 @@ def test_math_backend_in_fp32_is_a_warning(tmp_path: Path) -> None:
     assert warning.evidence["gpu_us_per_step"] == 150.0
     assert (warning.evidence["calls"], warning.evidence["steps"]) == (2, [1, 2])
     assert warning.evidence["query_dims"] == QUERY
+
+
+def test_attention_written_out_under_sdpa_is_the_math_backend(tmp_path: Path) -> None:
+    found = rules_on(sdpa_trace(tmp_path, None, "float"))
+    assert found["attention-backend"].evidence["backends"]["math"]["calls"] == 2
+    warning = found["attention-math-fp32"].evidence
+    assert (warning["op"], warning["gpu_us_per_step"]) == (
+        "aten::scaled_dot_product_attention",
+        150.0,
+    )
 
 
 def test_math_backend_in_bf16_and_fused_backends_are_not_warned(tmp_path: Path) -> None:

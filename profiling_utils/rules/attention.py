@@ -12,10 +12,20 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from ..trace import Span
-from .facts import Facts, us
+from .facts import MATMUL_OPS, Facts, us
 from .registry import Hit, rule
 
-__all__ = ["SDPA_BACKENDS", "MATH_BACKEND_OP", "FP32_TYPES", "CAUSAL_MASK_OPS", "MASK_OPS"]
+__all__ = [
+    "SDPA_OP",
+    "SDPA_BACKENDS",
+    "MATH_BACKEND_OP",
+    "FP32_TYPES",
+    "CAUSAL_MASK_OPS",
+    "MASK_OPS",
+]
+
+SDPA_OP = "aten::scaled_dot_product_attention"
+"""The op ``torch.nn.functional.scaled_dot_product_attention`` records."""
 
 MATH_BACKEND_OP = "aten::_scaled_dot_product_attention_math"
 """The math backend: attention written out as matmul, softmax and matmul in ATen."""
@@ -62,6 +72,27 @@ def _first_dims(op: Span) -> list[int] | None:
     return list(dims[0]) if dims and dims[0] else None
 
 
+def _inline_math_calls(facts: Facts) -> list[Span]:
+    """Outermost ``aten::scaled_dot_product_attention`` ops that call no backend op but matrix
+    multiplies: the math path written out inline, as PyTorch releases before the math backend
+    had an op of its own record it."""
+    spans = facts.trace.spans
+    found = []
+    for sdpa in facts.named(SDPA_OP):
+        if sdpa.cat != "cpu_op" or (sdpa.parent is not None and spans[sdpa.parent].name == SDPA_OP):
+            continue
+        inside = set()
+        for index in range(sdpa.id + 1, len(spans)):
+            candidate = spans[index]
+            if candidate.start >= sdpa.end:
+                break
+            if candidate.lane == sdpa.lane:
+                inside.add(candidate.name)
+        if not inside & SDPA_BACKENDS.keys() and inside & MATMUL_OPS:
+            found.append(sdpa)
+    return found
+
+
 def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, float]]:
     """Every backend op that launched GPU work, with its backend, and the GPU time per op."""
     ops = [
@@ -70,6 +101,7 @@ def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, floa
         for op in facts.named(name)
         if op.cat == "cpu_op"
     ]
+    ops += [("math", sdpa) for sdpa in _inline_math_calls(facts)]
     gpu_us = _gpu_us_under(facts, (op for _, op in ops))
     return [(backend, op) for backend, op in ops if gpu_us[op.id] > 0.0], gpu_us
 
@@ -116,7 +148,8 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
     "attention-math-fp32",
     "dispatch chain",
     see="""aten::_scaled_dot_product_attention_math with float (fp32) inputs, launching
-    aten::bmm / aten::baddbmm GEMMs and a softmax.""",
+    aten::bmm / aten::baddbmm GEMMs and a softmax (or, without that op,
+    aten::scaled_dot_product_attention calling aten::bmm itself).""",
     means="""Attention fell back to the math backend in fp32: its matrix multiplies run on CUDA
     cores (tensor cores only with TF32 allowed) and the L × L scores make a round trip through
     memory. Run attention in bf16/fp16 (autocast), or check why the fused backends refused.""",
@@ -138,7 +171,7 @@ def attention_math_fp32(facts: Facts) -> Iterator[Hit]:
         f"(query {_first_dims(math[0])}), {per_step_us:.1f} µs of GPU time per step: "
         "its GEMMs run on CUDA cores, not tensor cores.",
         {
-            "op": MATH_BACKEND_OP,
+            "op": math[0].name,
             "calls": len(math),
             "query_dims": _first_dims(math[0]),
             "input_type": _first_tensor_type(math[0]),
