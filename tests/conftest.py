@@ -153,6 +153,28 @@ def minimal_gpu_events(offset: float = 1000.0) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def op_steps_events(
+    ops: list[tuple[str, dict[str, Any], bool]], steps: int = 2
+) -> list[dict[str, Any]]:
+    """``steps`` steps of 1000 µs, each running ``ops`` in order: ``(name, args, on_gpu)``, a
+    30 µs ``cpu_op`` with ``args`` that, when ``on_gpu``, launches a 20 µs kernel (stream 7)."""
+    events = []
+    for n in range(1, steps + 1):
+        t = 2000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000))
+        for i, (name, args, on_gpu) in enumerate(ops):
+            start, correlation = t + 10 + 40 * i, 100 * n + i
+            events.append(complete_event(name, "cpu_op", start, 30, **args))
+            if on_gpu:
+                events += [
+                    complete_event("cudaLaunchKernel", "cuda_runtime", start + 10, 5,
+                                   correlation=correlation),
+                    complete_event(f"kernel_{i}", "kernel", start + 20, 20, pid=0, tid=7,
+                                   correlation=correlation),
+                ]  # fmt: skip
+    return events
+
+
 def trace_document(events: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
     """A top-level trace object like Kineto's, with ``top`` keys added or overridden."""
     document: dict[str, Any] = {

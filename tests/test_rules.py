@@ -109,6 +109,9 @@ FIRES: dict[str, set[str]] = {
     "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN,
     # The GPU is still busy with queued GEMMs when the profiler syncs.
     "sync-flush": EAGER_4096 - ITEM_SYNC | FP32,
+    # The transformer's longest runs of elementwise kernels over one shape are two long (a
+    # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py.
+    "elementwise-chain": set(),
     # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync).
     "hidden-memcpy": COMPILE | ITEM_SYNC,
     "buffer-request": NO_WAIT | TRAIN_BUFFER,
@@ -127,6 +130,12 @@ FIRES: dict[str, set[str]] = {
     # A 3-D weight too: aten::bmm.
     "bmm-dispatch": BMM,
     "addmm-fusion": COMPILE | TRAIN,
+    # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100).
+    "attention-backend": TRAIN,
+    # No recording runs the math backend in fp32 or rebuilds a mask (the transformer's
+    # attention takes no mask): see tests/test_rules_attention.py.
+    "attention-math-fp32": set(),
+    "mask-rebuilt": set(),
     "compiled-region": COMPILE | GRAPHS,
     "dynamo-cache-lookup": COMPILE | GRAPHS,
     "aot-wrapper": COMPILE | GRAPHS,
@@ -214,6 +223,10 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",
+        "attention-backend",
+        "attention-math-fp32",
+        "elementwise-chain",
+        "mask-rebuilt",
     }
 
 
@@ -245,6 +258,9 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
     assert set(FIRES) | {"compile-cpu-tax"} == set(rule_ids())
     without_recording = {rule for rule, names in FIRES.items() if not names}
     assert without_recording == {
+        "attention-math-fp32",
+        "elementwise-chain",
+        "mask-rebuilt",
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",

@@ -17,15 +17,17 @@ Example::
 The thresholds each rule uses are module constants of its table's module
 (:mod:`~profiling_utils.rules.profiler_table`, :mod:`~profiling_utils.rules.cpu_lane`,
 :mod:`~profiling_utils.rules.gpu_lane`, :mod:`~profiling_utils.rules.communication`,
-:mod:`~profiling_utils.rules.dispatch_chain`,
-:mod:`~profiling_utils.rules.torch_compile`).
+:mod:`~profiling_utils.rules.fusion`, :mod:`~profiling_utils.rules.dispatch_chain`,
+:mod:`~profiling_utils.rules.attention`, :mod:`~profiling_utils.rules.torch_compile`).
 """
 
 # Importing a table's module registers its rules.
 from . import (  # noqa: F401
+    attention,
     communication,
     cpu_lane,
     dispatch_chain,
+    fusion,
     gpu_lane,
     profiler_table,
     torch_compile,

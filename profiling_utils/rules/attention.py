@@ -1,0 +1,277 @@
+"""Cheatsheet rows on attention: which backend ``scaled_dot_product_attention`` dispatched to,
+and the causal mask a model rebuilds on every call.
+
+``aten::scaled_dot_product_attention`` picks one implementation per call and the choice is
+recorded as the op it calls, on CUDA and ROCm alike (:data:`SDPA_BACKENDS`); the rules read
+those op names and their recorded input types, never a kernel's name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+
+from ..trace import Span
+from .facts import MATMUL_OPS, Facts, us
+from .registry import Hit, rule
+
+__all__ = [
+    "SDPA_OP",
+    "SDPA_BACKENDS",
+    "MATH_BACKEND_OP",
+    "FP32_TYPES",
+    "CAUSAL_MASK_OPS",
+    "MASK_OPS",
+]
+
+SDPA_OP = "aten::scaled_dot_product_attention"
+"""The op ``torch.nn.functional.scaled_dot_product_attention`` records."""
+
+MATH_BACKEND_OP = "aten::_scaled_dot_product_attention_math"
+"""The math backend: attention written out as matmul, softmax and matmul in ATen."""
+
+SDPA_BACKENDS: dict[str, str] = {
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "device-specific fused",
+    MATH_BACKEND_OP: "math",
+}
+"""The op ``aten::scaled_dot_product_attention`` calls on a GPU, by backend it names.
+(``_scaled_dot_product_flash_attention_for_cpu`` is left out: it runs on the CPU.)"""
+
+FP32_TYPES = frozenset({"float"})
+"""How the profiler's ``Input type`` spells a 32-bit float tensor."""
+
+
+def _gpu_us_under(facts: Facts, ops: Iterable[Span]) -> dict[int, float]:
+    """Per op id, the GPU time of the work launched from inside the op, µs (found by scanning
+    the op's time range only: the ops are few and short)."""
+    trace = facts.trace
+    spans = trace.spans
+    gpu_us: dict[int, float] = {}
+    for op in ops:
+        total = 0.0
+        for index in range(op.id + 1, len(spans)):
+            candidate = spans[index]
+            if candidate.start >= op.end:
+                break
+            if candidate.lane == op.lane:
+                total += sum(work.dur for work in trace.gpu_work_of(candidate))
+        gpu_us[op.id] = total
+    return gpu_us
+
+
+def _first_tensor_type(op: Span) -> str | None:
+    types = op.args.get("Input type") or []
+    return types[0] if types and types[0] not in ("", "Scalar") else None
+
+
+def _first_dims(op: Span) -> list[int] | None:
+    dims = op.args.get("Input Dims") or []
+    return list(dims[0]) if dims and dims[0] else None
+
+
+def _inline_math_calls(facts: Facts) -> list[Span]:
+    """Outermost ``aten::scaled_dot_product_attention`` ops that call no backend op but matrix
+    multiplies: the math path written out inline, as PyTorch releases before the math backend
+    had an op of its own record it."""
+    spans = facts.trace.spans
+    found = []
+    for sdpa in facts.named(SDPA_OP):
+        if sdpa.cat != "cpu_op" or (sdpa.parent is not None and spans[sdpa.parent].name == SDPA_OP):
+            continue
+        inside = set()
+        for index in range(sdpa.id + 1, len(spans)):
+            candidate = spans[index]
+            if candidate.start >= sdpa.end:
+                break
+            if candidate.lane == sdpa.lane:
+                inside.add(candidate.name)
+        if not inside & SDPA_BACKENDS.keys() and inside & MATMUL_OPS:
+            found.append(sdpa)
+    return found
+
+
+def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, float]]:
+    """Every backend op that launched GPU work, with its backend, and the GPU time per op."""
+    ops = [
+        (backend, op)
+        for name, backend in SDPA_BACKENDS.items()
+        for op in facts.named(name)
+        if op.cat == "cpu_op"
+    ]
+    ops += [("math", sdpa) for sdpa in _inline_math_calls(facts)]
+    gpu_us = _gpu_us_under(facts, (op for _, op in ops))
+    return [(backend, op) for backend, op in ops if gpu_us[op.id] > 0.0], gpu_us
+
+
+@rule(
+    "attention-backend",
+    "dispatch chain",
+    see="""aten::scaled_dot_product_attention → aten::_scaled_dot_product_flash_attention,
+    _efficient_attention, _cudnn_attention or _attention_math.""",
+    means="""The op under scaled_dot_product_attention names the backend that ran: flash,
+    memory-efficient and cuDNN are fused kernels that never write the L × L score matrix;
+    math writes attention out as matmul, softmax and matmul, with the scores in memory.
+    A fused backend is refused (and math runs) for unsupported dtypes, masks or head sizes.""",
+    severity="info",
+    from_post=False,
+)
+def attention_backend(facts: Facts) -> Iterator[Hit]:
+    calls, gpu_us = _backend_calls(facts)
+    if not calls:
+        return
+    per_backend: dict[str, list[Span]] = defaultdict(list)
+    for backend, op in calls:
+        per_backend[backend].append(op)
+    summary = ", ".join(f"{backend} {len(ops)}×" for backend, ops in per_backend.items())
+    yield (
+        f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU).",
+        {
+            "backends": {
+                backend: {
+                    "op": ops[0].name,
+                    "calls": len(ops),
+                    "input_types": dict(Counter(str(_first_tensor_type(op)) for op in ops)),
+                    "query_dims": _first_dims(ops[0]),
+                    "gpu_us": us(sum(gpu_us[op.id] for op in ops)),
+                    "steps": facts.step_numbers(ops),
+                }
+                for backend, ops in per_backend.items()
+            }
+        },
+    )
+
+
+@rule(
+    "attention-math-fp32",
+    "dispatch chain",
+    see="""aten::_scaled_dot_product_attention_math with float (fp32) inputs, launching
+    aten::bmm / aten::baddbmm GEMMs and a softmax (or, without that op,
+    aten::scaled_dot_product_attention calling aten::bmm itself).""",
+    means="""Attention fell back to the math backend in fp32: its matrix multiplies run on CUDA
+    cores (tensor cores only with TF32 allowed) and the L × L scores make a round trip through
+    memory. Run attention in bf16/fp16 (autocast), or check why the fused backends refused.""",
+    severity="warning",
+    from_post=False,
+)
+def attention_math_fp32(facts: Facts) -> Iterator[Hit]:
+    calls, gpu_us = _backend_calls(facts)
+    math = [
+        op for backend, op in calls if backend == "math" and _first_tensor_type(op) in FP32_TYPES
+    ]
+    if not math:
+        return
+    steps = facts.step_numbers(math)
+    total_us = sum(gpu_us[op.id] for op in math)
+    per_step_us = total_us / len(steps) if steps else total_us
+    yield (
+        f"The math attention backend ran {len(math)}× in fp32 "
+        f"(query {_first_dims(math[0])}), {per_step_us:.1f} µs of GPU time per step: "
+        "its GEMMs run on CUDA cores, not tensor cores.",
+        {
+            "op": math[0].name,
+            "calls": len(math),
+            "query_dims": _first_dims(math[0]),
+            "input_type": _first_tensor_type(math[0]),
+            "gpu_us": us(total_us),
+            "gpu_us_per_step": us(per_step_us),
+            "steps": steps,
+        },
+    )
+
+
+CAUSAL_MASK_OPS = frozenset({"aten::triu", "aten::tril"})
+"""Ops that cut a square tensor into a causal (triangular) mask."""
+
+MASK_OPS = CAUSAL_MASK_OPS | frozenset(
+    {
+        *("aten::ones", "aten::zeros", "aten::full", "aten::masked_fill", "aten::masked_fill_"),
+        *("aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge"),
+        *("aten::logical_not", "aten::where"),
+    }
+)
+"""Ops a mask is built with: the triangle, the tensor it is cut from, the ``-inf`` filling or
+the comparison that turns it into a bool or additive mask."""
+
+
+def _result_dims(op: Span) -> tuple[int, ...] | None:
+    """The shape an op produces: its first tensor input's, or for a factory (``aten::ones``,
+    ``aten::full``) the size it was given, from the recorded shapes."""
+    dims = op.args.get("Input Dims") or []
+    if dims and dims[0]:
+        return tuple(dims[0])
+    concrete = op.args.get("Concrete Inputs") or []
+    text = concrete[0] if concrete else ""
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            return tuple(int(size) for size in text[1:-1].split(","))
+        except ValueError:
+            return None
+    return None
+
+
+def _is_mask_shape(dims: tuple[int, ...]) -> bool:
+    """``[L, L]`` or ``[B, 1, L, L]``, the shapes of a mask shared by every head (``L > 1``)."""
+    square = len(dims) >= 2 and dims[-1] == dims[-2] > 1
+    return square and (len(dims) == 2 or (len(dims) == 4 and dims[1] == 1))
+
+
+def _mask_ops(facts: Facts, names: frozenset[str]) -> list[tuple[int, tuple[int, ...], Span]]:
+    """The outermost ops named in ``names`` (``aten::ones``' own ``aten::fill_`` is part of
+    it) that ran in a step with a mask's shape, each with its step and shape."""
+    spans = facts.trace.spans
+    found = []
+    for name in names:
+        for op in facts.named(name):
+            if op.cat != "cpu_op" or (op.parent is not None and spans[op.parent].name in names):
+                continue
+            step = facts.step_number_of(op)
+            dims = _result_dims(op) if step is not None else None
+            if dims is not None and _is_mask_shape(dims):
+                found.append((step, dims, op))
+    return found
+
+
+@rule(
+    "mask-rebuilt",
+    "dispatch chain",
+    see="""aten::triu / aten::tril on an [L, L] (or [B, 1, L, L]) tensor in every step, with the
+    aten::ones / aten::full / aten::masked_fill / comparison ops that build the mask.""",
+    means="""A constant attention mask rebuilt on every call: the same ops, the same shape, each
+    step. Build it once and keep it (a registered buffer sliced to the length), or pass
+    is_causal=True to scaled_dot_product_attention and build none.""",
+    severity="warning",
+    from_post=False,
+)
+def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
+    if not facts.trace.kernels or len(facts.steps) < 2:
+        return
+    every_step = {step.number for step in facts.steps}
+    causal_steps: dict[tuple[str, tuple[int, ...]], set[int]] = defaultdict(set)
+    for step, dims, op in _mask_ops(facts, CAUSAL_MASK_OPS):
+        causal_steps[op.name, dims].add(step)
+    # The mask lengths a triangle was cut at in every step, with the same shape each time.
+    lengths = {dims[-1] for (_, dims), steps in causal_steps.items() if steps == every_step}
+    if not lengths:
+        return
+    rebuilt = [entry for entry in _mask_ops(facts, MASK_OPS) if entry[1][-1] in lengths]
+    gpu_us = _gpu_us_under(facts, (op for _, _, op in rebuilt))
+    per_step = len(every_step)
+    ops = Counter(op.name for _, _, op in rebuilt)
+    shapes = sorted({dims for _, dims, _ in rebuilt})
+    cpu_us = sum(op.dur for _, _, op in rebuilt) / per_step
+    gpu_total_us = sum(gpu_us[op.id] for _, _, op in rebuilt) / per_step
+    yield (
+        f"A mask of shape {list(shapes[0])} is rebuilt in every step: "
+        + ", ".join(f"{name} {count / per_step:.0f}×" for name, count in ops.most_common())
+        + f" per step, {cpu_us:.1f} µs of CPU and {gpu_total_us:.1f} µs of GPU time per step.",
+        {
+            "ops_per_step": {name: round(count / per_step, 2) for name, count in ops.most_common()},
+            "dims": [list(dims) for dims in shapes],
+            "cpu_us_per_step": us(cpu_us),
+            "gpu_us_per_step": us(gpu_total_us),
+            "steps": sorted(every_step),
+        },
+    )

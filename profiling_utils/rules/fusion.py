@@ -1,0 +1,211 @@
+"""Cheatsheet row on fusion: chains of elementwise kernels over one tensor shape, each a round
+trip of the tensor through GPU memory that one fused kernel would not make.
+
+The chains are read from the ops that launched the kernels and the shapes the profiler
+recorded for them (``record_shapes=True``); without recorded shapes the rule stays silent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..trace import Span
+from .facts import Facts, median, us
+from .registry import Hit, rule
+
+__all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain", "elementwise_chains"]
+
+ELEMENTWISE_OPS = frozenset(
+    {
+        *("aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::rsub"),
+        *("aten::mul", "aten::mul_", "aten::div", "aten::div_", "aten::neg", "aten::reciprocal"),
+        *("aten::pow", "aten::sqrt", "aten::rsqrt", "aten::exp", "aten::log", "aten::abs"),
+        *("aten::relu", "aten::relu_", "aten::gelu", "aten::silu", "aten::silu_"),
+        *("aten::sigmoid", "aten::tanh", "aten::clamp", "aten::clamp_", "aten::clamp_min"),
+        *("aten::where", "aten::masked_fill", "aten::masked_fill_", "aten::copy_"),
+        *("aten::threshold_backward", "aten::gelu_backward", "aten::silu_backward"),
+        *("aten::sigmoid_backward", "aten::tanh_backward"),
+    }
+)
+"""Ops whose kernel reads each element of its inputs once and writes one output element per
+element: a chain of them fuses into one kernel with no change to the result. ``aten::copy_``
+is in (``.to(dtype)`` and ``.contiguous()`` launch it); reductions (softmax, layer norm, sum)
+and dropout (it also writes a mask) are out, as is ``aten::fill_``, which reads nothing."""
+
+DTYPE_BYTES: dict[str, int] = {
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+}
+"""Bytes per element, by the profiler's ``Input type`` spelling."""
+
+MIN_CHAIN_KERNELS = 3
+"""Shortest chain reported: two elementwise kernels in a row are common (a cast then a
+copy); three or more over one shape is a sequence a fused kernel would replace."""
+
+_REPORTED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Consecutive elementwise kernels of one step over tensors of one shape."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    ops: tuple[Span, ...]
+    """The op that launched each kernel (``aten::add``, ``aten::copy_``...)."""
+    kernels: tuple[Span, ...]
+    """The kernels, in launch order."""
+    dims: tuple[int, ...]
+    """The shape of the tensor the chain works on, as recorded."""
+    intermediate_bytes: tuple[int, ...]
+    """Bytes of the tensor each kernel but the last writes and the next reads back."""
+
+    @property
+    def signature(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The ops' names and the shape: chains alike in every step share it."""
+        return tuple(op.name for op in self.ops), self.dims
+
+    @property
+    def saved_bytes(self) -> int:
+        """Memory traffic fusing the chain saves: each intermediate written, then read."""
+        return 2 * sum(self.intermediate_bytes)
+
+    @property
+    def gpu_us(self) -> float:
+        """The kernels' summed durations, µs."""
+        return sum(kernel.dur for kernel in self.kernels)
+
+
+def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
+    """The shape an elementwise op works on (its first tensor input's) and the bytes of the
+    tensor it writes, from the recorded shapes; ``None`` without them."""
+    dims = op.args.get("Input Dims")
+    types = op.args.get("Input type")
+    if not dims or not types or not dims[0]:
+        return None
+    # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
+    # neither it nor a 0-dim tensor sets the result's type when a dimensioned tensor is in.
+    tensors = [
+        (tuple(d), DTYPE_BYTES[t])
+        for d, t in zip(dims, types, strict=False)
+        if d and t in DTYPE_BYTES
+    ]
+    if not tensors or tensors[0][0] != tuple(dims[0]):
+        return None
+    shape = tensors[0][0]
+    if op.name.endswith("_"):  # in place (copy_ too): it writes its first argument
+        itemsize = tensors[0][1]
+    else:  # a new tensor of the promoted type: the widest input's, for floating inputs
+        itemsize = max(size for _, size in tensors)
+    return shape, math.prod(shape) * itemsize
+
+
+def elementwise_chains(facts: Facts) -> list[Chain]:
+    """Runs of at least :data:`MIN_CHAIN_KERNELS` kernels launched back to back in a step, on
+    one stream, from :data:`ELEMENTWISE_OPS` over tensors of one shape.
+
+    The trace does not record which tensor a kernel reads: a run over one shape is taken to
+    pass its tensor along, as a sequence of elementwise ops in a model does."""
+    step_of = facts.step_number_of
+    # Runs by op name and step first: the recorded shapes are decoded for long runs only.
+    runs: list[list[tuple[Span, Span]]] = []
+    open_runs: dict[Any, list[tuple[Span, Span]]] = {}
+    for launch, kernel in facts.kernel_launches:
+        op = launch.op
+        run = open_runs.get(kernel.lane)
+        if op is None or op.name not in ELEMENTWISE_OPS:
+            if run is not None:
+                runs.append(open_runs.pop(kernel.lane))
+            continue
+        if run is not None and step_of(run[-1][1]) != step_of(kernel):
+            runs.append(open_runs.pop(kernel.lane))
+            run = None
+        if run is None:
+            run = open_runs[kernel.lane] = []
+        run.append((op, kernel))
+    runs.extend(open_runs.values())
+    chains = []
+    for run in runs:
+        if len(run) < MIN_CHAIN_KERNELS or step_of(run[0][1]) is None:
+            continue
+        shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
+        for op, kernel in [*run, (None, None)]:
+            read = None if op is None else _dims_and_output_bytes(op)
+            if shaped and (read is None or read[0] != shaped[-1][2]):
+                if len(shaped) >= MIN_CHAIN_KERNELS:
+                    chains.append(
+                        Chain(
+                            step_of(shaped[0][1]),
+                            tuple(item[0] for item in shaped),
+                            tuple(item[1] for item in shaped),
+                            shaped[0][2],
+                            tuple(item[3] for item in shaped[:-1]),
+                        )
+                    )
+                shaped = []
+            if read is not None:
+                shaped.append((op, kernel, *read))
+    return sorted(chains, key=lambda chain: chain.kernels[0].start)
+
+
+@rule(
+    "elementwise-chain",
+    "GPU lane",
+    see="""Several short elementwise kernels in a row (add, mul, gelu, where, copy_...) over a
+    tensor of one shape, each launched by its own aten op.""",
+    means="""Each kernel writes the whole tensor to GPU memory and the next reads it back: a
+    fusion opportunity. One fused kernel (torch.compile, or a fused op such as F.gelu(x + b))
+    saves 2 × the tensor's bytes per kernel it removes, and the launches. Needs the shapes:
+    record with record_shapes=True.""",
+    severity="info",
+    from_post=False,
+)
+def elementwise_chain(facts: Facts) -> Iterator[Hit]:
+    chains = elementwise_chains(facts)
+    if not chains:
+        return
+    by_signature: dict[object, list[Chain]] = defaultdict(list)
+    for chain in chains:
+        by_signature[chain.signature].append(chain)
+    steps = sorted({chain.step for chain in chains})
+    per_step = len(facts.steps)  # averaged over every step, those without a chain too
+    saved_per_step = sum(chain.saved_bytes for chain in chains) / per_step
+    rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
+    biggest = rows[0][0]
+    yield (
+        f"{len(chains) / per_step:.3g} chain(s) of {MIN_CHAIN_KERNELS}+ elementwise kernels over "
+        f"one shape per step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
+        f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
+        f"{list(biggest.dims)}).",
+        {
+            "chains_per_step": round(len(chains) / per_step, 2),
+            "saved_bytes_per_step": round(saved_per_step),
+            "gpu_us_per_step": us(sum(chain.gpu_us for chain in chains) / per_step),
+            "steps": steps,
+            "chains": [
+                {
+                    "ops": [op.name for op in group[0].ops],
+                    "dims": list(group[0].dims),
+                    "input_types": [op.args["Input type"][0] for op in group[0].ops],
+                    "per_step": round(len(group) / per_step, 2),
+                    "saved_bytes_per_chain": group[0].saved_bytes,
+                    "median_gpu_us": us(median(c.gpu_us for c in group)),
+                }
+                for group in rows[:_REPORTED]
+            ],
+        },
+    )

@@ -1,0 +1,102 @@
+"""The elementwise-chain rule: runs of elementwise kernels over one tensor shape, on a foreign
+training trace that has them (an optimizer written as separate ops), on synthetic steps, and on
+the H100 recordings, where it must stay silent (the tiny transformer's runs are two long)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import FOREIGN, gpu_fixture, op_steps_events
+
+from profiling_utils import Finding, diagnose
+
+SHAPE = [64, 1024]
+BF16_BYTES = 64 * 1024 * 2
+
+
+def elementwise(name: str, *, shape: list[int] = SHAPE, dtype: str = "c10::BFloat16") -> Any:
+    """An op reading two tensors of ``shape`` (or one and a scalar), as record_shapes writes."""
+    args = {"Input Dims": [shape, shape, []], "Input type": [dtype, dtype, "Scalar"]}
+    return (name, args, True)
+
+
+MATMUL = (
+    "aten::mm",
+    {"Input Dims": [SHAPE, [1024, 1024]], "Input type": ["c10::BFloat16"] * 2},
+    True,
+)
+
+
+def rules_on(path: Path) -> dict[str, Finding]:
+    return {f.rule: f for f in diagnose(path)}
+
+
+def test_a_chain_of_three_reports_the_bytes_fusing_saves(make_trace: Any) -> None:
+    ops = [MATMUL, elementwise("aten::add"), elementwise("aten::mul"), elementwise("aten::gelu")]
+    finding = rules_on(make_trace(op_steps_events(ops)))["elementwise-chain"]
+    evidence = finding.evidence
+    # Two intermediates (add's and mul's outputs), each written then read back: 2 x 2 x 128 KiB.
+    assert evidence["saved_bytes_per_step"] == 2 * 2 * BF16_BYTES
+    assert evidence["chains_per_step"] == 1 and evidence["steps"] == [1, 2]
+    assert evidence["gpu_us_per_step"] == 60.0  # three 20 µs kernels
+    [chain] = evidence["chains"]
+    assert chain["ops"] == ["aten::add", "aten::mul", "aten::gelu"]
+    assert chain["dims"] == SHAPE
+    assert chain["input_types"] == ["c10::BFloat16"] * 3
+    assert chain["saved_bytes_per_chain"] == 2 * 2 * BF16_BYTES
+    assert "aten::add → aten::mul → aten::gelu" in finding.message
+
+
+def test_the_written_tensor_sets_the_bytes(make_trace: Any) -> None:
+    # copy_ into bf16 from fp32 writes bf16; add of an fp32 and a bf16 tensor writes fp32.
+    cast = ("aten::copy_", {"Input Dims": [SHAPE, SHAPE, []],
+                            "Input type": ["c10::BFloat16", "float", "Scalar"]}, True)  # fmt: skip
+    mixed = ("aten::add", {"Input Dims": [SHAPE, SHAPE, []],
+                           "Input type": ["c10::BFloat16", "float", "Scalar"]}, True)  # fmt: skip
+    ops = [cast, mixed, elementwise("aten::relu")]
+    evidence = rules_on(make_trace(op_steps_events(ops)))["elementwise-chain"].evidence
+    assert evidence["saved_bytes_per_step"] == 2 * (BF16_BYTES + 2 * BF16_BYTES)
+
+
+def test_a_reduction_a_new_shape_or_two_kernels_break_the_chain(make_trace: Any) -> None:
+    softmax = (
+        "aten::_softmax",
+        {"Input Dims": [SHAPE, []], "Input type": ["float", "Scalar"]},
+        True,
+    )
+    for ops in (
+        [elementwise("aten::add"), elementwise("aten::mul"), softmax, elementwise("aten::gelu")],
+        [
+            elementwise("aten::add"),
+            elementwise("aten::mul"),
+            elementwise("aten::gelu", shape=[64, 4096]),
+        ],
+        [MATMUL, elementwise("aten::add"), elementwise("aten::gelu")],
+    ):
+        assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(ops)))
+
+
+def test_silent_without_recorded_shapes_or_gpu_work(make_trace: Any) -> None:
+    bare = [("aten::add", {}, True), ("aten::mul", {}, True), ("aten::gelu", {}, True)]
+    assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(bare)))
+    on_cpu = [(name, args, False) for name, args, _ in [elementwise("aten::add")] * 3]
+    assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(on_cpu)))
+
+
+def test_silent_on_the_recorded_transformer() -> None:
+    # Its elementwise kernels come two at a time (a cast then a copy, add_ then a cast).
+    assert "elementwise-chain" not in rules_on(gpu_fixture("train_tiny_transformer_a3"))
+
+
+def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
+    found = rules_on(FOREIGN / "hta__timeline_analysis_sampled_rank-0.json.gz")
+    evidence = found["elementwise-chain"].evidence
+    assert evidence["steps"] == [551, 552]
+    biggest = evidence["chains"][0]
+    # Adam's denominator and step: sqrt(v) / c, + eps, m / denominator, on one fp32 weight.
+    assert biggest["ops"] == ["aten::div", "aten::sqrt", "aten::add_", "aten::div"]
+    assert biggest["dims"] == [512, 8192] and biggest["input_types"][0] == "float"
+    # Three fp32 intermediates of 512 x 8192, each written then read back.
+    assert biggest["saved_bytes_per_chain"] == 3 * 2 * 512 * 8192 * 4
+    assert evidence["saved_bytes_per_step"] >= biggest["saved_bytes_per_chain"]
