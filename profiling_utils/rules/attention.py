@@ -117,6 +117,7 @@ def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, floa
     A fused backend is refused (and math runs) for unsupported dtypes, masks or head sizes.""",
     severity="info",
     from_post=False,
+    example="auto_examples/plot_09_diagnose_your_own_trace",
 )
 def attention_backend(facts: Facts) -> Iterator[Hit]:
     calls, gpu_us = _backend_calls(facts)
