@@ -107,9 +107,10 @@ plot_timeline(synced.trace, step=step, highlights=marks, max_depth=3, title=sync
 # The copy to the host (``Memcpy DtoH``) is the last GPU work before the stretch; the CPU
 # sits in ``cudaStreamSynchronize`` until it is done, and only then returns to Python and
 # launches the rest of the step. The GPU waits for the whole way back. Everything the GPU had
-# queued ahead of the sync is drained, so the stretch comes back step after step (the box
-# at the top says in how many): this is your code, and the fix is to read the value less
-# often, or later.
+# queued ahead of the sync is drained, so a stretch follows the sync in every step; the rule
+# counts the steps where it passes its threshold (the box at the top says how many, and a
+# short round trip can fall under it). It recurs: this is your code, and the fix is to read
+# the value less often, or later.
 
 if synced.has_gpu:
     claim(
@@ -124,8 +125,8 @@ if synced.has_gpu:
     )
 if synced.has_gpu and evidence is not None:
     claim(
-        "the idle stretch after the sync comes back in at least 3 of 4 recorded steps",
-        len(evidence["steps_with_gap"]) >= 0.75 * len(synced.trace.steps),
+        "the idle stretch after the sync comes back in more than half of the recorded steps",
+        len(evidence["steps_with_gap"]) > 0.5 * len(synced.trace.steps),
         steps_with_gap=len(evidence["steps_with_gap"]),
         steps=len(synced.trace.steps),
     )
