@@ -4,6 +4,10 @@ Run on a CUDA machine from the repository root::
 
     python scripts/record_fixtures.py --out tests/fixtures/gpu
 
+``--only series`` records only Parts 2 and 3 of the series (``nn.Linear``, the GeGLU MLP
+eager, compiled and with Liger's kernel, attention naive, in place and through each SDPA
+backend), with ``liger-kernel`` installed; like ``rows`` it adds to ``provenance.json``.
+
 ``--only rows`` records only the scenarios of the two rules about time that moves
 (``kernel-variance``, ``intra-step-gap``) and adds them to an existing ``provenance.json``::
 
@@ -306,6 +310,143 @@ def record_training_buffer_request(out: Path, tmp: Path, active: int = 40) -> di
     }
 
 
+# -- Parts 2 and 3 of the series: nn.Linear, the GeGLU MLP, attention ---------------------------
+
+
+def _record(step, name: str, out: Path, tmp: Path, label: str, **fields) -> dict:
+    """Capture ``step`` warm (three calls first), with shapes, and copy the trace to ``out``."""
+    result = capture(step, name=name, out_dir=tmp, label=label, warmup_iters=3, record_shapes=True)
+    target = out / result.trace_path.name
+    target.write_bytes(result.trace_path.read_bytes())
+    return {"file": target.name, **fields, **result.params}
+
+
+def record_linear(out: Path, tmp: Path, compiled: bool) -> dict:
+    """Part 2's first script: one ``nn.Linear(32, 64)`` on a [1024, 32] bf16 batch, no grad."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 64, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1024, 32, device="cuda", dtype=torch.bfloat16)
+    fn = torch.compile(layer) if compiled else layer
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            return fn(x)
+
+    tag = "compile" if compiled else "eager"
+    return _record(step, f"linear_1024x32x64_bf16_{tag}", out, tmp, "linear_fwd",
+                   scenario="linear", compiled=compiled)  # fmt: skip
+
+
+class GeGLU(torch.nn.Module):
+    """Part 2's MLP: gate and up projections, tanh-GELU of the gate times up, down projection."""
+
+    def __init__(self, dim: int = 768, hidden: int = 3072) -> None:
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(dim, hidden, bias=False)
+        self.up_proj = torch.nn.Linear(dim, hidden, bias=False)
+        self.down_proj = torch.nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.nn.functional.gelu(self.gate_proj(x), approximate="tanh")
+        return self.down_proj(gate * self.up_proj(x))
+
+
+def record_mlp(out: Path, tmp: Path, variant: str) -> dict:
+    """The GeGLU MLP on a [64, 128, 768] bf16 batch, no grad: ``eager``, ``compile``, or
+    ``liger`` (Liger's ``LigerGEGLUMLP``, its gelu-times-up a hand-written Triton kernel)."""
+    torch.manual_seed(0)
+    if variant == "liger":
+        from types import SimpleNamespace
+
+        from liger_kernel.transformers import LigerGEGLUMLP
+
+        config = SimpleNamespace(
+            hidden_size=768, intermediate_size=3072, hidden_act="gelu_pytorch_tanh"
+        )
+        model = LigerGEGLUMLP(config)
+    else:
+        model = GeGLU()
+    model = model.to("cuda", torch.bfloat16)
+    fn = torch.compile(model) if variant == "compile" else model
+    x = torch.randn(64, 128, 768, device="cuda", dtype=torch.bfloat16)
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            return fn(x)
+
+    return _record(step, f"mlp_64x128x768x3072_bf16_{variant}", out, tmp, "mlp_fwd",
+                   scenario="mlp", variant=variant)  # fmt: skip
+
+
+def attention_inputs() -> tuple[torch.Tensor, ...]:
+    """Query, key and value of Part 3: batch 8, 16 heads, 1024 tokens, head size 64, bf16."""
+    torch.manual_seed(0)
+    return tuple(
+        torch.randn(8, 16, 1024, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)
+    )
+
+
+def record_attention(out: Path, tmp: Path, variant: str) -> dict:
+    """Causal attention, ``naive`` (out-of-place ``masked_fill``), ``inplace``
+    (``masked_fill_``), or ``sdpa-<backend>`` with SDPA pinned to one backend (``auto``:
+    none pinned). The naive variants build their mask once, outside the step."""
+    import math
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention, softmax
+
+    q, k, v = attention_inputs()
+    length = q.shape[-2]
+    masked = ~torch.tril(torch.ones(length, length, device="cuda", dtype=torch.bool))
+
+    def naive(in_place: bool) -> torch.Tensor:
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if in_place:
+            scores.masked_fill_(masked, float("-inf"))
+        else:
+            scores = scores.masked_fill(masked, float("-inf"))
+        return softmax(scores, dim=-1) @ v
+
+    backends = {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            if variant in ("naive", "inplace"):
+                return naive(variant == "inplace")
+            backend = variant.removeprefix("sdpa-")
+            if backend == "auto":
+                return scaled_dot_product_attention(q, k, v, is_causal=True)
+            with sdpa_kernel(backends[backend]):
+                return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return _record(step, f"attention_8x16x1024x64_bf16_{variant}", out, tmp, "attention_fwd",
+                   scenario="attention", variant=variant)  # fmt: skip
+
+
+SERIES = (
+    *(lambda out, tmp, c=c: record_linear(out, tmp, c) for c in (False, True)),
+    *(lambda out, tmp, v=v: record_mlp(out, tmp, v) for v in ("eager", "compile", "liger")),
+    *(
+        lambda out, tmp, v=v: record_attention(out, tmp, v)
+        for v in (
+            "naive",
+            "inplace",
+            "sdpa-math",
+            "sdpa-efficient",
+            "sdpa-flash",
+            "sdpa-cudnn",
+            "sdpa-auto",
+        )
+    ),  # fmt: skip
+)
+"""The scenarios of ``--only series``: Parts 2 and 3 of the series."""
+
+
 ROWS = (record_shared_gpu, record_item_sync, record_training_buffer_request)
 """The scenarios of ``--only rows``."""
 
@@ -316,10 +457,11 @@ def main() -> None:
     parser.add_argument("--training-steps", type=int, default=3)
     parser.add_argument(
         "--only",
-        choices=("all", "rows"),
+        choices=("all", "rows", "series"),
         default="all",
-        help="rows: only the kernel-variance and intra-step-gap scenarios, added to the "
-        "existing provenance.json",
+        help="rows: only the kernel-variance and intra-step-gap scenarios; series: only "
+        "Parts 2 and 3 of the series (Linear, MLP, attention); both added to the existing "
+        "provenance.json",
     )
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -336,11 +478,11 @@ def main() -> None:
                 print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)
             records.append(record_training(args.out, tmp, args.training_steps))
             print(records[-1]["file"], flush=True)
-        for scenario in ROWS:
+        for scenario in {"all": ROWS + SERIES, "rows": ROWS, "series": SERIES}[args.only]:
             t0 = time.perf_counter()
             records.append(scenario(args.out, tmp))
             print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)
-    if args.only == "rows":
+    if args.only != "all":
         existing = json.loads((args.out / "provenance.json").read_text())
         files = {record["file"] for record in records}
         kept = [run for run in existing["runs"] if run["file"] not in files]
