@@ -80,38 +80,53 @@ NO_WAIT = TRULY_COLD | {
     "4096_bf16_warm_eager_w0a20",
 }
 MATMUL = EAGER_64 | EAGER_4096 | FP32 | COMPILE | GRAPHS
-ALL = MATMUL | TRAIN
+# Part 3 of the series: causal attention, batch 8, 16 heads, 1024 tokens, head size 64, bf16.
+NAIVE = {"attention_8x16x1024x64_bf16_naive"}
+"""Scores masked out of place (masked_fill: a clone, then a device-to-device copy)."""
+INPLACE = {"attention_8x16x1024x64_bf16_inplace"}
+SDPA_MATH = {"attention_8x16x1024x64_bf16_sdpa-math"}
+"""SDPA pinned to the math backend: bf16 upcast to fp32, the causal mask built every call."""
+SDPA_EFFICIENT = {"attention_8x16x1024x64_bf16_sdpa-efficient"}
+SDPA_FLASH = {"attention_8x16x1024x64_bf16_sdpa-flash"}
+SDPA_CUDNN = {"attention_8x16x1024x64_bf16_sdpa-cudnn", "attention_8x16x1024x64_bf16_sdpa-auto"}
+"""cuDNN pinned, and no backend pinned (torch picks cuDNN first on the H100)."""
+SDPA_FUSED = SDPA_EFFICIENT | SDPA_FLASH | SDPA_CUDNN
+SDPA = SDPA_MATH | SDPA_FUSED
+HAND_WRITTEN = NAIVE | INPLACE
+ATTENTION = HAND_WRITTEN | SDPA
+ALL = MATMUL | TRAIN | ATTENTION
 
 FIRES: dict[str, set[str]] = {
     # Launch-bound: 64x64 work (2 µs kernels) and the small transformer.
     "overhead-bound": EAGER_64 | COMPILE_64 | {"64_bf16_warm_compile-reduce-overhead"} | TRAIN,
     # The GPU is the bottleneck for a 4096x4096 GEMM (reduce-overhead's input copies and CPU
     # wrapper leave it in between: neither rule).
-    "compute-bound": EAGER_4096 | FP32 | COMPILE_4096,
+    "compute-bound": EAGER_4096 | FP32 | COMPILE_4096 | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
     # One GEMM (or the add) dominates a two-op trace; the transformer spreads its GPU time.
-    "hotspot": MATMUL,
+    "hotspot": MATMUL | SDPA_FUSED,
     # Autocast re-casts the weights every step: ~100 aten::copy_/to calls per step.
     "many-calls": TRAIN,
     # matmul_add / aten::matmul hold their time in children; the transformer's train_step
     # spends its own time waiting for the backward thread.
-    "cost-in-children": MATMUL,
+    "cost-in-children": MATMUL | NAIVE | SDPA,
     # Only a schedule without wait/warmup records the profiler's start-up in a step (16-42x);
     # the default schedule's first recorded step is 1.4-3x wider, cold or warm alike.
     "cold-start": NO_WAIT,
     # Only a truly cold process shows it on the H100 (80 µs against 9 µs); under the default
     # schedule the first dead window is ~25 µs, 3-4x the later steps, cold or warm alike.
-    "dead-window": TRULY_COLD,
+    "dead-window": TRULY_COLD | NAIVE,
     # fp32 GEMM: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a process's
     # first bf16 GEMM: occupancy queries.
-    "planned-launch": FP32 | TRAIN | TRULY_COLD,
-    "plain-launch": EAGER_64 | EAGER_4096 | FP32 | GRAPHS | TRAIN,
+    "planned-launch": FP32 | TRAIN | TRULY_COLD | SDPA_FLASH,
+    "plain-launch": MATMUL - COMPILE | TRAIN | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
     # bf16 GEMMs through cuLaunchKernelEx (no fp32 GEMM, no graph replay).
-    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN,
+    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN | HAND_WRITTEN | SDPA_CUDNN,
     # The GPU is still busy with queued GEMMs when the profiler syncs.
-    "sync-flush": EAGER_4096 - ITEM_SYNC | FP32,
+    "sync-flush": EAGER_4096 - ITEM_SYNC | FP32 | HAND_WRITTEN | SDPA_MATH,
     # The transformer's longest runs of elementwise kernels over one shape are two long (a
-    # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py.
-    "elementwise-chain": set(),
+    # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py. The math
+    # backend's scores go through add_ (the mask), isneginf and where, one shape.
+    "elementwise-chain": SDPA_MATH,
     # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync).
     "hidden-memcpy": COMPILE | ITEM_SYNC,
     "buffer-request": NO_WAIT | TRAIN_BUFFER,
@@ -120,22 +135,23 @@ FIRES: dict[str, set[str]] = {
     # Another process on the GPU: the GEMM takes several times its median in a few steps.
     "kernel-variance": SHARED_GPU,
     # Every run with a matmul op on the CPU lane (a graph replay hides the op).
-    "gemm-kernel": ALL - GRAPHS,
+    "gemm-kernel": MATMUL - GRAPHS | TRAIN | HAND_WRITTEN | SDPA_MATH,
     "bias-copy": COMPILE,
     # The 4096 bf16 GEMM kernel needs a zeroed 4-byte workspace.
-    "memset-before-gemm": EAGER_4096 | COMPILE_4096,
+    "memset-before-gemm": EAGER_4096 | COMPILE_4096 | HAND_WRITTEN,
     "call-chain": ALL,
     # The 8x64x64 recording multiplies by a 2-D weight: matmul folds it into one mm.
     "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN,
     # A 3-D weight too: aten::bmm.
-    "bmm-dispatch": BMM,
+    "bmm-dispatch": BMM | HAND_WRITTEN | SDPA_MATH,
     "addmm-fusion": COMPILE | TRAIN,
-    # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100).
-    "attention-backend": TRAIN,
-    # No recording runs the math backend in fp32 or rebuilds a mask (the transformer's
-    # attention takes no mask): see tests/test_rules_attention.py.
-    "attention-math-fp32": set(),
-    "mask-rebuilt": set(),
+    # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100), and
+    # each SDPA recording to its backend (no hand-written attention calls SDPA).
+    "attention-backend": TRAIN | SDPA,
+    # The math backend upcasts bf16 to fp32 GEMMs, and builds the causal mask every call (the
+    # hand-written attention builds it once; is_causal fused backends build none).
+    "attention-math-fp32": SDPA_MATH,
+    "mask-rebuilt": SDPA_MATH,
     "compiled-region": COMPILE | GRAPHS,
     "dynamo-cache-lookup": COMPILE | GRAPHS,
     "aot-wrapper": COMPILE | GRAPHS,
@@ -258,9 +274,6 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
     assert set(FIRES) | {"compile-cpu-tax"} == set(rule_ids())
     without_recording = {rule for rule, names in FIRES.items() if not names}
     assert without_recording == {
-        "attention-math-fp32",
-        "elementwise-chain",
-        "mask-rebuilt",
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",

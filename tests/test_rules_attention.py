@@ -154,3 +154,55 @@ def test_mask_rebuilt_is_silent_without_gpu_work(tmp_path: Path) -> None:
     events = op_steps_events(on_cpu, steps=3)
     path = write_trace(tmp_path / "cpu.json", document(events, deviceProperties=None))
     assert "mask-rebuilt" not in rules_on(path)
+
+
+# -- the H100 recordings of Part 3 of the series -----------------------------------------------
+
+SERIES = "attention_8x16x1024x64_bf16_{}"
+BACKEND_OF = {
+    "sdpa-math": "math",
+    "sdpa-efficient": "memory-efficient",
+    "sdpa-flash": "flash",
+    "sdpa-cudnn": "cuDNN",
+    "sdpa-auto": "cuDNN",  # torch's priority on the H100: cuDNN, flash, efficient, math
+}
+
+
+def test_attention_backend_names_each_recorded_backend() -> None:
+    for variant, backend in BACKEND_OF.items():
+        found = rules_on(gpu_fixture(SERIES.format(variant)))
+        backends = found["attention-backend"].evidence["backends"]
+        assert list(backends) == [backend], variant
+        calls = backends[backend]
+        # One call per step, three steps; the query as recorded, in bf16.
+        assert calls["calls"] == 3 and calls["steps"] == [2, 3, 4], variant
+        assert calls["query_dims"] == [8, 16, 1024, 64], variant
+        assert calls["input_types"] == {"c10::BFloat16": 3}, variant
+    for variant in ("naive", "inplace"):  # attention written by hand calls no SDPA
+        assert "attention-backend" not in rules_on(gpu_fixture(SERIES.format(variant)))
+
+
+def test_math_backend_upcasting_bf16_is_the_fp32_warning() -> None:
+    found = rules_on(gpu_fixture(SERIES.format("sdpa-math")))
+    warning = found["attention-math-fp32"]
+    evidence = warning.evidence
+    # The op's own inputs are bf16; its two GEMMs per call (scores, then P·V) are fp32.
+    assert (evidence["input_type"], evidence["upcast"]) == ("c10::BFloat16", True)
+    assert evidence["fp32_gemm_ops"] == {"aten::bmm": 6}
+    assert evidence["calls"] == 3 and evidence["steps"] == [2, 3, 4]
+    assert evidence["gpu_us_per_step"] > 1000  # the whole math path: ~3 ms on the H100
+    assert "upcast to fp32" in warning.message
+    for variant in ("naive", "inplace", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn", "sdpa-auto"):
+        assert "attention-math-fp32" not in rules_on(gpu_fixture(SERIES.format(variant)))
+
+
+def test_mask_rebuilt_by_the_math_backend_and_not_by_a_mask_built_once() -> None:
+    evidence = rules_on(gpu_fixture(SERIES.format("sdpa-math")))["mask-rebuilt"].evidence
+    # is_causal=True: the math backend builds the [L, L] triangle itself on every call.
+    assert evidence["dims"] == [[1024, 1024]]
+    assert {"aten::ones", "aten::tril"} <= set(evidence["ops_per_step"])
+    assert evidence["steps"] == [2, 3, 4]
+    # The hand-written attention built its mask once, outside the step; the fused backends
+    # take is_causal and build none.
+    for variant in ("naive", "inplace", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn", "sdpa-auto"):
+        assert "mask-rebuilt" not in rules_on(gpu_fixture(SERIES.format(variant)))

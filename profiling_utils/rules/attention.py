@@ -3,7 +3,8 @@ and the causal mask a model rebuilds on every call.
 
 ``aten::scaled_dot_product_attention`` picks one implementation per call and the choice is
 recorded as the op it calls, on CUDA and ROCm alike (:data:`SDPA_BACKENDS`); the rules read
-those op names and their recorded input types, never a kernel's name.
+those op names and their recorded input types (and those of the ops inside the backend's),
+never a kernel's name.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _backend_calls(facts: Facts) -> tuple[list[tuple[str, Span]], dict[int, floa
     A fused backend is refused (and math runs) for unsupported dtypes, masks or head sizes.""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_09_diagnose_your_own_trace",
+    example="auto_examples/part3_attention/plot_15_sdpa_backends",
 )
 def attention_backend(facts: Facts) -> Iterator[Hit]:
     calls, gpu_us = _backend_calls(facts)
@@ -145,37 +146,75 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
     )
 
 
+_SHORT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}
+
+
+def _fp32_matmuls_inside(facts: Facts, op: Span) -> list[Span]:
+    """The matrix-multiply ops run inside ``op`` (on its thread, in its time range) whose
+    first input is fp32: the math backend's GEMMs after it upcast bf16/fp16 inputs."""
+    spans = facts.trace.spans
+    found = []
+    for index in range(op.id + 1, len(spans)):
+        candidate = spans[index]
+        if candidate.start >= op.end:
+            break
+        if (
+            candidate.lane == op.lane
+            and candidate.cat == "cpu_op"
+            and candidate.name in MATMUL_OPS
+            and _first_tensor_type(candidate) in FP32_TYPES
+        ):
+            found.append(candidate)
+    return found
+
+
 @rule(
     "attention-math-fp32",
     "dispatch chain",
-    see="""aten::_scaled_dot_product_attention_math with float (fp32) inputs, launching
-    aten::bmm / aten::baddbmm GEMMs and a softmax (or, without that op,
-    aten::scaled_dot_product_attention calling aten::bmm itself).""",
-    means="""Attention fell back to the math backend in fp32: its matrix multiplies run on CUDA
-    cores (tensor cores only with TF32 allowed) and the L × L scores make a round trip through
-    memory. Run attention in bf16/fp16 (autocast), or check why the fused backends refused.""",
+    see="""aten::_scaled_dot_product_attention_math whose GEMMs (aten::bmm / aten::matmul
+    inside it) take float (fp32) inputs: either its own inputs are fp32, or they are bf16/fp16
+    and it upcast them first (aten::to → aten::copy_ into float, then the GEMMs in fp32).
+    Without that op, aten::scaled_dot_product_attention calling fp32 aten::bmm itself.""",
+    means="""Attention fell back to the math backend and computes in fp32: its matrix
+    multiplies run on CUDA cores (tensor cores only with TF32 allowed) and the L × L scores
+    make a round trip through memory. With bf16/fp16 inputs the math backend upcasts them
+    unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) is set. Check why
+    the fused backends refused (dtype, mask, head size), or run attention in bf16/fp16.""",
     severity="warning",
     from_post=False,
+    example="auto_examples/part3_attention/plot_15_sdpa_backends",
 )
 def attention_math_fp32(facts: Facts) -> Iterator[Hit]:
     calls, gpu_us = _backend_calls(facts)
-    math = [
-        op for backend, op in calls if backend == "math" and _first_tensor_type(op) in FP32_TYPES
-    ]
+    math: list[Span] = []
+    gemms: list[Span] = []
+    for backend, op in calls:
+        if backend != "math":
+            continue
+        inner = _fp32_matmuls_inside(facts, op)
+        if inner or _first_tensor_type(op) in FP32_TYPES:
+            math.append(op)
+            gemms += inner
     if not math:
         return
     steps = facts.step_numbers(math)
     total_us = sum(gpu_us[op.id] for op in math)
     per_step_us = total_us / len(steps) if steps else total_us
+    input_type = _first_tensor_type(math[0])
+    upcast = input_type not in FP32_TYPES and bool(gemms)
+    short = _SHORT_TYPES.get(str(input_type), str(input_type))
+    how = f"with its {short} inputs upcast to fp32" if upcast else "in fp32"
     yield (
-        f"The math attention backend ran {len(math)}× in fp32 "
+        f"The math attention backend ran {len(math)}× {how} "
         f"(query {_first_dims(math[0])}), {per_step_us:.1f} µs of GPU time per step: "
-        "its GEMMs run on CUDA cores, not tensor cores.",
+        "its GEMMs run in fp32 on CUDA cores, not on bf16/fp16 tensor cores.",
         {
             "op": math[0].name,
             "calls": len(math),
             "query_dims": _first_dims(math[0]),
-            "input_type": _first_tensor_type(math[0]),
+            "input_type": input_type,
+            "upcast": upcast,
+            "fp32_gemm_ops": dict(Counter(op.name for op in gemms)),
             "gpu_us": us(total_us),
             "gpu_us_per_step": us(per_step_us),
             "steps": steps,
@@ -245,6 +284,7 @@ def _mask_ops(facts: Facts, names: frozenset[str]) -> list[tuple[int, tuple[int,
     is_causal=True to scaled_dot_product_attention and build none.""",
     severity="warning",
     from_post=False,
+    example="auto_examples/part3_attention/plot_15_sdpa_backends",
 )
 def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
     if not facts.trace.kernels or len(facts.steps) < 2:
