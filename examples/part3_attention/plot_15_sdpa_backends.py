@@ -1,0 +1,628 @@
+"""
+scaled_dot_product_attention: one call, five backends
+=====================================================
+
+*Call* ``torch.nn.functional.scaled_dot_product_attention`` *with each of its backends
+pinned, and with none. Which kernels run, how are they launched, how long do they take, and
+which backend does PyTorch pick by itself?*
+
+``scaled_dot_product_attention`` (SDPA) computes ``softmax(QKᵀ/√d)·V`` in one call and
+dispatches it to one of several implementations: *math* (attention written out in ATen
+operators), *memory-efficient* (a CUTLASS kernel), *flash* (FlashAttention-2) and *cuDNN*.
+`Part 3 of the Hugging Face series <https://huggingface.co/blog/torch-profiling-3>`_
+("Profiling in PyTorch (Part 3): Attention is all you profile") profiled each on an A100.
+We do the same on the GPU this page was built on, read each backend's kernels and launch
+calls from the trace, time them over 20 steps, set their FLOP rate against the datasheet,
+and let the cheatsheet's attention rules read the traces.
+"""
+
+# %%
+# One call per backend
+# --------------------
+# The previous page's problem: batch 8, 16 heads, 1024 tokens, head size 64, bf16, causal
+# (``is_causal=True``: no mask tensor is passed), under ``torch.no_grad()``. Each backend is
+# pinned with ``torch.nn.attention.sdpa_kernel``; ``auto`` pins none. The flash,
+# memory-efficient and cuDNN backends are CUDA kernels: on a machine without a GPU only
+# ``math`` and ``auto`` run here, on a smaller problem.
+
+from collections import Counter
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention
+
+from profiling_utils import capture, diagnose
+from profiling_utils.claims import claim
+from profiling_utils.datasheet import datasheet_peak
+from profiling_utils.measures import kernel_launches, step_times
+from profiling_utils.render import (
+    findings_table,
+    fold_lines,
+    gpu_work_listing,
+    trace_dir,
+    trace_links,
+    value_table,
+)
+from profiling_utils.roofline import roofline
+from profiling_utils.rules.attention import SDPA_BACKENDS, SDPA_OP
+from profiling_utils.stats import Distribution, clearly_greater
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+batch, heads, length, head_dim = (
+    (8, 16, 1024, 64) if device == "cuda" else (1, 4, 256, 64)
+)
+q, k, v = (
+    torch.randn(batch, heads, length, head_dim, device=device, dtype=torch.bfloat16)
+    for _ in range(3)
+)
+PINNED = {
+    "math": SDPBackend.MATH,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "auto": None,
+}
+if device != "cuda":
+    PINNED = {name: PINNED[name] for name in ("math", "auto")}
+    print("No GPU here: flash, memory-efficient and cuDNN attention are skipped.")
+
+
+def attention(backend):
+    with torch.no_grad():
+        if backend is None:
+            return scaled_dot_product_attention(q, k, v, is_causal=True)
+        with sdpa_kernel(backend):
+            return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+runs = {
+    name: capture(
+        lambda backend=backend: attention(backend),
+        name=f"attention_{batch}x{heads}x{length}x{head_dim}_bf16_sdpa-{name}",
+        label="attention_fwd",
+        active=20,
+        warmup_iters=3,
+        record_shapes=True,
+        out_dir=trace_dir(),
+    )
+    for name, backend in PINNED.items()
+}
+on_gpu = runs["auto"].has_gpu
+print(f"q, k, v: {list(q.shape)} bf16 on {device}; runs: {', '.join(runs)}")
+
+# %%
+# Which backend ran, and what ``auto`` picks
+# ------------------------------------------
+# ``aten::scaled_dot_product_attention`` records the backend it chose as the operator it
+# calls. That operator, in each run's last step:
+
+
+def backend_op(trace):
+    """The op ``aten::scaled_dot_product_attention`` called in the trace's last step."""
+    step = trace.steps[-1]
+    sdpa = next(s for s in trace.by_name[SDPA_OP] if trace.step_of(s) is step)
+    children = [c.name for c in trace.children(sdpa) if c.cat == "cpu_op"]
+    return next((c for c in children if "attention" in c), "none")
+
+
+ops = {name: backend_op(run.trace) for name, run in runs.items()}
+for name, op in ops.items():
+    print(f"{name:9s} → {op}")
+
+# %%
+# Without a pin, SDPA tries its backends in a priority order and takes the first that
+# accepts the inputs (dtype, head size, mask, GPU). The order this build of PyTorch
+# holds (``torch._C._get_sdp_priority_order``, a private function):
+
+get_order = getattr(torch._C, "_get_sdp_priority_order", None)
+order = [SDPBackend(i).name for i in get_order()] if get_order else []
+print("priority:", " > ".join(order) if order else "not available in this build")
+BACKEND_OPS = {
+    "CUDNN_ATTENTION": "aten::_scaled_dot_product_cudnn_attention",
+    "FLASH_ATTENTION": "aten::_scaled_dot_product_flash_attention",
+    "EFFICIENT_ATTENTION": "aten::_scaled_dot_product_efficient_attention",
+    "MATH": "aten::_scaled_dot_product_attention_math",
+}
+picked = SDPA_BACKENDS.get(ops["auto"], ops["auto"])
+print(f"auto ran: {picked}")
+
+if on_gpu:
+    first = next((BACKEND_OPS[b] for b in order if b in BACKEND_OPS), None)
+    claim(
+        "auto ran the first backend of the priority order",
+        ops["auto"] == first,
+        auto=ops["auto"],
+        otherwise="auto ran a backend after the first of the priority order "
+        "(the first refused these inputs)",
+    )
+    pinned_same = [n for n in runs if n != "auto" and ops[n] == ops["auto"]]
+    claim(
+        "auto's backend is one of the pinned runs'",
+        bool(pinned_same),
+        same_as=", ".join(pinned_same),
+    )
+else:
+    print("No GPU here: on the CPU auto runs the CPU's own flash kernel.")
+
+# %%
+# Kernels and launches
+# --------------------
+# The GPU work of one step (one call) of each run. The math backend's is long; it has its
+# own section below.
+
+if on_gpu:
+    for name in ("efficient", "flash", "cudnn", "auto"):
+        print(f"{name}:\n{gpu_work_listing(runs[name].trace.steps[-1])}")
+else:
+    print(
+        "No GPU here: the backends' kernels are listed on the GPU build of this page."
+    )
+
+# %%
+# One kernel per call for each fused backend (cuDNN's comes with a 4-byte memset), the
+# first claim below checks it over all the steps. The
+# memory-efficient kernel is a CUTLASS kernel compiled for ``sm80`` (it runs on later GPUs
+# as is), flash is ``pytorch_flash::flash_fwd_kernel``, FlashAttention-2 as vendored in
+# PyTorch, and cuDNN's kernel name says which GPU generation it was generated for. How each
+# kernel was launched, from the runtime or driver call the trace links to it, over all
+# 20 steps:
+
+
+def launch_apis(run):
+    apis = Counter(k.api or "unknown" for k in kernel_launches(run.trace) if k.step)
+    steps = len(run.trace.steps)
+    return ", ".join(f"{api} {count / steps:g}×" for api, count in apis.most_common())
+
+
+def main_kernel(run):
+    """The kernel with the most GPU time in the run, and how it was launched."""
+    launched = [k for k in kernel_launches(run.trace) if k.step is not None]
+    time = Counter()
+    for launch in launched:
+        time[launch.kernel.name] += launch.kernel.dur
+    name = time.most_common(1)[0][0]
+    return next(k for k in launched if k.kernel.name == name)
+
+
+if on_gpu:
+    for name, run in runs.items():
+        print(fold_lines(f"{name:9s} per step: {launch_apis(run)}"))
+    mains = {name: main_kernel(run) for name, run in runs.items()}
+    claim(
+        "the cuDNN kernel is launched through the driver (cuLaunchKernelEx)",
+        mains["cudnn"].api == "cuLaunchKernelEx",
+        api=mains["cudnn"].api,
+        otherwise=f"the cuDNN kernel is launched with {mains['cudnn'].api}",
+    )
+    per_step = {
+        name: {
+            sum(1 for w in s.gpu_work if w.cat == "kernel")
+            for s in runs[name].trace.steps
+        }
+        for name in ("efficient", "flash", "cudnn")
+    }
+    claim(
+        "each fused backend runs one kernel per call",
+        all(counts == {1} for counts in per_step.values()),
+        otherwise="a fused backend runs more than one kernel per call here",
+        **{name: ", ".join(map(str, sorted(c))) for name, c in per_step.items()},
+    )
+    claim(
+        "the flash and memory-efficient kernels are launched with cudaLaunchKernel",
+        mains["flash"].api == mains["efficient"].api == "cudaLaunchKernel",
+        flash=mains["flash"].api,
+        efficient=mains["efficient"].api,
+    )
+else:
+    print("No GPU here: no kernel launches to read.")
+
+# %%
+# ``cudaLaunchKernel`` is the CUDA runtime's plain launch. ``cuLaunchKernelEx`` is the
+# driver's extended launch, which takes launch attributes such as a thread-block cluster
+# size (Hopper's ``cga`` in cuDNN's kernel name); ``cudaLaunchKernelExC`` is the runtime's
+# version of it, which cuBLAS uses for the math backend's GEMMs.
+#
+# Time per call
+# -------------
+# One step is one call, so a step's GPU time (the time at least one of its kernels ran) is
+# the GPU time of one call, and the duration of ``aten::scaled_dot_product_attention`` is
+# the CPU time of one call. Medians over the 20 steps, with the interquartile range:
+
+
+def sdpa_cpu_us(run):
+    trace = run.trace
+    return Distribution.of(
+        [s.dur for s in trace.by_name[SDPA_OP] if trace.step_of(s) is not None], "µs"
+    )
+
+
+cpu = {name: sdpa_cpu_us(run) for name, run in runs.items()}
+gpu = {
+    name: Distribution.of([t.gpu_busy_us for t in step_times(run.trace)], "µs")
+    for name, run in runs.items()
+}
+
+# %%
+# The work is counted as the roofline of this library counts it
+# (:mod:`profiling_utils.roofline`): ``4·B·H·L²·D`` FLOPs for ``QKᵀ`` and ``PV``, the
+# softmax not counted, halved for a causal mask, which leaves about half of the products
+# out. Its rate is set against the datasheet's dense bf16 tensor-core peak (no sparsity),
+# the inputs' dtype:
+
+flops = 4 * batch * heads * length * length * head_dim // 2
+device_name = runs["auto"].trace.devices[0].name if on_gpu else None
+peak = datasheet_peak(device_name, "bf16") if device_name else None
+print(f"{flops / 1e9:.2f} GFLOP per call (causal)")
+print(
+    fold_lines(f"peak: {peak.describe()}")
+    if peak
+    else "no datasheet peak for this device"
+)
+rows = []
+for name in runs:
+    tflops = flops / gpu[name].median / 1e6 if on_gpu else None
+    share = f"{tflops / peak.value:.0%}" if peak and tflops else None
+    rows.append(
+        [name, ops[name].removeprefix("aten::_"), cpu[name], gpu[name], tflops, share]
+    )
+value_table(
+    ["backend", "op", "CPU µs/call", "GPU µs/call", "TFLOP/s", "of bf16 peak"],
+    rows,
+    caption=f"{runs['auto'].trace.devices[0].describe() if on_gpu else 'CPU'}",
+)
+
+# %%
+# The roofline counts the same FLOPs from the shapes each op recorded (with
+# ``is_causal``): checked for the fused backends' ops.
+
+if on_gpu:
+    counted = {
+        name: {
+            e.flops for e in roofline(runs[name].trace).entries if e.kind == "attention"
+        }
+        for name in ("efficient", "flash", "cudnn")
+    }
+    print({name: sorted(f / 1e9 for f in c) for name, c in counted.items()}, "GFLOP")
+    claim(
+        "the roofline counts the page's FLOPs for each fused backend's op",
+        all(c == {flops} for c in counted.values()),
+        flops=flops,
+    )
+    for name in runs:
+        rate = flops / gpu[name].median / 1e6
+        claim(
+            f"{name} stays below the datasheet's bf16 peak",
+            peak is None or rate < peak.value,
+            tflops=rate,
+        )
+else:
+    print("No GPU here: FLOP rates are measured on the GPU build of this page.")
+
+# %%
+# Which backend is quickest here?
+# -------------------------------
+# The post's A100 numbers (CPU / GPU µs per call): memory-efficient 117 / 277.9, flash
+# 138 / 146.8, cuDNN 214 / 186.3; flash was the quickest on the GPU there. On this GPU,
+# each comparison counts only when the two middle halves of the steps do not overlap
+# (:func:`~profiling_utils.stats.clearly_greater`):
+
+if on_gpu:
+    ranked = sorted((n for n in runs if n != "auto"), key=lambda n: gpu[n].median)
+    print("pinned backends by median GPU time per call:", " < ".join(ranked))
+    claim(
+        "the math backend takes at least 5x the GPU time of the slowest fused backend",
+        gpu["math"].median
+        >= 5 * max(gpu[n].median for n in ("efficient", "flash", "cudnn")),
+        math=gpu["math"],
+    )
+    claim(
+        "flash is clearly quicker on the GPU than memory-efficient",
+        clearly_greater(gpu["efficient"], gpu["flash"]),
+        efficient=gpu["efficient"],
+        flash=gpu["flash"],
+        otherwise="flash is not clearly quicker on the GPU than memory-efficient",
+    )
+    claim(
+        "cuDNN is clearly quicker on the GPU than flash (the post's A100 had it the "
+        "other way round)",
+        clearly_greater(gpu["flash"], gpu["cudnn"]),
+        flash=gpu["flash"],
+        cudnn=gpu["cudnn"],
+        otherwise="cuDNN is not clearly quicker on the GPU than flash, as on the post's A100",
+    )
+    claim(
+        "cuDNN's call costs the CPU clearly more than flash's, as on the post's A100",
+        clearly_greater(cpu["cudnn"], cpu["flash"]),
+        cudnn=cpu["cudnn"],
+        flash=cpu["flash"],
+        otherwise="cuDNN's call does not cost the CPU clearly more than flash's here",
+    )
+else:
+    print("No GPU here: the backends are ranked on the GPU build of this page.")
+
+# %%
+# The CPU time of a call is the dispatcher, the backend's checks and the launch. Where a
+# call costs the CPU more than its kernel costs the GPU, a model made of such calls keeps
+# the GPU waiting, unless the CPU runs ahead of it:
+
+if on_gpu:
+    claim(
+        "cuDNN's call costs the CPU more than its kernel costs the GPU",
+        clearly_greater(cpu["cudnn"], gpu["cudnn"]),
+        cpu=cpu["cudnn"],
+        gpu=gpu["cudnn"],
+        otherwise="cuDNN's call does not cost the CPU clearly more than its GPU time",
+    )
+
+# %%
+# What the profiler does not see
+# ------------------------------
+# A trace holds a kernel's launch configuration as CUPTI reports it: grid, block,
+# registers per thread, shared memory, and an *estimated achieved occupancy*, the share of
+# the SM's warp slots the configuration allows (a calculation, not a measurement). For each
+# run's longest kernel:
+
+if on_gpu:
+    for name, main in mains.items():
+        f = main.footprint
+        smem = (
+            f"{f.shared_memory_bytes / 1024:.0f} KiB" if f.shared_memory_bytes else "—"
+        )
+        print(
+            fold_lines(
+                f"{name:9s} occupancy {f.occupancy_pct}%, {f.registers_per_thread} "
+                f"registers/thread, {smem} shared, grid {f.grid}, block {f.block} "
+                f"({main.api})\n    {main.kernel.name[:76]}"
+            )
+        )
+    cudnn_occupancy = mains["cudnn"].footprint.occupancy_pct
+    claim(
+        "the trace reports no occupancy (0% or none) for the cuDNN kernel, as on the "
+        "post's A100",
+        not cudnn_occupancy,
+        occupancy=cudnn_occupancy,
+        otherwise=f"the trace reports {cudnn_occupancy}% occupancy for the cuDNN kernel",
+    )
+    sms = runs["cudnn"].trace.devices[0].compute_units
+    grid = mains["cudnn"].footprint.grid
+    claim(
+        "cuDNN launches one block per SM (a persistent kernel)",
+        grid is not None and grid[0] == sms and grid[1:] == (1, 1),
+        grid=grid,
+        sms=sms,
+        otherwise=f"cuDNN's grid {grid} is not one block per SM",
+    )
+else:
+    print("No GPU here: no kernel launch configurations to read.")
+
+# %%
+# A 0% occupancy for a kernel that ran for tens of microseconds is not a kernel that did
+# nothing: CUPTI wrote no estimate for it (the cuDNN kernel is launched through
+# ``cuLaunchKernelEx``, with a cluster in its name). The post met the same gap for cuDNN on
+# its A100. The grid tells more: one block per SM, each looping over tiles (a *persistent*
+# kernel), so an occupancy figure would say little anyway.
+#
+# Flash's estimate follows from its registers (the post found 13% on its A100). An SM of
+# an A100 or H100 holds 65,536 registers and at most 64 warps; a block of ``block``
+# threads using ``r`` registers each fits ``65,536 // (r × block)`` times, and those blocks'
+# warps over 64 is the estimate:
+
+if on_gpu:
+    f = mains["flash"].footprint
+    threads = f.block[0] * f.block[1] * f.block[2]
+    blocks = 65536 // (max(f.registers_per_thread, 1) * threads)
+    estimate = 100 * blocks * threads / 32 / 64
+    print(
+        f"flash: {f.registers_per_thread} registers × {threads} threads → {blocks} blocks "
+        f"per SM, {blocks * threads // 32} warps of 64: {estimate:.1f}%; "
+        f"reported {f.occupancy_pct}%"
+    )
+    claim(
+        "flash's reported occupancy is what its registers allow (within 2 points)",
+        f.occupancy_pct is not None and abs(estimate - f.occupancy_pct) <= 2,
+        computed=estimate,
+        reported=f.occupancy_pct,
+        otherwise="flash's reported occupancy is not what its registers alone allow",
+    )
+
+# %%
+# A high occupancy is not what these kernels aim for: keeping tiles in registers and
+# shared memory is, and what they achieve shows in the FLOP rate above, not here.
+#
+# The math backend, read from its trace
+# -------------------------------------
+# The math backend writes attention out in ATen operators. One of its steps:
+
+math_run = runs["math"]
+print(gpu_work_listing(math_run.trace.steps[-1]))
+
+# %%
+# Twenty GPU activities for one call. The operators directly under
+# ``aten::_scaled_dot_product_attention_math`` tell why:
+
+math_op = next(
+    s
+    for s in math_run.trace.by_name.get("aten::_scaled_dot_product_attention_math", [])
+    if math_run.trace.step_of(s) is math_run.trace.steps[-1]
+)
+inner = [c for c in math_run.trace.children(math_op) if c.cat == "cpu_op"]
+print(
+    fold_lines(
+        ", ".join(f"{n} {c}×" for n, c in Counter(c.name for c in inner).items())
+    )
+)
+
+
+def under(trace, op):
+    """Every op nested in ``op``, at any depth."""
+    found, todo = [], [op]
+    while todo:
+        for child in trace.children(todo.pop()):
+            if child.cat == "cpu_op":
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+nested = under(math_run.trace, math_op)
+gemm_types = {
+    (s.args.get("Input type") or [None])[0] for s in nested if s.name == "aten::bmm"
+}
+names = {s.name for s in nested}
+print("GEMM input types:", gemm_types)
+
+# %%
+# - ``aten::to``: ``q``, ``k`` and ``v`` copied from bf16 to fp32 first. With bf16 or
+#   fp16 inputs, the math backend computes in fp32 unless
+#   ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` is set (it is not by
+#   default; the run prints the setting below); the last ``aten::to`` casts the result
+#   back to bf16.
+# - ``aten::ones`` and ``aten::tril``: the causal mask, built on every call (the
+#   hand-written attention of the previous page built it once), then turned into an
+#   additive mask of ``-inf`` (``aten::where``) and added to the scores.
+# - Two ``aten::matmul``, whose ``aten::bmm`` run on fp32 tensors: fp32 GEMM kernels, on
+#   CUDA cores rather than the bf16 tensor cores.
+# - ``aten::_safe_softmax``: a softmax that returns 0 rather than NaN for a row masked out
+#   entirely (``isneginf``, ``all`` and ``where`` over the whole score tensor).
+
+allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+print(f"allow_fp16_bf16_reduction_math_sdp: {allowed}")
+upcasts = [
+    s
+    for s in nested
+    if s.name == "aten::copy_"
+    and (s.args.get("Input type") or [])[:2] == ["float", "c10::BFloat16"]
+    and (s.args.get("Input Dims") or [None])[0] == list(q.shape)
+]
+claim(
+    "the math backend copies q, k and v from bf16 to fp32",
+    len(upcasts) == 3,
+    copies=len(upcasts),
+)
+claim(
+    "the math backend's GEMMs (aten::bmm) run on fp32 inputs",
+    gemm_types == {"float"},
+    types=", ".join(sorted(map(str, gemm_types))),
+)
+claim(
+    "the math backend builds the causal mask inside the call (aten::ones, aten::tril)",
+    {"aten::ones", "aten::tril"} <= names,
+)
+claim(
+    "the math backend's softmax is aten::_safe_softmax",
+    "aten::_safe_softmax" in names,
+    otherwise="the math backend's softmax is not aten::_safe_softmax in this build",
+)
+if on_gpu:
+    gemm_kernels = sorted(
+        {
+            k.kernel.name
+            for k in kernel_launches(math_run.trace)
+            if k.op is not None and k.op.name == "aten::bmm"
+        }
+    )
+    print(fold_lines("\n".join(gemm_kernels)))
+    claim(
+        "the fp32 GEMM kernels' names say ffma (fp32 multiply-adds on CUDA cores)",
+        all("ffma" in name for name in gemm_kernels),
+        otherwise="the fp32 GEMM kernels' names do not say ffma on this GPU",
+    )
+
+# %%
+# The post found the math backend 3.7 times slower than its own in-place attention on the
+# A100 (7.239 ms against 1.955 ms); here compare the table above with the previous page's
+# in-place step. The math backend's GEMMs also compute the whole ``L × L`` score matrix,
+# the masked half included: the roofline counts their FLOPs from their shapes,
+
+if on_gpu:
+    gemm_flops = [
+        e.flops for e in roofline(math_run.trace).entries if e.name == "aten::bmm"
+    ]
+    per_call = sum(gemm_flops) / len(math_run.trace.steps)
+    print(
+        f"math GEMMs: {per_call / 1e9:.2f} GFLOP per call; causal count {flops / 1e9:.2f}"
+    )
+    claim(
+        "the math backend's GEMMs do twice the causal FLOP count",
+        per_call == 2 * flops,
+        gemm_flops=per_call,
+        causal_flops=flops,
+    )
+
+# %%
+# twice the causal count that the table's FLOP rate is based on, and in fp32.
+#
+# What the cheatsheet says
+# ------------------------
+# :func:`~profiling_utils.diagnose` applies the cheatsheet's rules to each trace. For the
+# math backend:
+
+math_findings = diagnose(math_run.trace)
+findings_table(math_findings, caption=math_run.name)
+
+# %%
+# ``attention-backend`` names the backend from the operator under
+# ``aten::scaled_dot_product_attention``. ``attention-math-fp32`` warns because the math
+# backend's GEMMs take fp32 inputs, though the call's own inputs are bf16: the upcast
+# above. ``mask-rebuilt`` sees the ``[L, L]`` triangle built in every step. For ``auto``:
+
+auto_findings = diagnose(runs["auto"].trace)
+findings_table(auto_findings, caption=runs["auto"].name)
+
+# %%
+# Each run's backend as the rule names it:
+
+expected = {
+    "math": "math",
+    "efficient": "memory-efficient",
+    "flash": "flash",
+    "cudnn": "cuDNN",
+}
+named = {}
+for name, run in runs.items():
+    found = {
+        f.rule: f for f in (math_findings if name == "math" else diagnose(run.trace))
+    }
+    backend = found.get("attention-backend")
+    named[name] = list(backend.evidence["backends"]) if backend else []
+    rules = sorted(r for r in found if r.startswith(("attention", "mask")))
+    print(
+        fold_lines(
+            f"{name:9s} backend: {named[name] or 'none'}; attention rules: {rules}"
+        )
+    )
+    if on_gpu and name != "auto":
+        claim(
+            f"attention-backend names {expected[name]} for the {name} run",
+            named[name] == [expected[name]],
+        )
+    if on_gpu and name == "math":
+        claim(
+            "attention-math-fp32 and mask-rebuilt fire on the math run",
+            {"attention-math-fp32", "mask-rebuilt"} <= set(found),
+        )
+    elif on_gpu:
+        claim(
+            f"attention-math-fp32 and mask-rebuilt stay silent on the {name} run",
+            not {"attention-math-fp32", "mask-rebuilt"} & set(found),
+        )
+if on_gpu:
+    claim(
+        "attention-backend names for auto the backend auto ran",
+        named["auto"] == [SDPA_BACKENDS.get(ops["auto"])],
+        auto=", ".join(named["auto"]),
+    )
+else:
+    print("No GPU here: the attention rules read GPU work, and stay silent.")
+
+# %%
+# The post also loads a FlashAttention-2 build from the Hugging Face Hub with the
+# ``kernels`` library; this site builds without network access, so that variant is left
+# out. The traces, to open in Perfetto:
+
+trace_links(runs["auto"])
+
+# %%
+
+trace_links(runs["math"])
