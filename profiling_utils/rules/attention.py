@@ -281,7 +281,9 @@ def _mask_ops(facts: Facts, names: frozenset[str]) -> list[tuple[int, tuple[int,
     aten::ones / aten::full / aten::masked_fill / comparison ops that build the mask.""",
     means="""A constant attention mask rebuilt on every call: the same ops, the same shape, each
     step. Build it once and keep it (a registered buffer sliced to the length), or pass
-    is_causal=True to scaled_dot_product_attention and build none.""",
+    is_causal=True to scaled_dot_product_attention, whose fused backends build none. Under
+    aten::_scaled_dot_product_attention_math the triangle is the math backend's own, built
+    on every call even with is_causal=True: there the fix is a fused backend.""",
     severity="warning",
     from_post=False,
     example="auto_examples/part3_attention/plot_15_sdpa_backends",
