@@ -133,7 +133,7 @@ for name, run in runs.items():
     print(f"{name}:\n{gpu_work_listing(run.trace.steps[-1])}")
 
 # %%
-# Two GEMMs (``QKᵀ`` and ``PV``, with the small memset the first one asks for), the
+# Two GEMMs (``QKᵀ`` and ``PV``; a memset of a few bytes next to one is cuBLAS's), the
 # division by √d, the mask, the softmax. The naive step has one more line: a device-to-device
 # memcpy, the clone's copy. CUDA copies a contiguous tensor with ``cudaMemcpyAsync``, so the
 # clone appears as a ``Memcpy DtoD``, not as a kernel. Counted over all the steps:

@@ -160,13 +160,12 @@ else:
     )
 
 # %%
-# One kernel per call for each fused backend (cuDNN's comes with a 4-byte memset), the
-# first claim below checks it over all the steps. The
-# memory-efficient kernel is a CUTLASS kernel compiled for ``sm80`` (it runs on later GPUs
-# as is), flash is ``pytorch_flash::flash_fwd_kernel``, FlashAttention-2 as vendored in
-# PyTorch, and cuDNN's kernel name says which GPU generation it was generated for. How each
-# kernel was launched, from the runtime or driver call the trace links to it, over all
-# 20 steps:
+# One kernel per call for each fused backend (a memset of a few bytes may come with it):
+# the first claim below checks it over all the steps. The memory-efficient kernel is a
+# CUTLASS kernel compiled for ``sm80`` (it runs on later GPUs as is), flash is
+# ``pytorch_flash::flash_fwd_kernel``, FlashAttention-2 as vendored in PyTorch, and cuDNN's
+# kernel name says which GPU generation it was generated for. How each kernel was
+# launched, from the runtime or driver call the trace links to it, over all 20 steps:
 
 
 def launch_apis(run):
