@@ -80,38 +80,52 @@ NO_WAIT = TRULY_COLD | {
     "4096_bf16_warm_eager_w0a20",
 }
 MATMUL = EAGER_64 | EAGER_4096 | FP32 | COMPILE | GRAPHS
-ALL = MATMUL | TRAIN
+# Part 2 of the series: one nn.Linear(32, 64) on [1024, 32], and the GeGLU MLP.
+LINEAR_EAGER = {"linear_1024x32x64_bf16_eager"}
+LINEAR = LINEAR_EAGER | {"linear_1024x32x64_bf16_compile"}
+MLP_EAGER = {"mlp_64x128x768x3072_bf16_eager"}
+MLP_COMPILE = {"mlp_64x128x768x3072_bf16_compile"}
+MLP = MLP_EAGER | MLP_COMPILE | {"mlp_64x128x768x3072_bf16_liger"}
+PART2 = LINEAR | MLP
+PART2_COMPILE = {"linear_1024x32x64_bf16_compile", *MLP_COMPILE}
+ALL = MATMUL | TRAIN | PART2
 
 FIRES: dict[str, set[str]] = {
     # Launch-bound: 64x64 work (2 µs kernels) and the small transformer.
-    "overhead-bound": EAGER_64 | COMPILE_64 | {"64_bf16_warm_compile-reduce-overhead"} | TRAIN,
+    "overhead-bound": EAGER_64
+    | COMPILE_64
+    | {"64_bf16_warm_compile-reduce-overhead"}
+    | TRAIN
+    | LINEAR,
     # The GPU is the bottleneck for a 4096x4096 GEMM (reduce-overhead's input copies and CPU
     # wrapper leave it in between: neither rule).
     "compute-bound": EAGER_4096 | FP32 | COMPILE_4096,
     # One GEMM (or the add) dominates a two-op trace; the transformer spreads its GPU time.
-    "hotspot": MATMUL,
+    "hotspot": MATMUL | LINEAR | MLP - MLP_EAGER,
     # Autocast re-casts the weights every step: ~100 aten::copy_/to calls per step.
     "many-calls": TRAIN,
     # matmul_add / aten::matmul hold their time in children; the transformer's train_step
     # spends its own time waiting for the backward thread.
-    "cost-in-children": MATMUL,
+    "cost-in-children": MATMUL | LINEAR_EAGER | MLP,
     # Only a schedule without wait/warmup records the profiler's start-up in a step (16-42x);
     # the default schedule's first recorded step is 1.4-3x wider, cold or warm alike.
-    "cold-start": NO_WAIT,
+    "cold-start": NO_WAIT | LINEAR_EAGER,
     # Only a truly cold process shows it on the H100 (80 µs against 9 µs); under the default
     # schedule the first dead window is ~25 µs, 3-4x the later steps, cold or warm alike.
-    "dead-window": TRULY_COLD,
+    "dead-window": TRULY_COLD | LINEAR_EAGER,
     # fp32 GEMM: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a process's
     # first bf16 GEMM: occupancy queries.
     "planned-launch": FP32 | TRAIN | TRULY_COLD,
-    "plain-launch": EAGER_64 | EAGER_4096 | FP32 | GRAPHS | TRAIN,
+    "plain-launch": EAGER_64 | EAGER_4096 | FP32 | GRAPHS | TRAIN | MLP_EAGER,
     # bf16 GEMMs through cuLaunchKernelEx (no fp32 GEMM, no graph replay).
-    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN,
+    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN | PART2,
     # The GPU is still busy with queued GEMMs when the profiler syncs.
     "sync-flush": EAGER_4096 - ITEM_SYNC | FP32,
     # The transformer's longest runs of elementwise kernels over one shape are two long (a
     # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py.
-    "elementwise-chain": set(),
+    # The GeGLU MLP's gelu and mul over [64, 128, 3072], with the up projection's GEMM in
+    # between; compiled and Liger runs fuse them into one kernel.
+    "elementwise-chain": MLP_EAGER,
     # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync).
     "hidden-memcpy": COMPILE | ITEM_SYNC,
     "buffer-request": NO_WAIT | TRAIN_BUFFER,
@@ -123,23 +137,23 @@ FIRES: dict[str, set[str]] = {
     "gemm-kernel": ALL - GRAPHS,
     "bias-copy": COMPILE,
     # The 4096 bf16 GEMM kernel needs a zeroed 4-byte workspace.
-    "memset-before-gemm": EAGER_4096 | COMPILE_4096,
+    "memset-before-gemm": EAGER_4096 | COMPILE_4096 | MLP,
     "call-chain": ALL,
     # The 8x64x64 recording multiplies by a 2-D weight: matmul folds it into one mm.
-    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN,
+    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN | MLP - MLP_COMPILE,
     # A 3-D weight too: aten::bmm.
     "bmm-dispatch": BMM,
-    "addmm-fusion": COMPILE | TRAIN,
+    "addmm-fusion": COMPILE | TRAIN | LINEAR,
     # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100).
     "attention-backend": TRAIN,
     # No recording runs the math backend in fp32 or rebuilds a mask (the transformer's
     # attention takes no mask): see tests/test_rules_attention.py.
     "attention-math-fp32": set(),
     "mask-rebuilt": set(),
-    "compiled-region": COMPILE | GRAPHS,
-    "dynamo-cache-lookup": COMPILE | GRAPHS,
-    "aot-wrapper": COMPILE | GRAPHS,
-    "compiled-graph-cache-hit": COMPILE | GRAPHS,
+    "compiled-region": COMPILE | GRAPHS | PART2_COMPILE,
+    "dynamo-cache-lookup": COMPILE | GRAPHS | PART2_COMPILE,
+    "aot-wrapper": COMPILE | GRAPHS | PART2_COMPILE,
+    "compiled-graph-cache-hit": COMPILE | GRAPHS | PART2_COMPILE,
     "cuda-graph": GRAPHS,
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),
@@ -259,7 +273,6 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
     without_recording = {rule for rule, names in FIRES.items() if not names}
     assert without_recording == {
         "attention-math-fp32",
-        "elementwise-chain",
         "mask-rebuilt",
         "exposed-communication",
         "comm-overlap",
