@@ -115,7 +115,8 @@ else:
 # So the add has no kernel of its own: ``addmm`` hands the bias to the GEMM, which adds
 # it to each output element before writing it (an *epilogue*), instead of writing the
 # product and reading it back for a separate add. Whether the kernel's name says so is
-# the last claim above; cuBLASLt's ``nvjet`` kernels on an H100 carry ``bias`` in theirs.
+# the last claim above; on the H100 this site's reference traces were recorded on, the
+# cuBLASLt ``nvjet`` kernel carries ``bias`` in its name.
 # (Page 08 of Part 1 met a different ``addmm``: there the bias was a full matrix, which
 # ``addmm`` copied into the output before the GEMM.)
 #
@@ -181,9 +182,9 @@ else:
 # NVIDIA does not document ``nvjet`` names. The first two letters fit the same reading
 # as the A100's ``tn``: PyTorch hands cuBLAS the column-major view of the row-major
 # product, which makes the weight the operand read transposed. What the third letter
-# encodes (the output's layout is one guess) we cannot tell from a trace. Tile sizes
-# (``8x64``, ``64x16``) and the ``bias`` epilogue are in the name too; the whole name is
-# a label for a tuned configuration, not a specification.
+# encodes (the output's layout is one guess) we cannot tell from a trace. Groups such as
+# ``8x64`` and ``64x16`` look like tile shapes, by analogy with CUTLASS names; the whole
+# name is a label for a tuned configuration, not a specification.
 #
 # What does ``torch.compile`` change?
 # -----------------------------------
@@ -264,8 +265,9 @@ if eager.has_gpu:
 
 # %%
 # ``clearly_greater`` compares the medians only where the interquartile ranges do not
-# overlap, so a difference inside the step-to-step spread is reported as none. The post
-# saw the compiled layer add compile rows and CPU time on its A100, with the same kernel.
+# overlap, so a difference inside the step-to-step spread is reported as none. On its
+# A100 the post found the same kernel and the same ``aten::addmm`` in the compiled
+# layer, with the compile rows added around them.
 #
 # How busy is the GPU?
 # --------------------
