@@ -34,6 +34,17 @@ their GPU time but no FLOPs or bytes. GPU work launched outside any ``cpu_op``, 
 that recorded no shapes (``torch.compile``'s Triton kernels run under region markers), has no
 entry.
 
+**Fused kernels.** A kernel that fuses elementwise work is recorded under an op of its own
+name: Inductor's Triton kernels under ``triton_poi_fused_...`` with their pointer arguments'
+sizes, an autograd Function (Liger's ``LigerGELUMulFunction``) under its class name with its
+inputs. A trace does not say which of those arguments are read and which written, so they get
+no count by default. Name them in ``roofline(trace, elementwise=...)`` and each is counted as
+an out-of-place elementwise op: every recorded tensor argument read once, one tensor as large
+as the largest written. That is right for a kernel whose recorded arguments are its inputs
+(Inductor's ``in_out_ptr0``, an input whose buffer takes the result, is read and then
+written); it counts one read too many for each output buffer recorded as an argument
+(Inductor's ``out_ptr``): check the kernel's code before naming it.
+
 **Which operator counts.** Each GPU activity belongs to the *innermost* ``cpu_op`` around its
 launch (:meth:`~profiling_utils.trace.Trace.op_of`): ``aten::linear`` reaches the GPU through
 ``aten::addmm`` or ``aten::mm``, and only that inner op has an entry, so nothing is counted
@@ -59,7 +70,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -247,11 +258,14 @@ class Roofline:
         return sorted(self.entries, key=order)[:count]
 
 
-def roofline(trace: Trace) -> Roofline:
+def roofline(trace: Trace, *, elementwise: Collection[str] = ()) -> Roofline:
     """Each operator's FLOPs, bytes and achieved rates against the device's datasheet.
 
     Args:
         trace: A loaded trace; the counts need one profiled with ``record_shapes=True``.
+        elementwise: Names of ops to count as out-of-place elementwise ops (every tensor
+            argument read, one output written): fused kernels whose arguments are their
+            inputs (see "Fused kernels" in the module docs).
 
     Returns:
         The entries, one per innermost ``cpu_op`` that launched GPU work and recorded its
@@ -259,10 +273,10 @@ def roofline(trace: Trace) -> Roofline:
         there are none, the reason.
     """
     with gc_paused():  # many small objects, no cycles
-        return _roofline(trace)
+        return _roofline(trace, frozenset(elementwise))
 
 
-def _roofline(trace: Trace) -> Roofline:
+def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
     if not trace.gpu_work:
         return Roofline([], trace.describe_gpu_work())
     launched: dict[int, list[Span]] = {}
@@ -288,7 +302,10 @@ def _roofline(trace: Trace) -> Roofline:
             continue
         concrete = args.get("Concrete Inputs")
         inputs = _Inputs(dims, types, concrete if isinstance(concrete, list) else [])
-        kind, flops, num_bytes, note = _count(op.name, inputs)
+        if op.name in elementwise:
+            kind, flops, num_bytes, note = _count_fused(inputs)
+        else:
+            kind, flops, num_bytes, note = _count(op.name, inputs)
         if kind == "other" and all(w.is_communication for w in work):
             note = "communication kernels: GPU time only"
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
@@ -381,6 +398,18 @@ def _count(name: str, inputs: _Inputs) -> tuple[OpKind, int | None, int | None, 
     except _CannotCount as reason:
         return kind, None, None, str(reason)
     return kind, flops, num_bytes, note
+
+
+def _count_fused(inputs: _Inputs) -> tuple[OpKind, int | None, int | None, str]:
+    """A fused elementwise kernel named by the caller: out of place (see the module docs)."""
+    if not inputs.tensors:
+        return "elementwise", None, None, "no tensor sizes are recorded"
+    # The arguments may be views of one size with different shapes (Inductor passes
+    # [64, 128, 3072] and [8192, 3072]): the output is as large as the largest argument.
+    largest = max(inputs.tensors, key=lambda i: math.prod(inputs.dims[i]))
+    written = inputs.tensor_bytes(largest)
+    note = "fused: each tensor argument read, one output written"
+    return "elementwise", None, inputs.read_bytes() + written, note
 
 
 class _CannotCount(Exception):

@@ -382,3 +382,52 @@ def test_h200_fixture_large_gemms_are_compute_bound() -> None:
         assert 0 < entry.peak_share < 1
     communication = [e for e in view.entries if e.note.startswith("communication")]
     assert communication and all(e.flops is None for e in communication)
+
+
+# -- fused elementwise kernels named by the caller (Part 2's GeGLU MLP on the H100) ------------
+
+MLP = "mlp_64x128x768x3072_bf16_{}"
+INTERMEDIATE = 8192 * 3072 * 2  # one [8192, 3072] bf16 tensor: 50.3 MB
+FUSED = {"compile": "triton_poi_fused__unsafe_view_gelu_mul_0", "liger": "LigerGELUMulFunction"}
+
+
+def elementwise_bytes_per_step(variant: str, names: tuple[str, ...] = ()) -> float:
+    trace = load_trace(gpu_fixture(MLP.format(variant)))
+    view = roofline(trace, elementwise=names)
+    moved = sum(e.bytes or 0 for e in view.entries if e.kind == "elementwise")
+    return moved / len(trace.steps)
+
+
+def test_eager_gelu_and_mul_move_five_intermediates() -> None:
+    # gelu reads the gate and writes its output; mul reads that and up, writes the product.
+    assert elementwise_bytes_per_step("eager") == 5 * INTERMEDIATE
+
+
+@pytest.mark.parametrize("variant", sorted(FUSED))
+def test_a_named_fused_kernel_moves_three(variant: str) -> None:
+    # Without its name the fused kernel has no count; named, it reads gate and up and writes
+    # the product: the two intermediate transfers fewer that the elementwise-chain rule saves.
+    assert elementwise_bytes_per_step(variant) == 0
+    assert elementwise_bytes_per_step(variant, (FUSED[variant],)) == 3 * INTERMEDIATE
+    trace = load_trace(gpu_fixture(MLP.format(variant)))
+    [entry, *_] = [e for e in roofline(trace, elementwise=[FUSED[variant]]).entries
+                   if e.name == FUSED[variant]]  # fmt: skip
+    assert entry.kind == "elementwise" and entry.bound == "memory"
+    assert entry.peak is not None and entry.peak.value == 3350  # H100 SXM HBM3, GB/s
+    assert 0.3 < entry.peak_share < 1.0
+    assert entry.note.startswith("fused")
+
+
+def test_the_mlp_gemms_each_do_38_7_gflop() -> None:
+    for variant in ("eager", "compile", "liger"):
+        trace = load_trace(gpu_fixture(MLP.format(variant)))
+        gemms = [e for e in roofline(trace).entries if e.kind == "gemm"]
+        assert len(gemms) == 3 * len(trace.steps)
+        assert {e.flops for e in gemms} == {2 * 8192 * 768 * 3072}
+        assert all(e.bound == "compute" and 0.3 < e.peak_share < 1.0 for e in gemms)
+
+
+def test_a_named_op_without_tensor_sizes_has_no_count(make_trace: Callable[..., Path]) -> None:
+    path = make_trace(op_events("triton_poi_fused_0", [[]], ["Scalar"]))
+    [entry] = roofline(load_trace(path), elementwise=["triton_poi_fused_0"]).entries
+    assert entry.kind == "elementwise" and entry.bytes is None

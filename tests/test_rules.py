@@ -94,39 +94,59 @@ SDPA_FUSED = SDPA_EFFICIENT | SDPA_FLASH | SDPA_CUDNN
 SDPA = SDPA_MATH | SDPA_FUSED
 HAND_WRITTEN = NAIVE | INPLACE
 ATTENTION = HAND_WRITTEN | SDPA
-ALL = MATMUL | TRAIN | ATTENTION
+# Part 2 of the series: one nn.Linear(32, 64) on [1024, 32], and the GeGLU MLP.
+LINEAR_EAGER = {"linear_1024x32x64_bf16_eager"}
+LINEAR = LINEAR_EAGER | {"linear_1024x32x64_bf16_compile"}
+MLP_EAGER = {"mlp_64x128x768x3072_bf16_eager"}
+MLP_COMPILE = {"mlp_64x128x768x3072_bf16_compile"}
+MLP = MLP_EAGER | MLP_COMPILE | {"mlp_64x128x768x3072_bf16_liger"}
+PART2 = LINEAR | MLP
+PART2_COMPILE = {"linear_1024x32x64_bf16_compile", *MLP_COMPILE}
+ALL = MATMUL | TRAIN | ATTENTION | PART2
 
 FIRES: dict[str, set[str]] = {
     # Launch-bound: 64x64 work (2 µs kernels) and the small transformer.
-    "overhead-bound": EAGER_64 | COMPILE_64 | {"64_bf16_warm_compile-reduce-overhead"} | TRAIN,
+    "overhead-bound": EAGER_64
+    | COMPILE_64
+    | {"64_bf16_warm_compile-reduce-overhead"}
+    | TRAIN
+    | LINEAR,
     # The GPU is the bottleneck for a 4096x4096 GEMM (reduce-overhead's input copies and CPU
     # wrapper leave it in between: neither rule).
     "compute-bound": EAGER_4096 | FP32 | COMPILE_4096 | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
     # One GEMM (or the add) dominates a two-op trace; the transformer spreads its GPU time.
-    "hotspot": MATMUL | SDPA_FUSED,
+    "hotspot": MATMUL | SDPA_FUSED | LINEAR | MLP - MLP_EAGER,
     # Autocast re-casts the weights every step: ~100 aten::copy_/to calls per step.
     "many-calls": TRAIN,
     # matmul_add / aten::matmul hold their time in children; the transformer's train_step
     # spends its own time waiting for the backward thread.
-    "cost-in-children": MATMUL | NAIVE | SDPA,
+    "cost-in-children": MATMUL | NAIVE | SDPA | LINEAR_EAGER | MLP,
     # Only a schedule without wait/warmup records the profiler's start-up in a step (16-42x);
     # the default schedule's first recorded step is 1.4-3x wider, cold or warm alike.
-    "cold-start": NO_WAIT,
+    "cold-start": NO_WAIT | LINEAR_EAGER,
     # Only a truly cold process shows it on the H100 (80 µs against 9 µs); under the default
     # schedule the first dead window is ~25 µs, 3-4x the later steps, cold or warm alike.
-    "dead-window": TRULY_COLD | NAIVE,
+    "dead-window": TRULY_COLD | NAIVE | LINEAR_EAGER,
     # fp32 GEMM: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a process's
     # first bf16 GEMM: occupancy queries.
     "planned-launch": FP32 | TRAIN | TRULY_COLD | SDPA_FLASH,
-    "plain-launch": MATMUL - COMPILE | TRAIN | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
+    "plain-launch": MATMUL - COMPILE
+    | TRAIN
+    | HAND_WRITTEN
+    | SDPA_MATH
+    | SDPA_EFFICIENT
+    | MLP_EAGER,
     # bf16 GEMMs through cuLaunchKernelEx (no fp32 GEMM, no graph replay).
-    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN | HAND_WRITTEN | SDPA_CUDNN,
+    "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN | HAND_WRITTEN | SDPA_CUDNN | PART2,
     # The GPU is still busy with queued GEMMs when the profiler syncs.
     "sync-flush": EAGER_4096 - ITEM_SYNC | FP32 | HAND_WRITTEN | SDPA_MATH,
     # The transformer's longest runs of elementwise kernels over one shape are two long (a
     # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py. The math
-    # backend's scores go through add_ (the mask), isneginf and where, one shape.
-    "elementwise-chain": SDPA_MATH,
+    # backend's scores go through add_ (the mask), isneginf and where, one shape; the
+    # hand-written attention divides the scores then masks them. The GeGLU MLP's gelu and
+    # mul over [64, 128, 3072], with the up projection's GEMM in between; compiled and
+    # Liger runs fuse them into one kernel.
+    "elementwise-chain": SDPA_MATH | HAND_WRITTEN | MLP_EAGER,
     # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync).
     "hidden-memcpy": COMPILE | ITEM_SYNC,
     "buffer-request": NO_WAIT | TRAIN_BUFFER,
@@ -135,16 +155,16 @@ FIRES: dict[str, set[str]] = {
     # Another process on the GPU: the GEMM takes several times its median in a few steps.
     "kernel-variance": SHARED_GPU,
     # Every run with a matmul op on the CPU lane (a graph replay hides the op).
-    "gemm-kernel": MATMUL - GRAPHS | TRAIN | HAND_WRITTEN | SDPA_MATH,
+    "gemm-kernel": MATMUL - GRAPHS | TRAIN | HAND_WRITTEN | SDPA_MATH | PART2,
     "bias-copy": COMPILE,
     # The 4096 bf16 GEMM kernel needs a zeroed 4-byte workspace.
-    "memset-before-gemm": EAGER_4096 | COMPILE_4096 | HAND_WRITTEN,
+    "memset-before-gemm": EAGER_4096 | COMPILE_4096 | HAND_WRITTEN | MLP,
     "call-chain": ALL,
     # The 8x64x64 recording multiplies by a 2-D weight: matmul folds it into one mm.
-    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN,
+    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN | MLP - MLP_COMPILE,
     # A 3-D weight too: aten::bmm.
     "bmm-dispatch": BMM | HAND_WRITTEN | SDPA_MATH,
-    "addmm-fusion": COMPILE | TRAIN,
+    "addmm-fusion": COMPILE | TRAIN | LINEAR,
     # The transformer's attention dispatches to cuDNN (bf16 under autocast on the H100), and
     # each SDPA recording to its backend (no hand-written attention calls SDPA).
     "attention-backend": TRAIN | SDPA,
@@ -152,10 +172,10 @@ FIRES: dict[str, set[str]] = {
     # hand-written attention builds it once; is_causal fused backends build none).
     "attention-math-fp32": SDPA_MATH,
     "mask-rebuilt": SDPA_MATH,
-    "compiled-region": COMPILE | GRAPHS,
-    "dynamo-cache-lookup": COMPILE | GRAPHS,
-    "aot-wrapper": COMPILE | GRAPHS,
-    "compiled-graph-cache-hit": COMPILE | GRAPHS,
+    "compiled-region": COMPILE | GRAPHS | PART2_COMPILE,
+    "dynamo-cache-lookup": COMPILE | GRAPHS | PART2_COMPILE,
+    "aot-wrapper": COMPILE | GRAPHS | PART2_COMPILE,
+    "compiled-graph-cache-hit": COMPILE | GRAPHS | PART2_COMPILE,
     "cuda-graph": GRAPHS,
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),

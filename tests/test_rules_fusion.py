@@ -1,12 +1,15 @@
 """The elementwise-chain rule: runs of elementwise kernels over one tensor shape, on a foreign
 training trace that has them (an optimizer written as separate ops), on synthetic steps, and on
-the H100 recordings, where it must stay silent (the tiny transformer's runs are two long)."""
+the H100 recordings: it fires on the GeGLU MLP's gelu and mul (eager) and stays silent where
+they are fused (compiled, Liger) and on the tiny transformer (a cast then a copy, add_ then a
+cast: one computing kernel each)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import FOREIGN, gpu_fixture, op_steps_events
 
 from profiling_utils import Finding, diagnose
@@ -59,20 +62,19 @@ def test_the_written_tensor_sets_the_bytes(make_trace: Any) -> None:
     assert evidence["saved_bytes_per_step"] == 2 * (BF16_BYTES + 2 * BF16_BYTES)
 
 
-def test_a_reduction_a_new_shape_or_two_kernels_break_the_chain(make_trace: Any) -> None:
+def test_a_reduction_a_new_shape_or_a_lone_computing_kernel_break_the_chain(
+    make_trace: Any,
+) -> None:
     softmax = (
         "aten::_softmax",
         {"Input Dims": [SHAPE, []], "Input type": ["float", "Scalar"]},
         True,
     )
     for ops in (
-        [elementwise("aten::add"), elementwise("aten::mul"), softmax, elementwise("aten::gelu")],
-        [
-            elementwise("aten::add"),
-            elementwise("aten::mul"),
-            elementwise("aten::gelu", shape=[64, 4096]),
-        ],
-        [MATMUL, elementwise("aten::add"), elementwise("aten::gelu")],
+        [elementwise("aten::add"), softmax, elementwise("aten::gelu")],
+        [elementwise("aten::add"), elementwise("aten::gelu", shape=[64, 4096])],
+        # Two kernels of which only one computes: a cast, then an add.
+        [MATMUL, elementwise("aten::copy_"), elementwise("aten::add")],
     ):
         assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(ops)))
 
@@ -84,8 +86,45 @@ def test_silent_without_recorded_shapes_or_gpu_work(make_trace: Any) -> None:
     assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(on_cpu)))
 
 
+def test_two_computing_kernels_with_a_gemm_between_are_a_chain(make_trace: Any) -> None:
+    # A GeGLU MLP: gelu(x @ gate), then x @ up, then the product of the two.
+    ops = [MATMUL, elementwise("aten::gelu"), MATMUL, elementwise("aten::mul"), MATMUL]
+    evidence = rules_on(make_trace(op_steps_events(ops)))["elementwise-chain"].evidence
+    [chain] = evidence["chains"]
+    assert chain["ops"] == ["aten::gelu", "aten::mul"]
+    assert chain["saved_bytes_per_chain"] == 2 * BF16_BYTES  # gelu's output, written then read
+    softmax = (
+        "aten::_softmax",
+        {"Input Dims": [SHAPE, []], "Input type": ["float", "Scalar"]},
+        True,
+    )
+    broken = [elementwise("aten::gelu"), softmax, elementwise("aten::mul")]
+    assert "elementwise-chain" not in rules_on(make_trace(op_steps_events(broken)))
+
+
+MLP = "mlp_64x128x768x3072_bf16_{}"
+
+
+def test_fires_on_the_recorded_geglu_mlp_eager() -> None:
+    finding = rules_on(gpu_fixture(MLP.format("eager")))["elementwise-chain"]
+    evidence = finding.evidence
+    [chain] = evidence["chains"]
+    assert chain["ops"] == ["aten::gelu", "aten::mul"] and chain["dims"] == [64, 128, 3072]
+    # gelu's [8192, 3072] bf16 output (50.3 MB), written by gelu and read back by mul.
+    assert chain["saved_bytes_per_chain"] == 2 * 8192 * 3072 * 2
+    assert evidence["chains_per_step"] == 1 and len(evidence["steps"]) == 3
+    assert evidence["saved_bytes_per_step"] == 2 * 8192 * 3072 * 2
+    assert "100.66 MB" in finding.message
+
+
+@pytest.mark.parametrize("variant", ["compile", "liger"])
+def test_silent_where_the_mlp_is_fused(variant: str) -> None:
+    assert "elementwise-chain" not in rules_on(gpu_fixture(MLP.format(variant)))
+
+
 def test_silent_on_the_recorded_transformer() -> None:
-    # Its elementwise kernels come two at a time (a cast then a copy, add_ then a cast).
+    # Its elementwise kernels come two at a time, one of them a copy (a cast then a copy,
+    # add_ then a cast).
     assert "elementwise-chain" not in rules_on(gpu_fixture("train_tiny_transformer_a3"))
 
 
@@ -93,9 +132,9 @@ def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
     found = rules_on(FOREIGN / "hta__timeline_analysis_sampled_rank-0.json.gz")
     evidence = found["elementwise-chain"].evidence
     assert evidence["steps"] == [551, 552]
-    biggest = evidence["chains"][0]
     # Adam's denominator and step: sqrt(v) / c, + eps, m / denominator, on one fp32 weight.
-    assert biggest["ops"] == ["aten::div", "aten::sqrt", "aten::add_", "aten::div"]
+    adam = ["aten::div", "aten::sqrt", "aten::add_", "aten::div"]
+    [biggest] = [chain for chain in evidence["chains"] if chain["ops"] == adam]
     assert biggest["dims"] == [512, 8192] and biggest["input_types"][0] == "float"
     # Three fp32 intermediates of 512 x 8192, each written then read back.
     assert biggest["saved_bytes_per_chain"] == 3 * 2 * 512 * 8192 * 4

@@ -17,7 +17,15 @@ from ..trace import Span
 from .facts import Facts, median, us
 from .registry import Hit, rule
 
-__all__ = ["ELEMENTWISE_OPS", "DTYPE_BYTES", "MIN_CHAIN_KERNELS", "Chain", "elementwise_chains"]
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "DTYPE_BYTES",
+    "GEMM_OPS",
+    "MIN_CHAIN_KERNELS",
+    "MIN_COMPUTING_KERNELS",
+    "Chain",
+    "elementwise_chains",
+]
 
 ELEMENTWISE_OPS = frozenset(
     {
@@ -52,9 +60,21 @@ DTYPE_BYTES: dict[str, int] = {
 }
 """Bytes per element, by the profiler's ``Input type`` spelling."""
 
+GEMM_OPS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
+"""Ops whose GEMM kernel does not break a chain: it reads and writes tensors of its own (the
+up projection between a GeGLU MLP's gelu and its mul), and the chain's tensor waits in
+memory for the next elementwise kernel. The GEMM is not part of the chain."""
+
 MIN_CHAIN_KERNELS = 3
 """Shortest chain reported: two elementwise kernels in a row are common (a cast then a
 copy); three or more over one shape is a sequence a fused kernel would replace."""
+
+MIN_COMPUTING_KERNELS = 2
+"""A shorter chain is reported when this many of its kernels compute (an op other than
+``aten::copy_``): a gelu then a mul over one shape, as in a GeGLU MLP, is what a fused
+kernel replaces; a cast then a copy is not reported."""
 
 _REPORTED = 5
 
@@ -114,9 +134,16 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     return shape, math.prod(shape) * itemsize
 
 
+def _long_enough(ops: list[Span]) -> bool:
+    computing = sum(op.name != "aten::copy_" for op in ops)
+    return len(ops) >= MIN_CHAIN_KERNELS or computing >= MIN_COMPUTING_KERNELS
+
+
 def elementwise_chains(facts: Facts) -> list[Chain]:
-    """Runs of at least :data:`MIN_CHAIN_KERNELS` kernels launched back to back in a step, on
-    one stream, from :data:`ELEMENTWISE_OPS` over tensors of one shape.
+    """Runs of kernels launched in a step, on one stream, from :data:`ELEMENTWISE_OPS` over
+    tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of them, or at least
+    :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels (:data:`GEMM_OPS`)
+    between them neither break the run nor join it; any other kernel breaks it.
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
@@ -127,6 +154,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     for launch, kernel in facts.kernel_launches:
         op = launch.op
         run = open_runs.get(kernel.lane)
+        if op is not None and op.name in GEMM_OPS:
+            continue
         if op is None or op.name not in ELEMENTWISE_OPS:
             if run is not None:
                 runs.append(open_runs.pop(kernel.lane))
@@ -140,13 +169,13 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     runs.extend(open_runs.values())
     chains = []
     for run in runs:
-        if len(run) < MIN_CHAIN_KERNELS or step_of(run[0][1]) is None:
+        if not _long_enough([op for op, _ in run]) or step_of(run[0][1]) is None:
             continue
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
         for op, kernel in [*run, (None, None)]:
             read = None if op is None else _dims_and_output_bytes(op)
             if shaped and (read is None or read[0] != shaped[-1][2]):
-                if len(shaped) >= MIN_CHAIN_KERNELS:
+                if _long_enough([item[0] for item in shaped]):
                     chains.append(
                         Chain(
                             step_of(shaped[0][1]),
@@ -165,14 +194,16 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
 @rule(
     "elementwise-chain",
     "GPU lane",
-    see="""Several short elementwise kernels in a row (add, mul, gelu, where, copy_...) over a
-    tensor of one shape, each launched by its own aten op.""",
+    see="""Several short elementwise kernels (add, mul, gelu, where, copy_...) over a tensor of
+    one shape, each launched by its own aten op, one after the other or with only GEMMs
+    between them.""",
     means="""Each kernel writes the whole tensor to GPU memory and the next reads it back: a
     fusion opportunity. One fused kernel (torch.compile, or a fused op such as F.gelu(x + b))
     saves 2 × the tensor's bytes per kernel it removes, and the launches. Needs the shapes:
     record with record_shapes=True.""",
     severity="info",
     from_post=False,
+    example="auto_examples/part2_linear_and_mlp/plot_13_mlp_fusion",
 )
 def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     chains = elementwise_chains(facts)
@@ -187,8 +218,8 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
     biggest = rows[0][0]
     yield (
-        f"{len(chains) / per_step:.3g} chain(s) of {MIN_CHAIN_KERNELS}+ elementwise kernels over "
-        f"one shape per step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
+        f"{len(chains) / per_step:.3g} chain(s) of elementwise kernels over one shape per "
+        f"step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
         f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
         f"{list(biggest.dims)}).",
         {

@@ -1,0 +1,327 @@
+"""
+nn.Linear: one GEMM, the transpose and the bias
+===============================================
+
+*Profile one* ``nn.Linear`` *layer. Its weight is used transposed and its bias is added:
+which kernels does that take? And can* ``torch.compile`` *do anything for a single layer?*
+
+A linear layer computes ``x @ W.T + b``. Written out, that is a transpose, a matrix
+product and an add. The
+`second post of the Hugging Face series
+<https://huggingface.co/blog/torch-profiling-2>`_ ("Profiling in PyTorch (Part 2): From
+nn.Linear to a Fused MLP") profiled a ``Linear(32, 64)`` on a batch of 1024 rows in bf16 on
+its A100, and found one GEMM kernel and nothing else: the transpose cost no kernel, and the
+add went into the GEMM. We check each of these on the GPU this page was built on, look at
+how the transpose reaches the kernel, and compile the layer.
+"""
+
+# %%
+# One layer, profiled
+# -------------------
+# The post's layer, with a bias, in bf16, under ``torch.no_grad()`` (no autograd
+# bookkeeping). ``record_shapes=True`` makes the profiler write each operator's input
+# sizes and strides into the trace; we use them below. Three unprofiled calls first, then
+# twenty recorded steps.
+
+import textwrap
+
+import torch
+
+from profiling_utils import capture, compare, diagnose, roofline, run_name
+from profiling_utils.claims import claim
+from profiling_utils.measures import kernel_launches, step_times
+from profiling_utils.render import (
+    findings_table,
+    gpu_work_listing,
+    profiler_table,
+    span_tree,
+    trace_dir,
+    trace_links,
+)
+from profiling_utils.stats import Distribution, clearly_greater
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+layer = torch.nn.Linear(32, 64, device=device, dtype=torch.bfloat16)
+x = torch.randn(1024, 32, device=device, dtype=torch.bfloat16)
+
+
+def profile(fn, how):
+    def step():
+        with torch.no_grad():
+            return fn(x)
+
+    return capture(
+        step,
+        name="linear_" + run_name((1024, 32, 64), "bf16", warm=True, compiled=how),
+        label="linear_fwd",
+        active=20,
+        warmup_iters=3,
+        record_shapes=True,
+        out_dir=trace_dir(),
+    )
+
+
+eager = profile(layer, False)
+step = eager.trace.steps[-1]
+print(span_tree(eager.trace, step.span, width=80))
+
+# %%
+# ``aten::linear`` makes two calls: ``aten::t`` (the transpose, through ``transpose``
+# and ``as_strided``) and ``aten::addmm``, which computes ``bias + x @ Wᵀ`` in one
+# operator. On a CPU, ``addmm`` first copies the bias into the output (the ``expand`` and
+# ``copy_`` under it), then adds the product to it.
+#
+# Which operators have device time?
+# ---------------------------------
+# The profiler's table, by device time:
+
+profiler_table(eager, row_limit=8)
+
+# %%
+# The transpose's rows have CPU time and no device time. Each GPU activity of the trace
+# belongs to the operator that launched it (:func:`~profiling_utils.measures.kernel_launches`
+# links them); per step, on this run:
+
+launched = [k for k in kernel_launches(eager.trace) if k.step is not None]
+steps = len(eager.trace.steps)
+by_op = {}
+for k in launched:
+    by_op.setdefault(k.op.name if k.op else "(no operator)", []).append(k.kernel)
+for name, kernels in by_op.items():
+    print(f"{name}: {len(kernels) / steps:g} kernel(s) per step, {kernels[0].name}")
+if eager.has_gpu:
+    views = {"aten::t", "aten::transpose", "aten::as_strided"}
+    claim(
+        "the transpose launches no GPU work",
+        not any(k.op is not None and k.op.name in views for k in launched),
+    )
+    gemm = launched[0].kernel.name
+    claim(
+        "every step runs one kernel, a GEMM launched from aten::addmm",
+        len(launched) == steps and set(by_op) == {"aten::addmm"},
+        kernels=len(launched),
+        steps=steps,
+    )
+    claim(
+        "the GEMM kernel's name mentions the bias",
+        "bias" in gemm.lower(),
+        otherwise="the GEMM kernel's name does not mention the bias",
+    )
+else:
+    print("No GPU here: the transpose, product and add run inside CPU operators.")
+
+# %%
+# So the add has no kernel of its own: ``addmm`` hands the bias to the GEMM, which adds
+# it to each output element before writing it (an *epilogue*), instead of writing the
+# product and reading it back for a separate add. Whether the kernel's name says so is
+# the last claim above; on the H100 this site's reference traces were recorded on, the
+# cuBLASLt ``nvjet`` kernel carries ``bias`` in its name.
+# (Page 08 of Part 1 met a different ``addmm``: there the bias was a full matrix, which
+# ``addmm`` copied into the output before the GEMM.)
+#
+# Where did the transpose go?
+# ---------------------------
+# ``aten::t`` makes no copy. A tensor is a pointer into memory plus a *stride* per
+# dimension: how many elements to skip to move one step along it. The transpose swaps
+# the two strides and keeps the memory:
+
+w = layer.weight
+wt = w.t()
+print(
+    f"weight    {list(w.shape)}, strides {w.stride()}, contiguous {w.is_contiguous()}"
+)
+print(
+    f"weight.t() {list(wt.shape)}, strides {wt.stride()}, contiguous {wt.is_contiguous()}"
+)
+print(f"same memory: {wt.data_ptr() == w.data_ptr()}")
+
+# %%
+# The trace recorded the same thing: ``aten::addmm``'s inputs, with the sizes and strides
+# it received (bias, ``x``, ``Wᵀ``, then the two scalars ``beta`` and ``alpha``):
+
+addmm = next(
+    op for op in eager.trace.find("aten::addmm") if eager.trace.step_of(op) is step
+)
+for dims, strides, dtype in zip(
+    addmm.args["Input Dims"],
+    addmm.args["Input Strides"],
+    addmm.args["Input type"],
+    strict=True,
+):
+    print(f"  {dtype:14s} sizes {dims!s:12s} strides {strides}")
+claim(
+    "addmm receives the transposed weight as strides (1, 32) over the weight's memory",
+    addmm.args["Input Strides"][2] == list(wt.stride()) == [1, 32],
+    strides=str(addmm.args["Input Strides"][2]),
+)
+
+# %%
+# ``Wᵀ`` arrives as a [32, 64] matrix whose first stride is 1: stored *column by column*
+# (column-major), where ``x`` is stored row by row. A GEMM library takes each operand with
+# a flag that says how to read it, so the layout costs nothing at run time. cuBLAS, which
+# PyTorch calls on NVIDIA GPUs, thinks in column-major matrices and spells the flags ``N``
+# (read as stored) and ``T`` (read transposed).
+#
+# The letters in the kernel's name
+# --------------------------------
+# The post's A100 ran
+# ``cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8``: a CUTLASS
+# kernel built for sm80 whose ``tn`` names those two flags. This run's GEMM, cut at its
+# underscores:
+
+if eager.has_gpu:
+    print(gemm)
+    print(" | ".join(gemm.split("_")))
+else:
+    print("No GPU here: no GEMM kernel to read.")
+
+# %%
+# On an H100 the kernel is a cuBLASLt ``nvjet`` kernel for sm90, and its name ends in
+# three capital letters (``TNN`` on the H100 the fixtures of this site were recorded on).
+# NVIDIA does not document ``nvjet`` names. The first two letters fit the same reading
+# as the A100's ``tn``: PyTorch hands cuBLAS the column-major view of the row-major
+# product, which makes the weight the operand read transposed. What the third letter
+# encodes (the output's layout is one guess) we cannot tell from a trace. Groups such as
+# ``8x64`` and ``64x16`` look like tile shapes, by analogy with CUTLASS names; the whole
+# name is a label for a tuned configuration, not a specification.
+#
+# What does ``torch.compile`` change?
+# -----------------------------------
+# The same layer, compiled (``torch.compile`` compiles it in the first of the unprofiled
+# calls). One compiled step:
+
+compiled = profile(torch.compile(layer), True)
+compiled_step = compiled.trace.steps[-1]
+print(span_tree(compiled.trace, compiled_step.span, width=80))
+
+# %%
+# Inductor traced ``aten::linear`` down to the ``addmm`` it makes and calls that directly;
+# the generated code builds the transposed view of the weight itself, without an operator
+# the profiler records. Around it come the rows of a compiled call
+# (met on page 08: the guard check, the compiled region, AOTAutograd's wrapper, the
+# generated ``call``). The operators only one run has, and the GPU work per step:
+
+comparison = compare(eager.trace, compiled.trace)
+for label, ops in (
+    ("eager   ", comparison.ops_only_in_baseline),
+    ("compiled", comparison.ops_only_in_trace),
+):
+    names = ", ".join(o.name for o in ops) or "none"
+    print(textwrap.fill(f"ops only in {label}: {names}", 88, subsequent_indent="    "))
+for name, run in (("eager", eager), ("compiled", compiled)):
+    print(f"{name}:\n{gpu_work_listing(run.trace.steps[-1])}")
+
+
+def gemm_kernels(run):
+    return sorted(
+        {k.kernel.name for k in kernel_launches(run.trace) if k.step is not None}
+    )
+
+
+if compiled.has_gpu:
+    claim(
+        "the compiled layer runs the same single GEMM kernel as eager",
+        gemm_kernels(compiled) == gemm_kernels(eager)
+        and comparison.trace.kernels_per_step == 1,
+        otherwise="the compiled layer runs a different GPU kernel set from eager",
+        eager=", ".join(gemm_kernels(eager)),
+        compiled=", ".join(gemm_kernels(compiled)),
+    )
+
+# %%
+# What a step costs the CPU
+# -------------------------
+# With nothing to fuse, what the compiled call adds is its wrapping. The CPU time of each
+# step (the ``ProfilerStep`` span), twenty steps per run, with the GPU's busy time beside
+# it:
+
+
+def per_step(run, field):
+    return Distribution.of([getattr(t, field) for t in step_times(run.trace)], "µs")
+
+
+cpu = {
+    name: per_step(run, "cpu_us")
+    for name, run in (("eager", eager), ("compiled", compiled))
+}
+for name, times in cpu.items():
+    print(f"{name:9s} CPU {times}")
+if eager.has_gpu:
+    for name, run in (("eager", eager), ("compiled", compiled)):
+        print(f"{name:9s} GPU busy {per_step(run, 'gpu_busy_us')}")
+    faster = clearly_greater(cpu["eager"], cpu["compiled"])
+    claim(
+        "a compiled step costs the CPU more than an eager one",
+        clearly_greater(cpu["compiled"], cpu["eager"]),
+        otherwise=(
+            "a compiled step costs the CPU less than an eager one"
+            if faster
+            else "compiled and eager steps cost the CPU alike, within the spread"
+        ),
+        eager=cpu["eager"],
+        compiled=cpu["compiled"],
+    )
+
+# %%
+# ``clearly_greater`` compares the medians only where the interquartile ranges do not
+# overlap, so a difference inside the step-to-step spread is reported as none. On its
+# A100 the post found the same kernel and the same ``aten::addmm`` in the compiled
+# layer, with the compile rows added around them.
+#
+# How busy is the GPU?
+# --------------------
+# :func:`~profiling_utils.roofline.roofline` counts the GEMM's work from its recorded
+# shapes, ``2·m·n·k`` FLOPs, and sets the rate its kernel ran at against the datasheet:
+
+view = roofline(eager.trace)
+entries = [e for e in view.entries if e.kind == "gemm"]
+if entries:
+    e = entries[-1]
+    print(
+        f"{e.name} {e.input_dims[1]} x {e.input_dims[2]}: {e.flops / 1e6:.2f} MFLOP, "
+        f"{e.gpu_us:.1f} µs, {e.tflops:.2f} TFLOP/s"
+    )
+    if e.peak is not None:
+        print(f"{e.intensity:.0f} FLOP per byte moved: {e.bound}-bound by the roofline")
+        print(textwrap.fill(f"{e.peak_share:.1%} of {e.peak.describe()}", 88))
+        claim(
+            "the GEMM reaches less than a tenth of the ceiling that bounds it",
+            e.peak_share < 0.1,
+            share=e.peak_share,
+        )
+    gemm_us = Distribution.of([entry.gpu_us for entry in entries], "µs")
+    claim(
+        "the GEMM kernel takes less than a tenth of a step's CPU time",
+        gemm_us.median * 10 < cpu["eager"].median,
+        gemm=gemm_us,
+        step_cpu=cpu["eager"],
+    )
+else:
+    print(view.reason or "No GPU here: the roofline counts GPU kernels only.")
+
+# %%
+# Whether a kernel is bounded by compute or by memory depends on its FLOPs per byte
+# against the GPU's *ridge point* (peak FLOP/s over memory bandwidth): below it, memory
+# is the ceiling. A product this small does few FLOPs per byte either way, and it ends
+# far below its ceiling: the kernel is short, and the step's time is the CPU's work of
+# calling it. A single small layer is *launch-bound*; the cheatsheet's rules say the
+# same:
+
+findings_table(
+    diagnose(
+        eager.trace,
+        select=["overhead-bound", "addmm-fusion", "gemm-kernel", "hotspot"],
+    ),
+    caption=eager.name,
+)
+
+# %%
+# The traces
+# ----------
+
+trace_links(eager)
+
+# %%
+
+trace_links(compiled)
