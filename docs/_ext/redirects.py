@@ -34,8 +34,8 @@ def redirect_page(target: str, title: str) -> str:
     """The HTML of a page that sends its reader to ``target``, a URL relative to it."""
     href = html.escape(target, quote=True)
     text = html.escape(title)
-    # "</" cannot end the script early: json.dumps leaves "/" alone, so escape it.
-    script = json.dumps(target).replace("</", "<\\/")
+    # No "<" in the script, so that nothing in the target can end it early.
+    script = json.dumps(target).replace("<", "\\u003c")
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n'
