@@ -230,6 +230,11 @@ def test_site_has_every_section_and_the_gallery(site: Build) -> None:
     index = (site.html / "auto_examples" / "index.html").read_text()
     headings = re.findall(r"<h2>(Part \d)\b", index)
     assert headings == ["Part 1", "Part 2", "Part 3"], headings
+    import torch
+
+    if not torch.cuda.is_available():  # the gallery's index and a section's say so
+        for shown in (index, (site.html / "auto_examples/part1_matmul_add/index.html").read_text()):
+            assert "This build had no GPU" in shown
     api = (site.html / "reference" / "api.html").read_text()
     assert 'id="profiling_utils.capture.capture"' in api
     assert 'id="profiling_utils.render.html.profiler_table"' in api
