@@ -2,8 +2,9 @@
 
 Build with ``nox -s docs`` (warnings are errors). The local extensions live in ``_ext/``:
 ``gallery_runs`` (run records, provenance, stale-output detection, trace publishing),
-``reference_pages`` (the cheatsheet, API and CLI reference generated from the code) and
-``site_policy`` (nothing on a page is loaded from another site).
+``reference_pages`` (the cheatsheet, API and CLI reference generated from the code),
+``site_policy`` (nothing on a page is loaded from another site) and ``redirects`` (pages
+that moved keep their old address).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ extensions = [
     "gallery_runs",
     "reference_pages",
     "site_policy",
+    "redirects",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -61,8 +63,37 @@ html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
 
-# PROFILING_UTILS_GALLERY_ORDER=reverse runs the examples last to first, to check that no
-# page depends on the examples that ran before it (docs/howto/rebuild-docs.md).
+# The gallery has one section per part of the Hugging Face series, in this order; a folder
+# of examples/ missing here fails the build (sphinx-gallery's explicit order).
+GALLERY_SECTIONS = [
+    "../examples/part1_matmul_add",
+    "../examples/part2_linear_and_mlp",
+    "../examples/part3_attention",
+]
+
+# The tutorials of Part 1 were published at auto_examples/<name>.html, before the gallery
+# had sections: those addresses send the reader to the pages' new place (_ext/redirects.py).
+moved_pages = {
+    f"auto_examples/{name}": f"auto_examples/part1_matmul_add/{name}"
+    for name in (
+        "plot_00_quickstart",
+        "plot_01_overhead_vs_compute",
+        "plot_02_cold_start",
+        "plot_03_warmup_and_schedule",
+        "plot_04_buffer_request_and_offset",
+        "plot_05_dispatch_chain",
+        "plot_06_launch_planning",
+        "plot_07_kernel_variance",
+        "plot_08_torch_compile",
+        "plot_09_diagnose_your_own_trace",
+        "plot_10_gaps_inside_a_step",
+        "plot_11_several_ranks",
+    )
+}
+
+# PROFILING_UTILS_GALLERY_ORDER=reverse runs the examples last to first (the sections, and
+# the examples within each), to check that no page depends on the examples that ran before
+# it (docs/howto/rebuild-docs.md).
 GALLERY_ORDER_ENV = "PROFILING_UTILS_GALLERY_ORDER"
 GALLERY_ORDERS = {
     "name": "FileNameSortKey",
@@ -78,6 +109,7 @@ sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
+    "subsection_order": GALLERY_SECTIONS[:: -1 if gallery_order == "reverse" else 1],
     "within_subsection_order": GALLERY_ORDERS[gallery_order],
     # matplotlib figures (the timelines) at 1x and 2x, so they are sharp on high-DPI screens.
     "image_scrapers": ("matplotlib",),

@@ -96,7 +96,11 @@ def repo(tmp_path: Path) -> Path:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "repo"
-    for path in ("examples/plot_00.py", "profiling_utils/trace.py", "docs/index.md"):
+    for path in (
+        "examples/part1_matmul_add/plot_00.py",
+        "profiling_utils/trace.py",
+        "docs/index.md",
+    ):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("first\n")
     git(repo, "init", "-q")
@@ -134,7 +138,7 @@ def test_the_gallery_key_follows_examples_and_library_not_prose(repo: Path, tmp_
     first = gallery_key(repo, tmp_path)
     change(repo, "docs/index.md")
     assert gallery_key(repo, tmp_path) == first
-    change(repo, "examples/plot_00.py")
+    change(repo, "examples/part1_matmul_add/plot_00.py")
     after_example = gallery_key(repo, tmp_path)
     assert after_example["key"] != first["key"]
     assert after_example["prefix"] == first["prefix"]

@@ -125,6 +125,49 @@ def test_gallery_examples_pairs_each_plot_file_with_its_page_folder(tmp_path: Pa
     assert examples[2].trace_dir == gallery / "sub" / "traces" / "plot_03_c"
 
 
+def test_what_examples_no_longer_in_the_gallery_left_is_removed(tmp_path: Path) -> None:
+    # plot_a moved from the top of the gallery into section "part1"; plot_b was deleted.
+    (tmp_path / "examples" / "part1").mkdir(parents=True)
+    (tmp_path / "examples" / "part1" / "plot_a.py").write_text("")
+    gallery = tmp_path / "docs" / "auto_examples"
+    kept = [
+        "index.rst",
+        "images/thumb/sphx_glr_plot_a_thumb.png",
+        "part1/index.rst",
+        "part1/plot_a.rst",
+        "part1/plot_a.py.md5",
+        "part1/plot_a.run.json",
+        "part1/traces/plot_a/plot_a_steps.json.gz",
+    ]
+    left = [
+        "plot_a.rst",
+        "plot_a.py",
+        "plot_a.py.md5",
+        "plot_a.ipynb",
+        "plot_a.codeobj.json",
+        "plot_a.run.json",
+        "plot_a.claims.json",
+        "part1/plot_b.rst",
+        "part1/plot_b.zip",
+    ]
+    for name in [*kept, *left, "traces/plot_a/trace.json.gz", "part1/traces/plot_b/t.json"]:
+        (gallery / name).parent.mkdir(parents=True, exist_ok=True)
+        (gallery / name).write_text("")
+    conf = {"examples_dirs": "../examples", "gallery_dirs": "auto_examples"}
+    gallery = gallery.resolve()
+    expected = sorted(
+        [gallery / n for n in left] + [gallery / "traces/plot_a", gallery / "part1/traces/plot_b"]
+    )
+
+    assert sorted(gallery_runs.outputs_without_example(tmp_path / "docs", conf)) == expected
+    removed = gallery_runs.remove_outputs_without_example(tmp_path / "docs", conf)
+
+    assert sorted(removed) == expected
+    assert not any(p.exists() for p in expected)
+    assert all((gallery / name).is_file() for name in kept)
+    assert gallery_runs.outputs_without_example(tmp_path / "docs", conf) == []
+
+
 def test_reset_example_publishes_an_empty_trace_dir_and_records_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -663,13 +663,15 @@ def test_cheatsheet_has_the_five_tables_and_every_rule_once() -> None:
 def test_cheatsheet_links_the_example_that_shows_a_rule() -> None:
     index = rule_ids().index("cold-start")
     original = RULES[index]
-    RULES[index] = dataclasses.replace(original, example="auto_examples/plot_02_cold_start")
+    RULES[index] = dataclasses.replace(
+        original, example="auto_examples/part1_matmul_add/plot_02_cold_start"
+    )
     try:
         page = cheatsheet_markdown()
     finally:
         RULES[index] = original
     row = next(line for line in page.splitlines() if "`cold-start`" in line)
-    assert row.endswith("| {doc}`example </auto_examples/plot_02_cold_start>` |")
+    assert row.endswith("| {doc}`example </auto_examples/part1_matmul_add/plot_02_cold_start>` |")
 
 
 # -- traces recorded elsewhere: AMD, CPU only, multi-rank -------------------------------------

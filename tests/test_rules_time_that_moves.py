@@ -309,5 +309,11 @@ def test_every_rules_example_is_a_page_of_the_gallery() -> None:
         if rule.example is not None:
             page = examples / (rule.example.removeprefix("auto_examples/") + ".py")
             assert page.exists(), (rule.id, rule.example)
-    assert get_rule("intra-step-gap").example == "auto_examples/plot_10_gaps_inside_a_step"
-    assert get_rule("kernel-variance").example == "auto_examples/plot_07_kernel_variance"
+    assert (
+        get_rule("intra-step-gap").example
+        == "auto_examples/part1_matmul_add/plot_10_gaps_inside_a_step"
+    )
+    assert (
+        get_rule("kernel-variance").example
+        == "auto_examples/part1_matmul_add/plot_07_kernel_variance"
+    )

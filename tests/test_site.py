@@ -19,6 +19,7 @@ import http.server
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
+SECTIONS = ("part1_matmul_add", "part2_linear_and_mlp", "part3_attention")
+EXAMPLE_PAGE = r"auto_examples/[^/]+/plot_[^/]+\.html$"  # a gallery page, in its section
 PERFETTO = "https://ui.perfetto.dev"
 # Stands in for the Perfetto UI: answers PING with PONG and keeps what it was sent.
 PERFETTO_STUB = """<!doctype html><title>Perfetto stub</title><script>
@@ -209,7 +212,8 @@ def test_site_has_every_section_and_the_gallery(site: Build) -> None:
         "index.html",
         "search.html",
         "auto_examples/index.html",
-        "auto_examples/plot_00_quickstart.html",
+        *(f"auto_examples/{section}/index.html" for section in SECTIONS),
+        "auto_examples/part1_matmul_add/plot_00_quickstart.html",
         "howto/profile-your-code.html",
         "howto/open-in-perfetto.html",
         "howto/diagnose-with-cli.html",
@@ -222,6 +226,15 @@ def test_site_has_every_section_and_the_gallery(site: Build) -> None:
         "explanation/profiler-cost.html",
     ):
         assert page in pages
+    # The gallery's index shows one section per part of the series, in the series' order.
+    index = (site.html / "auto_examples" / "index.html").read_text()
+    headings = re.findall(r"<h2>(Part \d)\b", index)
+    assert headings == ["Part 1", "Part 2", "Part 3"], headings
+    import torch
+
+    if not torch.cuda.is_available():  # the gallery's index and a section's say so
+        for shown in (index, (site.html / "auto_examples/part1_matmul_add/index.html").read_text()):
+            assert "This build had no GPU" in shown
     api = (site.html / "reference" / "api.html").read_text()
     assert 'id="profiling_utils.capture.capture"' in api
     assert 'id="profiling_utils.render.html.profiler_table"' in api
@@ -346,7 +359,7 @@ def test_every_example_page_and_the_home_page_say_where_the_outputs_come_from(
 
     expected = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU only"
     page = context.new_page()
-    examples = [p for p in site_pages(site) if re.match(r"auto_examples/plot_.*\.html$", p)]
+    examples = [p for p in site_pages(site) if re.match(EXAMPLE_PAGE, p)]
     assert examples
     for path in [*examples, "index.html"]:
         page.goto(base_url + path)
@@ -358,6 +371,24 @@ def test_every_example_page_and_the_home_page_say_where_the_outputs_come_from(
         assert cpu_only == (not torch.cuda.is_available()), path
         if cpu_only:
             assert "ran on the CPU" in text
+
+
+def test_the_old_address_of_a_moved_page_leads_to_its_new_one(
+    site: Build, base_url: str, context: Any
+) -> None:
+    moved = runpy.run_path(str(site.docs / "conf.py"))["moved_pages"]
+    assert moved["auto_examples/plot_02_cold_start"] == (
+        "auto_examples/part1_matmul_add/plot_02_cold_start"
+    )
+    for old, new in moved.items():
+        assert (site.html / f"{new}.html").is_file(), new
+        page = (site.html / f"{old}.html").read_text()
+        assert f'<link rel="canonical" href="{new.removeprefix("auto_examples/")}.html">' in page
+    page = context.new_page()
+    page.goto(base_url + "auto_examples/plot_07_kernel_variance.html#how-fast-is-that")
+    page.wait_for_url("**/auto_examples/part1_matmul_add/plot_07_kernel_variance.html*")
+    assert page.url.endswith("part1_matmul_add/plot_07_kernel_variance.html#how-fast-is-that")
+    assert page.locator("h1").first.inner_text().startswith("Kernel variance")
 
 
 def test_outputs_from_another_library_torch_or_gpu_are_made_again(tmp_path: Path) -> None:

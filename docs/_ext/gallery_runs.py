@@ -1,8 +1,8 @@
 """What each executed gallery example leaves behind, and what the site does with it.
 
-sphinx-gallery executes ``examples/*.py`` into ``docs/auto_examples`` and skips an example
-whose file has not changed since its last successful run (``<name>.py.md5``). This extension
-adds, per example, beside that cache:
+sphinx-gallery executes ``examples/**/plot_*.py`` into ``docs/auto_examples`` and skips an
+example whose file has not changed since its last successful run (``<name>.py.md5``). This
+extension adds, per example, beside that cache:
 
 - a *run record* ``<name>.run.json``, written just before the example runs: the machine it ran
   on (:func:`profiling_utils.provenance.environment`) and a *fingerprint* of what shapes its
@@ -12,12 +12,17 @@ adds, per example, beside that cache:
 - its *claims*, ``<name>.claims.json``: every :func:`profiling_utils.claims.claim` it made,
   whether it held and the numbers that decided it (emptied before it runs).
 
-Before sphinx-gallery looks at its cache, every example whose record is missing or carries
-another fingerprint loses its ``.md5``, so it runs again: outputs are never left over from
-another library version, torch, CUDA or GPU. Every example page then states where its
-outputs were made, read from its record, and the ``gallery-provenance`` directive does the
-same for the whole gallery (the home page). A build without a GPU says, on each example
-page and on the gallery index, that the examples ran on the CPU.
+The gallery may have sections (sub-folders of ``examples/``, one per part of the series);
+every path above is then inside the section's folder, ``docs/auto_examples/<section>/``.
+
+Before sphinx-gallery looks at its cache, what it generated for an example that is no longer
+in the gallery (deleted, renamed or moved to another section) is removed: sphinx-gallery
+leaves it, and its ``.rst`` would stay a page of the site. Then every example whose record
+is missing or carries another fingerprint loses its ``.md5``, so it runs again: outputs are
+never left over from another library version, torch, CUDA or GPU. Every example page then
+states where its outputs were made, read from its record, and the ``gallery-provenance``
+directive does the same for the whole gallery (the home page). A build without a GPU says,
+on each example page and on the gallery's index pages, that the examples ran on the CPU.
 
 Every example page lists its claims under "Checked on this run". A claim that does not hold
 raises in its example, which fails the build; with ``PROFILING_UTILS_CLAIMS=report`` it is
@@ -170,6 +175,48 @@ def invalidate_stale(examples: list[Example], current: str) -> list[Example]:
     return stale
 
 
+def outputs_without_example(src_dir: Path, gallery_conf: dict[str, Any]) -> list[Path]:
+    """What sphinx-gallery generated for examples that are no longer in the gallery.
+
+    Every file named ``plot_*`` in a folder of the generated gallery, and every trace folder
+    ``traces/plot_*/``, whose example (``plot_*.py`` in the matching folder of the sources)
+    does not exist: left by an example that was deleted, renamed or moved to another section.
+    """
+    stale: list[Path] = []
+
+    def visit(folder: Path, sources: Path) -> None:
+        for entry in sorted(folder.iterdir()):
+            if entry.is_dir() and entry.name == TRACES:
+                stale.extend(
+                    trace_dir
+                    for trace_dir in sorted(entry.iterdir())
+                    if trace_dir.name.startswith(EXAMPLE_PREFIX)
+                    and not (sources / f"{trace_dir.name}.py").is_file()
+                )
+            elif entry.is_dir() and entry.name != "images":
+                visit(entry, sources / entry.name)
+            elif entry.name.startswith(EXAMPLE_PREFIX):
+                stem = entry.name.split(".", 1)[0]
+                if not (sources / f"{stem}.py").is_file():
+                    stale.append(entry)
+
+    for examples_dir, gallery_dir in _gallery_pairs(src_dir, gallery_conf):
+        if gallery_dir.is_dir():
+            visit(gallery_dir, examples_dir)
+    return stale
+
+
+def remove_outputs_without_example(src_dir: Path, gallery_conf: dict[str, Any]) -> list[Path]:
+    """Delete :func:`outputs_without_example`; return what was deleted."""
+    stale = outputs_without_example(src_dir, gallery_conf)
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return stale
+
+
 def exit_calls(source: Path) -> list[int]:
     """Lines of ``source`` that end the interpreter: ``sys.exit``, ``exit``, ``quit``, ...."""
     lines = []
@@ -301,7 +348,7 @@ def share_import_path() -> None:
 
 
 def _before_gallery(app: Sphinx) -> None:
-    """Refuse examples that would exit the interpreter; re-run those with stale outputs."""
+    """Refuse examples that exit; clear what removed examples left; re-run stale ones."""
     share_import_path()
     examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
     offenders = [f"{e.source}:{line}" for e in examples for line in exit_calls(e.source)]
@@ -309,6 +356,14 @@ def _before_gallery(app: Sphinx) -> None:
         raise ExtensionError(
             "gallery examples must not exit the interpreter (sphinx-build would then end with "
             "status 0 and no HTML); raise an exception instead: " + ", ".join(offenders)
+        )
+    removed = remove_outputs_without_example(Path(app.srcdir), app.config.sphinx_gallery_conf)
+    if removed:
+        src_dir = Path(app.srcdir).resolve()
+        logger.info(
+            "[gallery_runs] removed what was generated for examples no longer in the gallery "
+            "(deleted, renamed or moved to another section): %s",
+            ", ".join(p.resolve().relative_to(src_dir).as_posix() for p in removed),
         )
     if not app.config.sphinx_gallery_conf["plot_gallery"]:
         return  # a build that executes nothing keeps the cache it cannot remake
@@ -365,11 +420,13 @@ CPU_ONLY_NOTE = (
 def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
     """Put "where these outputs come from" and "checked on this run" under every example's title.
 
-    The gallery index says, under its own title, when the examples ran without a GPU.
+    The gallery's index, and each section's, says under its title when the examples it
+    shows ran without a GPU.
     """
     docname = app.env.docname
-    if docname in _gallery_indexes(app):
-        _add_cpu_only_note(app, doctree)
+    shown = _index_examples(app, docname)
+    if shown is not None:
+        _add_cpu_only_note(app, doctree, shown)
         return
     example = _example_of(app, docname)
     if example is None:
@@ -435,16 +492,26 @@ def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.cont
     return box
 
 
-def _gallery_indexes(app: Sphinx) -> set[str]:
+def _index_examples(app: Sphinx, docname: str) -> list[Example] | None:
+    """The examples that the page ``docname`` lists, if it is an index of the gallery.
+
+    The gallery's own index lists all of them; a section's index, those of its section.
+    ``None`` when ``docname`` is no index of the gallery.
+    """
     src_dir = Path(app.srcdir).resolve()
-    return {
-        (gallery_dir / "index").relative_to(src_dir).as_posix()
-        for _, gallery_dir in _gallery_pairs(src_dir, app.config.sphinx_gallery_conf)
-    }
+    conf = app.config.sphinx_gallery_conf
+    examples = gallery_examples(src_dir, conf)
+    for examples_dir, gallery_dir in _gallery_pairs(src_dir, conf):
+        if (gallery_dir / "index").relative_to(src_dir).as_posix() == docname:
+            return [e for e in examples if gallery_dir in (e.page_dir, *e.page_dir.parents)]
+        for section in sorted(p for p in examples_dir.iterdir() if p.is_dir()):
+            page_dir = gallery_dir / section.name
+            if (page_dir / "index").relative_to(src_dir).as_posix() == docname:
+                return [e for e in examples if e.page_dir == page_dir]
+    return None
 
 
-def _add_cpu_only_note(app: Sphinx, doctree: nodes.document) -> None:
-    examples = gallery_examples(Path(app.srcdir), app.config.sphinx_gallery_conf)
+def _add_cpu_only_note(app: Sphinx, doctree: nodes.document, examples: list[Example]) -> None:
     records = []
     for example in examples:
         app.env.note_dependency(str(example.record))

@@ -9,9 +9,10 @@ button stays hidden and the link and a sentence on opening the file by hand rema
 
 How traces reach the built site: while the documentation builds, the docs extension sets
 :data:`TRACE_DIR_ENV` before each example runs to a folder of its own beside the generated
-page (``docs/auto_examples/traces/<example>/``, emptied first) and :data:`PAGE_DIR_ENV` to the
-folder of the page; after the build it copies those folders into the HTML output at the same
-place. Outside a docs build :func:`trace_dir` is ``traces`` in the current directory.
+page (``docs/auto_examples/<section>/traces/<example>/``, emptied first) and
+:data:`PAGE_DIR_ENV` to the folder of the page; after the build it copies those folders into
+the HTML output at the same place. Outside a docs build :func:`trace_dir` is ``traces`` in
+the current directory.
 
 Example::
 

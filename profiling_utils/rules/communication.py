@@ -75,7 +75,7 @@ def _collective_ref(collective: Collective) -> dict[str, Any]:
     takes to join.""",
     severity="warning",
     from_post=False,
-    example="auto_examples/plot_11_several_ranks",
+    example="auto_examples/part1_matmul_add/plot_11_several_ranks",
 )
 def exposed_communication(facts: Facts) -> Iterator[Hit]:
     if not facts.collectives:
@@ -120,7 +120,7 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
     GPU's memory bandwidth and SMs, so overlapped kernels run slower than they would alone.""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_11_several_ranks",
+    example="auto_examples/part1_matmul_add/plot_11_several_ranks",
 )
 def comm_overlap(facts: Facts) -> Iterator[Hit]:
     if not facts.collectives:
@@ -158,7 +158,7 @@ def comm_overlap(facts: Facts) -> Iterator[Hit]:
     messages, look for stragglers or a slow path between nodes.""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_11_several_ranks",
+    example="auto_examples/part1_matmul_add/plot_11_several_ranks",
 )
 def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
     sized = [

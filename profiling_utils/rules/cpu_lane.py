@@ -76,7 +76,7 @@ def _other_median(values: dict[int, float], skip: int) -> float | None:
     Loading, Activity Buffer Request). Warm up before profiling, or let the schedule's wait
     and warmup steps absorb it, and read steady-state numbers from the later steps.""",
     severity="warning",
-    example="auto_examples/plot_02_cold_start",
+    example="auto_examples/part1_matmul_add/plot_02_cold_start",
 )
 def cold_start(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
@@ -155,7 +155,7 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     started yet (allocations, library heuristics, lazy loading). Warm-up removes it from the
     profiled steps.""",
     severity="warning",
-    example="auto_examples/plot_02_cold_start",
+    example="auto_examples/part1_matmul_add/plot_02_cold_start",
 )
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
@@ -256,7 +256,7 @@ def _describe(row: dict[str, Any]) -> str:
     H100, an attribute query before every fp32 GEMM, while bf16 GEMMs query occupancy only on
     their first call in a process and then launch from cached choices (see driver-launch).""",
     severity="info",
-    example="auto_examples/plot_06_launch_planning",
+    example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )
 def planned_launch(facts: Facts) -> Iterator[Hit]:
     planned = [(launch, kernel) for launch, kernel in facts.kernel_launches if launch.planning]
@@ -279,7 +279,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     means="""An elementwise or reduction kernel with a small, fixed footprint (few registers,
     little or no shared memory): there is nothing to plan, PyTorch launches it directly.""",
     severity="info",
-    example="auto_examples/plot_06_launch_planning",
+    example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )
 def plain_launch(facts: Facts) -> Iterator[Hit]:
     plain = [
@@ -309,7 +309,7 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
     planning call, shows that it is heavyweight. On an H100 this is how bf16 GEMMs appear.""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_06_launch_planning",
+    example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )
 def driver_launch(facts: Facts) -> Iterator[Hit]:
     direct = [
@@ -340,7 +340,7 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     the CPU had run ahead of a busy GPU; if it covers little GPU work, the wait is the flush
     itself, a classic overhead-bound sign.""",
     severity="info",
-    example="auto_examples/plot_04_buffer_request_and_offset",
+    example="auto_examples/part1_matmul_add/plot_04_buffer_request_and_offset",
 )
 def sync_flush(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
@@ -398,7 +398,7 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
     the bias into its output and then lets the GEMM accumulate onto it. It costs memory
     bandwidth and an extra launch.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     groups: dict[tuple[str, str], list[Copy]] = {}

@@ -24,7 +24,7 @@ _REPORTED = 5
     leaves the rows below out, total time includes them; the launch call links the CPU side to
     the kernel on the GPU lane.""",
     severity="info",
-    example="auto_examples/plot_05_dispatch_chain",
+    example="auto_examples/part1_matmul_add/plot_05_dispatch_chain",
 )
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
@@ -87,7 +87,7 @@ def _kernels_of(facts: Facts, op: Span) -> list[Span]:
     matmul folded the leading (batch) dimensions of a 3-D input into rows because the other
     operand is 2-D: still one plain mm, not a batched one.""",
     severity="info",
-    example="auto_examples/plot_09_diagnose_your_own_trace",
+    example="auto_examples/part1_matmul_add/plot_09_diagnose_your_own_trace",
 )
 def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     pairs = _under(facts, "aten::mm", "aten::matmul")
@@ -126,7 +126,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     under the op; on an H100 the batched product launches the same kind of kernel as mm,
     with no extra call, so the op name is what tells them apart.""",
     severity="info",
-    example="auto_examples/plot_05_dispatch_chain",
+    example="auto_examples/part1_matmul_add/plot_05_dispatch_chain",
 )
 def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     bmms = [span for span in facts.named("aten::bmm") if span.cat == "cpu_op"]
@@ -169,7 +169,7 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     the bias. No new kernel was generated; a full-matrix bias is first copied into the output
     (see bias-copy), a vector bias (nn.Linear) goes straight into the epilogue.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def addmm_fusion(facts: Facts) -> Iterator[Hit]:
     # Only addmms that launched GPU work: the rule reads the fusion off the GPU lane, and a

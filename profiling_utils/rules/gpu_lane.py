@@ -107,7 +107,7 @@ _REPORTED = 5
     offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps it out
     of the recorded ones.""",
     severity="warning",
-    example="auto_examples/plot_04_buffer_request_and_offset",
+    example="auto_examples/part1_matmul_add/plot_04_buffer_request_and_offset",
 )
 def buffer_request(facts: Facts) -> Iterator[Hit]:
     requests = [span for span in facts.trace.overhead if span.name == BUFFER_REQUEST]
@@ -164,7 +164,7 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
     GPU went idle: something outside the trace held the GPU back (another process, the
     driver). Plain CPU time in every step is the overhead-bound row's business.""",
     severity="warning",
-    example="auto_examples/plot_10_gaps_inside_a_step",
+    example="auto_examples/part1_matmul_add/plot_10_gaps_inside_a_step",
 )
 def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     """Idle stretches of the GPU inside a step, with the cause the trace shows for them.
@@ -429,7 +429,7 @@ def _one_off_hit(
     (time-slicing), or clocks lowered by power or temperature. Communication kernels are left
     out (their time is mostly waiting for other ranks). Report the median, not the mean.""",
     severity="info",
-    example="auto_examples/plot_07_kernel_variance",
+    example="auto_examples/part1_matmul_add/plot_07_kernel_variance",
 )
 def kernel_variance(facts: Facts) -> Iterator[Hit]:
     """Kernels far slower in some steps than in the others, with what overlapped them.
@@ -594,7 +594,7 @@ def _overlapping_work(facts: Facts, kernel: Span) -> list[dict[str, Any]]:
     not by name: the same shapes can pick another variant when the bias is added differently
     (on an H100 the compiled addmm runs a bias-accumulating variant of the eager kernel).""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     gemms = facts.gemm_launches
@@ -676,7 +676,7 @@ def _pair_rows(facts: Facts, pairs: list[tuple[Copy, Span]]) -> dict[str, Any]:
     still moves the whole bias once. A bias that is a vector can go into a bias epilogue
     with no copy, as nn.Linear's addmm does.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def bias_copy(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "DtoD", BIAS_MATMUL_OPS)
@@ -704,7 +704,7 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     not one GPU activity.""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
     pairs = _before_gemm(facts, "memset", MATMUL_OPS)

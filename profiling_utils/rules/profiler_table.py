@@ -90,7 +90,7 @@ def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     graph. Communication kernels count as busy here: a GPU waiting for its peers is not
     waiting for the CPU.""",
     severity="warning",
-    example="auto_examples/plot_01_overhead_vs_compute",
+    example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def overhead_bound(facts: Facts) -> Iterator[Hit]:
     rows = _busy_fractions(facts)
@@ -117,7 +117,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     launch path. Communication kernels do not count as GPU work here (see
     exposed-communication).""",
     severity="info",
-    example="auto_examples/plot_01_overhead_vs_compute",
+    example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def compute_bound(facts: Facts) -> Iterator[Hit]:
     rows = _busy_fractions(facts, compute_only=True)
@@ -142,7 +142,7 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     change can gain. Communication kernels (NCCL, RCCL) are left out: their time is judged
     by exposed-communication and collective-bandwidth.""",
     severity="info",
-    example="auto_examples/plot_01_overhead_vs_compute",
+    example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def hotspot(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
@@ -193,7 +193,7 @@ def _steps_cpu_us(facts: Facts) -> float:
     means="""Each call may be cheap, but together they cost dispatch and launch time; see
     whether they can be fused or batched (foreach ops, torch.compile, larger operands).""",
     severity="warning",
-    example="auto_examples/plot_09_diagnose_your_own_trace",
+    example="auto_examples/part1_matmul_add/plot_09_diagnose_your_own_trace",
 )
 def many_calls(facts: Facts) -> Iterator[Hit]:
     steps = len(facts.steps)
@@ -234,7 +234,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     means="""The row's own code is cheap; its time is spent in the calls nested under it.
     Follow the nesting down to the row that holds the time itself.""",
     severity="info",
-    example="auto_examples/plot_01_overhead_vs_compute",
+    example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def cost_in_children(facts: Facts) -> Iterator[Hit]:
     steps_cpu = _steps_cpu_us(facts)

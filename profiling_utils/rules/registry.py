@@ -95,7 +95,7 @@ class Rule:
         from_post: Whether the row is in the post's cheatsheet (``False`` for rows the
             recorded traces taught beyond it).
         example: The gallery example that shows the rule firing, as a path of the built site
-            without suffix (``"auto_examples/plot_03_cold_start"``), or ``None``.
+            without suffix (``"auto_examples/part1_matmul_add/plot_02_cold_start"``), or ``None``.
     """
 
     id: str

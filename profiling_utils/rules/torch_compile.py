@@ -42,7 +42,7 @@ def _step_cpu(facts: Facts) -> float | None:
     it was recompiled (new shapes, dtypes or failed guards; TORCH_LOGS=recompiles says
     why).""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def compiled_region(facts: Facts) -> Iterator[Hit]:
     regions = facts.compile_info.regions
@@ -83,7 +83,7 @@ def compiled_region(facts: Facts) -> Iterator[Hit]:
     devices, other guards) before running the compiled code. It is paid on every call, long
     after compilation.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
     lookups = facts.compile_info.cache_lookups
@@ -116,7 +116,7 @@ def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
     handles tensor metadata and views, and would set up the backward pass if inputs required
     gradients.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def aot_wrapper(facts: Facts) -> Iterator[Hit]:
     wrappers = facts.compile_info.aot_wrappers
@@ -146,7 +146,7 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
     torchinductor_<user> folder of the system's temporary directory), where the generated code
     can be read.""",
     severity="info",
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def compiled_graph_cache_hit(facts: Facts) -> Iterator[Hit]:
     by_hash: dict[str, list[Span]] = {}
@@ -184,7 +184,7 @@ def compiled_graph_cache_hit(facts: Facts) -> Iterator[Hit]:
     not this.""",
     severity="warning",
     against_baseline=True,
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
     baseline_compiled = baseline.compile_info.is_compiled
@@ -229,7 +229,7 @@ def _run(facts: Facts) -> dict[str, Any]:
     eager run).""",
     severity="info",
     from_post=False,
-    example="auto_examples/plot_08_torch_compile",
+    example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def cuda_graph(facts: Facts) -> Iterator[Hit]:
     graph_launches = facts.graph_launches

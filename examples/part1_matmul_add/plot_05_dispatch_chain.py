@@ -347,7 +347,7 @@ else:
 # %%
 # The post reads its extra calls as cuBLAS working out which kernel to run. A warm step
 # cannot show that work if the library does it once and reuses the answer: the next
-# tutorial, :ref:`sphx_glr_auto_examples_plot_06_launch_planning.py`, profiles a GEMM's
+# tutorial, :doc:`plot_06_launch_planning`, profiles a GEMM's
 # very first call to look for it.
 #
 # The batched chain on a timeline, in a typical step, with the views before the product

@@ -363,7 +363,7 @@ findings_table(diagnose(fused.trace), caption=fused.name)
 # A model this small does little GPU work per operator, so where the table above still
 # has the ``overhead-bound`` warning, the next steps are more work per launch (a larger
 # batch or model) or fewer launches per step for the rest of it
-# (:ref:`torch.compile and CUDA graphs <sphx_glr_auto_examples_plot_08_torch_compile.py>`).
+# (:doc:`torch.compile and CUDA graphs <plot_08_torch_compile>`).
 
 # %%
 # The traces

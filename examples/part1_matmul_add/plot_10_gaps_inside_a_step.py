@@ -147,7 +147,7 @@ if synced.has_gpu and evidence is not None:
 # The post's case. The profiler collects GPU activity records in buffers that it hands to
 # NVIDIA's CUPTI; when one fills up, it asks for another, and the trace shows the time as
 # an ``Activity Buffer Request`` on the overhead row. A short run fills none after the
-# first (see :ref:`sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py`); a longer
+# first (see :doc:`plot_04_buffer_request_and_offset`); a longer
 # one with many kernels does. We train a tiny transformer, a loop whose every step
 # launches hundreds of small kernels.
 #
@@ -305,9 +305,9 @@ if train.has_gpu:
 #   not keep a mid-run request out.
 # - **Once, with the next work launched before the GPU went idle**: something outside the
 #   trace held the GPU back, such as another process on the same GPU; see
-#   :ref:`sphx_glr_auto_examples_plot_07_kernel_variance.py`.
+#   :doc:`plot_07_kernel_variance`.
 # - **Every step, without a sync**: CPU launch time, the overhead-bound row's business
-#   (:ref:`sphx_glr_auto_examples_plot_01_overhead_vs_compute.py`).
+#   (:doc:`plot_01_overhead_vs_compute`).
 #
 # The traces
 # ----------

@@ -274,7 +274,7 @@ else:
 # -------------------------
 # :func:`~profiling_utils.rules.diagnose` with the variance rule only, on the twenty-step
 # run (the page's other findings, those of a ``wait=0, warmup=0`` schedule, are read on
-# :ref:`sphx_glr_auto_examples_plot_03_warmup_and_schedule.py`):
+# :doc:`plot_03_warmup_and_schedule`):
 
 fired = bool(diagnose(trace, select=["kernel-variance"]))
 print(f"kernel-variance {'fired' if fired else 'did not fire'} on the twenty-step run.")
@@ -391,7 +391,7 @@ if shared is not None:
 # What this means for reporting a number
 # --------------------------------------
 # - **Warm up first**, and say so: the first calls pay one-time costs (see
-#   :ref:`sphx_glr_auto_examples_plot_02_cold_start.py`).
+#   :doc:`plot_02_cold_start`).
 # - **Report the median** over many steps, or the minimum when you want the best the
 #   hardware can do; give the **spread** (the quartiles, or min and max) and the number of
 #   steps. A mean over a handful of steps is pulled by a single slow one.

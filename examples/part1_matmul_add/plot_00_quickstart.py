@@ -138,6 +138,6 @@ claim(
 
 # %%
 # A first recorded step that stands out, even after warm-up calls, is common: the
-# :ref:`cold-start <sphx_glr_auto_examples_plot_02_cold_start.py>` and
-# :ref:`profiler-footprint <sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py>`
+# :doc:`cold-start <plot_02_cold_start>` and
+# :doc:`profiler-footprint <plot_04_buffer_request_and_offset>`
 # tutorials show what can be in it. Read steady-state numbers from the later steps.

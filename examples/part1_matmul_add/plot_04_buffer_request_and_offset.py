@@ -250,7 +250,7 @@ plot_per_step([s.number for s in trace.steps], series, title=f"{STEPS} recorded 
 # The first step stands out; the others scatter around their median. A schedule with
 # ``wait`` and ``warmup`` steps keeps that step out of the recording, which is why the
 # post's default schedule has them (the
-# :ref:`schedule tutorial <sphx_glr_auto_examples_plot_03_warmup_and_schedule.py>`
+# :doc:`schedule tutorial <plot_03_warmup_and_schedule>`
 # compares them).
 #
 # A second profiling session
@@ -378,7 +378,7 @@ findings_table(findings, caption=trace.path.name)
 # first step's width. ``intra-step-gap`` leaves the first step to ``cold-start``: it speaks
 # of idle stretches in later steps, after a host sync, during a buffer request, or with the
 # next work already queued (see
-# :ref:`sphx_glr_auto_examples_plot_10_gaps_inside_a_step.py`).
+# :doc:`plot_10_gaps_inside_a_step`).
 #
 # The traces
 # ----------

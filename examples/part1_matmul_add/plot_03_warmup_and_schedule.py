@@ -10,7 +10,7 @@ We read the schedule step by step, then profile the same 64 by 64 matmul plus ad
 ways, each in a fresh Python process: with nothing hidden, with the post's schedule, and
 with the post's schedule after three warm-up iterations. Last, we time the first calls
 with a plain clock, outside the profiler, to see what the trace no longer shows. The
-:ref:`cold-start tutorial <sphx_glr_auto_examples_plot_02_cold_start.py>` looks inside the
+:doc:`cold-start tutorial <plot_02_cold_start>` looks inside the
 first step that the schedule hides.
 """
 
@@ -167,7 +167,7 @@ if has_gpu:
 # altogether; what they add on top of the schedule is the difference between the first
 # steps of the last two runs, one step each: too few to call it a cost. Where a first
 # recorded step still stands out a little, the
-# :ref:`footprint tutorial <sphx_glr_auto_examples_plot_04_buffer_request_and_offset.py>`
+# :doc:`footprint tutorial <plot_04_buffer_request_and_offset>`
 # looks at what the profiler itself does in it. `The post
 # <https://huggingface.co/blog/torch-profiler>`_ saw every step take about the same time
 # once it had warmed up.

@@ -332,7 +332,7 @@ value_table(["inside the first step", "µs"], rows) if first_call is not None el
 # request are the kinds to expect there). Most of the time passes with no CUDA call
 # recorded: the CPU is busy inside the libraries, most likely setting them up on first use.
 # The trace tells when that time passes, not what it is spent on. The
-# :ref:`cold-start tutorial <sphx_glr_auto_examples_plot_02_cold_start.py>` measures what
+# :doc:`cold-start tutorial <plot_02_cold_start>` measures what
 # such first-use work costs a step.
 
 if first_call is not None:
