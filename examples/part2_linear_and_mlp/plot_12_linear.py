@@ -8,7 +8,7 @@ which kernels does that take? And can* ``torch.compile`` *do anything for a sing
 A linear layer computes ``x @ W.T + b``. Written out, that is a transpose, a matrix
 product and an add. The
 `second post of the Hugging Face series
-<https://huggingface.co/blog/torch-profiling-2>`_ ("Profiling in PyTorch (Part 2): From
+<https://huggingface.co/blog/torch-mlp-fusion>`_ ("Profiling in PyTorch (Part 2): From
 nn.Linear to a Fused MLP") profiled a ``Linear(32, 64)`` on a batch of 1024 rows in bf16 on
 its A100, and found one GEMM kernel and nothing else: the transpose cost no kernel, and the
 add went into the GEMM. We check each of these on the GPU this page was built on, look at

@@ -11,7 +11,7 @@ The MLP is a *GeGLU* block: two projections of the input, ``gate`` and ``up``, a
 tanh-approximated GELU of the gate multiplied by ``up``, and a ``down`` projection back
 to the model's width. The
 `second post of the Hugging Face series
-<https://huggingface.co/blog/torch-profiling-2>`_ ("Profiling in PyTorch (Part 2): From
+<https://huggingface.co/blog/torch-mlp-fusion>`_ ("Profiling in PyTorch (Part 2): From
 nn.Linear to a Fused MLP") profiled it at batch 64, sequence 128, width 768 and hidden
 size 3072 in bf16 on an A100. We run the same block on the GPU this page was built on,
 eager, compiled, and with `Liger Kernel <https://github.com/linkedin/Liger-Kernel>`_'s

@@ -5,7 +5,7 @@ Naive attention: the copy an out-of-place mask hides
 *Write causal attention by hand: scores, mask, softmax, product. Which GPU work does the
 mask cost, and what changes when it is applied in place?*
 
-`Part 3 of the Hugging Face series <https://huggingface.co/blog/torch-profiling-3>`_
+`Part 3 of the Hugging Face series <https://huggingface.co/blog/torch-attention-profile>`_
 ("Profiling in PyTorch (Part 3): Attention is all you profile") starts from attention
 written out in PyTorch operators. On its A100 the post found a device-to-device copy in the
 trace that no line of the code asks for, coming from ``masked_fill``, and saw it go away

@@ -9,7 +9,7 @@ which backend does PyTorch pick by itself?*
 ``scaled_dot_product_attention`` (SDPA) computes ``softmax(QKᵀ/√d)·V`` in one call and
 dispatches it to one of several implementations: *math* (attention written out in ATen
 operators), *memory-efficient* (a CUTLASS kernel), *flash* (FlashAttention-2) and *cuDNN*.
-`Part 3 of the Hugging Face series <https://huggingface.co/blog/torch-profiling-3>`_
+`Part 3 of the Hugging Face series <https://huggingface.co/blog/torch-attention-profile>`_
 ("Profiling in PyTorch (Part 3): Attention is all you profile") profiled each on an A100.
 We do the same on the GPU this page was built on, read each backend's kernels and launch
 calls from the trace, time them over 20 steps, set their FLOP rate against the datasheet,
