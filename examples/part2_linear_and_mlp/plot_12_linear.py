@@ -69,8 +69,9 @@ print(span_tree(eager.trace, step.span, width=80))
 # %%
 # ``aten::linear`` makes two calls: ``aten::t`` (the transpose, through ``transpose``
 # and ``as_strided``) and ``aten::addmm``, which computes ``bias + x @ Wᵀ`` in one
-# operator. On a CPU, ``addmm`` first copies the bias into the output (the ``expand`` and
-# ``copy_`` under it), then adds the product to it.
+# operator. (Built on a machine without a GPU, this page shows an ``expand`` and a
+# ``copy_`` under ``addmm``: the CPU implementation copies the bias into the output first,
+# then adds the product to it.)
 #
 # Which operators have device time?
 # ---------------------------------
