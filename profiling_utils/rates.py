@@ -202,7 +202,7 @@ def rate_report(
 
     if peaks is None:
         missing.append(
-            "No measured peaks to compare with: no GPU to measure them on, or none were given."
+            "Not compared with measured peaks (measure_peaks() was not run for this report)."
         )
     elif not same_gpu:
         missing.append(
