@@ -147,8 +147,10 @@ FIRES: dict[str, set[str]] = {
     # mul over [64, 128, 3072], with the up projection's GEMM in between; compiled and
     # Liger runs fuse them into one kernel.
     "elementwise-chain": SDPA_MATH | HAND_WRITTEN | MLP_EAGER,
-    # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync).
-    "hidden-memcpy": COMPILE | ITEM_SYNC,
+    # addmm seeds its output with the bias (the copy of a graph replay is no cudaMemcpyAsync);
+    # the naive attention's masked_fill clones the scores (masked_fill → clone → copy_);
+    # the transformer's select_backward copies a gradient into a zeroed tensor.
+    "hidden-memcpy": COMPILE | ITEM_SYNC | NAIVE | TRAIN,
     "buffer-request": NO_WAIT | TRAIN_BUFFER,
     # A host sync in every step; the profiler's buffer request holding the CPU once.
     "intra-step-gap": ITEM_SYNC | TRAIN_BUFFER,

@@ -27,7 +27,7 @@ import math
 import torch
 from torch.nn.functional import softmax
 
-from profiling_utils import capture
+from profiling_utils import capture, diagnose
 from profiling_utils.claims import claim
 from profiling_utils.measures import kernel_launches, memory_copies, step_times
 from profiling_utils.rates import rate_report
@@ -281,6 +281,32 @@ else:
 # Fusing the mask into the softmax, or the whole of attention into one kernel, removes
 # these round trips through memory: that is what the next page's fused backends do.
 #
+# What the cheatsheet finds
+# -------------------------
+# The cheatsheet's ``hidden-memcpy`` row looks for exactly this: a ``cudaMemcpyAsync``
+# that no copy in the code asked for, here reached through ``masked_fill`` → ``clone`` →
+# ``copy_``. :func:`~profiling_utils.diagnose` on each trace, that rule only:
+
+hidden = {
+    name: list(diagnose(run.trace, select=["hidden-memcpy"]))
+    for name, run in runs.items()
+}
+for name, found in hidden.items():
+    print(
+        fold_lines(
+            f"{name:9s} hidden-memcpy: {found[0].message if found else 'silent'}"
+        )
+    )
+if naive.has_gpu:
+    claim(
+        "hidden-memcpy fires on the naive run, from aten::masked_fill, and stays silent on "
+        "the in-place run",
+        bool(hidden["naive"])
+        and hidden["naive"][0].evidence["groups"][0]["op"] == "aten::masked_fill"
+        and not hidden["in_place"],
+    )
+
+# %%
 # Both traces, to open in Perfetto:
 
 trace_links(naive)

@@ -390,21 +390,35 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
     return busy
 
 
+def _caller_of_copy(facts: Facts, op: Span | None) -> Span | None:
+    """The op a copy was made for: ``op`` itself when it is not a copy op, else the first
+    enclosing op that is not one (``aten::masked_fill`` above ``aten::clone`` →
+    ``aten::copy_``), or ``None`` when only copy ops and annotations enclose it (a copy the
+    code asked for)."""
+    spans = facts.trace.spans
+    while op is not None and op.name in EXPLICIT_COPY_OPS:
+        parent = spans[op.parent] if op.parent is not None else None
+        op = parent if parent is not None and parent.cat == "cpu_op" else None
+    return op
+
+
 @rule(
     "hidden-memcpy",
     "CPU lane",
-    see="A cudaMemcpyAsync (hipMemcpyAsync) inside an op that is not a copy you asked for.",
+    see="""A cudaMemcpyAsync (hipMemcpyAsync) inside an op that is not a copy you asked for
+    (directly, or through copy ops it calls: masked_fill → clone → copy_).""",
     means="""A copy made on your behalf, often Device-to-Device: addmm, for one, first copies
-    the bias into its output and then lets the GEMM accumulate onto it. It costs memory
-    bandwidth and an extra launch.""",
+    the bias into its output and then lets the GEMM accumulate onto it; an out-of-place op
+    such as masked_fill clones its input before working in place on the clone. It costs
+    memory bandwidth and an extra launch.""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
 def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     groups: dict[tuple[str, str], list[Copy]] = {}
     for copy in facts.copies:
-        op = copy.launch.op
-        if copy.kind == "memset" or op is None or op.name in EXPLICIT_COPY_OPS:
+        op = _caller_of_copy(facts, copy.launch.op)
+        if copy.kind == "memset" or op is None:
             continue
         if copy.launch.call.name.startswith(MEMCPY_CALL_PREFIXES):
             groups.setdefault((op.name, copy.kind), []).append(copy)
