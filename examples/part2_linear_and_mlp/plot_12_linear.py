@@ -33,6 +33,7 @@ from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
     gpu_work_listing,
+    plot_timeline,
     profiler_table,
     span_tree,
     trace_dir,
@@ -315,6 +316,28 @@ findings_table(
         select=["overhead-bound", "addmm-fusion", "gemm-kernel", "hotspot"],
     ),
     caption=eager.name,
+)
+
+# %%
+# In the timeline
+# ---------------
+# The last recorded step of each run, CPU lane above, GPU stream below (on a machine
+# without a GPU, the CPU lane only). The GEMM is the sliver under ``aten::addmm``: the
+# CPU's calls take most of the step.
+
+plot_timeline(
+    eager.trace,
+    step=eager.trace.steps[-1].number,
+    title=f"eager, ProfilerStep#{eager.trace.steps[-1].number}",
+)
+
+# %%
+# The compiled step: the compile rows wrap the same ``aten::addmm``.
+
+plot_timeline(
+    compiled.trace,
+    step=compiled.trace.steps[-1].number,
+    title=f"compiled, ProfilerStep#{compiled.trace.steps[-1].number}",
 )
 
 # %%

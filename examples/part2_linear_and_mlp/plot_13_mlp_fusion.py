@@ -40,6 +40,7 @@ from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
     gpu_work_listing,
+    plot_timeline,
     profiler_table,
     span_tree,
     trace_dir,
@@ -538,6 +539,28 @@ else:
 # the second row compares: two kernels that move the same bytes, so the faster one is
 # the one that streams memory better on this GPU.
 #
+# In the timeline
+# ---------------
+# The last recorded step of the eager and the compiled run (on a machine without a GPU,
+# the CPU lane only). Eager, the GELU and the multiply are two kernels on the GPU stream,
+# between the GEMMs:
+
+plot_timeline(
+    eager.trace,
+    step=eager.trace.steps[-1].number,
+    title=f"eager, ProfilerStep#{eager.trace.steps[-1].number}",
+)
+
+# %%
+# Compiled, one Triton kernel sits where those two were:
+
+plot_timeline(
+    compiled.trace,
+    step=compiled.trace.steps[-1].number,
+    title=f"compiled, ProfilerStep#{compiled.trace.steps[-1].number}",
+)
+
+# %%
 # The traces
 # ----------
 

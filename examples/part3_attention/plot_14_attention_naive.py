@@ -34,6 +34,8 @@ from profiling_utils.rates import rate_report
 from profiling_utils.render import (
     fold_lines,
     gpu_work_listing,
+    highlight_span,
+    plot_timeline,
     span_tree,
     trace_dir,
     trace_links,
@@ -188,6 +190,21 @@ else:
 # The post counted six kernels against five on its A100, the memcpy among them; here the
 # memcpy is a GPU activity of its own kind, and the kernels are as many in both runs.
 #
+# The last naive step in the timeline, with the clone's copy highlighted on the GPU
+# stream (on a machine without a GPU, the CPU lane only):
+
+last = naive.trace.steps[-1]
+step_copies = [
+    c for c in memory_copies(naive.trace) if c.kind == "DtoD" and c.step == last.number
+]
+plot_timeline(
+    naive.trace,
+    step=last.number,
+    highlights=[highlight_span(c.span, "Memcpy DtoD") for c in step_copies[:1]],
+    title=f"naive, ProfilerStep#{last.number}",
+)
+
+# %%
 # How fast is the copy?
 # ---------------------
 # The scores are ``[8, 16, 1024, 1024]`` in bf16: 2 bytes × 134,217,728 elements = 268 MB

@@ -39,6 +39,7 @@ from profiling_utils.render import (
     findings_table,
     fold_lines,
     gpu_work_listing,
+    plot_timeline,
     trace_dir,
     trace_links,
     value_table,
@@ -222,6 +223,18 @@ else:
 # size (Hopper's ``cga`` in cuDNN's kernel name); ``cudaLaunchKernelExC`` is the runtime's
 # version of it, which cuBLAS uses for the math backend's GEMMs.
 #
+# In the timeline, one step of the math backend and one of ``auto``; each picture has its
+# own time axis (on a machine without a GPU, the CPU lane only):
+
+for name in ("math", "auto"):
+    trace = runs[name].trace
+    plot_timeline(
+        trace,
+        step=trace.steps[-1].number,
+        title=f"{name}, ProfilerStep#{trace.steps[-1].number}",
+    )
+
+# %%
 # Time per call
 # -------------
 # One step is one call, so a step's GPU time (the time at least one of its kernels ran) is
