@@ -8,7 +8,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from conftest import complete_event, gpu_fixture, gpu_fixture_names
+from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
@@ -421,3 +421,33 @@ def test_empty_window_is_a_clear_error(cold: Trace) -> None:
 def test_bad_arguments_are_clear_errors(cold: Trace, arguments: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         plot_timeline(cold, **arguments)
+
+
+def test_gpu_zoom_shows_a_gpu_bound_steps_own_work() -> None:
+    # 20 steps of naive attention: the CPU runs ~18 ms ahead, so the last step's CPU window
+    # and its GPU work are far apart; around="gpu" frames the work alone.
+    trace = load_trace(gpu_fixture("attention_8x16x1024x64_bf16_naive"))
+    last = trace.steps[-1]
+    lo = min(w.start for w in last.gpu_work)
+    hi = max(w.end for w in last.gpu_work)
+    x0, x1 = _axes(plot_timeline(trace, step=last.number, around="gpu")).get_xlim()
+    assert x0 < lo and hi < x1
+    assert (x1 - x0) < 1.2 * (hi - lo)
+    wide0, wide1 = _axes(plot_timeline(trace, step=last.number)).get_xlim()
+    assert wide0 <= min(last.start, lo) and (wide1 - wide0) >= (x1 - x0)
+    plt.close("all")
+
+
+def test_around_is_checked(cold: Trace) -> None:
+    with pytest.raises(ValueError, match="around"):
+        plot_timeline(cold, step=cold.steps[0].number, around="cpu")
+    # A step without GPU work (a CPU-only trace) falls back to the step's own window.
+    cpu_only = load_trace(FOREIGN / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    step = cpu_only.steps[0]
+    assert not step.gpu_work
+    same = [
+        _axes(plot_timeline(cpu_only, step=step.number, around=around)).get_xlim()
+        for around in ("step", "gpu")
+    ]
+    assert same[0] == same[1]
+    plt.close("all")

@@ -541,13 +541,14 @@ else:
 #
 # In the timeline
 # ---------------
-# The last recorded step of the eager and the compiled run (on a machine without a GPU,
-# the CPU lane only). Eager, the GELU and the multiply are two kernels on the GPU stream,
-# between the GEMMs:
+# The GPU work of the last recorded step of the eager and the compiled run
+# (``around="gpu"``; on a machine without a GPU, the step's CPU lane instead). Eager, the
+# GELU and the multiply are two kernels between the GEMMs:
 
 plot_timeline(
     eager.trace,
     step=eager.trace.steps[-1].number,
+    around="gpu",
     title=f"eager, ProfilerStep#{eager.trace.steps[-1].number}",
 )
 
@@ -557,6 +558,7 @@ plot_timeline(
 plot_timeline(
     compiled.trace,
     step=compiled.trace.steps[-1].number,
+    around="gpu",
     title=f"compiled, ProfilerStep#{compiled.trace.steps[-1].number}",
 )
 

@@ -190,8 +190,11 @@ else:
 # The post counted six kernels against five on its A100, the memcpy among them; here the
 # memcpy is a GPU activity of its own kind, and the kernels are as many in both runs.
 #
-# The last naive step in the timeline, with the clone's copy highlighted on the GPU
-# stream (on a machine without a GPU, the CPU lane only):
+# The last naive step's GPU work in the timeline, with the clone's copy highlighted (on a
+# machine without a GPU, the step's CPU lane instead). ``around="gpu"`` frames the work the
+# step launched, wherever it ran: in a GPU-bound run the CPU gets ahead of the GPU, so a
+# step's kernels may run long after its CPU side ended (the claim below says whether they
+# did here).
 
 last = naive.trace.steps[-1]
 step_copies = [
@@ -200,9 +203,18 @@ step_copies = [
 plot_timeline(
     naive.trace,
     step=last.number,
+    around="gpu",
     highlights=[highlight_span(c.span, "Memcpy DtoD") for c in step_copies[:1]],
     title=f"naive, ProfilerStep#{last.number}",
 )
+if last.gpu_work:
+    gpu_start = min(w.start for w in last.gpu_work)
+    claim(
+        "the last naive step's GPU work starts after the step's CPU side has ended",
+        gpu_start > last.end,
+        otherwise="the last naive step's GPU work starts before its CPU side ends",
+        lag_us=round(gpu_start - last.end, 1),
+    )
 
 # %%
 # How fast is the copy?

@@ -223,14 +223,15 @@ else:
 # size (Hopper's ``cga`` in cuDNN's kernel name); ``cudaLaunchKernelExC`` is the runtime's
 # version of it, which cuBLAS uses for the math backend's GEMMs.
 #
-# In the timeline, one step of the math backend and one of ``auto``; each picture has its
-# own time axis (on a machine without a GPU, the CPU lane only):
+# In the timeline, the GPU work of one call of the math backend and of ``auto`` (on a
+# machine without a GPU, the step's CPU lane instead); each picture has its own time axis:
 
 for name in ("math", "auto"):
     trace = runs[name].trace
     plot_timeline(
         trace,
         step=trace.steps[-1].number,
+        around="gpu",
         title=f"{name}, ProfilerStep#{trace.steps[-1].number}",
     )
 

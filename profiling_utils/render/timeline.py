@@ -199,6 +199,7 @@ def plot_timeline(
     *,
     window: tuple[float, float] | None = None,
     step: int | None = None,
+    around: str = "step",
     highlights: Sequence[Highlight] = (),
     lanes: Sequence[Lane] | None = None,
     max_depth: int | None = None,
@@ -218,6 +219,10 @@ def plot_timeline(
         window: ``(start, end)`` in µs on the trace's time axis; drawn exactly.
         step: Zoom to ``ProfilerStep#step``: its CPU window widened to take in the GPU work it
             launched, with a small margin. Not together with ``window``.
+        around: With ``step``: ``"step"`` (the default) as above, or ``"gpu"`` for the GPU
+            work the step launched only, which is what shows that work when the CPU runs far
+            ahead of the GPU (a GPU-bound step's CPU window and its GPU work may be
+            milliseconds apart). A step that launched no GPU work falls back to ``"step"``.
         highlights: Ranges to mark, each drawn as a band with its label and measured duration.
         lanes: The lanes to draw, in the trace's lane order; by default every CPU, GPU and
             CUPTI overhead lane.
@@ -231,13 +236,14 @@ def plot_timeline(
         The figure drawn into.
 
     Raises:
-        ValueError: For a bad window, an unknown step or lane, both ``window`` and ``step``, no
+        ValueError: For a bad window, an unknown step or lane, both ``window`` and ``step``, an
+            unknown ``around``, no
             span in the window, or a highlight outside the picture.
     """
     if max_depth is not None and max_depth < 0:
         raise ValueError(f"max_depth must be 0 or more, not {max_depth}")
     chosen = _chosen_lanes(trace, lanes)
-    x0, x1 = _resolve_window(trace, chosen, window, step, python_functions)
+    x0, x1 = _resolve_window(trace, chosen, window, step, around, python_functions)
     layout = _lay_out(trace, chosen, x0, x1, max_depth, python_functions)
     if not layout.lanes:
         raise ValueError(
@@ -330,8 +336,11 @@ def _resolve_window(
     lanes: list[Lane],
     window: tuple[float, float] | None,
     step: int | None,
+    around: str,
     python_functions: bool,
 ) -> tuple[float, float]:
+    if around not in ("step", "gpu"):
+        raise ValueError(f'around must be "step" or "gpu", not {around!r}')
     if window is not None and step is not None:
         raise ValueError("pass either window or step, not both")
     if window is not None:
@@ -345,8 +354,12 @@ def _resolve_window(
             have = ", ".join(str(s.number) for s in trace.steps) or "none"
             raise ValueError(f"{_trace_name(trace)} has no ProfilerStep#{step}; its steps: {have}")
         chosen = found[0]
-        lo = min([chosen.start, *(w.start for w in chosen.gpu_work)])
-        hi = max([chosen.end, *(w.end for w in chosen.gpu_work)])
+        if around == "gpu" and chosen.gpu_work:
+            lo = min(w.start for w in chosen.gpu_work)
+            hi = max(w.end for w in chosen.gpu_work)
+        else:
+            lo = min([chosen.start, *(w.start for w in chosen.gpu_work)])
+            hi = max([chosen.end, *(w.end for w in chosen.gpu_work)])
     else:
         spans = [
             s for lane in lanes for s in trace.lane_spans(lane) if _drawable(s, python_functions)
