@@ -277,11 +277,9 @@ rows = []
 for name in runs:
     tflops = flops / gpu[name].median / 1e6 if on_gpu else None
     share = f"{tflops / peak.value:.0%}" if peak and tflops else None
-    rows.append(
-        [name, ops[name].removeprefix("aten::_"), cpu[name], gpu[name], tflops, share]
-    )
+    rows.append([name, cpu[name], gpu[name], tflops, share])
 value_table(
-    ["backend", "op", "CPU µs/call", "GPU µs/call", "TFLOP/s", "of bf16 peak"],
+    ["backend", "CPU µs/call", "GPU µs/call", "TFLOP/s", "of bf16 peak"],
     rows,
     caption=f"{runs['auto'].trace.devices[0].describe() if on_gpu else 'CPU'}",
 )
