@@ -224,16 +224,27 @@ else:
 # version of it, which cuBLAS uses for the math backend's GEMMs.
 #
 # In the timeline, the GPU work of one call of the math backend and of ``auto`` (on a
-# machine without a GPU, the step's CPU lane instead); each picture has its own time axis:
+# machine without a GPU, the step's CPU lane instead); each picture has its own time axis.
+# The math backend first:
 
-for name in ("math", "auto"):
-    trace = runs[name].trace
-    plot_timeline(
-        trace,
-        step=trace.steps[-1].number,
-        around="gpu",
-        title=f"{name}, ProfilerStep#{trace.steps[-1].number}",
-    )
+math_trace = runs["math"].trace
+plot_timeline(
+    math_trace,
+    step=math_trace.steps[-1].number,
+    around="gpu",
+    title=f"math, ProfilerStep#{math_trace.steps[-1].number}",
+)
+
+# %%
+# And ``auto``, on the same kind of axis:
+
+auto_trace = runs["auto"].trace
+plot_timeline(
+    auto_trace,
+    step=auto_trace.steps[-1].number,
+    around="gpu",
+    title=f"auto, ProfilerStep#{auto_trace.steps[-1].number}",
+)
 
 # %%
 # Time per call
