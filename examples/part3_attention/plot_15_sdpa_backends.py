@@ -236,7 +236,7 @@ plot_timeline(
 )
 
 # %%
-# And ``auto``, on the same kind of axis:
+# Then ``auto``:
 
 auto_trace = runs["auto"].trace
 plot_timeline(
