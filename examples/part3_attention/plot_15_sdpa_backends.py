@@ -163,7 +163,9 @@ else:
 # %%
 # One kernel per call for each fused backend (a memset of a few bytes may come with it):
 # the first claim below checks it over all the steps. The memory-efficient kernel is a
-# CUTLASS kernel compiled for ``sm80`` (it runs on later GPUs as is), flash is
+# CUTLASS kernel whose template targets the A100's generation (``sm80`` in its name: the
+# instructions it is written for, not the machine code that ran, which cannot be sm_80
+# code on a 9.x GPU; Part 1's launch-planning page explains), flash is
 # ``pytorch_flash::flash_fwd_kernel``, FlashAttention-2 as vendored in PyTorch, and cuDNN's
 # kernel name says which GPU generation it was generated for. How each kernel was
 # launched, from the runtime or driver call the trace links to it, over all 20 steps:
