@@ -139,7 +139,7 @@ def test_a_claim_that_holds_is_listed_with_its_numbers(strict: Build) -> None:
     assert claim_items(strict.page("plot_a_holds")) == [
         ("claim claim-pass", "the first step is the widest (first_us=219.4, widest_other_us=92.0)")
     ]
-    assert "Checked on this run" in strict.page("plot_a_holds")
+    assert "Checked on this run</strong>: 1 claim, all held" in strict.page("plot_a_holds")
 
 
 def test_a_failed_claim_fails_the_build_with_one_line(strict: Build) -> None:
@@ -163,6 +163,7 @@ def test_report_mode_marks_the_failed_claim_and_finishes(report: Build) -> None:
         )
     ]
     assert "carried on" in report.page("plot_b_fails")
+    assert "Checked on this run</strong>: 1 claim, 1 did not hold" in report.page("plot_b_fails")
     warnings = [line for line in report.log.splitlines() if "claim did not hold" in line]
     assert len(warnings) == 1 and "WARNING" in warnings[0] and "plot_b_fails.py" in warnings[0]
     assert "PROFILING_UTILS_CLAIMS=report" in warnings[0]
@@ -252,3 +253,21 @@ def test_docs_conf_picks_the_gallery_order_from_the_environment(
     monkeypatch.setenv("PROFILING_UTILS_GALLERY_ORDER", "random")
     with pytest.raises(ValueError, match="name, reverse"):
         runpy.run_path(str(ROOT / "docs" / "conf.py"))
+
+
+def test_a_long_claims_list_is_marked_to_scroll_unless_one_failed() -> None:
+    from gallery_runs import LONG_CLAIMS_LIST, claims_box
+
+    from profiling_utils.claims import Claim
+
+    environment = dict(gpu="H100", driver=None, cuda=None, torch="2.11", python="3.12", date="")
+    record = {"environment": environment}
+    many = [Claim(f"claim {i}", True, {}) for i in range(LONG_CLAIMS_LIST + 1)]
+    few = many[:LONG_CLAIMS_LIST]
+    assert "claims-long" in claims_box(record, many)[1]["classes"]
+    assert "claims-long" not in claims_box(record, few)[1]["classes"]
+    failed = claims_box(record, [*many[:-1], Claim("last", False, {})])
+    # The stylesheet keeps a list with a failure unscrolled: the box is marked failed.
+    assert "claims-failed" in failed["classes"]
+    css = (Path(__file__).parents[1] / "docs/_static/site.css").read_text()
+    assert ".claims:not(.claims-failed) ul.claims-list.claims-long" in css

@@ -402,6 +402,9 @@ def _example_of(app: Sphinx, docname: str) -> Example | None:
 
 
 CLAIMS_TITLE = "Checked on this run"
+LONG_CLAIMS_LIST = 10
+"""A list of more claims than this scrolls inside its box (unless one failed), so that the
+page's first screen still reaches the prose."""
 NO_GPU_CLAIMS_NOTE = (
     "This build had no GPU, so the page's claims about GPU work were not made or checked."
 )
@@ -457,9 +460,10 @@ def _add_provenance(app: Sphinx, doctree: nodes.document) -> None:
 def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.container:
     """The "Checked on this run" box: each claim the example made, with its numbers.
 
-    Renders as ``<div class="claims">`` holding one ``claim`` element per claim, with
-    ``claim-pass`` when it held and ``claim-fail`` (and the words "did not hold on this
-    machine") when it did not.
+    Renders as ``<div class="claims">`` headed by the count ("12 claims, all held") and
+    holding one ``claim`` element per claim, with ``claim-pass`` when it held and
+    ``claim-fail`` (and the words "did not hold on this machine") when it did not. A list
+    longer than :data:`LONG_CLAIMS_LIST` gets the class ``claims-long``.
     """
     box = nodes.container(classes=["claims"])
     box += nodes.paragraph("", "", nodes.strong(text=CLAIMS_TITLE), classes=["claims-title"])
@@ -474,7 +478,14 @@ def claims_box(record: dict[str, Any] | None, claims: list[Claim]) -> nodes.cont
     if not claims:
         box += nodes.paragraph(text="This run checked no claims.")
         return box
+    failed = sum(not made.holds for made in claims)
+    count = f"{len(claims)} claim{'s' if len(claims) != 1 else ''}"
+    box[0] += nodes.Text(
+        f": {count}, all held" if not failed else f": {count}, {failed} did not hold"
+    )
     items = nodes.bullet_list(classes=["claims-list"])
+    if len(claims) > LONG_CLAIMS_LIST:
+        items["classes"].append("claims-long")
     for made in claims:
         state = "claim-pass" if made.holds else "claim-fail"
         line = nodes.paragraph()
