@@ -409,14 +409,16 @@ NO_GPU_CLAIMS_NOTE = (
     "This build had no GPU, so the page's claims about GPU work were not made or checked."
 )
 GALLERY_CPU_ONLY_NOTE = (
-    "The examples below ran on the CPU: their traces have no GPU lanes, their profiler "
-    "tables have no CUDA columns, and what their text says about GPU work was not checked. "
-    "The published site is built on a GPU."
+    "The examples below ran on the CPU: the traces they record have no GPU lanes (traces "
+    "they read from a GPU machine keep theirs), their profiler tables have no CUDA columns, "
+    "and what their text says about GPU work was not checked. The published site is built "
+    "on a GPU."
 )
 CPU_ONLY_NOTE = (
-    "This build had no GPU, so the example ran on the CPU: its traces have no GPU lanes, its "
-    "profiler tables have no CUDA columns, and what the text says about GPU work is not in "
-    "the outputs below. The published site is built on a GPU."
+    "This build had no GPU, so the example ran on the CPU: the traces it records have no GPU "
+    "lanes (a trace it reads from a GPU machine keeps them), its profiler tables have no CUDA "
+    "columns, and what the text says about GPU work is not in the outputs below. The "
+    "published site is built on a GPU."
 )
 
 
