@@ -485,8 +485,6 @@ class Trace:
     """``baseTimeNanoseconds`` when written (torch >= 2.4): absolute ns of the trace's ``ts`` 0."""
     origin_us: float
     """The written ``ts`` of the earliest span: add it to a span's start to get the file's ts."""
-    metadata: dict[str, Any]
-    """Every other top-level key of the file (``schemaVersion``, ``traceName``...)."""
     has_gpu: bool
     """Whether the trace holds any GPU work. A CPU-only trace is valid."""
     kernels: list[Span]
@@ -521,8 +519,8 @@ class Trace:
         self.cuda_driver_version = _cuda_version(raw.cuda_driver_version)
         self.cupti_version = _as_int(raw.cupti_version)
         self.base_time_ns = _as_int(raw.base_time_ns)
-        self.metadata = raw.metadata
-        distributed = raw.metadata.get("distributedInfo")
+        self._raw = raw
+        distributed = raw.distributed_info
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
@@ -530,6 +528,12 @@ class Trace:
         self._by_name: dict[str, list[Span]] | None = None
         events, raw.events = raw.events, []
         self._build_spans(events)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Every other top-level key of the file (``schemaVersion``, ``traceName``...), read
+        on first use."""
+        return self._raw.metadata
 
     # -- building ---------------------------------------------------------------------------
 
