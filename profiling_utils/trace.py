@@ -39,11 +39,12 @@ import math
 import os
 import re
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, compress, count, islice
+from itertools import chain, compress, count, islice, repeat
 from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
@@ -134,6 +135,7 @@ _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
 _COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
+_IS_COMMUNICATION = methodcaller("startswith", _COMM_PREFIXES)
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
@@ -553,19 +555,18 @@ class Trace:
         _longest_first_at_equal_starts(spans)
         self.spans = spans
 
+        deque(map(setattr, spans, repeat("id"), count()), maxlen=0)  # ids, at C speed
         by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
         by_cat: dict[str, list[Span]] = {}
-        for index, span in enumerate(spans):
-            span.id = index
-            key = (span.pid, span.tid)
-            on_lane = by_lane.get(key)
-            if on_lane is None:
-                on_lane = by_lane[key] = []
-            on_lane.append(span)
-            in_cat = by_cat.get(span.cat)
-            if in_cat is None:
-                in_cat = by_cat[span.cat] = []
-            in_cat.append(span)
+        for span in spans:  # a handful of lanes and categories: a miss is rare
+            try:
+                by_lane[span.pid, span.tid].append(span)
+            except KeyError:
+                by_lane[span.pid, span.tid] = [span]
+            try:
+                by_cat[span.cat].append(span)
+            except KeyError:
+                by_cat[span.cat] = [span]
         self.renamed_categories = _normalise_categories(by_cat)
 
         lane_categories = {key: set(map(_CAT, on_lane)) for key, on_lane in by_lane.items()}
@@ -584,7 +585,9 @@ class Trace:
         self._by_cat = by_cat
 
         self.kernels = by_cat.get("kernel", [])
-        self.communication = [k for k in self.kernels if k.name.startswith(_COMM_PREFIXES)]
+        self.communication = list(
+            compress(self.kernels, map(_IS_COMMUNICATION, map(_NAME, self.kernels)))
+        )
         self.compute_kernels = (
             [k for k in self.kernels if not k.name.startswith(_COMM_PREFIXES)]
             if self.communication
@@ -730,12 +733,16 @@ class Trace:
         self._step_ends = [span.end for _, span in by_time]
         self._step_numbers = [number for number, _ in by_time]
         work_by_step: dict[int, list[Span]] = {number: [] for number in step_spans}
+        # _step_number_at, inlined: one call per GPU activity.
+        launch_of, starts, ends = self._launch_of, self._step_starts, self._step_ends
+        numbers = self._step_numbers
         for work in self.gpu_work:
-            launch = self._launch_of.get(work.id)
+            launch = launch_of.get(work.id)
             if launch is not None:
-                number = self._step_number_at(launch.start)
-                if number is not None:
-                    work_by_step[number].append(work)
+                time = launch.start
+                index = bisect_right(starts, time) - 1
+                if index >= 0 and time < ends[index]:
+                    work_by_step[numbers[index]].append(work)
         self.steps = [
             Step(number, span, span.start, span.end, tuple(work_by_step[number]))
             for number, span in sorted(step_spans.items())
