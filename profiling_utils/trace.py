@@ -40,7 +40,7 @@ import os
 import re
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -505,6 +505,9 @@ class Trace:
     """CPU ``user_annotation`` spans (``record_function`` labels) other than ``ProfilerStep#N``."""
     overhead: list[Span]
     """Spans on the overhead lane, such as ``Activity Buffer Request``."""
+    launch_of_id: Callable[[int], Span | None]
+    """:meth:`launch_of` by the GPU work's span id: one dict lookup, for loops over many
+    spans."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -707,6 +710,7 @@ class Trace:
         }
         self._launch_of: dict[int, Span] = {}
         self._gpu_work_of: dict[int, list[Span]] = {}
+        self.launch_of_id = self._launch_of.get
         for work in self.gpu_work:
             launch = launch_by_correlation.get(work.correlation)
             if launch is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -337,9 +337,10 @@ class Facts:
         trace = self.trace
         busy_until: dict[Any, float] = {}
         delays = []
+        launch_of = trace.launch_of_id
         for work in trace.gpu_work:
             device = work.lane.device
-            launch = trace.launch_of(work)
+            launch = launch_of(work.id)
             if launch is not None and launch.start >= busy_until.get(device, float("-inf")):
                 delays.append(work.start - launch.start)
             end = work.start + work.dur
@@ -403,6 +404,16 @@ class Facts:
     def _step_of_gpu_work(self) -> dict[int, int]:
         """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
         return {work.id: step.number for step in self.steps for work in step.gpu_work}
+
+    @cached_property
+    def step_of_gpu_work(self) -> Callable[[int], int | None]:
+        """The step number of a GPU activity, by its span id (``None`` outside every step):
+        :meth:`step_number_of` for GPU work, one dict lookup in loops."""
+        trace = self.trace
+        if any(span.is_gpu_work for span in trace.overhead):  # GPU work off a GPU lane (pid -1)
+            spans, step_number_of = trace.spans, self.step_number_of
+            return lambda span_id: step_number_of(spans[span_id])
+        return self._step_of_gpu_work.get
 
     def step_number_of(self, span: Span) -> int | None:
         """The number of the step ``span`` belongs to (see :meth:`Trace.step_of`)."""

@@ -147,29 +147,34 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
+    step_of_id = facts.step_of_gpu_work
     step_of = facts.step_number_of
     # Runs by op name and step first: the recorded shapes are decoded for long runs only.
     runs: list[list[tuple[Span, Span]]] = []
     open_runs: dict[Any, list[tuple[Span, Span]]] = {}
+    run_step: dict[Any, int | None] = {}  # per lane: the step of its open run's kernels
     for launch, kernel in facts.kernel_launches:
         op = launch.op
-        run = open_runs.get(kernel.lane)
         if op is not None and op.name in GEMM_OPS:
             continue
+        lane = kernel.lane
+        run = open_runs.get(lane)
         if op is None or op.name not in ELEMENTWISE_OPS:
             if run is not None:
-                runs.append(open_runs.pop(kernel.lane))
+                runs.append(open_runs.pop(lane))
             continue
-        if run is not None and step_of(run[-1][1]) != step_of(kernel):
-            runs.append(open_runs.pop(kernel.lane))
+        step = step_of_id(kernel.id)
+        if run is not None and run_step[lane] != step:
+            runs.append(open_runs.pop(lane))
             run = None
         if run is None:
-            run = open_runs[kernel.lane] = []
+            run = open_runs[lane] = []
+            run_step[lane] = step
         run.append((op, kernel))
     runs.extend(open_runs.values())
     chains = []
     for run in runs:
-        if not _long_enough([op for op, _ in run]) or step_of(run[0][1]) is None:
+        if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) is None:
             continue
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
         for op, kernel in [*run, (None, None)]:

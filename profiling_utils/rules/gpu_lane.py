@@ -276,6 +276,8 @@ def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[in
     found = []
     longest: dict[int, float] = {}
     latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
+    step_of = facts.step_of_gpu_work  # facts.step_number_of, for GPU work: one lookup
+    launch_of = trace.launch_of_id
     for work in trace.gpu_work:
         device = work.lane.device
         end = work.start + work.dur
@@ -285,13 +287,13 @@ def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[in
         if previous is None or work.start <= previous[1]:
             continue
         before, before_end = previous
-        number = facts.step_number_of(work)
-        if number is None or number != facts.step_number_of(before):
+        number = step_of(work.id)
+        if number is None or number != step_of(before.id):
             continue
         gap = work.start - before_end
         if gap > longest.get(number, 0.0):
             longest[number] = gap
-        launch = trace.launch_of(work)
+        launch = launch_of(work.id)
         if gap >= floor_us and launch is not None:
             found.append(_Idle(number, before, work, launch, before_end))
     return found, longest
