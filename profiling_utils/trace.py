@@ -508,6 +508,9 @@ class Trace:
     launch_of_id: Callable[[int], Span | None]
     """:meth:`launch_of` by the GPU work's span id: one dict lookup, for loops over many
     spans."""
+    gpu_work_of_id: Callable[[int], list[Span] | None]
+    """:meth:`gpu_work_of` by the launch call's span id, ``None`` for a call that launched
+    nothing: one dict lookup, for loops over many spans."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -711,6 +714,7 @@ class Trace:
         self._launch_of: dict[int, Span] = {}
         self._gpu_work_of: dict[int, list[Span]] = {}
         self.launch_of_id = self._launch_of.get
+        self.gpu_work_of_id = self._gpu_work_of.get
         for work in self.gpu_work:
             launch = launch_by_correlation.get(work.correlation)
             if launch is None:

@@ -451,12 +451,13 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
     # third bf16 GEMM of grid g), so that one name reused by layers of different sizes is
     # compared with itself step by step, not with the other layers.
     roles: dict[tuple[str, str, int], list[Span]] = {}
+    configs: dict[tuple[bytes, bytes], str] = {}  # _launch_config by the raw grid and block
     for step in facts.steps:
         seen: dict[tuple[str, str], int] = {}
         for work in step.gpu_work:
             if work.cat != "kernel" or work.id in communication:
                 continue
-            name, config = kind = (work.name, _launch_config(work))
+            name, config = kind = (work.name, _launch_config(work, configs))
             rank = seen.get(kind, 0)
             roles.setdefault((name, config, rank), []).append(work)
             seen[kind] = rank + 1
@@ -485,24 +486,31 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
 
 
 class _LaunchConfig(msgspec.Struct, gc=False):
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = msgspec.Raw()
+    block: msgspec.Raw = msgspec.Raw()
 
 
 _LAUNCH_CONFIG = msgspec.json.Decoder(_LaunchConfig)
-_NO_CONFIG = _LaunchConfig()
+_NO_CONFIG = (b"", b"")
+_VALUE = msgspec.json.Decoder()
 
 
-def _launch_config(kernel: Span) -> str:
-    """``repr((grid, block))`` of a kernel's args, read without decoding the rest of them
-    (half the time of :attr:`Span.args` over every kernel of a large trace)."""
-    config = _NO_CONFIG
+def _launch_config(kernel: Span, known: dict[tuple[bytes, bytes], str]) -> str:
+    """``repr((grid, block))`` of a kernel's args (``None`` for one not recorded), read
+    without decoding the rest of them (half the time of :attr:`Span.args` over every kernel of
+    a large trace), and each distinct pair turned into text once (``known``, by raw JSON)."""
+    key = _NO_CONFIG
     if kernel.raw_args:
         try:
             config = _LAUNCH_CONFIG.decode(kernel.raw_args)
+            key = (bytes(config.grid), bytes(config.block))
         except msgspec.ValidationError:  # args that are not an object: none recorded
             pass
-    return repr((config.grid, config.block))
+    text = known.get(key)
+    if text is None:
+        grid, block = (_VALUE.decode(raw) if raw else None for raw in key)
+        text = known[key] = repr((grid, block))
+    return text
 
 
 def _variance_hit(
