@@ -511,6 +511,9 @@ class Trace:
     gpu_work_of_id: Callable[[int], list[Span] | None]
     """:meth:`gpu_work_of` by the launch call's span id, ``None`` for a call that launched
     nothing: one dict lookup, for loops over many spans."""
+    gpu_work_steps: dict[int, int]
+    """The step number of each GPU activity launched inside a step, by span id (the step
+    whose :attr:`Step.gpu_work` lists it)."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -744,13 +747,17 @@ class Trace:
         # _step_number_at, inlined: one call per GPU activity.
         launch_of, starts, ends = self._launch_of, self._step_starts, self._step_ends
         numbers = self._step_numbers
+        self.gpu_work_steps: dict[int, int] = {}
+        step_of_work = self.gpu_work_steps
         for work in self.gpu_work:
             launch = launch_of.get(work.id)
             if launch is not None:
                 time = launch.start
                 index = bisect_right(starts, time) - 1
                 if index >= 0 and time < ends[index]:
-                    work_by_step[numbers[index]].append(work)
+                    number = numbers[index]
+                    work_by_step[number].append(work)
+                    step_of_work[work.id] = number
         self.steps = [
             Step(number, span, span.start, span.end, tuple(work_by_step[number]))
             for number, span in sorted(step_spans.items())

@@ -413,7 +413,7 @@ class Facts:
     @cached_property
     def _step_of_gpu_work(self) -> dict[int, int]:
         """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
-        return {work.id: step.number for step in self.steps for work in step.gpu_work}
+        return self.trace.gpu_work_steps
 
     @cached_property
     def step_of_gpu_work(self) -> Callable[[int], int | None]:

@@ -316,16 +316,19 @@ class _HostSyncs:
         return None
 
 
+_NO_CAUSE = _Cause()
+
+
 def _cause_of(facts: Facts, idle: _Idle, syncs: _HostSyncs, requests: list[Span]) -> _Cause:
     if idle.launched_late_us <= 0:
-        return _Cause()
+        return _NO_CAUSE
     start, end = idle.idle_from, idle.launch.start
     # A sync returns once the GPU has run dry, which the CPU learns a little later.
     sync = syncs.returning_between(start - facts.launch_latency_us, end, idle.launch.lane)
     if sync is not None:
         return _Cause(sync=sync)
     request = next((r for r in requests if r.start < end and r.end > start), None)
-    return _Cause(request=request)
+    return _NO_CAUSE if request is None else _Cause(request=request)
 
 
 def _idle_evidence(idle: _Idle) -> dict[str, Any]:
