@@ -894,12 +894,11 @@ class Trace:
         first occur (built on first use; do not modify)."""
         if self._by_name is None:
             by_name: dict[str, list[Span]] = {}
-            for span in self.spans:
-                group = by_name.get(span.name)
-                if group is None:
+            for span in self.spans:  # a few hundred names: a miss is rare
+                try:
+                    by_name[span.name].append(span)
+                except KeyError:
                     by_name[span.name] = [span]
-                else:
-                    group.append(span)
             self._by_name = by_name
         return self._by_name
 
