@@ -24,7 +24,8 @@ import re
 import statistics
 from bisect import bisect_left
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import accumulate
+from operator import add, attrgetter
 from typing import Any
 
 from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
@@ -195,12 +196,9 @@ def step_times(trace: Trace) -> list[StepTime]:
     bound), near 0 when the GPU is the bottleneck.
     """
     work = trace.gpu_work
-    work_starts = [w.start for w in work]
-    ends_so_far: list[float] = []  # ends_so_far[i]: latest end among work[:i + 1]
-    latest = float("-inf")
-    for w in work:
-        latest = max(latest, w.end)
-        ends_so_far.append(latest)
+    work_starts = list(map(_START, work))
+    # ends_so_far[i]: latest end among work[:i + 1]
+    ends_so_far = list(accumulate(map(add, work_starts, map(_DUR, work)), max))
     results = []
     for step in trace.steps:
         own = step.gpu_work
@@ -357,10 +355,10 @@ class GpuGap(_Result):
 
 
 _SPAN_ID = attrgetter("id")
+_DUR = attrgetter("dur")
 _GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")  # CUDA's and HIP's
 _START = attrgetter("start")
 _CAT = attrgetter("cat")
-_ID = attrgetter("id")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
@@ -657,7 +655,7 @@ def memory_copies(trace: Trace) -> list[MemoryCopy]:
     """Every memcpy and memset, with size, achieved bandwidth and the op that issued it."""
     results = []
     copies = trace.find(cat="gpu_memcpy") + trace.find(cat="gpu_memset")
-    copies.sort(key=_ID)  # the order of trace.gpu_work
+    copies.sort(key=_SPAN_ID)  # the order of trace.gpu_work
     for span in copies:
         if span.cat == "gpu_memcpy":
             match = _COPY_KIND.match(span.name)
