@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from ..trace import Span
 from .facts import Facts, median, us
 from .registry import Hit, rule
@@ -110,11 +112,32 @@ class Chain:
         return sum(kernel.dur for kernel in self.kernels)
 
 
+class _Shapes(msgspec.Struct, gc=False):
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+
+
+_SHAPES = msgspec.json.Decoder(_Shapes)
+_NO_SHAPES = _Shapes()
+
+
+def _shapes(op: Span) -> _Shapes:
+    """``Input Dims`` and ``Input type`` of an op's args, read without decoding (and caching)
+    the rest of them when no rule has decoded them yet."""
+    if op._args is not None or not op.raw_args:
+        return _Shapes(op.args.get("Input Dims"), op.args.get("Input type"))
+    try:
+        return _SHAPES.decode(op.raw_args)
+    except msgspec.ValidationError:  # args that are not an object: nothing recorded
+        return _NO_SHAPES
+
+
 def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     """The shape an elementwise op works on (its first tensor input's) and the bytes of the
     tensor it writes, from the recorded shapes; ``None`` without them."""
-    dims = op.args.get("Input Dims")
-    types = op.args.get("Input type")
+    shapes = _shapes(op)
+    dims = shapes.dims
+    types = shapes.types
     if not dims or not types or not dims[0]:
         return None
     # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
