@@ -747,8 +747,8 @@ class Trace:
         # _step_number_at, inlined: one call per GPU activity.
         launch_of, starts, ends = self._launch_of, self._step_starts, self._step_ends
         numbers = self._step_numbers
-        self.gpu_work_steps: dict[int, int] = {}
-        step_of_work = self.gpu_work_steps
+        step_of_work: dict[int, int] = {}
+        self.gpu_work_steps = step_of_work
         for work in self.gpu_work:
             launch = launch_of.get(work.id)
             if launch is not None:
