@@ -85,7 +85,6 @@ from pathlib import Path
 from typing import Any
 
 from . import measures
-from .compare import compare
 from .errors import TraceError
 from .ranks import (
     CrossRank,
@@ -96,7 +95,6 @@ from .ranks import (
     rank_profile,
     trace_files,
 )
-from .roofline import roofline
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .tables import text_table
 from .trace import Trace
@@ -320,6 +318,8 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
 
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
+    from .roofline import roofline  # here: diagnose never needs it (nor its import time)
+
     kernels, apis, planning = _kernels(trace, top)
     view = roofline(trace)
     compiled = measures.compiled_regions(trace)
@@ -701,6 +701,8 @@ def _compare_task(
 ) -> tuple[RankProfile | None, RankProfile | None, dict[str, Any], str]:
     """Worker: the comparison of two traces, and their profiles for the cross-rank tables if
     ``ranks``."""
+    from .compare import compare  # here: diagnose never needs it (nor its import time)
+
     comparison = compare(baseline, trace)
     profiles = (rank_profile(baseline), rank_profile(trace)) if ranks else (None, None)
     return *profiles, comparison.to_dict(), comparison.to_text()

@@ -126,10 +126,23 @@ class RawTrace(Generic[E]):
     """``cupti_version`` as written."""
     base_time_ns: Any = None
     """``baseTimeNanoseconds`` as written, when present."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    """Every other top-level key (``schemaVersion``, ``traceName``, ``distributedInfo``...)."""
     repaired: bool = False
     """Whether the file only decoded after the byte-level repair (see the module docs)."""
+    distributed_info: Any = None
+    """``distributedInfo`` as written (also in :attr:`metadata`), when present."""
+    _metadata: dict[str, Any] | None = field(default=None, repr=False)
+    _source: bytes | bytearray | None = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Every other top-level key (``schemaVersion``, ``traceName``, ``distributedInfo``...).
+
+        Read on first use: the commands never need it, and finding the keys around
+        ``traceEvents`` costs a pass over the whole file."""
+        if self._metadata is None:
+            self._metadata = _metadata_of(_TOP_LEVEL.decode(self._source or b"{}"))
+            self._source = None
+        return self._metadata
 
 
 _KNOWN_KEYS = {
@@ -144,6 +157,9 @@ _KNOWN_KEYS = {
 # torch ~1.8 wrote the GPUs as "computeProperties" (with "major", "minor",
 # "multiProcessorCount"); later versions as "deviceProperties".
 _LEGACY_DEVICE_PROPERTIES = "computeProperties"
+_DISTRIBUTED_INFO = "distributedInfo"
+_ALSO_READ = (_LEGACY_DEVICE_PROPERTIES, _DISTRIBUTED_INFO)
+_DOCUMENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 _EVENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
@@ -326,6 +342,85 @@ def _event_decoder(event_type: type[E]) -> msgspec.json.Decoder:
     return decoder
 
 
+_UNSET: Any = msgspec.UNSET
+
+
+def _document_decoder(event_type: type[E]) -> msgspec.json.Decoder:
+    """One pass over the whole file: ``traceEvents`` decoded into events, the keys the model
+    reads kept raw, every other key skipped (read later, on demand: :attr:`RawTrace.metadata`).
+    """
+    decoder = _DOCUMENT_DECODERS.get(event_type)
+    if decoder is None:
+        any_event = Union[(event_type, *_OTHER_EVENT_TYPES)]  # noqa: UP007 (built at runtime)
+        fields = [
+            ("traceEvents", list[any_event], _UNSET),
+            *(
+                (key, msgspec.Raw, _UNSET)
+                for key in (*_KNOWN_KEYS, *_ALSO_READ)
+                if key != "traceEvents"
+            ),
+        ]
+        document = msgspec.defstruct("_Document", fields, gc=False)
+        decoder = _DOCUMENT_DECODERS[event_type] = msgspec.json.Decoder(document)
+    return decoder
+
+
+def _fast_decode(
+    data: bytes | bytearray, path: str | os.PathLike[str], event_type: type[E]
+) -> RawTrace[E] | None:
+    """The common case in one pass: a well-formed trace. ``None`` for anything else (not JSON,
+    no ``traceEvents``, an event of the wrong shape...), which the full path then reads and
+    reports exactly as before."""
+    try:
+        document = _document_decoder(event_type).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    events = document.traceEvents
+    if events is _UNSET:
+        return None
+    trace = RawTrace(path=Path(path), events=events, _source=data)
+    written = {
+        key: raw
+        for key in (*_KNOWN_KEYS, *_ALSO_READ)
+        if key != "traceEvents" and (raw := getattr(document, key)) is not _UNSET
+    }
+    _set_known(trace, written)
+    return trace
+
+
+def _set_known(trace: RawTrace[Any], top: dict[str, msgspec.Raw]) -> None:
+    """Set the attributes of the known top-level keys (and ``distributedInfo``)."""
+    for key, raw in top.items():
+        attribute = _KNOWN_KEYS.get(key)
+        if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
+            attribute = "device_properties"
+        if key == _DISTRIBUTED_INFO:
+            trace.distributed_info = _ANY.decode(raw)
+        if attribute is None or attribute == "events":
+            continue
+        value = _ANY.decode(raw)
+        if attribute == "device_properties":
+            trace.device_properties = (
+                [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
+            )
+        else:
+            setattr(trace, attribute, value)
+
+
+def _metadata_of(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
+    """The top-level keys that are not read into attributes, decoded."""
+    metadata = {}
+    for key, raw in top.items():
+        if key == "traceEvents":
+            continue
+        attribute = _KNOWN_KEYS.get(key)
+        if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
+            attribute = "device_properties"
+        if attribute is None:
+            metadata[key] = _ANY.decode(raw)
+    return metadata
+
+
 def _is_utf8(data: bytes) -> bool:
     """Whether ``data`` is valid UTF-8, checked in chunks so no large string is built."""
     if data.isascii():
@@ -394,6 +489,8 @@ def decode_trace(
     first_error: msgspec.DecodeError | None = None
     if not _is_utf8(data):
         first_error = msgspec.DecodeError("invalid UTF-8")
+    elif (trace := _fast_decode(data, path, event_type)) is not None:
+        return trace
     else:
         try:
             top = _TOP_LEVEL.decode(data)
@@ -427,21 +524,8 @@ def decode_trace(
         raise TraceError(path, _shape_problem(err, "traceEvents")) from None
 
     trace = RawTrace(path=Path(path), events=events, repaired=repaired)
-    for key, raw in top.items():
-        if key == "traceEvents":
-            continue
-        value = _ANY.decode(raw)
-        attribute = _KNOWN_KEYS.get(key)
-        if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
-            attribute = "device_properties"
-        if attribute is None:
-            trace.metadata[key] = value
-        elif attribute == "device_properties":
-            trace.device_properties = (
-                [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
-            )
-        else:
-            setattr(trace, attribute, value)
+    _set_known(trace, top)
+    trace._metadata = _metadata_of(top)
     return trace
 
 

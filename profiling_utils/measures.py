@@ -24,7 +24,8 @@ import re
 import statistics
 from bisect import bisect_left
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import accumulate
+from operator import add, attrgetter
 from typing import Any
 
 from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
@@ -195,12 +196,9 @@ def step_times(trace: Trace) -> list[StepTime]:
     bound), near 0 when the GPU is the bottleneck.
     """
     work = trace.gpu_work
-    work_starts = [w.start for w in work]
-    ends_so_far: list[float] = []  # ends_so_far[i]: latest end among work[:i + 1]
-    latest = float("-inf")
-    for w in work:
-        latest = max(latest, w.end)
-        ends_so_far.append(latest)
+    work_starts = list(map(_START, work))
+    # ends_so_far[i]: latest end among work[:i + 1]
+    ends_so_far = list(accumulate(map(add, work_starts, map(_DUR, work)), max))
     results = []
     for step in trace.steps:
         own = step.gpu_work
@@ -357,6 +355,7 @@ class GpuGap(_Result):
 
 
 _SPAN_ID = attrgetter("id")
+_DUR = attrgetter("dur")
 _GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")  # CUDA's and HIP's
 _START = attrgetter("start")
 _CAT = attrgetter("cat")
@@ -579,8 +578,10 @@ def launches(trace: Trace) -> list[Launch]:
     span it was made in until the next kernel launch from that span takes it.
     """
     spans = trace.spans
+    work_of = trace.gpu_work_of_id
     pending: dict[int | None, list[Span]] = {}
     found: list[Launch] = []
+    append = found.append
     for call in trace.runtime_calls:
         parent = call.parent
         if not call.is_launch:
@@ -590,10 +591,12 @@ def launches(trace: Trace) -> list[Launch]:
         op = spans[parent] if parent is not None else None
         if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
             op = trace.op_of(call)
-        work = tuple(trace.gpu_work_of(call))
-        starts_kernel = "kernel" in map(_CAT, work)
-        planning = tuple(pending.pop(parent, ())) if pending and starts_kernel else ()
-        found.append(Launch(call, op, planning, work))
+        work = tuple(work_of(call.id))  # a launch call started some
+        if pending and parent in pending and "kernel" in map(_CAT, work):
+            planning = tuple(pending.pop(parent))
+        else:
+            planning = ()
+        append(Launch(call, op, planning, work))
     return found
 
 
@@ -651,14 +654,14 @@ class MemoryCopy(_Result):
 def memory_copies(trace: Trace) -> list[MemoryCopy]:
     """Every memcpy and memset, with size, achieved bandwidth and the op that issued it."""
     results = []
-    for span in trace.gpu_work:
+    copies = trace.find(cat="gpu_memcpy") + trace.find(cat="gpu_memset")
+    copies.sort(key=_SPAN_ID)  # the order of trace.gpu_work
+    for span in copies:
         if span.cat == "gpu_memcpy":
             match = _COPY_KIND.match(span.name)
             kind = match[1] if match else "copy"
-        elif span.cat == "gpu_memset":
-            kind = "memset"
         else:
-            continue
+            kind = "memset"
         size = _whole(span.args.get("bytes"))
         bandwidth = size / span.dur / 1e3 if size is not None and span.dur > 0 else None
         launch = trace.launch_of(span)

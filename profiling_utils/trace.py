@@ -39,11 +39,12 @@ import math
 import os
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, compress, count, islice
+from itertools import chain, compress, count, islice, repeat
 from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Literal
@@ -134,6 +135,7 @@ _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
 _COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
+_IS_COMMUNICATION = methodcaller("startswith", _COMM_PREFIXES)
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
@@ -485,8 +487,6 @@ class Trace:
     """``baseTimeNanoseconds`` when written (torch >= 2.4): absolute ns of the trace's ``ts`` 0."""
     origin_us: float
     """The written ``ts`` of the earliest span: add it to a span's start to get the file's ts."""
-    metadata: dict[str, Any]
-    """Every other top-level key of the file (``schemaVersion``, ``traceName``...)."""
     has_gpu: bool
     """Whether the trace holds any GPU work. A CPU-only trace is valid."""
     kernels: list[Span]
@@ -505,6 +505,15 @@ class Trace:
     """CPU ``user_annotation`` spans (``record_function`` labels) other than ``ProfilerStep#N``."""
     overhead: list[Span]
     """Spans on the overhead lane, such as ``Activity Buffer Request``."""
+    launch_of_id: Callable[[int], Span | None]
+    """:meth:`launch_of` by the GPU work's span id: one dict lookup, for loops over many
+    spans."""
+    gpu_work_of_id: Callable[[int], list[Span] | None]
+    """:meth:`gpu_work_of` by the launch call's span id, ``None`` for a call that launched
+    nothing: one dict lookup, for loops over many spans."""
+    gpu_work_steps: dict[int, int]
+    """The step number of each GPU activity launched inside a step, by span id (the step
+    whose :attr:`Step.gpu_work` lists it)."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -521,8 +530,8 @@ class Trace:
         self.cuda_driver_version = _cuda_version(raw.cuda_driver_version)
         self.cupti_version = _as_int(raw.cupti_version)
         self.base_time_ns = _as_int(raw.base_time_ns)
-        self.metadata = raw.metadata
-        distributed = raw.metadata.get("distributedInfo")
+        self._raw = raw
+        distributed = raw.distributed_info
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
@@ -530,6 +539,12 @@ class Trace:
         self._by_name: dict[str, list[Span]] | None = None
         events, raw.events = raw.events, []
         self._build_spans(events)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Every other top-level key of the file (``schemaVersion``, ``traceName``...), read
+        on first use."""
+        return self._raw.metadata
 
     # -- building ---------------------------------------------------------------------------
 
@@ -549,19 +564,18 @@ class Trace:
         _longest_first_at_equal_starts(spans)
         self.spans = spans
 
+        deque(map(setattr, spans, repeat("id"), count()), maxlen=0)  # ids, at C speed
         by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
         by_cat: dict[str, list[Span]] = {}
-        for index, span in enumerate(spans):
-            span.id = index
-            key = (span.pid, span.tid)
-            on_lane = by_lane.get(key)
-            if on_lane is None:
-                on_lane = by_lane[key] = []
-            on_lane.append(span)
-            in_cat = by_cat.get(span.cat)
-            if in_cat is None:
-                in_cat = by_cat[span.cat] = []
-            in_cat.append(span)
+        for span in spans:  # a handful of lanes and categories: a miss is rare
+            try:
+                by_lane[span.pid, span.tid].append(span)
+            except KeyError:
+                by_lane[span.pid, span.tid] = [span]
+            try:
+                by_cat[span.cat].append(span)
+            except KeyError:
+                by_cat[span.cat] = [span]
         self.renamed_categories = _normalise_categories(by_cat)
 
         lane_categories = {key: set(map(_CAT, on_lane)) for key, on_lane in by_lane.items()}
@@ -580,7 +594,9 @@ class Trace:
         self._by_cat = by_cat
 
         self.kernels = by_cat.get("kernel", [])
-        self.communication = [k for k in self.kernels if k.name.startswith(_COMM_PREFIXES)]
+        self.communication = list(
+            compress(self.kernels, map(_IS_COMMUNICATION, map(_NAME, self.kernels)))
+        )
         self.compute_kernels = (
             [k for k in self.kernels if not k.name.startswith(_COMM_PREFIXES)]
             if self.communication
@@ -700,6 +716,8 @@ class Trace:
         }
         self._launch_of: dict[int, Span] = {}
         self._gpu_work_of: dict[int, list[Span]] = {}
+        self.launch_of_id = self._launch_of.get
+        self.gpu_work_of_id = self._gpu_work_of.get
         for work in self.gpu_work:
             launch = launch_by_correlation.get(work.correlation)
             if launch is None:
@@ -726,12 +744,20 @@ class Trace:
         self._step_ends = [span.end for _, span in by_time]
         self._step_numbers = [number for number, _ in by_time]
         work_by_step: dict[int, list[Span]] = {number: [] for number in step_spans}
+        # _step_number_at, inlined: one call per GPU activity.
+        launch_of, starts, ends = self._launch_of, self._step_starts, self._step_ends
+        numbers = self._step_numbers
+        step_of_work: dict[int, int] = {}
+        self.gpu_work_steps = step_of_work
         for work in self.gpu_work:
-            launch = self._launch_of.get(work.id)
+            launch = launch_of.get(work.id)
             if launch is not None:
-                number = self._step_number_at(launch.start)
-                if number is not None:
+                time = launch.start
+                index = bisect_right(starts, time) - 1
+                if index >= 0 and time < ends[index]:
+                    number = numbers[index]
                     work_by_step[number].append(work)
+                    step_of_work[work.id] = number
         self.steps = [
             Step(number, span, span.start, span.end, tuple(work_by_step[number]))
             for number, span in sorted(step_spans.items())
@@ -868,12 +894,11 @@ class Trace:
         first occur (built on first use; do not modify)."""
         if self._by_name is None:
             by_name: dict[str, list[Span]] = {}
-            for span in self.spans:
-                group = by_name.get(span.name)
-                if group is None:
+            for span in self.spans:  # a few hundred names: a miss is rare
+                try:
+                    by_name[span.name].append(span)
+                except KeyError:
                     by_name[span.name] = [span]
-                else:
-                    group.append(span)
             self._by_name = by_name
         return self._by_name
 

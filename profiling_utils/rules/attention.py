@@ -263,7 +263,7 @@ def _mask_ops(facts: Facts, names: frozenset[str]) -> list[tuple[int, tuple[int,
     it) that ran in a step with a mask's shape, each with its step and shape."""
     spans = facts.trace.spans
     found = []
-    for name in names:
+    for name in sorted(names):  # a set's order varies between processes
         for op in facts.named(name):
             if op.cat != "cpu_op" or (op.parent is not None and spans[op.parent].name in names):
                 continue

@@ -8,8 +8,8 @@ a few passes in total, never one per rule.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_right
-from collections.abc import Iterable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -176,6 +176,7 @@ _COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDy
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
 _UNSEEN: list[Any] = []
+_CALL_ID = attrgetter("call.id")
 
 
 class Facts:
@@ -208,11 +209,17 @@ class Facts:
         with_kernel: list[tuple[Launch, Span]] = []
         by_op: dict[int, list[Launch]] = {}
         for launch in every:
-            kernel = launch.kernel
-            if kernel is not None:
-                with_kernel.append((launch, kernel))
-            if launch.op is not None:
-                by_op.setdefault(launch.op.id, []).append(launch)
+            for kernel in launch.work:  # Launch.kernel, inline: the first kernel
+                if kernel.cat == "kernel":
+                    with_kernel.append((launch, kernel))
+                    break
+            op = launch.op
+            if op is not None:
+                group = by_op.get(op.id)
+                if group is None:
+                    by_op[op.id] = [launch]
+                else:
+                    group.append(launch)
         return every, with_kernel, by_op
 
     @property
@@ -233,12 +240,15 @@ class Facts:
     @cached_property
     def copies(self) -> list[Copy]:
         """Memcpys and memsets whose launch is in the trace, in start order."""
-        by_call = {launch.call.id: launch for launch in self.launches}
+        launches = self.launches  # in the order of their calls' ids
+        call_ids = list(map(_CALL_ID, launches))
         found = []
         for measured in measures.memory_copies(self.trace):
             call = self.trace.launch_of(measured.span)
-            if call is not None and call.id in by_call:
-                found.append(Copy(measured, by_call[call.id]))
+            if call is not None:
+                index = bisect_left(call_ids, call.id)
+                if index < len(call_ids) and call_ids[index] == call.id:
+                    found.append(Copy(measured, launches[index]))
         return found
 
     @cached_property
@@ -337,9 +347,10 @@ class Facts:
         trace = self.trace
         busy_until: dict[Any, float] = {}
         delays = []
+        launch_of = trace.launch_of_id
         for work in trace.gpu_work:
             device = work.lane.device
-            launch = trace.launch_of(work)
+            launch = launch_of(work.id)
             if launch is not None and launch.start >= busy_until.get(device, float("-inf")):
                 delays.append(work.start - launch.start)
             end = work.start + work.dur
@@ -402,7 +413,17 @@ class Facts:
     @cached_property
     def _step_of_gpu_work(self) -> dict[int, int]:
         """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
-        return {work.id: step.number for step in self.steps for work in step.gpu_work}
+        return self.trace.gpu_work_steps
+
+    @cached_property
+    def step_of_gpu_work(self) -> Callable[[int], int | None]:
+        """The step number of a GPU activity, by its span id (``None`` outside every step):
+        :meth:`step_number_of` for GPU work, one dict lookup in loops."""
+        trace = self.trace
+        if any(span.is_gpu_work for span in trace.overhead):  # GPU work off a GPU lane (pid -1)
+            spans, step_number_of = trace.spans, self.step_number_of
+            return lambda span_id: step_number_of(spans[span_id])
+        return self._step_of_gpu_work.get
 
     def step_number_of(self, span: Span) -> int | None:
         """The number of the step ``span`` belongs to (see :meth:`Trace.step_of`)."""

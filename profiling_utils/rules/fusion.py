@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from ..trace import Span
 from .facts import Facts, median, us
 from .registry import Hit, rule
@@ -110,11 +112,32 @@ class Chain:
         return sum(kernel.dur for kernel in self.kernels)
 
 
+class _Shapes(msgspec.Struct, gc=False):
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+
+
+_SHAPES = msgspec.json.Decoder(_Shapes)
+_NO_SHAPES = _Shapes()
+
+
+def _shapes(op: Span) -> _Shapes:
+    """``Input Dims`` and ``Input type`` of an op's args, read without decoding (and caching)
+    the rest of them when no rule has decoded them yet."""
+    if op._args is not None or not op.raw_args:
+        return _Shapes(op.args.get("Input Dims"), op.args.get("Input type"))
+    try:
+        return _SHAPES.decode(op.raw_args)
+    except msgspec.ValidationError:  # args that are not an object: nothing recorded
+        return _NO_SHAPES
+
+
 def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     """The shape an elementwise op works on (its first tensor input's) and the bytes of the
     tensor it writes, from the recorded shapes; ``None`` without them."""
-    dims = op.args.get("Input Dims")
-    types = op.args.get("Input type")
+    shapes = _shapes(op)
+    dims = shapes.dims
+    types = shapes.types
     if not dims or not types or not dims[0]:
         return None
     # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
@@ -147,29 +170,34 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
+    step_of_id = facts.step_of_gpu_work
     step_of = facts.step_number_of
     # Runs by op name and step first: the recorded shapes are decoded for long runs only.
     runs: list[list[tuple[Span, Span]]] = []
     open_runs: dict[Any, list[tuple[Span, Span]]] = {}
+    run_step: dict[Any, int | None] = {}  # per lane: the step of its open run's kernels
     for launch, kernel in facts.kernel_launches:
         op = launch.op
-        run = open_runs.get(kernel.lane)
         if op is not None and op.name in GEMM_OPS:
             continue
+        lane = kernel.lane
+        run = open_runs.get(lane)
         if op is None or op.name not in ELEMENTWISE_OPS:
             if run is not None:
-                runs.append(open_runs.pop(kernel.lane))
+                runs.append(open_runs.pop(lane))
             continue
-        if run is not None and step_of(run[-1][1]) != step_of(kernel):
-            runs.append(open_runs.pop(kernel.lane))
+        step = step_of_id(kernel.id)
+        if run is not None and run_step[lane] != step:
+            runs.append(open_runs.pop(lane))
             run = None
         if run is None:
-            run = open_runs[kernel.lane] = []
+            run = open_runs[lane] = []
+            run_step[lane] = step
         run.append((op, kernel))
     runs.extend(open_runs.values())
     chains = []
     for run in runs:
-        if not _long_enough([op for op, _ in run]) or step_of(run[0][1]) is None:
+        if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) is None:
             continue
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
         for op, kernel in [*run, (None, None)]:

@@ -276,6 +276,8 @@ def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[in
     found = []
     longest: dict[int, float] = {}
     latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
+    step_of = facts.step_of_gpu_work  # facts.step_number_of, for GPU work: one lookup
+    launch_of = trace.launch_of_id
     for work in trace.gpu_work:
         device = work.lane.device
         end = work.start + work.dur
@@ -285,13 +287,13 @@ def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[in
         if previous is None or work.start <= previous[1]:
             continue
         before, before_end = previous
-        number = facts.step_number_of(work)
-        if number is None or number != facts.step_number_of(before):
+        number = step_of(work.id)
+        if number is None or number != step_of(before.id):
             continue
         gap = work.start - before_end
         if gap > longest.get(number, 0.0):
             longest[number] = gap
-        launch = trace.launch_of(work)
+        launch = launch_of(work.id)
         if gap >= floor_us and launch is not None:
             found.append(_Idle(number, before, work, launch, before_end))
     return found, longest
@@ -314,16 +316,19 @@ class _HostSyncs:
         return None
 
 
+_NO_CAUSE = _Cause()
+
+
 def _cause_of(facts: Facts, idle: _Idle, syncs: _HostSyncs, requests: list[Span]) -> _Cause:
     if idle.launched_late_us <= 0:
-        return _Cause()
+        return _NO_CAUSE
     start, end = idle.idle_from, idle.launch.start
     # A sync returns once the GPU has run dry, which the CPU learns a little later.
     sync = syncs.returning_between(start - facts.launch_latency_us, end, idle.launch.lane)
     if sync is not None:
         return _Cause(sync=sync)
     request = next((r for r in requests if r.start < end and r.end > start), None)
-    return _Cause(request=request)
+    return _NO_CAUSE if request is None else _Cause(request=request)
 
 
 def _idle_evidence(idle: _Idle) -> dict[str, Any]:
@@ -449,12 +454,13 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
     # third bf16 GEMM of grid g), so that one name reused by layers of different sizes is
     # compared with itself step by step, not with the other layers.
     roles: dict[tuple[str, str, int], list[Span]] = {}
+    configs: dict[tuple[bytes, bytes], str] = {}  # _launch_config by the raw grid and block
     for step in facts.steps:
         seen: dict[tuple[str, str], int] = {}
         for work in step.gpu_work:
             if work.cat != "kernel" or work.id in communication:
                 continue
-            name, config = kind = (work.name, _launch_config(work))
+            name, config = kind = (work.name, _launch_config(work, configs))
             rank = seen.get(kind, 0)
             roles.setdefault((name, config, rank), []).append(work)
             seen[kind] = rank + 1
@@ -483,24 +489,31 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
 
 
 class _LaunchConfig(msgspec.Struct, gc=False):
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = msgspec.Raw()
+    block: msgspec.Raw = msgspec.Raw()
 
 
 _LAUNCH_CONFIG = msgspec.json.Decoder(_LaunchConfig)
-_NO_CONFIG = _LaunchConfig()
+_NO_CONFIG = (b"", b"")
+_VALUE = msgspec.json.Decoder()
 
 
-def _launch_config(kernel: Span) -> str:
-    """``repr((grid, block))`` of a kernel's args, read without decoding the rest of them
-    (half the time of :attr:`Span.args` over every kernel of a large trace)."""
-    config = _NO_CONFIG
+def _launch_config(kernel: Span, known: dict[tuple[bytes, bytes], str]) -> str:
+    """``repr((grid, block))`` of a kernel's args (``None`` for one not recorded), read
+    without decoding the rest of them (half the time of :attr:`Span.args` over every kernel of
+    a large trace), and each distinct pair turned into text once (``known``, by raw JSON)."""
+    key = _NO_CONFIG
     if kernel.raw_args:
         try:
             config = _LAUNCH_CONFIG.decode(kernel.raw_args)
+            key = (bytes(config.grid), bytes(config.block))
         except msgspec.ValidationError:  # args that are not an object: none recorded
             pass
-    return repr((config.grid, config.block))
+    text = known.get(key)
+    if text is None:
+        grid, block = (_VALUE.decode(raw) if raw else None for raw in key)
+        text = known[key] = repr((grid, block))
+    return text
 
 
 def _variance_hit(
