@@ -346,7 +346,8 @@ def test_search_finds_cuda_launch_kernel(base_url: str, context: Any) -> None:
     page = context.new_page()
     page.goto(base_url + "search.html?q=cudaLaunchKernel")
     results = page.locator("#search-results ul.search li")
-    results.first.wait_for(timeout=15_000)
+    # Sphinx adds the results one by one (5 ms apart) and then says the search finished.
+    page.get_by_text("Search finished").wait_for(timeout=15_000)
     assert results.count() >= 1
     links = results.locator("a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
     assert any("dispatch-chain" in link for link in links)
