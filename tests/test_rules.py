@@ -480,6 +480,23 @@ def test_hidden_memcpy_is_the_addmm_bias_copy() -> None:
     assert group["bytes"] == 4096 * 4096 * 2  # the bf16 bias, whole
 
 
+def test_hidden_memcpy_follows_copy_ops_up_to_the_aten_op_that_made_them(tmp_path: Path) -> None:
+    naive = "attention_8x16x1024x64_bf16_naive"
+    group = only(naive, "hidden-memcpy").evidence["groups"][0]
+    # masked_fill → clone → copy_ → cudaMemcpyAsync: the copy is masked_fill's.
+    assert (group["op"], group["kind"], group["count"]) == ("aten::masked_fill", "DtoD", 3)
+    assert group["bytes"] == 8 * 16 * 1024 * 1024 * 2
+
+    def called_from_user_code(events: list[dict]) -> None:
+        # The same clone, as if code (a function recorded as an op) had asked for it.
+        for event in events:
+            if event.get("name") == "aten::masked_fill":
+                event["name"] = "forward"
+
+    found = diagnose(altered(tmp_path, naive, called_from_user_code))
+    assert "hidden-memcpy" not in {f.rule for f in found}
+
+
 # -- GPU lane ----------------------------------------------------------------------------------
 
 

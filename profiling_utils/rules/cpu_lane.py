@@ -391,15 +391,21 @@ def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:
 
 
 def _caller_of_copy(facts: Facts, op: Span | None) -> Span | None:
-    """The op a copy was made for: ``op`` itself when it is not a copy op, else the first
-    enclosing op that is not one (``aten::masked_fill`` above ``aten::clone`` →
-    ``aten::copy_``), or ``None`` when only copy ops and annotations enclose it (a copy the
-    code asked for)."""
+    """The op a copy was made for, or ``None`` for a copy the code asked for.
+
+    ``op`` itself when it is not a copy op (``aten::addmm`` seeding its output with the
+    bias). When it is one, the first enclosing op that is not: an ATen op that copies on
+    your behalf through copy ops (``aten::masked_fill`` → ``aten::clone`` → ``aten::copy_``).
+    A copy op called from anything else (your ``forward``, a ``record_function`` range, an
+    autograd node, nothing) is a copy that code asked for.
+    """
+    if op is None or op.name not in EXPLICIT_COPY_OPS:
+        return op
     spans = facts.trace.spans
     while op is not None and op.name in EXPLICIT_COPY_OPS:
         parent = spans[op.parent] if op.parent is not None else None
         op = parent if parent is not None and parent.cat == "cpu_op" else None
-    return op
+    return op if op is not None and op.name.startswith("aten::") else None
 
 
 @rule(
