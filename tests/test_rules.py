@@ -870,3 +870,56 @@ def test_collective_bandwidth_is_silent_without_recorded_sizes(tmp_path: Path) -
     found = rules_on(nccl_trace(tmp_path, 450.0, sized=False))
     assert "collective-bandwidth" not in found
     assert "exposed-communication" in found
+
+
+# Rules that compare a step, a gap or a kernel against a typical one need times with a scale.
+_RELATIVE_TO_A_TYPICAL_TIME = {"cold-start", "dead-window", "sync-flush", "kernel-variance"}
+
+
+@pytest.mark.parametrize(
+    "fixture", ["4096_bf16_item-sync", "64_bf16_warm_compile", "attention_8x16x1024x64_bf16_naive"]
+)
+@pytest.mark.parametrize("times", ["every dur 0", "every ts equal"])
+def test_rules_that_compare_times_are_silent_when_the_times_have_no_scale(
+    fixture: str, times: str, make_trace: Any
+) -> None:
+    # A degenerate recording (durations written as 0, or one timestamp for every event) has
+    # steps of no length and gaps of none: a ratio against them divided by zero before.
+    document = fixture_document(fixture)
+    for event in document["traceEvents"]:
+        if times == "every dur 0" and "dur" in event:
+            event["dur"] = 0
+        if times == "every ts equal" and "ts" in event:
+            event["ts"] = 1000
+    findings = diagnose(make_trace(document))
+    assert not {f.rule for f in findings} & _RELATIVE_TO_A_TYPICAL_TIME
+    json.dumps([f.to_dict() for f in findings], allow_nan=False)
+
+
+def test_gemm_kernel_leaves_the_gpu_share_out_when_gpu_work_has_no_duration(
+    make_trace: Any,
+) -> None:
+    document = fixture_document("4096_bf16_warm_eager")
+    for event in document["traceEvents"]:
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in event:
+            event["dur"] = 0
+    found = {f.rule: f for f in diagnose(make_trace(document))}
+    gemm = found["gemm-kernel"]
+    assert gemm.evidence["kernels"][0]["gpu_share"] is None
+    assert "of GPU time" not in gemm.message and gemm.message.endswith("(median 0.0 µs).")
+
+
+def test_launch_latency_falls_back_when_the_clock_cannot_see_a_launch(make_trace: Any) -> None:
+    # Times floored to the millisecond: a launch and its kernel share a timestamp, the median
+    # launch delay is 0 µs, and thresholds of a few launch latencies would be 0 µs too.
+    from profiling_utils.rules.facts import DEFAULT_LAUNCH_LATENCY_US
+
+    document = fixture_document("4096_bf16_item-sync")
+    for event in document["traceEvents"]:
+        for key in ("ts", "dur"):
+            if isinstance(event.get(key), int | float):
+                event[key] = event[key] // 1000 * 1000
+    trace = load_trace(make_trace(document))
+    assert Facts(trace).launch_latency_us == DEFAULT_LAUNCH_LATENCY_US
+    findings = diagnose(trace)
+    json.dumps([f.to_dict() for f in findings], allow_nan=False)

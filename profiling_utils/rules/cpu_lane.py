@@ -86,6 +86,8 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     widths = {step.number: step.span.dur for step in steps}
     typical = _other_median(widths, first.number)
     assert typical is not None
+    if typical <= 0:  # steps recorded with no duration give nothing to compare against
+        return
     width = first.span.dur
     if width < COLD_START_MIN_RATIO * typical:
         return
@@ -169,15 +171,16 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                 continue
             typical = min(others)
             gap = window.gap_us
-            if gap < DEAD_WINDOW_MIN_RATIO * typical:
+            if gap <= typical or gap < DEAD_WINDOW_MIN_RATIO * typical:
                 continue
             min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
             if gap - typical < min_excess:
                 continue
+            times = f" ({gap / typical:.0f}×)" if typical > 0 else ""
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
-                f"{window.first_op.name}, against {typical:.1f} µs in the quickest other step "
-                f"({gap / typical:.0f}×).",
+                f"{window.first_op.name}, against {typical:.1f} µs in the quickest other "
+                f"step{times}.",
                 {
                     "step": number,
                     "annotation": span_ref(window.annotation),
@@ -348,6 +351,8 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
         return
     last_end = max(step.end for step in steps)
     typical_step = median(step.span.dur for step in steps)
+    if typical_step <= 0:  # steps recorded with no duration: no measure of "long"
+        return
     syncs = sorted((s for name in DEVICE_SYNC_CALLS for s in facts.named(name)), key=_START)
     for sync in syncs:
         if sync.start < last_end or sync.dur < typical_step:

@@ -81,7 +81,7 @@ MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy", "hipMemcpy")
 
 DEFAULT_LAUNCH_LATENCY_US = 6.5
 """:attr:`Facts.launch_latency_us` of a trace with no launch that found the GPU idle (a
-CPU-only trace): a typical H100 launch."""
+CPU-only trace), or whose clock cannot resolve a launch: a typical H100 launch."""
 
 
 def _union_us(spans: list[Span]) -> float:
@@ -343,7 +343,9 @@ class Facts:
         ahead of them): the launch call itself plus the GPU's start-up. It differs by GPU and
         driver (about 10 µs on the H100 recordings, 13 µs on an MI250 trace); thresholds that
         compare against launch cost use it, so that they hold on any GPU.
-        :data:`DEFAULT_LAUNCH_LATENCY_US` when no launch found its GPU idle."""
+        :data:`DEFAULT_LAUNCH_LATENCY_US` when no launch found its GPU idle, or when the
+        median delay is 0 µs (a clock too coarse to see a launch: times rounded to the
+        millisecond), since a threshold of some multiple of 0 would let anything through."""
         trace = self.trace
         busy_until: dict[Any, float] = {}
         delays = []
@@ -356,7 +358,8 @@ class Facts:
             end = work.start + work.dur
             if end > busy_until.get(device, float("-inf")):
                 busy_until[device] = end
-        return median(delays) if delays else DEFAULT_LAUNCH_LATENCY_US
+        typical = median(delays) if delays else 0.0
+        return typical if typical > 0 else DEFAULT_LAUNCH_LATENCY_US
 
     @cached_property
     def collectives(self) -> list[comm.Collective]:

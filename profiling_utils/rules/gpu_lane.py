@@ -470,6 +470,8 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
             continue
         durations = [k.dur for k in same]
         typical = median(durations)
+        if typical <= 0:  # recorded as 0 µs (times rounded to the µs): no scale to compare
+            continue
         q1, _, q3 = statistics.quantiles(durations, n=4, method="inclusive")
         least_excess = max(VARIANCE_MIN_LAUNCH_LATENCIES * latency, VARIANCE_MIN_IQRS * (q3 - q1))
         slow = [
@@ -633,10 +635,12 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
         )
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
+    share = top["gpu_share"]  # None when every GPU activity was recorded as 0 µs
+    of_gpu_time = f", {share:.0%} of GPU time" if share is not None else ""
     message = (
         f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, "
         f"{short_name(top['kernel'])}, runs {top['count']}× from {', '.join(top['ops'])} "
-        f"(median {top['median_us']:.1f} µs, {top['gpu_share']:.0%} of GPU time)."
+        f"(median {top['median_us']:.1f} µs{of_gpu_time})."
     )
     yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
 
