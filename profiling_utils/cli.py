@@ -541,6 +541,8 @@ def run_summary(args: argparse.Namespace) -> int:
                 else format_summary(summary)
             )
         return status
+    if not done and not args.json:  # every trace refused: the error lines say it all
+        return status
     report = cross_rank([profile for profile, _ in done if profile is not None])
     if args.json:
         document = {
@@ -647,6 +649,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
         for _, document, text in done:
             print(json.dumps(document, indent=2) if args.json else text)
         return status
+    if not done and not args.json:  # every trace refused: the error lines say it all
+        return status
     report = cross_rank([profile for profile, _, _ in done if profile is not None])
     if args.json:
         document = {
@@ -727,6 +731,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if not multi:
         for _, _, document, text in done:
             print(json.dumps(document, indent=2) if args.json else text)
+        return status
+    if not done and not args.json:  # every pair refused: the error lines say it all
         return status
     baseline_report = cross_rank([a for a, _, _, _ in done if a is not None])
     trace_report = cross_rank([b for _, b, _, _ in done if b is not None])

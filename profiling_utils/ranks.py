@@ -472,7 +472,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
     result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count)
-    if len({p.clock for p in profiles}) > 1:
+    if not profiles or len({p.clock for p in profiles}) > 1:  # none: every trace was refused
         return result
     offsets = _offsets_us(profiles)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}

@@ -415,3 +415,26 @@ def test_max_trace_bytes_refuses_the_large_trace_alone(capsys, tmp_path: Path) -
     assert status == 2
     assert err.count("\n") == 1 and err.startswith(f"error: {large}: ")
     assert [t["file"] for t in json.loads(out)["traces"]] == [str(small)]
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose", "compare"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_run_whose_every_trace_is_refused_gives_the_errors_only(
+    command: str, as_json: bool, capsys, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        (run / f"rank-{rank}.json").write_text('{"traceEvents": [')  # cut short
+    argv = [command, str(run)] + ([str(run)] if command == "compare" else [])
+    status, out, err = run_cli(capsys, *argv, *(["--json"] if as_json else []))
+    assert status == 2
+    assert all(line.startswith("error: ") for line in err.splitlines())
+    assert len(err.splitlines()) == 2  # one per trace, or per pair for compare
+    if as_json:
+        document = json.loads(out)
+        assert len(document["errors"]) == 2
+        reports = [value for key, value in document.items() if key.endswith("cross_rank")]
+        assert reports and all(report["ranks"] == [] for report in reports)
+    else:
+        assert out == ""
