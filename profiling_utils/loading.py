@@ -140,7 +140,7 @@ class RawTrace(Generic[E]):
         Read on first use: the commands never need it, and finding the keys around
         ``traceEvents`` costs a pass over the whole file."""
         if self._metadata is None:
-            self._metadata = _metadata_of(_TOP_LEVEL.decode(self._source or b"{}"))
+            self._metadata = _metadata_of(_TOP_LEVEL.decode(self._source or b"{}"), self.path)
             self._source = None
         return self._metadata
 
@@ -388,6 +388,16 @@ def _fast_decode(
     return trace
 
 
+def _top_value(raw: msgspec.Raw, key: str, path: str | os.PathLike[str]) -> Any:
+    """A top-level key's value, decoded; a value JSON allows but Python cannot hold (a number
+    out of range, such as ``1e999``) is a :class:`~profiling_utils.errors.TraceError`."""
+    try:
+        return _ANY.decode(raw)
+    except msgspec.ValidationError as err:
+        problem = str(err).split(" - at ", 1)[0]
+        raise TraceError(path, f"top-level key {key!r} cannot be read ({problem})") from None
+
+
 def _set_known(trace: RawTrace[Any], top: dict[str, msgspec.Raw]) -> None:
     """Set the attributes of the known top-level keys (and ``distributedInfo``)."""
     for key, raw in top.items():
@@ -395,10 +405,10 @@ def _set_known(trace: RawTrace[Any], top: dict[str, msgspec.Raw]) -> None:
         if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
             attribute = "device_properties"
         if key == _DISTRIBUTED_INFO:
-            trace.distributed_info = _ANY.decode(raw)
+            trace.distributed_info = _top_value(raw, key, trace.path)
         if attribute is None or attribute == "events":
             continue
-        value = _ANY.decode(raw)
+        value = _top_value(raw, key, trace.path)
         if attribute == "device_properties":
             trace.device_properties = (
                 [d for d in value if isinstance(d, dict)] if isinstance(value, list) else []
@@ -407,7 +417,7 @@ def _set_known(trace: RawTrace[Any], top: dict[str, msgspec.Raw]) -> None:
             setattr(trace, attribute, value)
 
 
-def _metadata_of(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
+def _metadata_of(top: dict[str, msgspec.Raw], path: str | os.PathLike[str]) -> dict[str, Any]:
     """The top-level keys that are not read into attributes, decoded."""
     metadata = {}
     for key, raw in top.items():
@@ -417,7 +427,7 @@ def _metadata_of(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
         if key == _LEGACY_DEVICE_PROPERTIES and "deviceProperties" not in top:
             attribute = "device_properties"
         if attribute is None:
-            metadata[key] = _ANY.decode(raw)
+            metadata[key] = _top_value(raw, key, path)
     return metadata
 
 
@@ -525,7 +535,7 @@ def decode_trace(
 
     trace = RawTrace(path=Path(path), events=events, repaired=repaired)
     _set_known(trace, top)
-    trace._metadata = _metadata_of(top)
+    trace._metadata = _metadata_of(top, path)
     return trace
 
 

@@ -315,6 +315,20 @@ def test_number_too_large_for_a_float(make_trace) -> None:
     assert "traceEvents[0].ts: Number out of range" in _reason(path)
 
 
+@pytest.mark.parametrize("key", ["distributedInfo", "deviceProperties", "someTool"])
+def test_number_too_large_for_a_float_outside_the_events(make_trace, key: str) -> None:
+    # Found by corrupting real traces byte by byte: this escaped as a msgspec error.
+    document = trace_document([complete_event("op", "cpu_op", 10, 5)])
+    document[key] = [{"rank": 0}] if key == "deviceProperties" else {"rank": 0}
+    path = make_trace(json.dumps(document).replace('"rank": 0', '"rank": 1e999').encode())
+    if key == "someTool":  # not read by the model: refused when the metadata is asked for
+        trace = load_trace(path)
+        with pytest.raises(TraceError, match="top-level key 'someTool' cannot be read"):
+            _ = trace.metadata
+        return
+    assert f"top-level key {key!r} cannot be read (Number out of range)" in _reason(path)
+
+
 @pytest.mark.parametrize(
     ("event", "expected"),
     [
