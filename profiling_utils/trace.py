@@ -249,7 +249,10 @@ _ARGS_DECODER = msgspec.json.Decoder()
 def _decode_args(raw: msgspec.Raw) -> dict[str, Any]:
     if not raw:
         return {}
-    value = _ARGS_DECODER.decode(raw)
+    try:
+        value = _ARGS_DECODER.decode(raw)
+    except msgspec.ValidationError:  # a number no float can hold (1e999): valid JSON, no args
+        return {}
     return value if isinstance(value, dict) else {}
 
 

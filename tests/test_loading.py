@@ -18,6 +18,7 @@ from conftest import (
     flow_pair,
     gpu_fixture,
     minimal_gpu_events,
+    run_cli,
     trace_document,
     write_trace,
 )
@@ -327,6 +328,15 @@ def test_number_too_large_for_a_float_outside_the_events(make_trace, key: str) -
             _ = trace.metadata
         return
     assert f"top-level key {key!r} cannot be read (Number out of range)" in _reason(path)
+
+
+def test_args_holding_a_number_too_large_for_a_float_read_as_none(make_trace, capsys) -> None:
+    events = [complete_event("aten::mm", "cpu_op", 10, 5, Sequence_number=7)]
+    text = json.dumps(trace_document(events)).replace('"Sequence_number": 7', '"seq": 1e999')
+    path = make_trace(text.encode())
+    assert load_trace(path).spans[0].args == {}
+    for command in ("summary", "diagnose"):
+        assert run_cli(capsys, command, str(path), "--json")[0] == 0
 
 
 @pytest.mark.parametrize(
