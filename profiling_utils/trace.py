@@ -714,15 +714,23 @@ class Trace:
                     raise TraceError(
                         self.path, f"{span.cat} event {span.name!r}: args {err}"
                     ) from None
-        launch_by_correlation = {
-            span.correlation: span for span in self.runtime_calls if span.correlation is not None
-        }
+        calls = [span for span in self.runtime_calls if span.correlation is not None]
+        launch_by_correlation = {span.correlation: span for span in calls}
+        # Correlation ids are unique within one profiling session; a file that merges several
+        # reuses them. Then each GPU activity takes the last call of its id that started
+        # before it (the first one, if none did): never a call made after the work began.
+        reused = _calls_of_reused_ids(calls) if len(launch_by_correlation) < len(calls) else {}
         self._launch_of: dict[int, Span] = {}
         self._gpu_work_of: dict[int, list[Span]] = {}
         self.launch_of_id = self._launch_of.get
         self.gpu_work_of_id = self._gpu_work_of.get
         for work in self.gpu_work:
-            launch = launch_by_correlation.get(work.correlation)
+            same_id = reused.get(work.correlation) if reused else None
+            if same_id is None:
+                launch = launch_by_correlation.get(work.correlation)
+            else:
+                starts, spans = same_id
+                launch = spans[max(bisect_right(starts, work.start) - 1, 0)]
             if launch is None:
                 continue
             self._launch_of[work.id] = launch
@@ -935,6 +943,19 @@ class Trace:
             f"<Trace {self.path.name}: {len(self.spans)} spans, {len(self.lanes)} lanes, "
             f"{len(self.steps)} steps, {len(self.gpu_work)} GPU activities>"
         )
+
+
+def _calls_of_reused_ids(calls: list[Span]) -> dict[int, tuple[list[float], list[Span]]]:
+    """For each correlation id written on several calls: their starts and the calls, in start
+    order (``calls`` are in id order, which is start order)."""
+    by_id: dict[int, list[Span]] = {}
+    for call in calls:
+        by_id.setdefault(call.correlation, []).append(call)
+    return {
+        correlation: (list(map(_START, same)), same)
+        for correlation, same in by_id.items()
+        if len(same) > 1
+    }
 
 
 def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:

@@ -520,3 +520,32 @@ def test_self_time_counts_overlapping_children_once(make_trace) -> None:
     assert (a.parent, b.parent, c.parent) == (step.id, step.id, b.id)
     assert trace.children_cover_us[step.id] == 100.0  # not 160
     assert (trace.self_us(step), trace.self_us(a), trace.self_us(b)) == (0.0, 80.0, 70.0)
+
+
+def test_reused_correlation_ids_link_each_activity_to_the_call_before_it(make_trace) -> None:
+    # A file that merges two profiling sessions: the second reuses the first's correlation
+    # ids. Each GPU activity must link to its own session's launch, never to a later call.
+    document = json.loads(gzip.decompress(gpu_fixture("64_bf16_warm_eager").read_bytes()))
+    events = [e for e in document["traceEvents"] if "ts" in e]
+    length = max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events)
+    later = json.loads(json.dumps(events))
+    for event in later:
+        event["ts"] += length + 1000
+        step = re.fullmatch(r"ProfilerStep#(\d+)", event.get("name", ""))
+        if step:
+            event["name"] = f"ProfilerStep#{int(step[1]) + 100}"
+    document["traceEvents"] = events + later
+    merged = load_trace(make_trace(document))
+    alone = load_trace(gpu_fixture("64_bf16_warm_eager"))
+    delays = [
+        work.start - launch.start
+        for work in merged.gpu_work
+        if (launch := merged.launch_of(work)) is not None
+    ]
+    expected = [
+        work.start - launch.start
+        for work in alone.gpu_work
+        if (launch := alone.launch_of(work)) is not None
+    ]
+    assert len(delays) == 2 * len(expected) > 0
+    assert delays == pytest.approx(expected + expected)
