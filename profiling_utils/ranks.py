@@ -85,6 +85,16 @@ def _natural_key(path: Path) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in _DIGITS.split(path.name)]
 
 
+def _holds_traces(directory: Path) -> bool:
+    """Whether ``directory`` is a directory with a trace file directly in it."""
+    try:
+        return directory.is_dir() and any(
+            p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in directory.iterdir()
+        )
+    except OSError:  # unreadable: not ours to search
+        return False
+
+
 def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The trace files named by ``paths``: each file as given, each directory's ``.json`` and
     ``.json.gz`` files (not its subdirectories) in natural order (``rank-2`` before ``rank-10``).
@@ -101,7 +111,14 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
                 key=_natural_key,
             )
             if not found:
-                raise TraceError(path, "directory holds no .json or .json.gz trace")
+                nested = [sub.name for sub in sorted(path.iterdir()) if _holds_traces(sub)]
+                hint = (
+                    f"; traces are in its subdirectories ({', '.join(nested[:3])}"
+                    f"{', ...' if len(nested) > 3 else ''}), which are not searched: name them"
+                    if nested
+                    else ""
+                )
+                raise TraceError(path, f"directory holds no .json or .json.gz trace{hint}")
             files += found
         else:
             files.append(path)

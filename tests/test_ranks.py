@@ -438,3 +438,25 @@ def test_a_run_whose_every_trace_is_refused_gives_the_errors_only(
         assert reports and all(report["ranks"] == [] for report in reports)
     else:
         assert out == ""
+
+
+def test_a_directory_without_traces_says_so_and_names_subdirectories_that_hold_some(
+    capsys, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, out, err = run_cli(capsys, "summary", str(empty))
+    assert (status, out) == (2, "")
+    assert err == f"error: {empty}: directory holds no .json or .json.gz trace\n"
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        (run / f"rank{rank}").mkdir(parents=True)
+        write_rank(run / f"rank{rank}", rank, rank_events(rank))
+    (run / "logs").mkdir()  # a subdirectory without traces is not named
+    status, _, err = run_cli(capsys, "diagnose", str(run))
+    assert status == 2
+    assert err.endswith(
+        "traces are in its subdirectories (rank0, rank1), which are not searched: name them\n"
+    )
+    status, out, _ = run_cli(capsys, "diagnose", str(run / "rank0"), str(run / "rank1"), "--json")
+    assert status == 0 and len(json.loads(out)["traces"]) == 2
