@@ -54,6 +54,7 @@ __all__ = [
     "kernel_stats",
     "launches",
     "kernel_launches",
+    "kernel_footprint",
     "memory_copies",
     "compiled_regions",
     "op_stats",
@@ -512,7 +513,8 @@ def _dims(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _footprint(kernel: Span) -> KernelFootprint:
+def kernel_footprint(kernel: Span) -> KernelFootprint:
+    """Registers, shared memory, grid, block and occupancy as recorded in a kernel's args."""
     args = kernel.args
     return KernelFootprint(
         registers_per_thread=_whole(args.get("registers per thread")),
@@ -615,7 +617,7 @@ def kernel_launches(trace: Trace) -> list[KernelLaunch]:
                 api=None if call is None else call.name,
                 op=launch.op if launch is not None else trace.op_of(kernel),
                 planning_calls=launch.planning if launch is not None else (),
-                footprint=_footprint(kernel),
+                footprint=kernel_footprint(kernel),
                 step=None if step is None else step.number,
             )
         )
@@ -767,31 +769,36 @@ class OpStats(_Result):
     ``key_averages()``)."""
 
 
-def _merged_into_parent(trace: Trace, op: Span) -> bool:
-    """Whether ``op`` is the only child of a call of the same name, which ``key_averages()``
-    folds into that call (``aten::sum`` calling ``aten::sum``)."""
-    if op.parent is None:
-        return False
-    parent = trace.spans[op.parent]
-    return parent.name == op.name and len(trace.children(parent)) == 1
-
-
 def op_stats(trace: Trace) -> list[OpStats]:
     """Calls, self time and total time of every CPU operator, largest self time first.
 
     As ``key_averages()`` does, a call whose only child is a call of the same name counts
     once, its child's children as its own.
     """
+    spans = trace.spans
+    # Per span, in one pass: its direct children, their durations added in start order (as
+    # key_averages adds them), and its last child (with one child: the only one).
+    child_count = [0] * len(spans)
+    children_us = [0.0] * len(spans)
+    last_child = [0] * len(spans)
+    for span in spans:
+        parent = span.parent
+        if parent is not None:
+            child_count[parent] += 1
+            children_us[parent] += span.dur
+            last_child[parent] = span.id
     calls: dict[str, list[float]] = {}
     for op in trace.cpu_ops:
-        if _merged_into_parent(trace, op):
-            continue
-        children = trace.children(op)
-        while len(children) == 1 and children[0].name == op.name:
-            children = trace.children(children[0])
-        entry = calls.setdefault(op.name, [0, 0.0, 0.0])
+        name = op.name
+        parent = op.parent
+        if parent is not None and child_count[parent] == 1 and spans[parent].name == name:
+            continue  # the only child of a call of the same name: folded into that call
+        inner = op.id
+        while child_count[inner] == 1 and spans[last_child[inner]].name == name:
+            inner = last_child[inner]
+        entry = calls.setdefault(name, [0, 0.0, 0.0])
         entry[0] += 1
-        entry[1] += max(0.0, op.dur - sum(child.dur for child in children))
+        entry[1] += max(0.0, op.dur - children_us[inner])
         entry[2] += op.dur
     stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
     stats.sort(key=lambda s: (-s.self_us, s.name))
