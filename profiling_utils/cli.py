@@ -279,8 +279,9 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
 
 
 def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Counter]:
-    # What measures.kernel_launches gives each kernel, less what is not reported (op, step,
-    # and the footprint of all but the first kernel of each top name): a third of the time.
+    # What measures.kernel_launches gives each kernel, less what the table does not report:
+    # the op, the step, and the footprint (decoded from all of a kernel's args) of every
+    # kernel but the first of each reported name.
     launch_of_call = {launch.call.id: launch for launch in measures.launches(trace)}
     by_name: dict[str, list[tuple[str, tuple[Span, ...]]]] = {}
     first: dict[str, Span] = {}
