@@ -305,12 +305,8 @@ class DeadWindow(_Result):
 
 def _first_nested(trace: Trace, outer: Span, cat: str, prefix: str) -> Span | None:
     """The earliest span of ``cat`` named ``prefix...`` nested in ``outer`` on its lane."""
-    spans = trace.spans
-    for index in range(outer.id + 1, len(spans)):
-        span = spans[index]
-        if span.start >= outer.end:
-            break
-        if span.lane == outer.lane and span.cat == cat and span.name.startswith(prefix):
+    for span in trace.within(outer):
+        if span.cat == cat and span.name.startswith(prefix):
             return span
     return None
 

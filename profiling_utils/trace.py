@@ -851,6 +851,20 @@ class Trace:
             self._children = children
         return self._children.get(span.id, [])
 
+    def within(self, span: Span) -> Iterator[Span]:
+        """The spans on ``span``'s lane that start inside it, in start order: what it holds
+        (its descendants, and any span that only partly overlaps its end), found by scanning
+        its time range only."""
+        spans = self.spans
+        lane = span.lane
+        end = span.end
+        for index in range(span.id + 1, len(spans)):
+            candidate = spans[index]
+            if candidate.start >= end:
+                return
+            if candidate.lane == lane:
+                yield candidate
+
     def self_us(self, span: Span) -> float:
         """``span``'s self time: its duration minus the time its direct children cover (their
         union, so overlapping children are not counted twice). Never negative."""

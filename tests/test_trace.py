@@ -549,3 +549,17 @@ def test_reused_correlation_ids_link_each_activity_to_the_call_before_it(make_tr
     ]
     assert len(delays) == 2 * len(expected) > 0
     assert delays == pytest.approx(expected + expected)
+
+
+def test_within_gives_what_a_span_holds_on_its_lane_in_start_order() -> None:
+    trace = load_trace(gpu_fixture("64_bf16_warm_eager"))
+    step = trace.steps[0].span
+    inside = list(trace.within(step))
+    expected = [
+        s
+        for s in trace.spans
+        if s.lane == step.lane and s.id > step.id and step.start <= s.start < step.end
+    ]
+    assert inside == expected and inside
+    assert all(step.id in {a.id for a in trace.ancestors(s)} for s in inside)
+    assert [s for s in inside if s.parent == step.id] == trace.children(step)

@@ -49,16 +49,11 @@ def _gpu_us_under(facts: Facts, ops: Iterable[Span]) -> dict[int, float]:
     """Per op id, the GPU time of the work launched from inside the op, µs (found by scanning
     the op's time range only: the ops are few and short)."""
     trace = facts.trace
-    spans = trace.spans
     gpu_us: dict[int, float] = {}
     for op in ops:
         total = 0.0
-        for index in range(op.id + 1, len(spans)):
-            candidate = spans[index]
-            if candidate.start >= op.end:
-                break
-            if candidate.lane == op.lane:
-                total += sum(work.dur for work in trace.gpu_work_of(candidate))
+        for inner in trace.within(op):
+            total += sum(work.dur for work in trace.gpu_work_of(inner))
         gpu_us[op.id] = total
     return gpu_us
 
@@ -82,13 +77,7 @@ def _inline_math_calls(facts: Facts) -> list[Span]:
     for sdpa in facts.named(SDPA_OP):
         if sdpa.cat != "cpu_op" or (sdpa.parent is not None and spans[sdpa.parent].name == SDPA_OP):
             continue
-        inside = set()
-        for index in range(sdpa.id + 1, len(spans)):
-            candidate = spans[index]
-            if candidate.start >= sdpa.end:
-                break
-            if candidate.lane == sdpa.lane:
-                inside.add(candidate.name)
+        inside = {inner.name for inner in facts.trace.within(sdpa)}
         if not inside & SDPA_BACKENDS.keys() and inside & MATMUL_OPS:
             found.append(sdpa)
     return found
@@ -152,20 +141,13 @@ _SHORT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}
 def _fp32_matmuls_inside(facts: Facts, op: Span) -> list[Span]:
     """The matrix-multiply ops run inside ``op`` (on its thread, in its time range) whose
     first input is fp32: the math backend's GEMMs after it upcast bf16/fp16 inputs."""
-    spans = facts.trace.spans
-    found = []
-    for index in range(op.id + 1, len(spans)):
-        candidate = spans[index]
-        if candidate.start >= op.end:
-            break
-        if (
-            candidate.lane == op.lane
-            and candidate.cat == "cpu_op"
-            and candidate.name in MATMUL_OPS
-            and _first_tensor_type(candidate) in FP32_TYPES
-        ):
-            found.append(candidate)
-    return found
+    return [
+        inner
+        for inner in facts.trace.within(op)
+        if inner.cat == "cpu_op"
+        and inner.name in MATMUL_OPS
+        and _first_tensor_type(inner) in FP32_TYPES
+    ]
 
 
 @rule(

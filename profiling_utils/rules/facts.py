@@ -403,15 +403,7 @@ class Facts:
 
     def children_of(self, span: Span) -> list[Span]:
         """The spans directly nested in ``span``, found by scanning its time range only."""
-        spans = self.trace.spans
-        children = []
-        for index in range(span.id + 1, len(spans)):
-            candidate = spans[index]
-            if candidate.start >= span.end:
-                break
-            if candidate.parent == span.id:
-                children.append(candidate)
-        return children
+        return [inner for inner in self.trace.within(span) if inner.parent == span.id]
 
     @cached_property
     def _step_of_gpu_work(self) -> dict[int, int]:
