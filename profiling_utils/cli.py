@@ -96,7 +96,7 @@ from .ranks import (
     trace_files,
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .tables import text_table
+from .tables import percent, text_table
 from .trace import Span, Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
@@ -451,7 +451,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f" {'dead win.':>9} {'delay med':>9} {'delay max':>9} {'gaps':>5} {'gap max':>8}"
         )
         for s in summary["steps"]:
-            idle = "-" if s["gpu_idle_fraction"] is None else f"{s['gpu_idle_fraction']:.0%}"
+            idle = "-" if s["gpu_idle_fraction"] is None else percent(s["gpu_idle_fraction"])
             out.append(
                 f"  {s['step']:>5} {_us(s['cpu_us']):>10} {_us(s['gpu_busy_us']):>9}"
                 f" {idle:>4} {_us(s['lane_offset_us']):>9} {_us(s['dead_window_us']):>9}"

@@ -47,6 +47,7 @@ from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Finding
+from .tables import percent
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
 if TYPE_CHECKING:
@@ -737,7 +738,7 @@ def _findings(
                 "collective-skew",
                 _TABLE,
                 "warning" if straggler is not None and share >= 0.25 else "info",
-                f"{share:.0%} of the time in matched collectives is waiting for a late rank, "
+                f"{percent(share)} of the time in matched collectives is waiting for a late rank, "
                 f"not transfer ({_us(total_wait)} of {_us(total)}), {late}; "
                 f"{worst.label} waits most ({_us(worst.wait_us)}).",
                 {
@@ -770,7 +771,7 @@ def _findings(
                 "rank-step-spread",
                 _TABLE,
                 "info",
-                f"step time differs across ranks by up to {worst_step.spread:.0%} "
+                f"step time differs across ranks by up to {percent(worst_step.spread)} "
                 f"(step {worst_step.step}: {_us(worst_step.min_us)} to "
                 f"{_us(worst_step.max_us)}, longest on {worst_step.slowest}).",
                 {"steps": [dict(asdict(s), spread=s.spread) for s in uneven]},

@@ -39,6 +39,7 @@ from typing import Literal
 
 from .datasheet import datasheet_peak, device_spec, same_device
 from .peaks import Measurement, Peaks
+from .tables import percent
 
 __all__ = ["PeakShare", "RateKind", "RateReport", "Reason", "rate_report"]
 
@@ -80,7 +81,7 @@ class PeakShare:
 
     def sentence(self) -> str:
         """``"90% of <peak_description>."`` and, above 100%, the explanation."""
-        text = f"{_percent(self.share)} of {self.peak_description}."
+        text = f"{percent(self.share)} of {self.peak_description}."
         return f"{text} {self.explanation}" if self.explanation else text
 
 
@@ -370,17 +371,6 @@ def _above_measured(
         "Above it by more than its spread, and the L2 cache does not explain it: the peak "
         "measurement is suspect, not the GPU faster than itself.",
     )
-
-
-def _percent(share: float) -> str:
-    """``0.72 -> "72%"``; one decimal near 100% so that above never rounds to "100%"."""
-    if 0.99 <= share < 1.01 and share != 1:
-        return f"{share:.1%}"
-    if share < 0.01:
-        return f"{share:.2%}"
-    if share < 0.1:
-        return f"{share:.1%}"
-    return f"{share:.0%}"
 
 
 def _number(value: float) -> str:

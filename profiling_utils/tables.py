@@ -1,10 +1,11 @@
-"""Plain-text tables whose column widths come from the data, for the command line."""
+"""Plain text for the command line and the findings: tables whose column widths come from the
+data, and shares written as percentages."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["text_table"]
+__all__ = ["percent", "text_table"]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
@@ -25,3 +26,19 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: st
         return (indent + "  ".join(parts)).rstrip()
 
     return "\n".join([line(headers), *(line(row) for row in rows)])
+
+
+def percent(share: float) -> str:
+    """A share as a percentage: ``0.72 -> "72%"``. Near 100% one decimal, so that neither a
+    share just below 1 nor one just above prints as "100%"; more digits below 10%."""
+    if share == 0:
+        return "0%"
+    if 0.99 <= share < 1.01 and share != 1:
+        tenths = round(share * 1000)
+        tenths = min(tenths, 999) if share < 1 else max(tenths, 1001)
+        return f"{tenths / 10:.1f}%"
+    if share < 0.01:
+        return f"{share:.2%}"
+    if share < 0.1:
+        return f"{share:.1%}"
+    return f"{share:.0%}"

@@ -14,8 +14,9 @@ from synthetic_peaks import H100, h100_like_peaks
 
 from profiling_utils import load_trace
 from profiling_utils.measures import memory_copies
-from profiling_utils.rates import RateReport, _percent, rate_report
+from profiling_utils.rates import RateReport, rate_report
 from profiling_utils.rules import diagnose
+from profiling_utils.tables import percent
 
 MiB = 2**20
 
@@ -31,7 +32,7 @@ def assert_every_share_above_100_is_explained(report: RateReport) -> None:
         assert (share.reason is not None) == (share.share > 1)
         assert share.sentence() in text  # the percentage is printed with its explanation
         if share.share > 1:
-            assert _percent(share.share) != "100%"
+            assert percent(share.share) != "100%"
 
 
 def compiled_bias_copies() -> tuple[str, list]:
@@ -107,7 +108,7 @@ def test_a_gemm_above_the_burst_peak_by_more_than_its_spread() -> None:
     assert rate > peaks.matmul_burst.rate_high
     report = rate_report(rate, "bf16", peaks=peaks, subject="4096 GEMM")
     burst = report.share("burst")
-    assert burst is not None and _percent(burst.share) == "101%"
+    assert burst is not None and percent(burst.share) == "101%"
     assert burst.reason == "suspect"
     assert "suspect as a ceiling" in burst.explanation  # type: ignore[operator]
     sustained = report.share("sustained")
@@ -148,11 +149,11 @@ def test_no_share_above_100_is_printed_without_its_explanation(kind: str) -> Non
 
 
 def test_a_share_just_above_100_is_not_rounded_down_to_it() -> None:
-    assert _percent(1.004) == "100.4%"
-    assert _percent(0.996) == "99.6%"
-    assert _percent(1.0) == "100%"
-    assert _percent(0.72) == "72%"
-    assert _percent(0.0042) == "0.42%"
+    assert percent(1.004) == "100.4%"
+    assert percent(0.996) == "99.6%"
+    assert percent(1.0) == "100%"
+    assert percent(0.72) == "72%"
+    assert percent(0.0042) == "0.42%"
 
 
 def test_peaks_apply_only_to_their_device_and_dtype() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..comm import Collective
+from ..tables import percent
 from .facts import Facts, median, span_ref, step_label, us
 from .registry import Hit, rule
 
@@ -96,7 +97,7 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
     total = facts.comm_overlap.total
     longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
     yield (
-        f"Communication runs with no compute beside it for {typical:.0%} of the median step "
+        f"Communication runs with no compute beside it for {percent(typical)} of the median step "
         f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs in "
         f"{step_label(median_row['step'])}); over the trace, {total.exposed_us:.1f} of "
         f"{total.communication_us:.1f} µs of communication is exposed.",
@@ -130,7 +131,7 @@ def comm_overlap(facts: Facts) -> Iterator[Hit]:
     if fraction is None or fraction < OVERLAP_MIN_FRACTION:
         return
     yield (
-        f"Compute kernels run beside {fraction:.0%} of the communication "
+        f"Compute kernels run beside {percent(fraction)} of the communication "
         f"({total.overlapped_us:.1f} of {total.communication_us:.1f} µs, "
         f"{len(facts.collectives)} collective kernels).",
         {

@@ -9,6 +9,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import measures
+from ..tables import percent
 from ..trace import Span
 from .facts import (
     DEVICE_SYNC_CALLS,
@@ -366,7 +367,7 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
         yield (
             f"{sync.name} after the last step takes {sync.dur:.1f} µs, "
             f"{sync.dur / typical_step:.1f}× a median step, and the GPU is busy for "
-            f"{fraction:.0%} of it: {reading}.",
+            f"{percent(fraction)} of it: {reading}.",
             {
                 "sync": span_ref(sync),
                 "median_step_cpu_us": us(typical_step),

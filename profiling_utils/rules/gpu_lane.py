@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from .. import measures
+from ..tables import percent
 from ..trace import Span
 from .facts import (
     BIAS_MATMUL_OPS,
@@ -636,7 +637,7 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     share = top["gpu_share"]  # None when every GPU activity was recorded as 0 µs
-    of_gpu_time = f", {share:.0%} of GPU time" if share is not None else ""
+    of_gpu_time = f", {percent(share)} of GPU time" if share is not None else ""
     message = (
         f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, "
         f"{short_name(top['kernel'])}, runs {top['count']}× from {', '.join(top['ops'])} "

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from ..tables import percent
 from ..trace import Span
 from .facts import Facts, median, short_name, us
 from .registry import Hit, rule
@@ -163,7 +164,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     ops = launched + Counter({"unknown": len(kernels) - sum(launched.values())})
     of_what = "GPU time besides communication" if communication else "all GPU time"
     yield (
-        f"{short_name(name)} takes {share:.0%} of {of_what} ({kernel_total:.1f} of "
+        f"{short_name(name)} takes {percent(share)} of {of_what} ({kernel_total:.1f} of "
         f"{total:.1f} µs, {len(kernels)} calls), launched from {', '.join(ops)}.",
         {
             "kernel": name,
@@ -222,7 +223,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         yield (
             f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step; "
             f"{top['op']}: {top['calls_per_step']:g} calls per step, {top['mean_us']:.1f} µs "
-            f"each, {top['cpu_share']:.0%} of the steps' CPU time.",
+            f"each, {percent(top['cpu_share'])} of the steps' CPU time.",
             {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
         )
 
@@ -262,7 +263,7 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         )
     yield (
         f"{name}: {name_total:.1f} µs total, {self_us:.1f} µs self "
-        f"({self_us / name_total:.0%}); {where}.",
+        f"({percent(self_us / name_total)}); {where}.",
         {
             "rows": [
                 {"name": n, "total_us": us(t), "self_us": us(s), "self_share": round(s / t, 4)}

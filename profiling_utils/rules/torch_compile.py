@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from ..tables import percent
 from ..trace import Span
 from .facts import Facts, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
@@ -94,7 +95,7 @@ def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
     step_cpu = _step_cpu(facts)
     message = f"TorchDynamo Cache Lookup {len(lookups)}× (median {typical:.1f} µs"
     if step_cpu:
-        message += f", {typical / step_cpu:.0%} of a median step's CPU time"
+        message += f", {percent(typical / step_cpu)} of a median step's CPU time"
     message += f"), in {len(per_step)} of {len(facts.steps)} steps."
     yield (
         message,
