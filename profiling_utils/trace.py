@@ -10,9 +10,12 @@
 - the **CPU call tree** on each lane (nesting by time: :attr:`Span.parent`, :attr:`Span.depth`).
   A parent always contains its children whole: a span that only partly overlaps another (a
   ``with_stack`` Python frame and an op that outlives it) is not nested in it but becomes its
-  sibling, the child of the nearest span that does contain it;
+  sibling, the child of the nearest span that does contain it. A Python frame and the op it
+  calls, written with the same interval (whole-µs times), nest frame first;
 - the **launch links** from each runtime or driver call (CUDA or HIP) to the GPU work it
   started, by ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
+  in a trace that records no correlation (some ROCm traces), by an ``External id`` that names
+  one call;
 - the ``ProfilerStep#N`` **steps** and the GPU work launched from inside each;
 - the **communication kernels** (NCCL, RCCL) apart from the compute kernels;
 - the **devices** (vendor, architecture, SMs or CUs) from ``deviceProperties``, the CUDA and
@@ -190,7 +193,8 @@ class Span(Event, gc=False, eq=False):
         dur: Duration in µs (0.0 for an event written without ``dur``).
         depth: Nesting depth on its lane; 0 for a top-level span.
         parent: Id of the enclosing span on the same lane, or ``None``.
-        correlation: ``args["correlation"]`` of runtime/driver calls and GPU work, else ``None``.
+        correlation: ``args["correlation"]`` of runtime/driver calls and GPU work, else ``None``
+            (in a trace without any, their ``External id`` where it names one call).
         is_launch: Whether this runtime/driver call started GPU work found in the trace.
         pid, tid: As written in the file (also on :attr:`lane`).
         raw_args: The undecoded ``args`` JSON (:class:`msgspec.Raw`).
@@ -263,6 +267,24 @@ class _LinkArgs(msgspec.Struct, gc=False):
 _LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
 
 
+class _ExternalIdArgs(msgspec.Struct, gc=False):
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+
+_EXTERNAL_ID_ARGS = msgspec.json.Decoder(_ExternalIdArgs)
+
+
+def _external_id(span: Span) -> int | None:
+    """``args["External id"]`` when it is an integer, read without decoding the other args."""
+    if not span.raw_args:
+        return None
+    try:
+        value = _EXTERNAL_ID_ARGS.decode(span.raw_args).external_id
+    except msgspec.ValidationError:  # args that are not an object: no id
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One ``ProfilerStep#N`` window: the CPU annotation and the GPU work launched inside it."""
@@ -308,9 +330,11 @@ class DeviceInfo:
 
     def describe(self) -> str:
         """The device for humans: ``"NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"``,
-        ``"AMD Instinct MI250X, 110 CUs, gfx90a"``, ``"unknown GPU"``."""
+        ``"AMD Instinct MI250X, 110 CUs, gfx90a"``; without a name, what the trace shows of
+        it: ``"unknown AMD GPU, gfx942"``, ``"unknown NVIDIA GPU"``, ``"unknown GPU"``."""
         if self.name in ("", "unknown"):
-            return "unknown GPU"
+            vendor = {"nvidia": "NVIDIA ", "amd": "AMD "}.get(self.vendor, "")
+            return ", ".join([f"unknown {vendor}GPU", *([self.arch] if self.arch else [])])
         facts = [self.name]
         if self.vendor == "nvidia":
             if self.compute_units is not None:
@@ -649,6 +673,7 @@ class Trace:
                 if match:
                     amd_arch = f"gfx{match[1]}"
                     break
+        self._amd_arch = amd_arch
         self.devices = [
             _device_info(i, props, self.vendor, amd_arch)
             for i, props in enumerate(self._device_properties)
@@ -679,7 +704,15 @@ class Trace:
             if lane.kind == "gpu" and lane.device is not None and lane.device not in known:
                 known.add(lane.device)
                 self.devices.append(
-                    DeviceInfo(lane.device, "unknown", self.vendor, None, None, None, None)
+                    DeviceInfo(
+                        lane.device,
+                        "unknown",
+                        self.vendor,
+                        self._amd_arch if self.vendor == "amd" else None,
+                        None,
+                        None,
+                        None,
+                    )
                 )
         self.devices.sort(key=attrgetter("id"))
 
@@ -714,6 +747,8 @@ class Trace:
                     raise TraceError(
                         self.path, f"{span.cat} event {span.name!r}: args {err}"
                     ) from None
+        if self.gpu_work and all(work.correlation is None for work in self.gpu_work):
+            self._correlate_by_external_id()
         calls = [span for span in self.runtime_calls if span.correlation is not None]
         launch_by_correlation = {span.correlation: span for span in calls}
         # Correlation ids are unique within one profiling session; a file that merges several
@@ -739,6 +774,27 @@ class Trace:
                 launched = self._gpu_work_of[launch.id] = []
                 launch.is_launch = True
             launched.append(work)
+
+    def _correlate_by_external_id(self) -> None:
+        """Link GPU work to its calls by ``External id`` in a trace that records no
+        ``correlation`` (some ROCm traces: each HIP call and its kernels carry one id, which
+        their ``ac2g`` flow arrows also use). An id is used only where it names one runtime
+        or driver call: an op's id, shared by all the calls the op makes, links nothing."""
+        calls_by_id: dict[int, Span | None] = {}
+        for call in self.runtime_calls:
+            external = _external_id(call)
+            if external is not None:
+                calls_by_id[external] = None if external in calls_by_id else call
+        linked = 0
+        for work in self.gpu_work:
+            external = _external_id(work)
+            if external is not None and calls_by_id.get(external) is not None:
+                work.correlation = external
+                linked += 1
+        if linked:
+            for external, call in calls_by_id.items():
+                if call is not None:
+                    call.correlation = external
 
     def _build_steps(self, user_annotations: list[Span]) -> None:
         step_spans: dict[int, Span] = {}
@@ -978,8 +1034,17 @@ def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:
     return merged
 
 
+def _enclosing_first(span: Span) -> tuple[float, bool]:
+    return -span.dur, span.cat != "python_function"
+
+
 def _longest_first_at_equal_starts(spans: list[Span]) -> None:
     """Order spans that share a start longest first (an enclosing span before what it holds).
+
+    Of spans with the same start and duration, a ``python_function`` comes first: the Python
+    frame calls the op (``<built-in method mm>`` around ``aten::mm``), and with times written
+    in whole µs the two often coincide; the op then nests in the frame, not the frame in the
+    op (which would leave the op no self time). Others keep their file order.
 
     ``spans`` is sorted by start; equal starts are rare, so they are found with one C-level
     comparison pass and only those runs are re-sorted, instead of a second full sort.
@@ -994,7 +1059,7 @@ def _longest_first_at_equal_starts(spans: list[Span]) -> None:
             last = ties[index]
             index += 1
         run = spans[first : last + 2]
-        run.sort(key=_DUR, reverse=True)  # stable: equal spans keep their file order
+        run.sort(key=_enclosing_first)  # stable: other equal spans keep their file order
         spans[first : last + 2] = run
 
 

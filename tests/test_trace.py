@@ -275,6 +275,7 @@ def _foreign_events(name: str) -> list[dict]:
 
 LEGACY = "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
 AMD = "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+TRACELENS_GEMM = "tracelens__gemm_01_compute_few_tiles.json.gz"
 EVENT_SYNC = "hta__critical_path_cuda_event_sync_event_sync_trace.json.gz"
 CPU_ONLY_RANK = "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 
@@ -324,7 +325,7 @@ def test_string_pids_and_stream_tids_in_a_synthetic_legacy_trace(make_trace) -> 
     assert [w.cat for w in trace.gpu_work] == ["kernel", "gpu_memset"]
     assert trace.op_of(trace.kernels[0]).name == "aten::mm"
     (device,) = trace.devices  # not described, but the GPU is there
-    assert (device.id, device.name, device.describe()) == (0, "unknown", "unknown GPU")
+    assert (device.id, device.name, device.describe()) == (0, "unknown", "unknown NVIDIA GPU")
 
 
 def test_amd_trace_is_described_in_compute_units_and_gfx_arch() -> None:
@@ -336,6 +337,56 @@ def test_amd_trace_is_described_in_compute_units_and_gfx_arch() -> None:
     gpu_lanes = [lane for lane in trace.lanes if lane.kind == "gpu"]
     assert {lane.device for lane in gpu_lanes} <= {device.id for device in trace.devices}
     assert all(lane.label.startswith(f"GPU {lane.device} ") for lane in gpu_lanes)
+
+
+def test_rocm_trace_linked_by_external_id_alone() -> None:
+    # TraceLens's MI300-class GEMM trace: no deviceProperties, no args.correlation; each HIP
+    # call and its kernel share an "External id" (which the ac2g flows also use), and the
+    # Python frames that call aten::mm often have its exact interval (whole-µs times).
+    trace = load_trace(FOREIGN / TRACELENS_GEMM)
+    assert trace.vendor == "amd" and len(trace.kernels) == 20
+    for kernel in trace.kernels:
+        launch = trace.launch_of(kernel)
+        assert launch is not None and launch.name == "hipExtModuleLaunchKernel"
+        assert launch.external_id == kernel.external_id
+        assert trace.op_of(kernel).name == "aten::mm"
+    (device,) = trace.devices  # pid 2, not described: its ISA comes from the Tensile names
+    assert (device.id, device.vendor, device.arch) == (2, "amd", "gfx942")
+    assert device.describe() == "unknown AMD GPU, gfx942"
+    ops = [span for span in trace.cpu_ops if span.name == "aten::mm"]
+    assert all(trace.spans[op.parent].cat == "python_function" for op in ops)
+    assert sum(map(trace.self_us, ops)) == 66.0  # 124 µs less the 58 µs of HIP calls
+
+
+def test_an_external_id_shared_by_several_calls_links_nothing(make_trace) -> None:
+    # NVIDIA-style ids name the op: both launches of one op carry it, and so do its two
+    # kernels. Without a correlation id the kernels cannot be told apart: none is linked.
+    # A call whose id is its own is linked to the kernel that carries it.
+    events = [
+        complete_event("aten::foo", "cpu_op", 0, 50, External_id=7),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, External_id=7),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, External_id=7),
+        complete_event("aten::bar", "cpu_op", 60, 20, External_id=8),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 65, 5, External_id=8),
+        complete_event("k1", "kernel", 30, 5, pid=0, tid=7, External_id=7),
+        complete_event("k2", "kernel", 40, 5, pid=0, tid=7, External_id=7),
+        complete_event("k3", "kernel", 75, 5, pid=0, tid=7, External_id=8),
+    ]
+    trace = load_trace(make_trace(events))
+    links = {k.name: trace.launch_of(k) for k in trace.kernels}
+    assert (links["k1"], links["k2"]) == (None, None)
+    assert links["k3"] is not None and trace.op_of(trace.kernels[2]).name == "aten::bar"
+
+
+def test_external_ids_are_not_used_when_the_trace_records_correlation(make_trace) -> None:
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, External_id=1, correlation=2),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 15, 5, External_id=2, correlation=1),
+        complete_event("k1", "kernel", 30, 5, pid=0, tid=7, External_id=1, correlation=1),
+    ]
+    trace = load_trace(make_trace(events))
+    first, second = trace.runtime_calls
+    assert trace.launch_of(trace.kernels[0]) is second  # by correlation 1, not by id 1
 
 
 def test_amd_launch_calls_link_to_their_gpu_work_like_cuda() -> None:
@@ -494,6 +545,35 @@ def test_a_partly_overlapping_span_is_never_nested(make_trace) -> None:
         children = trace.children(span)
         assert all(span.start <= c.start and c.end <= span.end for c in children)
         assert trace.self_us(span) >= 0
+
+
+@pytest.mark.parametrize("frame_first", [True, False])
+def test_an_op_as_long_as_its_python_frame_nests_in_the_frame(make_trace, frame_first) -> None:
+    # with_stack, times in whole µs: the frame that calls an op often has its exact interval.
+    # The op must be the frame's child (and keep its self time), whatever the file order.
+    frame = complete_event("<built-in method mm of type object>", "python_function", 0, 10)
+    op = complete_event("aten::mm", "cpu_op", 0, 10)
+    launch = complete_event("hipLaunchKernel", "cuda_runtime", 2, 3)
+    trace = load_trace(make_trace([frame, op, launch] if frame_first else [op, frame, launch]))
+    by_name = {span.name: span for span in trace.spans}
+    outer, inner = by_name[frame["name"]], by_name["aten::mm"]
+    assert (outer.parent, inner.parent, by_name["hipLaunchKernel"].parent) == (
+        None,
+        outer.id,
+        inner.id,
+    )
+    assert (trace.self_us(inner), trace.self_us(outer)) == (7.0, 0.0)
+
+
+def test_spans_of_equal_interval_other_than_python_frames_keep_their_file_order(
+    make_trace,
+) -> None:
+    events = [
+        complete_event("outer_label", "user_annotation", 0, 10),
+        complete_event("aten::mm", "cpu_op", 0, 10),
+    ]
+    label, op = load_trace(make_trace(events)).spans
+    assert (label.name, op.parent) == ("outer_label", label.id)
 
 
 def test_contained_spans_still_nest_despite_rounding(make_trace) -> None:
