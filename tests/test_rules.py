@@ -516,6 +516,29 @@ def test_buffer_request_lands_inside_the_first_mm() -> None:
     assert evidence["first_launch"]["name"] == "cuLaunchKernelEx"
 
 
+def _request_in_an_op(make_trace, *, second_thread: bool) -> list:
+    # No steps: the profiler's buffer request [10, 90) stalls the one op running then, whose
+    # self time it becomes (80 of the op's 95 µs of self time).
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 92, 5, correlation=1),
+        complete_event("gemm", "kernel", 98, 10, pid=0, tid=7, correlation=1),
+        complete_event("Activity Buffer Request", "overhead", 10, 80, pid=-1, tid=0),
+    ]
+    if second_thread:  # another thread's op spans the request too: which one it held is unknown
+        events.append(complete_event("aten::add", "cpu_op", 5, 90, tid=430))
+    return diagnose(make_trace(events), select=["buffer-request"])
+
+
+def test_buffer_request_outside_steps_names_the_op_it_stalled(make_trace) -> None:
+    (hit,) = _request_in_an_op(make_trace, second_thread=False)
+    assert hit.evidence["step"] is None and hit.evidence["during_op"]["name"] == "aten::mm"
+    assert hit.evidence["share_of_op_self"] == pytest.approx(80 / 95, abs=1e-4)
+    assert "while aten::mm runs" in hit.message and "84% of aten::mm's self time" in hit.message
+    (hit,) = _request_in_an_op(make_trace, second_thread=True)
+    assert "during_op" not in hit.evidence and "self time" not in hit.message
+
+
 def test_gemm_kernel_is_found_by_its_op_not_its_name() -> None:
     for name, op in (("4096_fp32_warm_eager", "aten::mm"), ("64_bf16_warm_compile", "aten::addmm")):
         rows = only(name, "gemm-kernel").evidence["kernels"]

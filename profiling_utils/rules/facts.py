@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import comm, measures
 from ..measures import Launch
-from ..trace import Span, Step, Trace
+from ..trace import Lane, Span, Step, Trace
 
 __all__ = [
     "MATMUL_OPS",
@@ -431,12 +431,12 @@ class Facts:
         """The distinct steps ``spans`` belong to, in order."""
         return sorted({n for n in map(self.step_number_of, spans) if n is not None})
 
-    def innermost_cpu_op_at(self, time: float, lane_of: Span) -> Span | None:
-        """The deepest ``cpu_op`` on ``lane_of``'s lane that is running at ``time``."""
-        spans = self.trace.lane_spans(lane_of.lane)
-        starts = self._lane_starts.get(lane_of.lane)
+    def innermost_cpu_op_at(self, time: float, lane: Lane) -> Span | None:
+        """The deepest ``cpu_op`` on ``lane`` that is running at ``time``."""
+        spans = self.trace.lane_spans(lane)
+        starts = self._lane_starts.get(lane)
         if starts is None:
-            starts = self._lane_starts[lane_of.lane] = [span.start for span in spans]
+            starts = self._lane_starts[lane] = [span.start for span in spans]
         index = bisect_right(starts, time) - 1
         if index < 0:
             return None

@@ -15,7 +15,7 @@ import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span
+from ..trace import Span, Step
 from .facts import (
     BIAS_MATMUL_OPS,
     MATMUL_OPS,
@@ -99,6 +99,21 @@ from the others by its step."""
 _REPORTED = 5
 
 
+def _op_holding(facts: Facts, request: Span, step: Step | None) -> Span | None:
+    """The op the profiler's request stalled: the innermost op running when it began, on the
+    step's thread, or without a step on the one CPU thread whose op spans the whole request."""
+    if step is not None:
+        return facts.innermost_cpu_op_at(request.start, step.span.lane)
+    found = [
+        op
+        for lane in facts.trace.lanes
+        if lane.kind == "cpu"
+        and (op := facts.innermost_cpu_op_at(request.start, lane)) is not None
+        and op.end >= request.end
+    ]
+    return found[0] if len(found) == 1 else None
+
+
 @rule(
     "buffer-request",
     "GPU lane",
@@ -125,12 +140,12 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
             "steps": len(steps),
         }
         where = ""
+        step = next((s for s in steps if s.number == number), None)
+        op = _op_holding(facts, request, step)
+        if op is not None:
+            evidence["during_op"] = span_ref(op)
+            where = f" while {op.name} runs"
         if number is not None:
-            step = next(s for s in steps if s.number == number)
-            op = facts.innermost_cpu_op_at(request.start, step.span)
-            if op is not None:
-                evidence["during_op"] = span_ref(op)
-                where = f" while {op.name} runs"
             where += f" in {step_label(number)}"
             offset = offsets.get(number)
             if offset is not None:
@@ -141,6 +156,11 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
             f"{BUFFER_REQUEST} for {request.dur:.1f} µs at {request.start:.1f} µs{where} "
             f"({len(requests)} in the trace, {len(steps)} steps)"
         )
+        own = 0.0 if op is None else facts.self_us(op)
+        if op is not None and request.end <= op.end and own > 0:
+            share = min(request.dur / own, 1.0)  # the op's self time holds the whole request
+            evidence["share_of_op_self"] = round(share, 4)
+            message += f"; it is {percent(share)} of {op.name}'s self time"
         if "first_launch" in evidence:
             launch = evidence["first_launch"]
             message += (
@@ -414,7 +434,7 @@ def _one_off_hit(
         assert cause.request is not None
         evidence["cause"] = "buffer request"
         evidence["request"] = span_ref(cause.request)
-        op = facts.innermost_cpu_op_at(cause.request.start, idle.launch)
+        op = facts.innermost_cpu_op_at(cause.request.start, idle.launch.lane)
         during = f" during {op.name}" if op is not None else ""
         tail = (
             f"; the latter was launched {idle.launched_late_us:.1f} µs after the GPU ran dry, "
