@@ -131,6 +131,7 @@ _STREAM_NUMBER = re.compile(r"\s*(?:stream\s*)?(-?\d+)\s*", re.I)
 # Tensile GEMM kernels (rocBLAS, hipBLASLt) carry the ISA they were built for: "..._ISA90a_...".
 _TENSILE_ISA = re.compile(r"_ISA(\d{2,4}[a-z]?)_")
 _RECORD_WINDOW_END = "Record Window End"
+_ISSUES_GPU_WORK = re.compile(r"Launch|Memcpy|Memset")  # cudaLaunchKernel, hipMemcpyAsync...
 _START = attrgetter("start")
 _DUR = attrgetter("dur")
 _ID = attrgetter("id")
@@ -866,9 +867,10 @@ class Trace:
 
         ``"GPU work recorded"``; ``"no events"``; for a trace without CUDA or HIP work, why:
         an accelerator the model does not read (MTIA writes its own categories on its device's
-        lanes), GPU lanes without kernels, copies or memsets (CUPTI's range profiler), a GPU
-        listed in ``deviceProperties`` while only host activities were recorded, or no GPU at
-        all (``"no GPU work (CPU-only trace)"``).
+        lanes), GPU lanes without kernels, copies or memsets (CUPTI's range profiler), launch
+        and copy calls whose GPU activities were not recorded, a GPU listed in
+        ``deviceProperties`` while only host activities were recorded, or no GPU at all
+        (``"no GPU work (CPU-only trace)"``).
         """
         content = self.content
         if content == "no events":
@@ -892,6 +894,12 @@ class Trace:
             return (
                 f"no kernel, copy or memset recorded; the GPU lanes hold {len(on_gpu_lanes):,} "
                 f"other events ({categories})"
+            )
+        issued = sum(1 for call in self.runtime_calls if _ISSUES_GPU_WORK.search(call.name))
+        if issued:
+            return (
+                f"no GPU work recorded, though {issued:,} calls launched kernels or copied or "
+                "set memory: their GPU activities are missing from the trace"
             )
         if self.devices:
             return "no GPU work recorded: the trace lists a GPU but holds host events only"

@@ -176,6 +176,25 @@ def test_a_listed_gpu_with_host_events_only_is_said_so(capsys, make_trace) -> No
     assert {r["content"] for r in json.loads(out)["cross_rank"]["ranks"]} == {"CPU only"}
 
 
+def test_launch_calls_whose_gpu_records_are_missing_are_counted(capsys, make_trace) -> None:
+    # The CPU side recorded two launches and a copy; CUPTI delivered none of their activities.
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 40),
+        complete_event("cudaGetDevice", "cuda_runtime", 1, 1, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=2),
+        complete_event("cudaMemcpyAsync", "cuda_runtime", 15, 5, correlation=3),
+        complete_event("cuLaunchKernel", "cuda_driver", 25, 5, correlation=4),
+    ]
+    path = make_trace(events)
+    said = (
+        "no GPU work recorded, though 3 calls launched kernels or copied or set memory: their "
+        "GPU activities are missing from the trace"
+    )
+    for command in ("summary", "diagnose"):
+        status, text, _ = run_cli(capsys, command, str(path))
+        assert status == 0 and f"  {said}" in text.splitlines() and "host events" not in text
+
+
 def test_gpu_lanes_without_kernels_are_named_for_what_they_hold(capsys, make_trace) -> None:
     # CUPTI's range profiler replays each kernel and writes a range, not the kernel.
     ranges = [
