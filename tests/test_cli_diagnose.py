@@ -31,6 +31,14 @@ def test_diagnose_text_groups_findings_under_their_table(capsys: pytest.CaptureF
     assert "      during_op: " in out  # evidence follows each finding
 
 
+def test_diagnose_header_counts_identical_gpus(capsys: pytest.CaptureFixture) -> None:
+    # Each rank of the two-GPU NCCL run lists both H200s in deviceProperties.
+    path = str(ROOT / "tests" / "fixtures" / "nccl" / "balanced" / "rank0.json.gz")
+    status, out, _ = run_cli(capsys, "diagnose", path)
+    assert status == 0
+    assert out.splitlines()[1].startswith("  2× NVIDIA H200, 132 SMs, compute capability 9.0; ")
+
+
 def test_diagnose_json(capsys: pytest.CaptureFixture) -> None:
     path = str(gpu_fixture("4096_bf16_warm_compile"))
     status, out, _ = run_cli(capsys, "diagnose", "--json", path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -145,8 +146,12 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
     steps = trace.steps
-    described = dict.fromkeys(device.describe() for device in trace.devices)
-    device = ", ".join(described) if described else "no GPU recorded"
+    described = Counter(device.describe() for device in trace.devices)
+    device = (
+        ", ".join(f"{count}× {text}" if count > 1 else text for text, count in described.items())
+        if described
+        else "no GPU recorded"
+    )
     warnings = sum(f.severity == "warning" for f in findings)
     header = [
         str(trace.path) if file is None else file,
