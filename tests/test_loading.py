@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
+import os
 import pickle
+import threading
 from pathlib import Path
 
 import pytest
@@ -173,6 +176,17 @@ def test_control_characters_in_names_are_blanked(make_trace) -> None:
     assert load_trace(path).spans[0].name == "bad name"
 
 
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])  # mapped, and read into memory
+def test_invalid_utf8_is_replaced_and_the_file_loads(tmp_path: Path, name: str) -> None:
+    text = json.dumps(trace_document(minimal_gpu_events())).encode()
+    text = text.replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    raw = load_raw_trace(path)
+    assert raw.repaired
+    assert "aten::mm\ufffd" in [event.name for event in raw.events if isinstance(event, Event)]
+
+
 def test_well_formed_files_are_not_repaired(make_trace) -> None:
     assert not load_raw_trace(make_trace(minimal_gpu_events())).repaired
 
@@ -190,6 +204,31 @@ def test_real_fixture_bytes(fixture_path) -> None:
     data = read_trace_bytes(fixture_path("64_bf16_warm_eager"))
     assert data.lstrip().startswith(b"{")
     assert json.loads(data)["schemaVersion"] == 1
+
+
+def test_a_plain_file_is_mapped_and_its_events_read_from_the_mapping(tmp_path: Path) -> None:
+    document = trace_document(minimal_gpu_events())
+    plain = write_trace(tmp_path / "t.json", document)
+    packed = write_trace(tmp_path / "t.json.gz", document)
+    assert isinstance(read_trace_bytes(plain), mmap.mmap)
+    assert isinstance(read_trace_bytes(packed), bytearray)
+    mapped, unpacked = load_trace(plain), load_trace(packed)
+    assert [(s.name, s.start, s.args) for s in mapped.spans] == [
+        (s.name, s.start, s.args) for s in unpacked.spans
+    ]
+    assert mapped.launch_of(mapped.kernels[0]) is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_trace_from_a_pipe_is_read_rather_than_mapped(tmp_path: Path) -> None:
+    pipe = tmp_path / "trace.json"
+    os.mkfifo(pipe)
+    text = json.dumps(trace_document(minimal_gpu_events())).encode()
+    writer = threading.Thread(target=pipe.write_bytes, args=(text,))
+    writer.start()
+    trace = load_trace(pipe)
+    writer.join()
+    assert len(trace.kernels) == 1 and trace.launch_of(trace.kernels[0]) is not None
 
 
 # -- bad input: one TraceError naming the file ----------------------------------------------
