@@ -374,10 +374,11 @@ if has_gpu:
 findings_table(findings, caption=trace.path.name)
 
 # %%
-# ``buffer-request`` reports the request and the step it fell in; ``cold-start`` flags the
-# first step's width. ``intra-step-gap`` leaves the first step to ``cold-start``: it speaks
-# of idle stretches in later steps, after a host sync, during a buffer request, or with the
-# next work already queued (see
+# ``buffer-request`` reports the request, the step and the op it fell in, and how much of
+# that op's self time it is: the profiler table charges the wait to the op. ``cold-start``
+# flags the first step's width. ``intra-step-gap`` leaves the first step to ``cold-start``:
+# it speaks of idle stretches in later steps, after a host sync, during a buffer request, or
+# with the next work already queued (see
 # :doc:`plot_10_gaps_inside_a_step`).
 #
 # The traces
