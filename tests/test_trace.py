@@ -11,9 +11,11 @@ from conftest import (
     DEVICE_PROPERTIES,
     FOREIGN,
     complete_event,
+    fixture_document,
     gpu_fixture,
     gpu_fixture_names,
     minimal_gpu_events,
+    write_trace,
 )
 
 from profiling_utils import Lane, Span, Step, Trace, load_trace
@@ -376,6 +378,33 @@ def test_an_external_id_shared_by_several_calls_links_nothing(make_trace) -> Non
     links = {k.name: trace.launch_of(k) for k in trace.kernels}
     assert (links["k1"], links["k2"]) == (None, None)
     assert links["k3"] is not None and trace.op_of(trace.kernels[2]).name == "aten::bar"
+
+
+@pytest.mark.parametrize(
+    ("document", "linked"),
+    [
+        (lambda: fixture_document("train_tiny_transformer_a3"), 786),  # of 1,068
+        (lambda: json.loads(gzip.decompress((FOREIGN / AMD).read_bytes())), 13),  # of 16
+    ],
+    ids=["h100-training", "mi250"],
+)
+def test_external_id_links_never_contradict_the_correlation_ids(tmp_path, document, linked) -> None:
+    # The same real traces with every correlation id taken out: what the External ids link
+    # must be what the correlation ids linked (calls whose id is shared stay unlinked).
+    original = document()
+    stripped = document()
+    for event in stripped["traceEvents"]:
+        event.get("args", {}).pop("correlation", None)
+
+    def links(trace: Trace) -> dict[tuple[str, float], tuple[str, float] | None]:
+        pairs = ((work, trace.launch_of(work)) for work in trace.gpu_work)
+        return {(w.name, w.start): c and (c.name, c.start) for w, c in pairs}
+
+    truth = links(load_trace(write_trace(tmp_path / "a.json", original)))
+    found = links(load_trace(write_trace(tmp_path / "b.json", stripped)))
+    found = {work: call for work, call in found.items() if call is not None}
+    assert len(found) == linked
+    assert all(truth[work] == call for work, call in found.items())
 
 
 def test_external_ids_are_not_used_when_the_trace_records_correlation(make_trace) -> None:
