@@ -769,7 +769,10 @@ def op_stats(trace: Trace) -> list[OpStats]:
     """Calls, self time and total time of every CPU operator, largest self time first.
 
     As ``key_averages()`` does, a call whose only child is a call of the same name counts
-    once, its child's children as its own.
+    once, its child's children as its own. A ``with_stack`` trace's Python frames are
+    children like any other span, as in torch 2.13's ``key_averages()``; torch 2.11's left
+    them out of its tree, so its self time of an op that runs Python (a custom
+    ``autograd.Function``, a compiled region's wrappers) includes that Python.
     """
     spans = trace.spans
     # Per span, in one pass: its direct children, their durations added in start order (as

@@ -238,37 +238,55 @@ def test_top_cpu_ops_count_self_time_as_key_averages_does(capsys, make_trace) ->
     assert [op["name"] for op in json.loads(out)["top_cpu_ops"]] == ["outer", "inner", "leaf"]
 
 
-def test_top_cpu_ops_match_key_averages_of_the_same_run(tmp_path) -> None:
+@pytest.mark.parametrize("with_stack", [False, True])
+def test_top_cpu_ops_match_key_averages_of_the_same_run(tmp_path, with_stack: bool) -> None:
     """Profile a small training loop on the CPU and hold every op's calls, self time and total
-    time to what torch's own ``key_averages()`` says about the same run."""
+    time to what torch's own ``key_averages()`` says about the same run: the summary's table
+    and the rows the rules read. With ``with_stack`` the trace holds Python frames inside
+    ops too (a custom ``autograd.Function`` runs Python in its forward and backward), which
+    are the op's children here as in ``key_averages()`` (torch 2.13; torch 2.11 left them
+    out of its tree, so its self times of such ops include their Python)."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
     from profiling_utils.measures import op_stats
+    from profiling_utils.rules.facts import Facts
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # noqa: ANN001, ANN205
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):  # noqa: ANN001, ANN205
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     inputs = torch.randn(16, 64)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_stack=with_stack) as prof:
         for _ in range(3):
-            model(inputs).sum().backward()
+            Square.apply(model(inputs)).sum().backward()
     path = tmp_path / "cpu.json"
     prof.export_chrome_trace(str(path))
     expected = {
         e.key: (e.count, e.self_cpu_time_total, e.cpu_time_total)
         for e in prof.key_averages()
-        if e.key.startswith(("aten::", "autograd::"))
+        if e.key.startswith(("aten::", "autograd::", "Square"))
     }
-    ours = {
-        s.name: (s.calls, s.self_us, s.total_us)
-        for s in op_stats(load_trace(path))
-        if s.name in expected
-    }
-    assert "aten::sum" in ours  # calls itself: key_averages folds the inner call
-    assert set(ours) == set(expected)
-    for name, (calls, self_us, total_us) in ours.items():
-        assert calls == expected[name][0], name
-        assert self_us == pytest.approx(expected[name][1], abs=0.01), name
-        assert total_us == pytest.approx(expected[name][2], abs=0.01), name
+    trace = load_trace(path)
+    assert any(span.cat == "python_function" for span in trace.spans) == with_stack
+    ours = {s.name: (s.calls, s.self_us, s.total_us) for s in op_stats(trace)}
+    rows = {name: (r.calls, r.self_us) for name, r in Facts(trace).rows.items()}
+    assert "aten::sum" in expected  # calls itself: key_averages folds the inner call
+    assert {"Square", "SquareBackward"} <= set(expected)
+    assert set(expected) <= set(ours)
+    for name, (calls, self_us, total_us) in expected.items():
+        assert ours[name][0] == rows[name][0] == calls, name
+        assert ours[name][1] == pytest.approx(self_us, abs=0.01), name
+        assert rows[name][1] == pytest.approx(self_us, abs=0.01), name
+        assert ours[name][2] == pytest.approx(total_us, abs=0.01), name
 
 
 @pytest.mark.parametrize("name", gpu_fixture_names())

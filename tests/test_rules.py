@@ -689,6 +689,19 @@ def test_facts_self_time_matches_the_profiler_definition() -> None:
     assert row.total_us == pytest.approx(sum(s.dur for s in facts.named("aten::matmul")))
 
 
+def test_rows_leave_out_gpu_kernels_named_like_an_op(make_trace) -> None:
+    # torch.compile names a Triton kernel's launching op after the kernel: the row is the
+    # op's CPU time, not the kernel's GPU time added to it.
+    name = "triton_poi_fused_gelu_0"
+    events = [
+        complete_event(name, "cpu_op", 0, 10),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 2, 2, correlation=1),
+        complete_event(name, "kernel", 20, 30, pid=0, tid=7, correlation=1),
+    ]
+    row = Facts(load_trace(make_trace(events))).rows[name]
+    assert (row.calls, row.total_us, row.self_us, row.is_op) == (1, 10.0, 8.0, True)
+
+
 # -- the cheatsheet page -----------------------------------------------------------------------
 
 

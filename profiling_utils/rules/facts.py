@@ -162,7 +162,8 @@ class Row:
     """One row of the profiler table, rebuilt from the trace: every span of one name."""
 
     calls: int
-    """Spans with this name."""
+    """Spans with this name (a span that is the only child of one of its name not counted,
+    as ``key_averages()`` folds it into its parent)."""
     total_us: float
     """Their summed durations, a span nested in one of the same name counted once ("CPU
     total")."""
@@ -177,6 +178,13 @@ _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
 _UNSEEN: list[Any] = []
 _CALL_ID = attrgetter("call.id")
+
+
+def _is_only_child(trace: Trace, span: Span) -> bool:
+    """Whether ``span`` is the only child of its parent (found in the parent's time range)."""
+    parent = span.parent
+    assert parent is not None
+    return sum(other.parent == parent for other in trace.within(trace.spans[parent])) == 1
 
 
 class Facts:
@@ -285,14 +293,17 @@ class Facts:
     @cached_property
     def rows(self) -> dict[str, Row]:
         """The profiler table's rows rebuilt from the trace: per ``cpu_op`` and
-        ``user_annotation`` name (``ProfilerStep#N`` left out), calls, total and self time."""
-        spans = self.trace.spans
+        ``user_annotation`` name (``ProfilerStep#N`` left out), calls, total and self time.
+        As in ``key_averages()``, a call whose only child is a call of its name counts once."""
+        trace = self.trace
+        spans = trace.spans
         # The time each span's children cover (their union, from the model): overlapping
         # children must not be counted twice, or self time goes negative.
-        covered = self.trace.children_cover_us
+        covered = trace.children_cover_us
         # Per name: [calls, total, self, category], or None for a name that is not a row.
         # One pass in span order (by name, the spans would be visited in scattered memory).
         sums: dict[str, list[Any] | None] = {}
+        nested_in_own_name: list[Span] = []
         for span in spans:
             name = span.name
             row = sums.get(name, _UNSEEN)
@@ -300,14 +311,21 @@ class Facts:
                 # A name's first span's category stands for the name's.
                 is_row = span.cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
                 row = sums[name] = [0, 0.0, 0.0, span.cat] if is_row else None
-            if row is None or (row[3] == "user_annotation" and span.cat != "user_annotation"):
-                continue  # GPU lanes repeat record_function labels (gpu_user_annotation)
+            if row is None or span.cat != row[3]:
+                # Another kind of span under a row's name: the GPU lane's copy of a
+                # record_function label, or the kernel of a compiled region (triton_*).
+                continue
             dur = span.dur
             parent = span.parent
-            if parent is None or spans[parent].name != name:  # nested in itself: counted once
+            if parent is None or spans[parent].name != name:
                 row[1] += dur
+            else:  # nested in itself: its total counted once
+                nested_in_own_name.append(span)
             row[2] += dur - covered[span.id]
             row[0] += 1
+        for span in nested_in_own_name:
+            if _is_only_child(trace, span):  # folded into its parent's call
+                sums[span.name][0] -= 1  # type: ignore[index]
         return {
             name: Row(row[0], row[1], row[2], row[3] == "cpu_op")
             for name, row in sums.items()
