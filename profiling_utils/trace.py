@@ -268,24 +268,6 @@ class _LinkArgs(msgspec.Struct, gc=False):
 _LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
 
 
-class _ExternalIdArgs(msgspec.Struct, gc=False):
-    external_id: Any = msgspec.field(default=None, name="External id")
-
-
-_EXTERNAL_ID_ARGS = msgspec.json.Decoder(_ExternalIdArgs)
-
-
-def _external_id(span: Span) -> int | None:
-    """``args["External id"]`` when it is an integer, read without decoding the other args."""
-    if not span.raw_args:
-        return None
-    try:
-        value = _EXTERNAL_ID_ARGS.decode(span.raw_args).external_id
-    except msgspec.ValidationError:  # args that are not an object: no id
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 @dataclass(frozen=True, slots=True)
 class Step:
     """One ``ProfilerStep#N`` window: the CPU annotation and the GPU work launched inside it."""
@@ -783,12 +765,12 @@ class Trace:
         or driver call: an op's id, shared by all the calls the op makes, links nothing."""
         calls_by_id: dict[int, Span | None] = {}
         for call in self.runtime_calls:
-            external = _external_id(call)
+            external = call.external_id
             if external is not None:
                 calls_by_id[external] = None if external in calls_by_id else call
         linked = 0
         for work in self.gpu_work:
-            external = _external_id(work)
+            external = work.external_id
             if external is not None and calls_by_id.get(external) is not None:
                 work.correlation = external
                 linked += 1
