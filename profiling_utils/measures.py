@@ -716,9 +716,15 @@ class CompileInfo(_Result):
 
 def compiled_regions(trace: Trace) -> CompileInfo:
     """The ``torch.compile`` regions, cache lookups, AOT wrappers, graph hashes and CUDA graph
-    launches of a trace (all empty for an eager run)."""
-    regions = tuple(trace.find(prefix="Torch-Compiled Region"))
-    graph_calls = tuple(trace.find(prefix="## Call CompiledFxGraph"))
+    launches of a trace (all empty for an eager run). The markers are the CPU's: the copy of
+    a ``record_function`` range that the GPU lane shows (``gpu_user_annotation``) is not a
+    second call."""
+
+    def on_cpu(spans: list[Span]) -> tuple[Span, ...]:
+        return tuple(span for span in spans if span.lane.kind == "cpu")
+
+    regions = on_cpu(trace.find(prefix="Torch-Compiled Region"))
+    graph_calls = on_cpu(trace.find(prefix="## Call CompiledFxGraph"))
     region_ids = dict.fromkeys(
         m[1] for m in (_REGION.match(s.name) for s in regions) if m is not None
     )
@@ -728,8 +734,8 @@ def compiled_regions(trace: Trace) -> CompileInfo:
     return CompileInfo(
         regions=regions,
         region_ids=tuple(region_ids),
-        cache_lookups=tuple(trace.find("TorchDynamo Cache Lookup")),
-        aot_wrappers=tuple(trace.find(prefix="AOTDispatcher")),
+        cache_lookups=on_cpu(trace.find("TorchDynamo Cache Lookup")),
+        aot_wrappers=on_cpu(trace.find(prefix="AOTDispatcher")),
         graph_calls=graph_calls,
         graph_hashes=tuple(hashes),
         cuda_graph_launches=tuple(

@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
 
-from profiling_utils import Trace, load_trace
+from profiling_utils import Trace, diagnose, load_trace
 from profiling_utils.measures import (
     compiled_regions,
     dead_windows,
@@ -449,6 +449,28 @@ def test_compiled_regions_of_a_compiled_run() -> None:
     # The same function compiles to the same FX graph, cold or warm.
     assert cold.graph_hashes == warm.graph_hashes
     assert cold.region_ids == ("0/0",)
+
+
+def test_the_gpu_lanes_copy_of_a_compiled_graph_call_is_not_a_second_call(make_trace) -> None:
+    # In a compiled training step the graph call's record_function range is mirrored on the
+    # GPU lane (gpu_user_annotation) over the work it launched: one call, not two.
+    call = "## Call CompiledFxGraph fnb746rx ##"
+    events = []
+    for step in range(2):
+        t = step * 100
+        events += [
+            complete_event(f"ProfilerStep#{step}", "user_annotation", t, 90),
+            complete_event(call, "user_annotation", t + 10, 50),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=step),
+            complete_event(call, "gpu_user_annotation", t + 30, 20, pid=0, tid=7),
+            complete_event("triton_poi_fused_0", "kernel", t + 30, 20, pid=0, tid=7,
+                           correlation=step),
+        ]  # fmt: skip
+    trace = load_trace(make_trace(events))
+    info = compiled_regions(trace)
+    assert [s.lane.kind for s in info.graph_calls] == ["cpu", "cpu"]
+    (hit,) = diagnose(trace, select=["compiled-graph-cache-hit"])
+    assert hit.evidence["calls"] == 2 and hit.evidence["median_us"] == 50.0
 
 
 def test_reduce_overhead_replays_a_cuda_graph() -> None:
