@@ -908,7 +908,7 @@ class Trace:
             candidate = spans[index]
             if candidate.start >= end:
                 return
-            if candidate.lane == lane:
+            if candidate.lane is lane:  # one Lane object per lane: no field-by-field __eq__
                 yield candidate
 
     def self_us(self, span: Span) -> float:
