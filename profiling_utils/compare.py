@@ -36,7 +36,9 @@ class RunSummary:
     trace: str
     """The trace's path."""
     device: str | None
-    """The GPU name(s) recorded, or ``None``."""
+    """The GPU name(s) recorded (a device with GPU work but no name as
+    :meth:`~profiling_utils.trace.DeviceInfo.describe` gives it: ``"unknown AMD GPU, gfx942"``),
+    or ``None`` without a device."""
     content: TraceContent
     """Whether the trace holds GPU work, only an accelerator's events that are not read, only
     host events, or no event at all."""
@@ -215,7 +217,11 @@ def _summary(facts: Facts) -> RunSummary:
         launch for launch in facts.launches if facts.step_number_of(launch.call) is not None
     ]
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
-    devices = list(dict.fromkeys(d.name for d in trace.devices if d.name))
+    devices = list(
+        dict.fromkeys(
+            d.name if d.name not in ("", "unknown") else d.describe() for d in trace.devices
+        )
+    )
     info = facts.compile_info
     return RunSummary(
         trace=str(trace.path),

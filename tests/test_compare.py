@@ -158,3 +158,12 @@ def test_an_empty_trace_is_not_called_cpu_only(make_trace) -> None:
     assert "content:  no events | CPU only" in comparison.to_text()
     gpu = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_eager"))
     assert gpu.baseline.content == "GPU"
+
+
+def test_an_unnamed_device_is_described_as_summary_describes_it() -> None:
+    # The TraceLens MI300-class trace has GPU work but no deviceProperties: the device is
+    # told by its launch API and its GEMM kernels' ISA tag, as in summary and diagnose.
+    path = Path(__file__).parent / "fixtures/foreign/tracelens__gemm_01_compute_few_tiles.json.gz"
+    comparison = compare(path, path)
+    assert comparison.baseline.device == "unknown AMD GPU, gfx942"
+    assert "device:   unknown AMD GPU, gfx942\n" in comparison.to_text()
