@@ -348,6 +348,36 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]
 
 
+def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) -> None:
+    # (CPU µs, GPU busy µs) per step: ratios 20, 3, 5, 4 and 20. The median busy time over
+    # the median CPU time, taken apart, would be 1200 / 100 = 12x, no step's ratio; the
+    # message names the median step, whose own times give the ratio it prints.
+    steps = {1: (100.0, 2000.0), 2: (400.0, 1200.0), 3: (100.0, 500.0), 4: (300.0, 1200.0)}
+    steps[5] = (50.0, 1000.0)
+    events = []
+    for n, (cpu_us, busy_us) in steps.items():
+        t = 10_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, cpu_us),
+            complete_event("aten::mm", "cpu_op", t + 10, 30),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=n),
+            complete_event("gemm", "kernel", t + 30, busy_us, pid=0, tid=7, correlation=n),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["compute-bound"])
+    evidence = finding.evidence
+    assert evidence["median_step"] == 3
+    assert (evidence["median_gpu_busy_us"], evidence["median_cpu_us"]) == (500.0, 100.0)
+    assert evidence["median_gpu_busy_fraction"] == 5.0
+    assert (evidence["lowest_gpu_busy_fraction"], evidence["highest_gpu_busy_fraction"]) == (
+        3.0,
+        20.0,
+    )
+    assert finding.message == (
+        "In the median step (ProfilerStep#3) the GPU is busy 500.0 µs for 100.0 µs of CPU "
+        "time (5× as long; 3× to 20× over 5 steps): the GPU sets the pace."
+    )
+
+
 def test_hotspot_share_is_the_gemm_share_of_gpu_time() -> None:
     name = "4096_fp32_warm_eager"
     evidence = only(name, "hotspot").evidence
