@@ -451,12 +451,15 @@ def format_summary(summary: dict[str, Any]) -> str:
             f" {'dead win.':>9} {'delay med':>9} {'delay max':>9} {'gaps':>5} {'gap max':>8}"
         )
         for s in summary["steps"]:
-            idle = "-" if s["gpu_idle_fraction"] is None else percent(s["gpu_idle_fraction"])
+            on_gpu = s["gpu_idle_fraction"] is not None  # else a trace without GPU work
+            idle = percent(s["gpu_idle_fraction"]) if on_gpu else "-"
+            busy = _us(s["gpu_busy_us"]) if on_gpu else "-"
+            gaps = s["gpu_gap_count"] if on_gpu else "-"
             out.append(
-                f"  {s['step']:>5} {_us(s['cpu_us']):>10} {_us(s['gpu_busy_us']):>9}"
+                f"  {s['step']:>5} {_us(s['cpu_us']):>10} {busy:>9}"
                 f" {idle:>4} {_us(s['lane_offset_us']):>9} {_us(s['dead_window_us']):>9}"
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
-                f" {s['gpu_gap_count']:>5} {_us(s['gpu_gap_max_us']):>8}"
+                f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
     else:
         out.append("  no ProfilerStep#N annotations")

@@ -125,6 +125,11 @@ class _Result:
 
 # -- steps ------------------------------------------------------------------------------------
 
+_SAME_TIME_US = 0.001
+"""Times closer than this (1 ns, the resolution Kineto writes) are one time: two kernels
+written back to back can differ by a float's rounding error (10⁻⁵ µs) and hold no gap,
+and a GPU busy for all of a step's window but such an error is not idle."""
+
 
 @dataclass(frozen=True, slots=True)
 class StepTime(_Result):
@@ -141,7 +146,8 @@ class StepTime(_Result):
     end of the GPU work queued before it, to the later of the step's end and its last GPU work's
     end. Consecutive steps' windows do not overlap."""
     gpu_idle_fraction: float | None
-    """``1 - gpu_busy_us / gpu_window_us``; ``None`` for a trace without GPU work."""
+    """``1 - gpu_busy_us / gpu_window_us`` (0 when the GPU idles less than 1 ns of the window:
+    float rounding); ``None`` for a trace without GPU work."""
     gpu_activities: int
     """Kernels, copies and memsets launched in the step."""
 
@@ -216,7 +222,8 @@ def step_times(trace: Trace) -> list[StepTime]:
         if not trace.has_gpu:
             idle = None
         else:
-            idle = 1.0 - busy / window if window > 0 else 0.0
+            idle_us = window - busy
+            idle = idle_us / window if idle_us > _SAME_TIME_US else 0.0
         results.append(StepTime(step.number, step.span.dur, busy, window, idle, len(own)))
     return results
 
@@ -360,7 +367,8 @@ _CAT = attrgetter("cat")
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
     """Idle stretches between consecutive GPU activities of each step, per device, longer than
-    ``min_gap_us``.
+    ``min_gap_us`` (and than 1 ns: back-to-back activities whose times differ by a float's
+    rounding hold no gap).
 
     A gap is time in which no stream of the device ran anything, this step's work or any
     other's: where the CPU runs ahead, the work of neighbouring steps can fill the time
@@ -377,7 +385,11 @@ def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
             latest_end = latest.start + latest.dur
             for after in work[1:]:
                 gap = after.start - latest_end
-                if gap > 0 and gap >= min_gap_us and not _covered(starts, ends, latest_end):
+                if (
+                    gap > _SAME_TIME_US
+                    and gap >= min_gap_us
+                    and not _covered(starts, ends, latest_end)
+                ):
                     results.append(GpuGap(step.number, device, latest, after, gap))
                 end = after.start + after.dur
                 if end > latest_end:

@@ -124,6 +124,9 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
     assert summary["steps"][0]["gpu_idle_fraction"] is None
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "no GPU work (CPU-only trace)" in text
+    # The step's row has no GPU busy time, idle share or gap count to show, not 0.0 and 0.
+    (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("0 ")]
+    assert row == ["0", "10.0", "-", "-", "-", "-", "-", "-", "-", "-"]
 
 
 def mtia_like(make_trace):

@@ -207,6 +207,28 @@ def test_gpu_gaps_exact(minimal: Trace) -> None:
     assert gpu_gaps(minimal, min_gap_us=5.5) == []
 
 
+def test_back_to_back_kernels_hold_no_gap_and_no_idle_time(make_trace) -> None:
+    # Kernels written back to back (the MI300X replay trace: 493011.447 + 132.958 is the next
+    # start) whose float times differ by rounding error only: no gap, no idle time, not the
+    # "gaps 1, gap max 0.0" and "-0.00%" idle of a comparison with 0.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 1000.0, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 1001.0, 5, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 1010.0, 5, correlation=2),
+        complete_event("a", "kernel", 1000.0, 132.958, pid=0, tid=7, correlation=1),
+        complete_event("b", "kernel", 1132.958 + 1e-5, 200.0, pid=0, tid=7, correlation=2),
+    ]
+    trace = load_trace(make_trace(events))
+    assert gpu_gaps(trace) == []
+    (step,) = step_times(trace)
+    assert step.gpu_idle_fraction == 0.0
+    events[-1]["ts"] += 0.01  # 10 ns: a gap the clock did see
+    trace = load_trace(make_trace(events))
+    (gap,) = gpu_gaps(trace)
+    assert gap.gap_us == pytest.approx(0.01001)
+    assert step_times(trace)[0].gpu_idle_fraction > 0
+
+
 def test_gpu_gaps_between_launch_bound_kernels() -> None:
     trace = fixture("64_bf16_warm_eager")
     gaps = gpu_gaps(trace)
