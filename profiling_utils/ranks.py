@@ -583,7 +583,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     if len(clocks) > 1:
         notes.append(
             "the traces keep time differently (some with baseTimeNanoseconds, some without): "
-            "collectives cannot be lined up, so wait and straggler are left out"
+            "collectives cannot be lined up, so wait and transfer are left out (a straggler "
+            "can still be told by step times)"
         )
     missing = [label for label, p in zip(labels, profiles, strict=True) if p.rank is None]
     if missing:
@@ -636,12 +637,19 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             )
         )
     spreads = _step_spreads(profiles, labels)
-    straggler = _straggler(rows, waits.caused, matched)
+    if not spreads and sum(bool(p.steps) for p in profiles) >= 2:
+        notes.append(
+            "no step number is in two traces: their steps are not compared (are they from "
+            "one run?)"
+        )
+    straggler = _straggler(rows, waits.caused, matched, spreads)
     findings = _findings(rows, spreads, straggler)
     return CrossRank(rows, spreads, matched, straggler, findings, notes)
 
 
-def _straggler(rows: list[RankTiming], caused: list[float], matched: int) -> Straggler | None:
+def _straggler(
+    rows: list[RankTiming], caused: list[float], matched: int, spreads: list[StepSpread]
+) -> Straggler | None:
     if len(rows) < 2:
         return None
     if matched:
@@ -655,8 +663,8 @@ def _straggler(rows: list[RankTiming], caused: list[float], matched: int) -> Str
             row.median_step_us,
         )  # fmt: skip
     timed = [row for row in rows if row.median_step_us is not None]
-    if len(timed) < 2:
-        return None
+    if len(timed) < 2 or not spreads:
+        return None  # no step that two ranks both recorded: their steps are not one loop's
     slowest = max(timed, key=lambda r: r.median_step_us or 0.0)
     median = statistics.median(r.median_step_us or 0.0 for r in timed)
     if not median or (slowest.median_step_us or 0.0) <= median * (1 + _STEP_SPREAD_THRESHOLD):

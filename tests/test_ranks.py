@@ -137,6 +137,38 @@ def test_balanced_run_has_no_straggler(tmp_path: Path) -> None:
     assert report.findings == []
 
 
+def steps_only(first: int, step_us: float) -> list[dict[str, Any]]:
+    """Three steps numbered from ``first``, each one op long, no collective."""
+    return [
+        event
+        for n in range(first, first + 3)
+        for event in (
+            complete_event(f"ProfilerStep#{n}", "user_annotation", 2000.0 * n, step_us),
+            complete_event("aten::add", "cpu_op", 2000.0 * n + 1, step_us - 2),
+        )
+    ]
+
+
+def test_without_collectives_the_straggler_is_told_by_common_steps(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, steps_only(0, 1000.0))
+    write_rank(tmp_path, 1, steps_only(0, 1300.0))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is not None
+    assert (report.straggler.rank, report.straggler.basis) == (1, "steps")
+    assert [f.rule for f in report.findings if f.rule == "rank-straggler"] == ["rank-straggler"]
+
+
+def test_traces_without_a_common_step_name_no_straggler(tmp_path: Path) -> None:
+    # Two unrelated traces (a real case: a GPU trace's 92 µs steps beside a CPU-only trace's
+    # 2,674 µs one): no step number in both, so no step times to compare.
+    write_rank(tmp_path, 0, steps_only(0, 1000.0))
+    write_rank(tmp_path, 1, steps_only(10, 1300.0))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is None and report.steps == []
+    assert not any(f.rule == "rank-straggler" for f in report.findings)
+    assert any("no step number is in two traces" in note for note in report.notes)
+
+
 def test_ranks_line_up_on_base_time_plus_ts(tmp_path: Path) -> None:
     # Rank 1's profiler started 1 ms later: its ts are 1000 µs smaller for the same moments.
     write_rank(tmp_path, 0, rank_events(0, late_us=300))
