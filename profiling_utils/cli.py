@@ -397,6 +397,9 @@ def _us(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+_NO_LAUNCH = {"unknown": "launch not in the trace"}
+
+
 def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in counter.items()) or "none"
 
@@ -496,7 +499,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append("  none")
     out += [
         "",
-        f"Launch APIs: {_counts(summary['launch_apis'])}",
+        # Kernels, not calls: a trace whose GPU records are missing has launch calls and none.
+        "Kernels by launch API: "
+        + _counts({_NO_LAUNCH.get(api, api): n for api, n in summary["launch_apis"].items()}),
         f"Planning calls: {_counts(summary['planning_calls'])}",
     ]
 
@@ -526,7 +531,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(f"  graphs: {', '.join(c['graph_hashes']) or '-'}")
     else:
         out.append("  not compiled")
-    out.append(f"  CUDA graph launches: {c['cuda_graph_launches']}")
+    runtime = "HIP" if any(d["vendor"] == "amd" for d in summary["devices"]) else "CUDA"
+    out.append(f"  {runtime} graph launches: {c['cuda_graph_launches']}")
 
     out += ["", "Profiler overhead"]
     for o in summary["overhead"]:

@@ -639,8 +639,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     spreads = _step_spreads(profiles, labels)
     if not spreads and sum(bool(p.steps) for p in profiles) >= 2:
         notes.append(
-            "no step number is in two traces: their steps are not compared (are they from "
-            "one run?)"
+            "no step number is in two traces: their steps are not compared (are they from one run?)"
         )
     straggler = _straggler(rows, waits.caused, matched, spreads)
     findings = _findings(rows, spreads, straggler)

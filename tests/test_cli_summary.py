@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    FOREIGN,
     complete_event,
     gpu_fixture,
     gpu_fixture_names,
@@ -74,7 +75,7 @@ def test_text_summary_of_every_fixture(capsys, name: str) -> None:
     assert (status, err) == (0, "")
     assert "GPU 0: NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0, 79.2 GiB" in out
     assert "CUDA runtime 13.0" in out
-    for heading in ("Lanes", "Steps (µs)", "Top kernels", "Launch APIs", "torch.compile"):
+    for heading in ("Lanes", "Steps (µs)", "Top kernels", "Kernels by launch API", "torch.compile"):
         assert heading in out
 
 
@@ -87,6 +88,24 @@ def test_text_summary_names_what_each_run_shows(capsys) -> None:
     assert "CUDA graph launches: 3" in graph and "DtoD" in graph
     _, w0a3, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager_w0a3")))
     assert "Activity Buffer Request x1" in w0a3 and "CUPTI overhead" in w0a3
+
+
+def test_text_summary_counts_kernels_by_launch_api_and_names_the_runtime(
+    capsys, make_trace
+) -> None:
+    # An MI250 trace (HIP): its graph launches are HIP's. A kernel whose launch call is not in
+    # the trace is counted as such, not under an API called "unknown".
+    mi250 = FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    _, out, _ = run_cli(capsys, "summary", str(mi250))
+    assert "HIP graph launches: 0" in out and "CUDA graph" not in out
+    _, cuda, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager")))
+    assert "CUDA graph launches: 0" in cuda
+    unlinked = minimal_gpu_events()
+    for event in unlinked:
+        if event.get("cat") == "kernel":
+            event["args"]["correlation"] = 99  # no call carries it
+    _, text, _ = run_cli(capsys, "summary", str(make_trace(unlinked)))
+    assert "Kernels by launch API: launch not in the trace x1" in text
 
 
 def test_text_summary_steps_fit_the_page_and_memsets_carry_no_rate(capsys) -> None:
