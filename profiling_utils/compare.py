@@ -136,7 +136,7 @@ class Comparison:
         a, b = self.baseline, self.trace
         out = [f"baseline: {a.trace}", f"trace:    {b.trace}"]
         if a.device or b.device:
-            devices = a.device if a.device == b.device else f"{a.device} | {b.device}"
+            devices = a.device if a.device == b.device else f"{a.device or '-'} | {b.device or '-'}"
             out.append(f"device:   {devices}")
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")

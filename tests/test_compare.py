@@ -156,6 +156,8 @@ def test_an_empty_trace_is_not_called_cpu_only(make_trace) -> None:
     comparison = compare(empty, cpu_only)
     assert (comparison.baseline.content, comparison.trace.content) == ("no events", "CPU only")
     assert "content:  no events | CPU only" in comparison.to_text()
+    gpu_and_cpu = compare(gpu_fixture("64_bf16_warm_eager"), cpu_only).to_text()
+    assert "device:   NVIDIA H100 80GB HBM3 | -\n" in gpu_and_cpu
     gpu = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_eager"))
     assert gpu.baseline.content == "GPU"
 
