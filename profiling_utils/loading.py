@@ -531,9 +531,14 @@ def decode_trace(
             top = _TOP_LEVEL.decode(data)
         except msgspec.ValidationError as err:
             kind = str(err).rsplit("got `", 1)[-1].rstrip("`")
-            raise TraceError(
-                path, f"JSON is not a trace: the top level is {kind!r}, not an object"
-            ) from None
+            problem = f"JSON is not a trace: the top level is {kind!r}, not an object"
+            if kind == "array":
+                problem += (
+                    " (a bare array of events is the Chrome trace format that torch's legacy "
+                    "autograd profiler and other tools write; torch.profiler writes an object "
+                    "with 'traceEvents')"
+                )
+            raise TraceError(path, problem) from None
         except msgspec.DecodeError as err:
             first_error = err
     repaired = first_error is not None

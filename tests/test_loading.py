@@ -305,7 +305,7 @@ def test_corrupt_gzip(tmp_path: Path) -> None:
     ("document", "expected"),
     [
         ([1, 2, 3], "the top level is 'array'"),
-        (b'[{"ph": "X", "name": "a", "ts": 1}]', "the top level is 'array'"),
+        (b'[{"ph": "X", "name": "a", "ts": 1}]', "the top level is 'array', not an object (a "),
         ("trace", "the top level is 'str'"),
         (42, "the top level is 'int'"),
         ({"events": []}, "no 'traceEvents' key (top-level keys: events)"),
