@@ -348,6 +348,42 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]
 
 
+def cold_steps(first_op_us: float, first_gap_us: float) -> list[dict[str, Any]]:
+    """Four steps, each an op launching a kernel; the first step's op lasts ``first_op_us``
+    (others 50 µs) and starts ``first_gap_us`` into the step (others 10 µs)."""
+    events = []
+    for n in range(4):
+        t = 10_000.0 * n
+        gap, op_us = (first_gap_us, first_op_us) if n == 0 else (10.0, 50.0)
+        launch_us = 9.0 if n == 0 else 5.0
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, gap + op_us + 10),
+            complete_event("aten::mm", "cpu_op", t + gap, op_us),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + gap + 5, launch_us,
+                           correlation=n + 1),
+            complete_event("gemm", "kernel", t + gap + 20, 10, pid=0, tid=7, correlation=n + 1),
+        ]  # fmt: skip
+    return events
+
+
+def test_cold_start_says_how_much_runs_outside_every_op(make_trace) -> None:
+    # The first step: 500 µs before its op starts (host work the profiler records no op
+    # for, as on the MI250 and MI300X traces), and a launch 4 µs slower than usual.
+    (finding,) = diagnose(make_trace(cold_steps(50.0, 500.0)), select=["cold-start"])
+    assert finding.evidence["outside_ops_us"] == 510.0
+    assert finding.evidence["median_other_outside_ops_us"] == 20.0
+    assert "; 510.0 µs of it runs outside every op (20.0 µs in the other steps);" in (
+        finding.message
+    )
+    assert finding.message.endswith(
+        "cudaLaunchKernel, took 9.0 µs against 5.0 µs in the other steps (0.82% of the extra "
+        "490.0 µs)."
+    )
+    # The same extra time inside the op: nothing to say about time outside the ops.
+    (finding,) = diagnose(make_trace(cold_steps(540.0, 10.0)), select=["cold-start"])
+    assert "outside every op" not in finding.message
+
+
 def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) -> None:
     # (CPU µs, GPU busy µs) per step: ratios 20, 3, 5, 4 and 20. The median busy time over
     # the median CPU time, taken apart, would be 1200 / 100 = 12x, no step's ratio; the

@@ -34,6 +34,11 @@ COLD_START_MIN_EXCESS_LAUNCHES = 3.0
 """... and longer by at least this many of the trace's launch latencies
 (:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): less is noise."""
 
+COLD_START_OUTSIDE_OPS_SHARE = 0.25
+"""``cold-start`` says how much of the first step runs outside every op when that time
+exceeds the other steps' by at least this share of the step's extra time (on the MI250 and
+MI300X traces, most of it: host work the profiler does not record as an op)."""
+
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
 steps under the same label (the steady state: right after a cold start the second step is
@@ -123,11 +128,24 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     if overhead:
         names = ", ".join(dict.fromkeys(span.name for span in overhead))
         message += f"; {overhead_us:.1f} µs of it overlaps the overhead row's {names}"
+    extra = width - typical
+    outside = {step.number: facts.self_us(step.span) for step in steps}
+    usual_outside = _other_median(outside, first.number)
+    assert usual_outside is not None
+    evidence["outside_ops_us"] = us(outside[first.number])
+    evidence["median_other_outside_ops_us"] = us(usual_outside)
+    if outside[first.number] - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+        message += (
+            f"; {outside[first.number]:.1f} µs of it runs outside every op "
+            f"({usual_outside:.1f} µs in the other steps)"
+        )
     if slowest is not None:
         evidence["slowest_call"] = slowest
+        share = (slowest["dur_us"] - slowest["typical_us"]) / extra
         message += (
-            f"; {slowest['name']} took {slowest['dur_us']:.1f} µs against "
-            f"{slowest['typical_us']:.1f} µs in the other steps"
+            f"; the runtime call furthest above its usual time, {slowest['name']}, took "
+            f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
+            f"steps ({percent(share)} of the extra {extra:.1f} µs)"
         )
     yield message + ".", evidence
 
