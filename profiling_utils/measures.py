@@ -222,8 +222,7 @@ def step_times(trace: Trace) -> list[StepTime]:
         if not trace.has_gpu:
             idle = None
         else:
-            idle_us = window - busy
-            idle = idle_us / window if idle_us > _SAME_TIME_US else 0.0
+            idle = 1.0 - busy / window if window - busy > _SAME_TIME_US else 0.0
         results.append(StepTime(step.number, step.span.dur, busy, window, idle, len(own)))
     return results
 
