@@ -412,6 +412,16 @@ def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) ->
         "In the median step (ProfilerStep#3) the GPU is busy 500.0 µs for 100.0 µs of CPU "
         "time (5× as long; 3× to 20× over 5 steps): the GPU sets the pace."
     )
+    # Ratios that print alike (2.01x, 2x, 1.99x) make no range.
+    even = [event for event in events if event["ts"] < 40_000]
+    kernels = [event for event in even if event["cat"] == "kernel"]
+    for event, busy_us in zip(kernels, (201.0, 200.0, 199.0), strict=True):
+        event["dur"] = busy_us
+    for event in even:
+        if event["name"].startswith("ProfilerStep#"):
+            event["dur"] = 100.0
+    (finding,) = diagnose(make_trace(even), select=["compute-bound"])
+    assert finding.message.endswith("CPU time (2× as long): the GPU sets the pace.")
 
 
 def test_hotspot_share_is_the_gemm_share_of_gpu_time() -> None:

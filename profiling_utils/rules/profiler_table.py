@@ -97,8 +97,9 @@ def _bound_message(
     """``In the median step (ProfilerStep#3) the GPU is busy 3.2 µs for 122.4 µs of CPU time
     (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
     rows = evidence["steps"]
-    low, high = evidence["lowest_gpu_busy_fraction"], evidence["highest_gpu_busy_fraction"]
-    spread = f"; {ratio(low)} to {ratio(high)} over {len(rows)} steps" if low != high else ""
+    low = ratio(evidence["lowest_gpu_busy_fraction"])
+    high = ratio(evidence["highest_gpu_busy_fraction"])
+    spread = f"; {low} to {high} over {len(rows)} steps" if low != high else ""
     return (
         f"In the median step ({step_label(evidence['median_step'])}) the GPU is busy "
         f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
