@@ -130,6 +130,23 @@ _STEP_PREFIX = "ProfilerStep#"
 _STREAM_NUMBER = re.compile(r"\s*(?:stream\s*)?(-?\d+)\s*", re.I)
 # Tensile GEMM kernels (rocBLAS, hipBLASLt) carry the ISA they were built for: "..._ISA90a_...".
 _TENSILE_ISA = re.compile(r"_ISA(\d{2,4}[a-z]?)_")
+# The gfx target of AMD Instinct parts, for a trace that names the device but writes no
+# gcnArchName (ROCm 6 traces of an MI300X write computeMajor/Minor 9.4, which names none).
+_AMD_ARCH_OF_PRODUCT = {
+    "MI50": "gfx906",
+    "MI60": "gfx906",
+    "MI100": "gfx908",
+    "MI210": "gfx90a",
+    "MI250": "gfx90a",
+    "MI250X": "gfx90a",
+    "MI300A": "gfx942",
+    "MI300X": "gfx942",
+    "MI308X": "gfx942",
+    "MI325X": "gfx942",
+    "MI350X": "gfx950",
+    "MI355X": "gfx950",
+}
+_AMD_PRODUCT = re.compile(r"\b(MI\d{2,3}[AX]?)\b")
 _RECORD_WINDOW_END = "Record Window End"
 _ISSUES_GPU_WORK = re.compile(r"Launch|Memcpy|Memset")  # cudaLaunchKernel, hipMemcpyAsync...
 _START = attrgetter("start")
@@ -301,8 +318,9 @@ class DeviceInfo:
     """``"nvidia"``, ``"amd"``, or ``"unknown"`` (another accelerator, e.g. MTIA, or no clue)."""
     arch: str | None
     """The instruction-set architecture: ``"sm_90"`` on NVIDIA (from the compute capability),
-    ``"gfx90a"`` on AMD (from ``gcnArchName`` when written, else from the ``_ISA90a_`` tag of
-    the trace's Tensile GEMM kernels); ``None`` when the trace does not say."""
+    ``"gfx90a"`` on AMD (from ``gcnArchName`` when written, else from the Instinct product
+    the name gives, else from the ``_ISA90a_`` tag of the trace's Tensile GEMM kernels);
+    ``None`` when the trace does not say."""
     compute_units: int | None
     """Streaming multiprocessors on NVIDIA, compute units on AMD (``numSms`` in both)."""
     total_memory_bytes: int | None
@@ -381,7 +399,13 @@ def _device_info(
         arch = f"sm_{major}{minor}"
     elif vendor == "amd":
         written = props.get("gcnArchName") or props.get("arch")
-        arch = str(written).split(":", 1)[0] if written else amd_arch
+        product = _AMD_PRODUCT.search(name)
+        if written:
+            arch = str(written).split(":", 1)[0]
+        elif product and product[1] in _AMD_ARCH_OF_PRODUCT:
+            arch = _AMD_ARCH_OF_PRODUCT[product[1]]
+        else:
+            arch = amd_arch
     return DeviceInfo(
         id=index if device_id is None else device_id,
         name=name,

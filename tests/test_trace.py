@@ -463,6 +463,31 @@ def test_rocm_hsa_agent_ids_map_onto_the_devices_listed(make_trace) -> None:
     assert trace.devices[7].describe() == "AMD Instinct MI300X, 304 CUs, gfx942"
 
 
+@pytest.mark.parametrize(
+    ("name", "written", "arch"),
+    [
+        # ROCm 6 writes an MI300X as computeMajor/Minor 9.4 without gcnArchName (the
+        # HPCTrainingExamples replay trace): the product names its target.
+        ("AMD Instinct MI300X", None, "gfx942"),
+        ("AMD Instinct MI250X / MI250", None, "gfx90a"),
+        ("AMD Instinct MI100", None, "gfx908"),
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", "gfx942"),
+        ("AMD Instinct MI999", None, None),  # a product not in the table: not guessed
+        ("AMD Radeon Graphics", None, None),
+    ],
+)
+def test_amd_arch_from_what_the_trace_writes_or_the_product(
+    make_trace, name: str, written: str | None, arch: str | None
+) -> None:
+    properties = {"id": 0, "name": name, "numSms": 304, "computeMajor": 9, "computeMinor": 4}
+    if written:
+        properties["gcnArchName"] = written
+    trace = load_trace(
+        make_trace(_work_on_pid(0, "hipLaunchKernel"), deviceProperties=[properties])
+    )
+    assert trace.devices[0].arch == arch
+
+
 def test_cuda_device_ids_are_never_shifted(make_trace) -> None:
     properties = [dict(DEVICE_PROPERTIES[0], id=i) for i in range(8)]
     trace = load_trace(make_trace(_work_on_pid(9, "cudaLaunchKernel"), deviceProperties=properties))
