@@ -33,6 +33,8 @@ def percent(share: float) -> str:
     share just below 1 nor one just above prints as "100%"; more digits below 10%."""
     if share == 0:
         return "0%"
+    if 0 < share < 0.00005:  # would print as 0.00%: some, but less than the digits show
+        return "<0.01%"
     if 0.99 <= share < 1.01 and share != 1:
         tenths = round(share * 1000)
         tenths = min(tenths, 999) if share < 1 else max(tenths, 1001)

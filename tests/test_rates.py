@@ -156,6 +156,13 @@ def test_a_share_just_above_100_is_not_rounded_down_to_it() -> None:
     assert percent(0.0042) == "0.42%"
 
 
+def test_a_tiny_share_is_not_printed_as_none() -> None:
+    # 4 µs of GPU busy time in a 100,298 µs step (HTA's trace_compare traces).
+    assert percent(4 / 100_298) == "<0.01%"
+    assert percent(0.00005) == "0.01%"
+    assert percent(0.0) == "0%"
+
+
 def test_peaks_apply_only_to_their_device_and_dtype() -> None:
     peaks = h100_like_peaks()
     other = rate_report(200.0, "bf16", device="NVIDIA A100-SXM4-80GB", peaks=peaks)

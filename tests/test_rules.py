@@ -348,6 +348,22 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]
 
 
+def test_overhead_bound_share_comes_from_the_times_not_the_rounded_evidence(make_trace) -> None:
+    # 4 µs of GPU work in 100,298 µs steps (HTA's trace_compare traces): the evidence's
+    # fraction, rounded to 4 decimals, is 0.0; the message must not say 0%.
+    events = []
+    for n in range(3):
+        t = 200_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 100_298),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=n + 1),
+            complete_event("k", "kernel", t + 30, 4, pid=0, tid=7, correlation=n + 1),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert finding.evidence["median_gpu_busy_fraction"] == 0.0
+    assert "of CPU time (<0.01%): the CPU side sets the pace." in finding.message
+
+
 def cold_steps(first_op_us: float, first_gap_us: float) -> list[dict[str, Any]]:
     """Four steps, each an op launching a kernel; the first step's op lasts ``first_op_us``
     (others 50 µs) and starts ``first_gap_us`` into the step (others 10 µs)."""

@@ -97,13 +97,15 @@ def _bound_message(
     """``In the median step (ProfilerStep#3) the GPU is busy 3.2 µs for 122.4 µs of CPU time
     (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
     rows = evidence["steps"]
-    low = ratio(evidence["lowest_gpu_busy_fraction"])
-    high = ratio(evidence["highest_gpu_busy_fraction"])
+    # From the times, not the fractions rounded for the evidence: 4 µs of 100,298 is not 0%.
+    ratios = [row["gpu_busy_us"] / row["cpu_us"] for row in rows]
+    low, high = ratio(min(ratios)), ratio(max(ratios))
     spread = f"; {low} to {high} over {len(rows)} steps" if low != high else ""
+    busy, cpu = evidence["median_gpu_busy_us"], evidence["median_cpu_us"]
     return (
         f"In the median step ({step_label(evidence['median_step'])}) the GPU is busy "
-        f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
-        f"CPU time ({ratio(evidence['median_gpu_busy_fraction'])}{unit}{spread}): {pace}."
+        f"{busy:.1f} µs for {cpu:.1f} µs of CPU time ({ratio(busy / cpu)}{unit}{spread}): "
+        f"{pace}."
     )
 
 
