@@ -34,10 +34,11 @@ Commands:
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
       of the same name counts once.
-    - ``launch_apis``: kernels per launch API (``"unknown"`` when the launch is not in the
-      trace); ``planning_calls``: planning calls per name.
+    - ``launch_apis``: kernels per launch API (``"(launch not in the trace)"`` when the launch
+      is not in the trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
-      median_bandwidth_gb_s, ops}``, ``ops`` mapping the issuing op to a count; the bandwidth
+      median_bandwidth_gb_s, ops}``, ``ops`` mapping the issuing op (``"(no op)"`` for a call
+      outside any op, ``"(launch not in the trace)"``) to a count; the bandwidth
       counts bytes copied (or set) per second, each byte once, GB = 10^9 bytes.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
@@ -290,7 +291,7 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
     for kernel in trace.kernels:
         call = trace.launch_of(kernel)
         launch = None if call is None else launch_of_call.get(call.id)
-        api = (None if call is None else call.name) or "unknown"
+        api = measures.NO_LAUNCH if call is None else call.name
         planning_calls = launch.planning if launch is not None else ()
         by_name.setdefault(kernel.name, []).append((api, planning_calls))
         first.setdefault(kernel.name, kernel)
@@ -309,6 +310,12 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
     return rows, apis, planning
 
 
+def _issuer(copy: measures.MemoryCopy) -> str:
+    if copy.op is not None:
+        return copy.op.name
+    return measures.NO_OP if copy.api is not None else measures.NO_LAUNCH
+
+
 def _memory(trace: Trace) -> list[dict[str, Any]]:
     by_kind: dict[str, list[measures.MemoryCopy]] = {}
     for copy in measures.memory_copies(trace):
@@ -321,7 +328,7 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
             "median_bandwidth_gb_s": _median(
                 [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
             ),
-            "ops": dict(Counter(c.op.name if c.op else "unknown" for c in copies).most_common()),
+            "ops": dict(Counter(map(_issuer, copies)).most_common()),
         }
         for kind, copies in sorted(by_kind.items())
     ]
@@ -395,9 +402,6 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
 
 def _us(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
-
-
-_NO_LAUNCH = {"unknown": "launch not in the trace"}
 
 
 def _counts(counter: dict[str, int]) -> str:
@@ -500,8 +504,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     out += [
         "",
         # Kernels, not calls: a trace whose GPU records are missing has launch calls and none.
-        "Kernels by launch API: "
-        + _counts({_NO_LAUNCH.get(api, api): n for api, n in summary["launch_apis"].items()}),
+        f"Kernels by launch API: {_counts(summary['launch_apis'])}",
         f"Planning calls: {_counts(summary['planning_calls'])}",
     ]
 

@@ -32,6 +32,8 @@ from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
 
 __all__ = [
     "PLANNING_CALL_PREFIXES",
+    "NO_OP",
+    "NO_LAUNCH",
     "StepTime",
     "LaunchDelay",
     "LaneOffset",
@@ -60,6 +62,13 @@ __all__ = [
     "op_stats",
     "span_dict",
 ]
+
+NO_OP = "(no op)"
+"""Where GPU work came from when its launch call ran outside any ``cpu_op`` (a trace recorded
+with ``ProfilerActivity.CUDA`` alone, or a launch from a library's own thread)."""
+
+NO_LAUNCH = "(launch not in the trace)"
+"""Where GPU work came from when the call that launched it is not in the trace."""
 
 PLANNING_CALL_PREFIXES = (
     "cudaOccupancy",

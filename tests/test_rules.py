@@ -462,6 +462,25 @@ def test_hotspot_just_short_of_all_gpu_time_is_not_rounded_to_100_percent() -> N
     assert hit.evidence["ops"] == {"aten::mm": 10}  # linked by External id, not "unknown"
 
 
+def test_hotspot_tells_a_launch_outside_any_op_from_one_not_in_the_trace(make_trace) -> None:
+    # Three kernels: one launched inside aten::mm, one from a call outside any op (a trace
+    # recorded with ProfilerActivity.CUDA alone has no ops), one whose launch is missing.
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 30, 5, correlation=2),
+    ]
+    events += [
+        complete_event("gemm", "kernel", 40 + 100 * n, 90, pid=0, tid=7, correlation=n + 1)
+        for n in range(3)
+    ]
+    (hit,) = diagnose(make_trace(events), select=["hotspot"])
+    assert hit.message.endswith(
+        "launched from aten::mm, outside any op; 1 with no launch call in the trace."
+    )
+    assert hit.evidence["ops"] == {"aten::mm": 1, "(no op)": 1, "(launch not in the trace)": 1}
+
+
 def test_many_calls_counts_calls_per_step() -> None:
     name = "train_tiny_transformer_a3"
     evidence = only(name, "many-calls").evidence

@@ -172,7 +172,8 @@ else:
 
 
 def launch_apis(run):
-    apis = Counter(k.api or "unknown" for k in kernel_launches(run.trace) if k.step)
+    # A kernel in a step has its launch call in the trace: the step is the launch's.
+    apis = Counter(k.api for k in kernel_launches(run.trace) if k.step is not None)
     steps = len(run.trace.steps)
     return ", ".join(f"{api} {count / steps:g}×" for api, count in apis.most_common())
 

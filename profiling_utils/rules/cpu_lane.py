@@ -233,7 +233,7 @@ def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> 
     groups: dict[tuple[str, tuple[str, ...], str, str], list[tuple[Launch, Span]]] = {}
     for launch, kernel in launches:
         key = (
-            launch.op.name if launch.op is not None else "(no op)",
+            launch.op.name if launch.op is not None else measures.NO_OP,
             tuple(call.name for call in launch.planning) if with_planning else (),
             launch.call.name,
             kernel.name,

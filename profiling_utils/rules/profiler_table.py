@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..measures import NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import Span
 from .facts import Facts, median, short_name, step_label, us
@@ -176,15 +177,21 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     if share < HOTSPOT_MIN_SHARE:
         return
     launched = Counter(
-        launch.op.name if launch.op is not None else "unknown"
+        launch.op.name if launch.op is not None else NO_OP
         for launch, kernel in facts.kernel_launches
         if kernel.name == name
     )
-    ops = launched + Counter({"unknown": len(kernels) - sum(launched.values())})
+    unlinked = len(kernels) - sum(launched.values())
+    ops = launched + Counter({NO_LAUNCH: unlinked})
     of_what = "GPU time besides communication" if communication else "all GPU time"
+    places = ["outside any op" if op == NO_OP else op for op in launched]
+    sources = [f"launched from {', '.join(places)}"] if places else []
+    if unlinked:
+        sources.append(f"{unlinked} with no launch call in the trace")
+    sources_text = "; ".join(sources)
     yield (
         f"{short_name(name)} takes {percent(share)} of {of_what} ({kernel_total:.1f} of "
-        f"{total:.1f} µs, {len(kernels)} calls), launched from {', '.join(ops)}.",
+        f"{total:.1f} µs, {len(kernels)} calls), {sources_text}.",
         {
             "kernel": name,
             "calls": len(kernels),
