@@ -364,6 +364,21 @@ def test_overhead_bound_share_comes_from_the_times_not_the_rounded_evidence(make
     assert "of CPU time (<0.01%): the CPU side sets the pace." in finding.message
 
 
+def test_bound_rules_on_steps_shorter_than_the_evidence_rounds_to(make_trace) -> None:
+    # Steps of 0.4 ns (a trace whose times were scaled down): the evidence rounds them to
+    # 0.0 µs; the ratios come from the times themselves, with no division by zero.
+    events = []
+    for n in range(3):
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", n * 0.001, 0.0004),
+            complete_event("cudaLaunchKernel", "cuda_runtime", n * 0.001, 0.0001, correlation=n),
+            complete_event("k", "kernel", n * 0.001 + 0.0001, 0.0008, pid=0, tid=7, correlation=n),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound", "compute-bound"])
+    assert finding.rule == "compute-bound" and finding.evidence["median_cpu_us"] == 0.0
+    assert "(2× as long)" in finding.message
+
+
 def cold_steps(first_op_us: float, first_gap_us: float) -> list[dict[str, Any]]:
     """Four steps, each an op launching a kernel; the first step's op lasts ``first_op_us``
     (others 50 µs) and starts ``first_gap_us`` into the step (others 10 µs)."""

@@ -48,44 +48,54 @@ _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _REPORTED_ROWS = 5
 
 
-def _busy_fractions(facts: Facts, compute_only: bool = False) -> list[dict[str, Any]]:
-    """Per step, CPU time and GPU busy time; with ``compute_only``, busy time leaves
-    communication kernels out (a GPU waiting on its peers is not computing)."""
+def _busy_fractions(
+    facts: Facts, compute_only: bool = False
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """Per step, CPU time and GPU busy time, and each step's busy time over its CPU time
+    (unrounded: the rows round to the ns, and 4 µs of 100,298 is not 0%); with
+    ``compute_only``, busy time leaves communication kernels out (a GPU waiting on its peers
+    is not computing)."""
     busy = facts.compute_busy_us if compute_only else None
     rows = []
+    ratios = []
     for t in facts.step_times:
         if t.cpu_us <= 0:
             continue
         busy_us = t.gpu_busy_us if busy is None else busy[t.step]
+        ratios.append(busy_us / t.cpu_us)
         rows.append(
             {
                 "step": t.step,
                 "cpu_us": us(t.cpu_us),
                 "gpu_busy_us": us(busy_us),
-                "gpu_busy_fraction": round(busy_us / t.cpu_us, 4),
+                "gpu_busy_fraction": round(ratios[-1], 4),
             }
         )
-    return rows
+    return rows, ratios
 
 
-def _bound_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _bound_evidence(
+    rows: list[dict[str, Any]], ratios: list[float]
+) -> tuple[dict[str, Any], tuple[float, float, float]]:
     """The median step by GPU busy fraction (the lower middle one for an even count), so
-    that the message's busy and CPU times are one step's and give its ratio, and the totals.
-    Two medians taken apart would not: in a trace whose steps fall into two groups, the
-    median busy time over the median CPU time is neither group's ratio."""
-    ordered = sorted(rows, key=lambda row: (row["gpu_busy_fraction"], row["step"]))
-    typical = ordered[(len(ordered) - 1) // 2]
-    return {
+    that the message's busy and CPU times are one step's and give its ratio, and the totals;
+    with the median, lowest and highest ratios. Two medians taken apart would not do: in a
+    trace whose steps fall into two groups, the median busy time over the median CPU time is
+    neither group's ratio."""
+    order = sorted(range(len(rows)), key=lambda i: (ratios[i], rows[i]["step"]))
+    typical = rows[order[(len(order) - 1) // 2]]
+    evidence = {
         "median_step": typical["step"],
         "median_cpu_us": typical["cpu_us"],
         "median_gpu_busy_us": typical["gpu_busy_us"],
         "median_gpu_busy_fraction": typical["gpu_busy_fraction"],
-        "lowest_gpu_busy_fraction": ordered[0]["gpu_busy_fraction"],
-        "highest_gpu_busy_fraction": ordered[-1]["gpu_busy_fraction"],
+        "lowest_gpu_busy_fraction": rows[order[0]]["gpu_busy_fraction"],
+        "highest_gpu_busy_fraction": rows[order[-1]]["gpu_busy_fraction"],
         "cpu_total_us": us(sum(row["cpu_us"] for row in rows)),
         "gpu_busy_total_us": us(sum(row["gpu_busy_us"] for row in rows)),
         "steps": rows,
     }
+    return evidence, (ratios[order[(len(order) - 1) // 2]], ratios[order[0]], ratios[order[-1]])
 
 
 def _times(fraction: float) -> str:
@@ -93,20 +103,21 @@ def _times(fraction: float) -> str:
 
 
 def _bound_message(
-    evidence: dict[str, Any], ratio: Callable[[float], str], unit: str, pace: str
+    evidence: dict[str, Any],
+    ratios: tuple[float, float, float],
+    ratio: Callable[[float], str],
+    unit: str,
+    pace: str,
 ) -> str:
     """``In the median step (ProfilerStep#3) the GPU is busy 3.2 µs for 122.4 µs of CPU time
     (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
-    rows = evidence["steps"]
-    # From the times, not the fractions rounded for the evidence: 4 µs of 100,298 is not 0%.
-    ratios = [row["gpu_busy_us"] / row["cpu_us"] for row in rows]
-    low, high = ratio(min(ratios)), ratio(max(ratios))
-    spread = f"; {low} to {high} over {len(rows)} steps" if low != high else ""
-    busy, cpu = evidence["median_gpu_busy_us"], evidence["median_cpu_us"]
+    typical, lowest, highest = ratios
+    low, high = ratio(lowest), ratio(highest)
+    spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
     return (
         f"In the median step ({step_label(evidence['median_step'])}) the GPU is busy "
-        f"{busy:.1f} µs for {cpu:.1f} µs of CPU time ({ratio(busy / cpu)}{unit}{spread}): "
-        f"{pace}."
+        f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
+        f"CPU time ({ratio(typical)}{unit}{spread}): {pace}."
     )
 
 
@@ -124,13 +135,13 @@ def _bound_message(
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def overhead_bound(facts: Facts) -> Iterator[Hit]:
-    rows = _busy_fractions(facts)
+    rows, ratios = _busy_fractions(facts)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence = _bound_evidence(rows)
-    fraction = evidence["median_gpu_busy_fraction"]
-    if fraction <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
-        yield _bound_message(evidence, percent, "", "the CPU side sets the pace"), evidence
+    evidence, shown = _bound_evidence(rows, ratios)
+    if evidence["median_gpu_busy_fraction"] <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
+        message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
+        yield message, evidence
 
 
 @rule(
@@ -146,13 +157,13 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def compute_bound(facts: Facts) -> Iterator[Hit]:
-    rows = _busy_fractions(facts, compute_only=True)
+    rows, ratios = _busy_fractions(facts, compute_only=True)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence = _bound_evidence(rows)
-    fraction = evidence["median_gpu_busy_fraction"]
-    if fraction >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
-        yield _bound_message(evidence, _times, " as long", "the GPU sets the pace"), evidence
+    evidence, shown = _bound_evidence(rows, ratios)
+    if evidence["median_gpu_busy_fraction"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
+        message = _bound_message(evidence, shown, _times, " as long", "the GPU sets the pace")
+        yield message, evidence
 
 
 @rule(
