@@ -97,7 +97,7 @@ from .ranks import (
     trace_files,
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .tables import percent, text_table
+from .tables import byte_size, percent, text_table
 from .trace import Span, Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
@@ -412,20 +412,12 @@ def _short(name: str, width: int = 72) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def _bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
     for device in summary["devices"]:
         memory = device["total_memory_bytes"]
-        size = "" if memory is None else f", {_bytes(memory)}"
+        size = "" if memory is None else f", {byte_size(memory)}"
         # An accelerator of unknown vendor (MTIA) is no GPU the analysis reads.
         kind = "GPU" if device["vendor"] != "unknown" or device["name"] == "unknown" else "device"
         out.append(f"  {kind} {device['id']}: {device['description']}{size}")
@@ -517,7 +509,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             else f" median {_us(m['median_bandwidth_gb_s'], 2)} GB/s copied,"
         )
         out.append(
-            f"  {m['kind']:<8} x{m['count']:<5} {_bytes(m['total_bytes']):>12} total,{rate}"
+            f"  {m['kind']:<8} x{m['count']:<5} {byte_size(m['total_bytes']):>12} total,{rate}"
             f" from {_counts(m['ops'])}"
         )
     if not summary["memory"]:

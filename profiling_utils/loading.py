@@ -45,6 +45,7 @@ from typing import Any, Generic, TypeVar, Union
 import msgspec
 
 from .errors import TraceError
+from .tables import byte_size
 
 __all__ = [
     "Event",
@@ -231,19 +232,11 @@ def default_max_bytes() -> int | None:
     return None if available is None else available // _MEMORY_PER_TRACE_BYTE
 
 
-def _size(count: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1000
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def _too_large(path: str | os.PathLike[str], what: str, limit: int, source: str) -> TraceError:
     return TraceError(
         path,
-        f"{what} more than the {_size(limit)} allowed ({source}); to load it anyway, "
-        f"pass max_bytes or set {MAX_TRACE_BYTES_ENV} to a larger number of bytes",
+        f"{what} more than the {byte_size(limit)} ({limit:,} bytes) allowed ({source}); to load "
+        f"it anyway, pass max_bytes or set {MAX_TRACE_BYTES_ENV} to a larger number of bytes",
     )
 
 
@@ -276,7 +269,7 @@ def read_trace_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = No
         with open(path, "rb") as file:
             on_disk = os.fstat(file.fileno()).st_size
             if limit is not None and on_disk > limit:
-                raise _too_large(path, f"the file holds {_size(on_disk)},", limit, source)
+                raise _too_large(path, f"the file holds {byte_size(on_disk)},", limit, source)
             data = _map_or_read(file, on_disk)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from .capture import Capture, capture, run_name
 from .measures import memory_copies
+from .tables import byte_size
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trace import Span, Trace
@@ -342,9 +343,7 @@ def _measure_copy(
     def step() -> None:
         dst.copy_(src)
 
-    operation = f"{copy_bytes / 2**30:g} GiB device-to-device copy"
-    if copy_bytes < 2**30:
-        operation = f"{copy_bytes / 2**20:g} MiB device-to-device copy"
+    operation = f"{byte_size(copy_bytes)} device-to-device copy"
     run = capture(
         step,
         name=f"peak_copy_{copy_bytes}B_warm",

@@ -39,7 +39,7 @@ from typing import Literal
 
 from .datasheet import datasheet_peak, device_spec, same_device
 from .peaks import Measurement, Peaks
-from .tables import percent
+from .tables import byte_size, percent
 
 __all__ = ["PeakShare", "RateKind", "RateReport", "Reason", "rate_report"]
 
@@ -188,7 +188,7 @@ def rate_report(
         unit = "GB/s"
         default_subject = "device-to-device copy"
         if copy_bytes is not None:
-            default_subject = f"{_size(copy_bytes)} {default_subject}"
+            default_subject = f"{byte_size(copy_bytes)} {default_subject}"
         context = _CopyContext(copy_bytes, l2_cache_bytes)
     else:
         unit = "TFLOP/s"
@@ -273,8 +273,8 @@ def _datasheet_share(
         if fits is not None:
             above = (
                 "l2-cache",
-                f"Above that ceiling because the {_size(fits[0])} this copy writes fit in the "
-                f"{_size(fits[1])} L2 cache, which takes the writes and sends them on to "
+                f"Above that ceiling because the {byte_size(fits[0])} this copy writes fit in the "
+                f"{byte_size(fits[1])} L2 cache, which takes the writes and sends them on to "
                 f"{memory} later: this copy did not run at {memory} speed.",
             )
         elif copy.copy_bytes is None or copy.l2_cache_bytes is None:
@@ -286,8 +286,8 @@ def _datasheet_share(
         else:
             above = (
                 "suspect",
-                f"Above that ceiling, though this copy's {_size(copy.copy_bytes)} does not fit "
-                f"in the {_size(copy.l2_cache_bytes)} L2 cache: the copy's recorded duration "
+                f"Above that ceiling, though this copy's {byte_size(copy.copy_bytes)} does not fit "
+                f"in the {byte_size(copy.l2_cache_bytes)} L2 cache: the copy's recorded duration "
                 "or size is suspect.",
             )
     return _share("datasheet", ceiling, share, description, above)
@@ -335,9 +335,9 @@ def _above_measured(
     if fits is not None and peaks.copy_bytes > fits[1]:
         return (
             "l2-cache",
-            f"Above it because the {_size(fits[0])} this copy writes fit in the "
-            f"{_size(fits[1])} L2 cache, and the {_size(peaks.copy_bytes)} copy that set the "
-            "peak does not: that copy ran at memory speed, this one did not.",
+            f"Above it because the {byte_size(fits[0])} this copy writes fit in the "
+            f"{byte_size(fits[1])} L2 cache, and the {byte_size(peaks.copy_bytes)} copy that "
+            "set the peak does not: that copy ran at memory speed, this one did not.",
         )
     if rate <= measured.rate_high:
         return (
@@ -379,10 +379,3 @@ def _number(value: float) -> str:
     if value >= 10:
         return f"{value:.1f}"
     return f"{value:.3g}"
-
-
-def _size(num_bytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:g} {unit}"
-    return f"{num_bytes} B"

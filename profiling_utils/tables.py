@@ -1,11 +1,11 @@
 """Plain text for the command line and the findings: tables whose column widths come from the
-data, and shares written as percentages."""
+data, shares written as percentages, and sizes in bytes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["percent", "text_table"]
+__all__ = ["byte_size", "percent", "text_table"]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
@@ -44,3 +44,35 @@ def percent(share: float) -> str:
     if share < 0.1:
         return f"{share:.1%}"
     return f"{share:.0%}"
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def byte_size(count: float) -> str:
+    """A number of bytes in binary units, to three significant digits, trailing zeros left
+    off: ``32 * 2**20 -> "32 MiB"``, ``85_045_000_000 -> "79.2 GiB"``, ``1000 -> "1,000 B"``.
+
+    Every size the package prints (memory, copies, tensors, files, limits) goes through it,
+    so that one quantity never reads in two kinds of unit. Rates stay decimal (GB/s, 10^9
+    bytes per second), as the datasheets write them.
+    """
+    value = float(count)
+    unit = _BYTE_UNITS[0]
+    for unit in _BYTE_UNITS:
+        if round(abs(value)) < 1024 or unit == _BYTE_UNITS[-1]:
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{value:,.0f} B"
+    magnitude = abs(value)
+    text = (
+        f"{value:,.0f}"
+        if magnitude >= 99.95
+        else f"{value:.1f}"
+        if magnitude >= 9.995
+        else f"{value:.2f}"
+    )
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} {unit}"

@@ -516,12 +516,14 @@ def _padded_trace(padding: int) -> bytes:
 
 def test_gzip_expanding_past_the_limit_is_refused_in_one_line(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "bomb.json.gz", _padded_trace(4_000_000))
-    assert path.stat().st_size < 20_000  # small on disk, 4 MB once expanded
+    assert path.stat().st_size < 20_000  # small on disk, 3.8 MiB once expanded
     with pytest.raises(TraceError) as info:
         load_trace(path, max_bytes=1_000_000)
     reason = info.value.reason
     assert "\n" not in reason
-    assert reason.startswith("the gzip data expands to more than the 1.0 MB allowed (max_bytes)")
+    assert reason.startswith(
+        "the gzip data expands to more than the 977 KiB (1,000,000 bytes) allowed (max_bytes)"
+    )
     assert MAX_TRACE_BYTES_ENV in reason
     # The same file loads when the limit allows it.
     assert len(load_trace(path, max_bytes=5_000_000).kernels) == 1
@@ -540,7 +542,10 @@ def test_gzip_trailer_that_understates_the_size_does_not_get_past_the_limit(
 
 def test_plain_json_larger_than_the_limit_is_refused_before_reading(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "big.json", _padded_trace(2_000_000))
-    with pytest.raises(TraceError, match=r"the file holds 2\.\d MB, more than the 1\.0 MB allowed"):
+    with pytest.raises(
+        TraceError,
+        match=r"the file holds 1\.9\d MiB, more than the 977 KiB \(1,000,000 bytes\) allowed",
+    ):
         read_trace_bytes(path, max_bytes=1_000_000)
     assert len(read_trace_bytes(path, max_bytes=3_000_000)) == path.stat().st_size
 
@@ -549,7 +554,9 @@ def test_environment_variable_sets_the_limit(tmp_path: Path, monkeypatch) -> Non
     path = write_trace(tmp_path / "bomb.json.gz", _padded_trace(2_000_000))
     monkeypatch.setenv(MAX_TRACE_BYTES_ENV, "1000000")
     assert default_max_bytes() == 1_000_000
-    with pytest.raises(TraceError, match=rf"than the 1\.0 MB allowed \({MAX_TRACE_BYTES_ENV}\)"):
+    with pytest.raises(
+        TraceError, match=rf"than the 977 KiB \(1,000,000 bytes\) allowed \({MAX_TRACE_BYTES_ENV}\)"
+    ):
         load_trace(path)
     assert load_trace(path, max_bytes=3_000_000).has_gpu  # the argument wins
     monkeypatch.setenv(MAX_TRACE_BYTES_ENV, "3000000")

@@ -46,6 +46,7 @@ from profiling_utils.render import (
     trace_links,
 )
 from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.tables import byte_size
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -215,7 +216,7 @@ if compiled.has_gpu:
     copy_us = Distribution.of([c.span.dur for c in bias_copies], "µs")
     copy_bytes = bias_copies[0].bytes
     peaks = measure_peaks()
-    print(f"{peaks.summary()}\n\nbias copy of {copy_bytes / 2**20:g} MiB: {copy_us}")
+    print(f"{peaks.summary()}\n\nbias copy of {byte_size(copy_bytes)}: {copy_us}")
     report = rate_report(
         copy_bytes / copy_us.median / 1e3,
         "copy",

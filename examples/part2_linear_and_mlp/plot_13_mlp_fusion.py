@@ -48,6 +48,7 @@ from profiling_utils.render import (
     value_table,
 )
 from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.tables import byte_size
 
 
 class GeGLU(torch.nn.Module):
@@ -297,7 +298,7 @@ if compiled.has_gpu:
 #
 # The bytes fusion saves
 # ----------------------
-# Eager, the GELU writes its [8192, 3072] bf16 output to GPU memory, 50.3 MB, and the
+# Eager, the GELU writes its [8192, 3072] bf16 output to GPU memory, 48 MiB, and the
 # multiply reads it back. The fused kernel keeps each value in registers between the two
 # steps. ``roofline`` counts each elementwise operator's bytes from its recorded shapes:
 # every input read, the output written. A fused kernel records its arguments under its
@@ -323,26 +324,26 @@ def elementwise(run, names=()):
 moved, time, rates = {}, {}, {}
 moved["eager"], time["eager"], eager_entries = elementwise(eager)
 moved["compiled"], time["compiled"], fused_entries = elementwise(compiled, fused_ops)
-print(f"intermediate [{batch * seq}, {hidden}] bf16: {intermediate / 1e6:.1f} MB")
+print(f"intermediate [{batch * seq}, {hidden}] bf16: {byte_size(intermediate)}")
 for e in eager_entries[:2] + fused_entries[:1]:
-    print(f"  {e.name[:40]:40s} {e.bytes / 1e6:6.1f} MB  {e.gb_s:6.0f} GB/s", end="")
+    print(f"  {e.name[:40]:40s} {byte_size(e.bytes):>8}  {e.gb_s:6.0f} GB/s", end="")
     print(f"  {e.peak_share:.0%} of HBM" if e.peak_share is not None else "")
 
 # %%
-# On a GPU, per step: the GELU reads the gate and writes its output (two tensors of 50.3
-# MB), the multiply reads that and ``up`` and writes the product (three), five in all.
+# On a GPU, per step: the GELU reads the gate and writes its output (two tensors of 48
+# MiB), the multiply reads that and ``up`` and writes the product (three), five in all.
 # The fused kernel moves three. The rates are GB/s over each kernel's time, against the
 # memory bandwidth of the datasheet.
 
 if eager.has_gpu:
     for how in ("eager", "compiled"):
-        print(f"{how:9s} {moved[how] / 1e6:6.1f} MB per step, kernel time {time[how]}")
+        print(f"{how:9s} {byte_size(moved[how]):>8} per step, kernel time {time[how]}")
     claim(
         "fusing saves two transfers of the intermediate per forward",
         moved["eager"] - moved["compiled"] == 2 * intermediate
         and moved["eager"] == 5 * intermediate,
-        eager_mb=moved["eager"] / 1e6,
-        compiled_mb=moved["compiled"] / 1e6,
+        eager=byte_size(moved["eager"]),
+        compiled=byte_size(moved["compiled"]),
     )
     claim(
         "the fused kernel takes less time than eager's gelu and mul together",
@@ -405,7 +406,7 @@ if liger is not None:
     )
     moved["Liger"], time["Liger"], liger_entries = elementwise(liger, liger_ops)
     for how in ("compiled", "Liger"):
-        print(f"{how:9s} {moved[how] / 1e6:6.1f} MB per step, kernel time {time[how]}")
+        print(f"{how:9s} {byte_size(moved[how]):>8} per step, kernel time {time[how]}")
     claim(
         "Liger's forward runs four kernels: three GEMMs and its own",
         len(liger_ops) == 1
@@ -416,7 +417,7 @@ if liger is not None:
     claim(
         "Liger's kernel moves the same bytes as Inductor's",
         moved["Liger"] == moved["compiled"],
-        liger_mb=moved["Liger"] / 1e6,
+        liger=byte_size(moved["Liger"]),
     )
     faster_liger = clearly_greater(time["compiled"], time["Liger"])
     claim(
@@ -439,7 +440,7 @@ if liger is not None:
 #
 # The whole forward
 # -----------------
-# Fusion removes one kernel and two transfers of 50 MB; the three GEMMs remain. The GPU's
+# Fusion removes one kernel and two transfers of 48 MiB; the three GEMMs remain. The GPU's
 # busy time per step (the union of its kernels) for each variant:
 
 runs = {"eager": eager, "compiled": compiled}

@@ -41,6 +41,7 @@ from profiling_utils.render import (
     trace_links,
 )
 from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.tables import byte_size
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -219,15 +220,15 @@ if last.gpu_work:
 # %%
 # How fast is the copy?
 # ---------------------
-# The scores are ``[8, 16, 1024, 1024]`` in bf16: 2 bytes × 134,217,728 elements = 268 MB
-# (256 MiB). :func:`~profiling_utils.rates.rate_report` puts the copy's rate, bytes copied
+# The scores are ``[8, 16, 1024, 1024]`` in bf16: 2 bytes × 134,217,728 elements = 256 MiB
+# (268 MB). :func:`~profiling_utils.rates.rate_report` puts the copy's rate, bytes copied
 # per second, next to the datasheet's memory bandwidth. A device-to-device copy reads each
-# byte and writes it back, so the datasheet allows it half the bandwidth; 268 MB is far
+# byte and writes it back, so the datasheet allows it half the bandwidth; 256 MiB is far
 # larger than the L2 cache, so memory, not the cache, sets this ceiling.
 
 if naive.has_gpu and copies:
     copy_us = Distribution.of([c.span.dur for c in copies], "µs")
-    print(f"copy of {copies[0].bytes / 1e6:.0f} MB: {copy_us}")
+    print(f"copy of {byte_size(copies[0].bytes)}: {copy_us}")
     report = rate_report(
         copies[0].bytes / copy_us.median / 1e3,
         "copy",

@@ -17,6 +17,8 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
+from ..tables import byte_size
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..trace import Span, Step, Trace
 
@@ -77,7 +79,7 @@ def gpu_work_listing(step: Step, *, width: int = PAGE_WIDTH) -> str:
     for work in step.gpu_work:
         kind = work.cat.removeprefix("gpu_")
         size = work.args.get("bytes")
-        size_text = "" if size is None else _size(int(size))
+        size_text = "" if size is None else byte_size(int(size))
         head = f"{kind:<7} {work.dur:8,.1f} µs {size_text:>8}  "
         lines.append(head + cut(work.name, max(width - len(head), 8)))
     return "\n".join(lines)
@@ -134,10 +136,3 @@ def fold_lines(text: str, *, width: int = PAGE_WIDTH, max_lines: int = 3) -> str
             )
         )
     return "\n".join(out)
-
-
-def _size(num_bytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.3g} {unit}"
-    return f"{num_bytes} B"

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..tables import byte_size
+
 __all__ = ["PAGE_DIR_ENV", "TRACE_DIR_ENV", "TraceLinks", "trace_dir", "trace_links"]
 
 TRACE_DIR_ENV = "PROFILING_UTILS_TRACE_DIR"
@@ -70,7 +72,7 @@ class TraceLinks:
             f'data-trace-file="{file_name}">'
             f'<a class="pu-trace-download" href="{href}" download="{file_name}">'
             f"Download <code>{file_name}</code></a> "
-            f'<span class="pu-trace-size">({_format_size(self.size_bytes)})</span> '
+            f'<span class="pu-trace-size">({byte_size(self.size_bytes)})</span> '
             '<button type="button" class="pu-perfetto-open" hidden>Open in Perfetto</button>'
             '<p class="pu-perfetto-status" role="status" aria-live="polite">'
             f'To look at it in Perfetto, open <a href="{PERFETTO_UI}">ui.perfetto.dev</a> '
@@ -78,7 +80,7 @@ class TraceLinks:
         )
 
     def __str__(self) -> str:
-        return f"{self.path} ({_format_size(self.size_bytes)})"
+        return f"{self.path} ({byte_size(self.size_bytes)})"
 
 
 def trace_links(trace: Any, *, title: str | None = None) -> TraceLinks:
@@ -114,11 +116,3 @@ def trace_links(trace: Any, *, title: str | None = None) -> TraceLinks:
         href = Path(os.path.relpath(path.resolve(), Path(page_dir).resolve())).as_posix()
     name = path.name.removesuffix(".gz").removesuffix(".json")
     return TraceLinks(path=path, href=href, title=title or name, size_bytes=path.stat().st_size)
-
-
-def _format_size(size_bytes: int) -> str:
-    if size_bytes >= 1_000_000:
-        return f"{size_bytes / 1_000_000:.1f} MB"
-    if size_bytes >= 1_000:
-        return f"{size_bytes / 1_000:.1f} kB"
-    return f"{size_bytes} bytes"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..comm import Collective
-from ..tables import percent
+from ..tables import byte_size, percent
 from .facts import Facts, median, span_ref, step_label, us
 from .registry import Hit, rule
 
@@ -201,7 +201,7 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
     )
     yield (
         f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; the most time goes "
-        f"to {top['op']} of {top['bytes'] / 2**20:.1f} MiB ({top['count']}×, median "
+        f"to {top['op']} of {byte_size(top['bytes'])} ({top['count']}×, median "
         f"{top['median_us']:.1f} µs), at a median algorithm bandwidth of "
         f"{top['median_algbw_gb_s']:.1f} GB/s{bus}.",
         {

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from ..tables import byte_size
 from ..trace import Span
 from .facts import Facts, median, us
 from .registry import Hit, rule
@@ -247,7 +248,7 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     biggest = rows[0][0]
     yield (
         f"{len(chains) / per_step:.3g} chain(s) of elementwise kernels over one shape per "
-        f"step; fusing them would save {saved_per_step / 1e6:.2f} MB of memory "
+        f"step; fusing them would save {byte_size(saved_per_step)} of memory "
         f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
         f"{list(biggest.dims)}).",
         {

@@ -1,0 +1,25 @@
+"""Sizes in bytes, as every output of the package writes them (:func:`byte_size`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiling_utils.tables import byte_size
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        (0, "0 B"),
+        (1000, "1,000 B"),  # bytes below 1 KiB stay bytes, with a thousands separator
+        (1536, "1.5 KiB"),
+        (32 * 2**20, "32 MiB"),  # a round size prints without ".0"
+        (50 * 2**20, "50 MiB"),
+        (85_045_000_000, "79.2 GiB"),  # an H100's memory as CUDA reports it
+        (1000 * 2**10, "1,000 KiB"),  # three digits, never "1e+03 KiB"
+        (int(1023.96 * 2**10), "1 MiB"),  # rounds up to the next unit, never "1,024 KiB"
+        (3 * 2**50, "3,072 TiB"),  # the largest unit keeps growing
+    ],
+)
+def test_byte_size_uses_binary_units_to_three_digits(count: int, text: str) -> None:
+    assert byte_size(count) == text
