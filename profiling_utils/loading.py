@@ -161,6 +161,8 @@ _KNOWN_KEYS = {
 # "multiProcessorCount"); later versions as "deviceProperties".
 _LEGACY_DEVICE_PROPERTIES = "computeProperties"
 _DISTRIBUTED_INFO = "distributedInfo"
+# Every Kineto trace has it, torch 1.8's included; JSON from other tools does not.
+_KINETO_MARK = "schemaVersion"
 _ALSO_READ = (_LEGACY_DEVICE_PROPERTIES, _DISTRIBUTED_INFO)
 _DOCUMENT_DECODERS: dict[type, msgspec.json.Decoder] = {}
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -554,7 +556,15 @@ def decode_trace(
     try:
         events = _event_decoder(event_type).decode(raw_events)
     except msgspec.ValidationError as err:
-        raise TraceError(path, _shape_problem(err, "traceEvents")) from None
+        problem = _shape_problem(err, "traceEvents")
+        if _KINETO_MARK not in top:
+            # Other tools write Chrome-format JSON too (rocprof: times as strings, an empty
+            # first event): say what the file is not before what does not fit.
+            problem = (
+                f"JSON is not a Kineto trace (no {_KINETO_MARK!r} key, which torch.profiler "
+                f"always writes): {problem}"
+            )
+        raise TraceError(path, problem) from None
 
     trace = RawTrace(path=Path(path), events=events, repaired=repaired)
     _set_known(trace, top)

@@ -390,6 +390,24 @@ def test_events_need_a_known_phase(make_trace, event, expected: str) -> None:
     assert expected in _reason(make_trace({"traceEvents": [event]}))
 
 
+def test_chrome_json_of_another_tool_is_named_as_not_a_kineto_trace(make_trace) -> None:
+    # rocprof's JSON: an empty first event, times written as strings, no schemaVersion.
+    rocprof = {
+        "traceEvents": [
+            {},
+            {"ph": "X", "name": "CopyHostToDevice", "pid": "1", "tid": "1", "ts": "7739"},
+        ]
+    }
+    reason = _reason(make_trace(rocprof))
+    assert reason.startswith("JSON is not a Kineto trace (no 'schemaVersion' key")
+    assert reason.endswith("traceEvents[0]: Object missing required field `ph`")
+    # A Kineto trace with a bad event is not called something else: only the event is named.
+    event = complete_event("op", "cpu_op", 10, 5)
+    event["ts"] = "10"
+    reason = _reason(make_trace([event]))
+    assert reason == "unexpected value at traceEvents[0].ts: Expected `float`, got `str`"
+
+
 def test_every_chrome_phase_loads(make_trace) -> None:
     events = [{"ph": ph, "name": f"e{ph}", "ts": 1, "pid": 1, "tid": 1} for ph in "BEiIsftCMnbe"]
     trace = load_trace(make_trace([*events, complete_event("op", "cpu_op", 0, 1)]))
