@@ -212,7 +212,8 @@ class Span(Event, gc=False, eq=False):
         depth: Nesting depth on its lane; 0 for a top-level span.
         parent: Id of the enclosing span on the same lane, or ``None``.
         correlation: ``args["correlation"]`` of runtime/driver calls and GPU work, else ``None``
-            (in a trace without any, their ``External id`` where it names one call).
+            (in a trace without any, their ``External id`` where it names one call; one
+            written as a whole float or a string of digits is read as the integer).
         is_launch: Whether this runtime/driver call started GPU work found in the trace.
         pid, tid: As written in the file (also on :attr:`lane`).
         raw_args: The undecoded ``args`` JSON (:class:`msgspec.Raw`).
@@ -283,6 +284,17 @@ class _LinkArgs(msgspec.Struct, gc=False):
 
 
 _LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
+
+
+def _loose_correlation(span: Span) -> int | None:
+    """The correlation of an event whose ``args`` do not hold it as an integer: written as a
+    whole float (``12.0``, as tools that pass traces through pandas write it) or a string of
+    digits, it is read; anything else (``args`` not an object, a list) links nothing, rather
+    than refusing the trace for one field."""
+    value = span.args.get("correlation")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _as_int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -750,10 +762,8 @@ class Trace:
                     continue
                 try:
                     span.correlation = _LINK_ARGS.decode(raw).correlation
-                except msgspec.ValidationError as err:
-                    raise TraceError(
-                        self.path, f"{span.cat} event {span.name!r}: args {err}"
-                    ) from None
+                except msgspec.ValidationError:
+                    span.correlation = _loose_correlation(span)
         if self.gpu_work and all(work.correlation is None for work in self.gpu_work):
             self._correlate_by_external_id()
         calls = [span for span in self.runtime_calls if span.correlation is not None]

@@ -330,6 +330,32 @@ def test_string_pids_and_stream_tids_in_a_synthetic_legacy_trace(make_trace) -> 
     assert (device.id, device.name, device.describe()) == (0, "unknown", "unknown NVIDIA GPU")
 
 
+@pytest.mark.parametrize(
+    ("launch", "kernel", "linked"),
+    [
+        (7.0, 7.0, True),  # a whole float, as a trace passed through pandas writes it
+        ("7", 7, True),  # a string of digits
+        ([7], 7, False),  # not a number: links nothing, refuses nothing
+        (7.5, 7.5, False),
+    ],
+)
+def test_correlations_not_written_as_integers(make_trace, launch, kernel, linked) -> None:
+    events = minimal_gpu_events()
+    for event in events:
+        if event["name"] == "cudaLaunchKernel":
+            event["args"]["correlation"] = launch
+        if event["name"] == "gemm_kernel":
+            event["args"]["correlation"] = kernel
+    trace = load_trace(make_trace(events))
+    gemm = next(k for k in trace.kernels if k.name == "gemm_kernel")
+    launch_call = trace.launch_of(gemm)
+    assert (launch_call is not None) == linked
+    if linked:
+        assert launch_call.name == "cudaLaunchKernel" and gemm.correlation == 7
+    copy = trace.gpu_work[-1]
+    assert trace.launch_of(copy).name == "cudaMemcpyAsync"  # the others are untouched
+
+
 def test_amd_trace_is_described_in_compute_units_and_gfx_arch() -> None:
     trace = load_trace(FOREIGN / AMD)
     assert trace.vendor == "amd"
