@@ -671,6 +671,7 @@ def test_buffer_request_outside_steps_names_the_op_it_stalled(make_trace) -> Non
     assert hit.evidence["step"] is None and hit.evidence["during_op"]["name"] == "aten::mm"
     assert hit.evidence["share_of_op_self"] == pytest.approx(80 / 95, abs=1e-4)
     assert "while aten::mm runs" in hit.message and "84% of aten::mm's self time" in hit.message
+    assert "(1 in the trace, no ProfilerStep#N)" in hit.message  # not "0 steps"
     (hit,) = _request_in_an_op(make_trace, second_thread=True)
     assert "during_op" not in hit.evidence and "self time" not in hit.message
 

@@ -152,9 +152,14 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
                 evidence["first_launch"] = span_ref(offset.launch)
                 evidence["lane_offset_us"] = us(offset.offset_us)
                 evidence["step_start_to_gpu_us"] = us(offset.step_start_to_gpu_us)
+        counts = (
+            "no ProfilerStep#N"
+            if not steps
+            else f"{len(steps)} step{'s' if len(steps) > 1 else ''}"
+        )
         message = (
             f"{BUFFER_REQUEST} for {request.dur:.1f} µs at {request.start:.1f} µs{where} "
-            f"({len(requests)} in the trace, {len(steps)} steps)"
+            f"({len(requests)} in the trace, {counts})"
         )
         own = 0.0 if op is None else facts.self_us(op)
         if op is not None and request.end <= op.end and own > 0:
