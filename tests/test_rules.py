@@ -590,6 +590,17 @@ def test_driver_and_plain_launches_show_their_footprints() -> None:
     assert plain["footprint"]["registers_per_thread"] < driver["footprint"]["registers_per_thread"]
 
 
+def test_a_launch_outside_any_op_reads_as_such(make_trace: Any) -> None:
+    # A trace recorded without CPU ops: the launch has no op around it.
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("add_kernel", "kernel", 20, 10, pid=0, tid=7, correlation=1),
+    ]
+    (hit,) = diagnose(make_trace(events), select=["plain-launch"])
+    assert hit.evidence["groups"][0]["op"] == "(no op)"
+    assert "most often outside any op → add_kernel" in hit.message
+
+
 def test_sync_flush_reads_a_busy_gpu_as_queued_work() -> None:
     finding = only("4096_bf16_warm_eager", "sync-flush")
     (sync,) = raw_spans("4096_bf16_warm_eager", name="cudaDeviceSynchronize")

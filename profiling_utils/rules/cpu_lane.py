@@ -266,7 +266,8 @@ def _describe(row: dict[str, Any]) -> str:
         size.append(f"{registers} registers/thread")
     if shared is not None:
         size.append(f"{shared:,} B shared memory" if shared else "no shared memory")
-    return f"{row['op']} → {short_name(row['kernel'])}" + (f" ({', '.join(size)})" if size else "")
+    where = "outside any op" if row["op"] == measures.NO_OP else f"in {row['op']}"
+    return f"{where} → {short_name(row['kernel'])}" + (f" ({', '.join(size)})" if size else "")
 
 
 @rule(
@@ -292,7 +293,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     top = rows[0]
     yield (
         f"{len(planned)} kernel launch(es) follow a planning call; most often "
-        f"{_counts(top['planning_calls'])} → {top['api']} in {_describe(top)}, "
+        f"{_counts(top['planning_calls'])} → {top['api']} {_describe(top)}, "
         f"{top['count']}×.",
         {"launches": len(planned), "groups": rows},
     )
@@ -352,7 +353,7 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     top = rows[0]
     yield (
         f"{len(direct)} kernel(s) launched through the driver with no planning call; most "
-        f"often {top['api']} in {_describe(top)}, {top['count']}×.",
+        f"often {top['api']} {_describe(top)}, {top['count']}×.",
         {"launches": len(direct), "groups": rows},
     )
 
