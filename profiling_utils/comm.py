@@ -1,8 +1,8 @@
 """Communication in a trace: the collectives a rank ran and how much compute hid them.
 
-- :func:`collectives`: every NCCL/RCCL collective or point-to-point kernel, with its operation,
-  message size, dtype, process group and position, so that the k-th collective of a group can be
-  paired across ranks.
+- :func:`collectives`: every communication kernel (NCCL's, RCCL's, a custom all-reduce's), with
+  its operation, message size, dtype, process group and position, so that the k-th collective
+  of a group can be paired across ranks.
 - :func:`comm_overlap`: per step and in total, how long communication ran, how much of it
   compute kernels overlapped, and how much was exposed (ran with no compute beside it).
 
@@ -125,10 +125,21 @@ def _operation(text: str) -> str:
 
 
 def _kernel_operation(name: str) -> str:
-    """The operation a kernel's name spells (``ncclKernel_AllReduce_RING_LL_Sum_float``,
-    ``ncclDevKernel_AllGather_RING_LL``): the first ``_``-separated word after the prefix."""
-    words = name.split("(", 1)[0].split("_")
-    return _operation(words[1]) if len(words) > 1 else "unknown"
+    """The operation a kernel's name spells: for NCCL's and its kin's
+    (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``) the first
+    ``_``-separated word after the prefix; for the others, the function's name
+    (``void vllm::cross_device_reduce_1stage<...>`` is an all_reduce, DeepEP's dispatch and
+    combine an all_to_all)."""
+    head = name.split("(", 1)[0]
+    if head.startswith(("nccl", "rccl", "msccl")):
+        words = head.split("_")
+        return _operation(words[1]) if len(words) > 1 else "unknown"
+    function = head.removeprefix("void ").split("<", 1)[0]
+    if "cross_device_reduce" in function:
+        return "all_reduce"
+    if function.startswith("deep_ep::") and function.endswith(("dispatch", "combine")):
+        return "all_to_all"
+    return _operation(function)
 
 
 def _as_int(value: Any) -> int | None:

@@ -68,6 +68,7 @@ __all__ = [
     "Trace",
     "load_trace",
     "is_communication",
+    "COMMUNICATION_KERNEL_PATTERN",
     "gc_paused",
 ]
 
@@ -114,16 +115,27 @@ CPU_CATEGORIES = frozenset(
 SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 
-COMMUNICATION_KERNEL_PREFIXES = (
-    "ncclKernel",
-    "ncclDevKernel",
-    "rccl",
-    "mscclKernel",
-    "nvshmem",
+COMMUNICATION_KERNEL_PATTERN = re.compile(
+    r"ncclKernel|ncclDevKernel|rccl|mscclKernel|nvshmem"
+    r"|(?:void )?(?:deep_ep::|(?:(?:\w+|\(anonymous namespace\))::)*"
+    r"(?:cross_device_reduce_|(?:multimem_)?(?:one|two)_shot_all_reduce|multimem_all_reduce"
+    r"|multimem_all_gather|(?:one|two)ShotAllReduce|allreduce_fusion_kernel))"
 )
-"""Name prefixes of collective and point-to-point communication kernels: NCCL
-(``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_SendRecv``), RCCL on ROCm (which
-keeps NCCL's kernel names, plus its own ``rccl`` ones), MSCCL and NVSHMEM."""
+"""The names of collective and point-to-point communication kernels, matched at the start:
+
+- NCCL's (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_SendRecv``), RCCL's on
+  ROCm (NCCL's names, plus its own ``rccl`` ones), MSCCL's and NVSHMEM's;
+- the custom all-reduce of vLLM and SGLang (``void vllm::cross_device_reduce_1stage<...>``,
+  ``void sglang::cross_device_reduce_2stage<...>``), on NVIDIA and AMD alike, which serving
+  traces run instead of NCCL for small tensors;
+- PyTorch's symmetric-memory and intra-node collectives (``one_shot_all_reduce_kernel``,
+  ``multimem_all_reduce_kernel``, ``oneShotAllReduceKernel``), FlashInfer's TensorRT-LLM
+  all-reduce (``allreduce_fusion_kernel_oneshot_lamport``, fused with the residual add and
+  norm that follow it) and DeepEP's expert-parallel kernels (``deep_ep::``).
+
+The function's own name must match, after ``void`` and its namespaces: a kernel that only
+mentions one in its template arguments, or that fuses a GEMM with an all-reduce
+(``gemm_one_shot_all_reduce_kernel``), is compute."""
 
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)")
 _STEP_PREFIX = "ProfilerStep#"
@@ -154,9 +166,8 @@ _DUR = attrgetter("dur")
 _ID = attrgetter("id")
 _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
-_COMM_PREFIXES = COMMUNICATION_KERNEL_PREFIXES
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
-_IS_COMMUNICATION = methodcaller("startswith", _COMM_PREFIXES)
+_IS_COMMUNICATION = COMMUNICATION_KERNEL_PATTERN.match
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
@@ -165,10 +176,10 @@ _NEST_TOLERANCE_US = 0.002
 def is_communication(name: str) -> bool:
     """Whether a GPU kernel's name is a collective or point-to-point communication kernel.
 
-    Matches NCCL (``ncclKernel_*``, ``ncclDevKernel_*``), RCCL (the same names on ROCm, and
-    ``rccl*``), MSCCL and NVSHMEM kernels; see :data:`COMMUNICATION_KERNEL_PREFIXES`.
+    NCCL, RCCL, MSCCL and NVSHMEM kernels, and the custom all-reduce kernels of serving
+    engines; see :data:`COMMUNICATION_KERNEL_PATTERN`.
     """
-    return name.startswith(COMMUNICATION_KERNEL_PREFIXES)
+    return COMMUNICATION_KERNEL_PATTERN.match(name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +266,7 @@ class Span(Event, gc=False, eq=False):
 
     @property
     def is_communication(self) -> bool:
-        """Whether this is a communication kernel (NCCL/RCCL collective or send/receive)."""
+        """Whether this is a communication kernel (:func:`is_communication`)."""
         return self.cat == "kernel" and is_communication(self.name)
 
     def __repr__(self) -> str:
@@ -644,7 +655,7 @@ class Trace:
             compress(self.kernels, map(_IS_COMMUNICATION, map(_NAME, self.kernels)))
         )
         self.compute_kernels = (
-            [k for k in self.kernels if not k.name.startswith(_COMM_PREFIXES)]
+            [k for k in self.kernels if not _IS_COMMUNICATION(k.name)]
             if self.communication
             else self.kernels
         )

@@ -31,6 +31,7 @@ from conftest import (
 )
 
 from profiling_utils import Finding, TraceError, diagnose, load_trace
+from profiling_utils.comm import collectives
 from profiling_utils.rules import (
     RULES,
     TABLES,
@@ -977,10 +978,16 @@ def test_kernels_without_device_properties_are_not_called_no_gpu(tmp_path: Path)
 
 
 def nccl_trace(
-    tmp_path: Path, comm_start: float, comm_us: float = 500.0, *, sized: bool = True
+    tmp_path: Path,
+    comm_start: float,
+    comm_us: float = 500.0,
+    *,
+    sized: bool = True,
+    kernel: str = "ncclDevKernel_Generic",
 ) -> Path:
     """Two steps of 1000 µs, each a 300 µs compute kernel (stream 7, 100-400 µs into the step)
-    and an all_reduce of 64 MiB over 8 ranks (stream 20) from ``comm_start`` µs into it."""
+    and an all_reduce of 64 MiB over 8 ranks (stream 20) from ``comm_start`` µs into it, run
+    by ``kernel``."""
     params = {
         "Collective name": "allreduce",
         "In msg nelems": 16 << 20,
@@ -1000,11 +1007,11 @@ def nccl_trace(
             complete_event("c10d::allreduce_", "cpu_op", t + 50, 60),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 70, 5, correlation=c + 1),
             complete_event(
-                "ncclDevKernel_Generic", "kernel", t + comm_start, comm_us, pid=0, tid=20,
+                kernel, "kernel", t + comm_start, comm_us, pid=0, tid=20,
                 correlation=c + 1, **(params if sized else {}),
             ),
         ]  # fmt: skip
-    name = f"nccl_{comm_start:g}_{comm_us:g}_{sized}.json"
+    name = f"nccl_{comm_start:g}_{comm_us:g}_{sized}_{kernel.split('<')[0].split()[-1]}.json"
     return write_trace(tmp_path / name, {"traceEvents": events})
 
 
@@ -1018,6 +1025,18 @@ def test_collectives_are_not_a_compute_hotspot(tmp_path: Path) -> None:
     assert found["hotspot"].evidence["communication_kernels_left_out"] == 2
     # The GPU computes 300 µs of each 1000 µs step: not compute-bound, whatever NCCL does.
     assert "compute-bound" not in found
+
+
+def test_a_serving_engines_custom_all_reduce_is_communication(tmp_path: Path) -> None:
+    # vLLM's all-reduce for small tensors: its own kernel, not NCCL's, 500 of 800 µs of GPU
+    # time per step. It is no compute hotspot, and nothing hides it.
+    kernel = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, int)"
+    path = nccl_trace(tmp_path, 450.0, sized=False, kernel=kernel)
+    found = rules_on(path)
+    assert found["hotspot"].evidence["kernel"] == "gemm"
+    assert found["exposed-communication"].evidence["total"]["exposed_us"] == pytest.approx(1000)
+    assert "kernel-variance" not in found
+    assert [c.op for c in collectives(load_trace(path))] == ["all_reduce", "all_reduce"]
 
 
 def test_exposed_communication_fires_when_nothing_hides_it(tmp_path: Path) -> None:

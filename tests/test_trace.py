@@ -581,6 +581,27 @@ def test_rank_is_none_without_distributed_info(eager: Trace) -> None:
         ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", True),
         ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", True),
         ("rcclGenericKernel", True),
+        # Serving engines' custom all-reduce (vLLM's, SGLang's), on CUDA and HIP alike.
+        ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, int)", True),
+        ("void vllm::cross_device_reduce_2stage<__hip_bfloat16, 8>(vllm::RankData*)", True),
+        ("void sglang::cross_device_reduce_2stage<__half, 8>(sglang::RankData*, int)", True),
+        # PyTorch's symmetric memory and intra-node collectives, FlashInfer's, DeepEP's.
+        ("void c10d::symmetric_memory::multimem_all_reduce_kernel<float, 16>(float*)", True),
+        ("void (anonymous namespace)::one_shot_all_reduce_kernel<c10::BFloat16, 16>(x)", True),
+        ("void c10d::intra_node_comm::oneShotAllReduceKernel<8>(x)", True),
+        (
+            "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<"
+            "(flashinfer::trtllm_allreduce_fusion::AllReduceFusionPattern)1, __nv_bfloat16, 8>(x)",
+            True,
+        ),
+        ("void deep_ep::intranode::dispatch<(int)2, (int)768, (int)8192>(int4 *, float *)", True),
+        # Compute that only mentions communication: a fused GEMM, a template argument.
+        ("gemm_one_shot_all_reduce_kernel", False),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, vllm::cross_device_reduce_1stage>",
+            False,
+        ),
+        ("triton_poi_fused_all_reduce_0", False),
         ("nccl:all_reduce", False),  # the CPU-side record_function label
         ("void at::native::vectorized_elementwise_kernel<4>", False),
         ("sm90_xmma_gemm_bf16bf16_bf16f32", False),

@@ -1,10 +1,11 @@
 """Cheatsheet rows for communication (table "GPU lane"): collectives that no compute hides,
 how much compute overlaps them, and the bandwidth they reach.
 
-A collective's kernel (NCCL, RCCL) occupies the GPU while it waits for its peers and moves
-data, so it is judged on its own terms here and left out of the compute rules (``hotspot``,
-``compute-bound``). The numbers come from :mod:`profiling_utils.comm`; bandwidths follow
-nccl-tests' conventions (see that module).
+A collective's kernel (NCCL, RCCL, a serving engine's custom all-reduce: see
+:data:`~profiling_utils.trace.COMMUNICATION_KERNEL_PATTERN`) occupies the GPU while it waits
+for its peers and moves data, so it is judged on its own terms here and left out of the
+compute rules (``hotspot``, ``compute-bound``). The numbers come from
+:mod:`profiling_utils.comm`; bandwidths follow nccl-tests' conventions (see that module).
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def _collective_ref(collective: Collective) -> dict[str, Any]:
     "exposed-communication",
     "GPU lane",
     see="""Collective kernels (ncclDevKernel_*, ncclKernel_* on NVIDIA, the same names from
-    RCCL on AMD) running while no compute kernel runs on the GPU, for a sizeable part of each
-    step.""",
+    RCCL on AMD, vLLM's and SGLang's cross_device_reduce) running while no compute kernel runs
+    on the GPU, for a sizeable part of each step.""",
     means="""Exposed communication: the step waits for the network (or for the slowest rank)
     instead of computing. Overlap it with compute (DDP's bucketed gradient all-reduce during
     the backward pass, FSDP's prefetch), send less (larger buckets, lower-precision
