@@ -23,6 +23,7 @@ import dataclasses
 import re
 import statistics
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import add, attrgetter
@@ -60,6 +61,7 @@ __all__ = [
     "memory_copies",
     "compiled_regions",
     "op_stats",
+    "folded_calls",
     "span_dict",
 ]
 
@@ -791,6 +793,34 @@ class OpStats(_Result):
     ``key_averages()``)."""
 
 
+def folded_calls(trace: Trace, nested_in_own_name: Iterable[Span] | None = None) -> dict[int, int]:
+    """The calls that ``key_averages()`` folds into their parent: a call whose only child is a
+    call of the same name (``aten::sum`` calling ``aten::sum``) counts once, as the parent.
+
+    Args:
+        trace: The loaded trace.
+        nested_in_own_name: The spans whose parent has their name, when the caller has found
+            them already (they are looked for in every span otherwise).
+
+    Returns:
+        ``{id of a folded span: id of the call it is folded into}``, the outermost call of a
+        chain of such only children.
+    """
+    spans = trace.spans
+    if nested_in_own_name is None:
+        nested_in_own_name = [
+            span
+            for span in spans
+            if span.parent is not None and spans[span.parent].name == span.name
+        ]
+    folded: dict[int, int] = {}
+    for span in sorted(nested_in_own_name, key=attrgetter("id")):  # outer calls first
+        parent = spans[span.parent]  # type: ignore[index]
+        if sum(other.parent == parent.id for other in trace.within(parent)) == 1:
+            folded[span.id] = folded.get(parent.id, parent.id)
+    return folded
+
+
 def op_stats(trace: Trace) -> list[OpStats]:
     """Calls, self time and total time of every CPU operator, largest self time first.
 
@@ -801,26 +831,23 @@ def op_stats(trace: Trace) -> list[OpStats]:
     ``autograd.Function``, a compiled region's wrappers) includes that Python.
     """
     spans = trace.spans
-    # Per span, in one pass: its direct children, their durations added in start order (as
-    # key_averages adds them), and its last child (with one child: the only one).
-    child_count = [0] * len(spans)
+    # Per span, in one pass: its direct children's durations, added in start order (as
+    # key_averages adds them).
     children_us = [0.0] * len(spans)
-    last_child = [0] * len(spans)
     for span in spans:
         parent = span.parent
         if parent is not None:
-            child_count[parent] += 1
             children_us[parent] += span.dur
-            last_child[parent] = span.id
+    folded = folded_calls(trace)
+    innermost: dict[int, int] = {}  # a folding call: the innermost call folded into it
+    for inner, outer in folded.items():  # in span order: the deepest comes last
+        innermost[outer] = inner
     calls: dict[str, list[float]] = {}
     for op in trace.cpu_ops:
+        if op.id in folded:
+            continue
         name = op.name
-        parent = op.parent
-        if parent is not None and child_count[parent] == 1 and spans[parent].name == name:
-            continue  # the only child of a call of the same name: folded into that call
-        inner = op.id
-        while child_count[inner] == 1 and spans[last_child[inner]].name == name:
-            inner = last_child[inner]
+        inner = innermost.get(op.id, op.id)  # a folded call's children are the call's own
         entry = calls.setdefault(name, [0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += max(0.0, op.dur - children_us[inner])

@@ -180,13 +180,6 @@ _UNSEEN: list[Any] = []
 _CALL_ID = attrgetter("call.id")
 
 
-def _is_only_child(trace: Trace, span: Span) -> bool:
-    """Whether ``span`` is the only child of its parent (found in the parent's time range)."""
-    parent = span.parent
-    assert parent is not None
-    return sum(other.parent == parent for other in trace.within(trace.spans[parent])) == 1
-
-
 class Facts:
     """A trace and the measurements the rules share, each computed on first use.
 
@@ -323,9 +316,8 @@ class Facts:
                 nested_in_own_name.append(span)
             row[2] += dur - covered[span.id]
             row[0] += 1
-        for span in nested_in_own_name:
-            if _is_only_child(trace, span):  # folded into its parent's call
-                sums[span.name][0] -= 1  # type: ignore[index]
+        for folded in measures.folded_calls(trace, nested_in_own_name):
+            sums[spans[folded].name][0] -= 1  # type: ignore[index]
         return {
             name: Row(row[0], row[1], row[2], row[3] == "cpu_op")
             for name, row in sums.items()
