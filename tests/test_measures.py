@@ -17,6 +17,7 @@ from profiling_utils import Trace, diagnose, load_trace
 from profiling_utils.measures import (
     compiled_regions,
     dead_windows,
+    folded_calls,
     gpu_busy_us,
     gpu_gaps,
     kernel_launches,
@@ -36,6 +37,7 @@ ALL_MEASURES = [
     launch_delays,
     lane_offset,
     dead_windows,
+    folded_calls,
     gpu_gaps,
     kernel_stats,
     kernel_launches,
@@ -595,3 +597,22 @@ def test_hip_launches_graphs_and_planning_calls_read_like_cuda(make_trace) -> No
     assert [w.name for w in graph_launch.work] == ["k1", "k2"]
     graphs = compiled_regions(trace).cuda_graph_launches
     assert [g.name for g in graphs] == ["hipGraphLaunch"]
+
+
+def test_folded_calls_follow_key_averages(make_trace) -> None:
+    # aten::sum [0, 100) holds only aten::sum [10, 90), which holds only aten::sum [20, 80):
+    # both inner calls fold into the outer one. aten::add [200, 300) holds two aten::add
+    # calls: neither is an only child, so none folds.
+    events = [
+        complete_event("aten::sum", "cpu_op", 0, 100),
+        complete_event("aten::sum", "cpu_op", 10, 80),
+        complete_event("aten::sum", "cpu_op", 20, 60),
+        complete_event("aten::add", "cpu_op", 200, 100),
+        complete_event("aten::add", "cpu_op", 210, 30),
+        complete_event("aten::add", "cpu_op", 250, 30),
+    ]
+    trace = load_trace(make_trace(events))
+    outer, middle, inner = trace.spans[:3]
+    assert folded_calls(trace) == {middle.id: outer.id, inner.id: outer.id}
+    # A caller that found the spans nested in their own name gets the same answer.
+    assert folded_calls(trace, [inner, middle]) == folded_calls(trace)
