@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain, compress, count, islice, repeat
-from operator import attrgetter, eq, is_, methodcaller
+from operator import attrgetter, eq, is_, methodcaller, not_
 from pathlib import Path
 from typing import Any, Literal
 
@@ -651,14 +651,18 @@ class Trace:
         self._by_cat = by_cat
 
         self.kernels = by_cat.get("kernel", [])
-        self.communication = list(
-            compress(self.kernels, map(_IS_COMMUNICATION, map(_NAME, self.kernels)))
-        )
-        self.compute_kernels = (
-            [k for k in self.kernels if not _IS_COMMUNICATION(k.name)]
-            if self.communication
-            else self.kernels
-        )
+        # The pattern is matched once per distinct name (a trace repeats a few hundred names
+        # across all its kernels), then each kernel is a set lookup.
+        communication_names = set(filter(_IS_COMMUNICATION, set(map(_NAME, self.kernels))))
+        if communication_names:
+            is_communication_kernel = list(
+                map(communication_names.__contains__, map(_NAME, self.kernels))
+            )
+            self.communication = list(compress(self.kernels, is_communication_kernel))
+            self.compute_kernels = list(compress(self.kernels, map(not_, is_communication_kernel)))
+        else:
+            self.communication = []
+            self.compute_kernels = self.kernels
         self.gpu_work = _merge(by_cat, GPU_WORK_CATEGORIES)
         self.cpu_ops = by_cat.get("cpu_op", [])
         self.runtime_calls = _merge(by_cat, LAUNCH_CATEGORIES)
