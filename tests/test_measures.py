@@ -37,7 +37,6 @@ ALL_MEASURES = [
     launch_delays,
     lane_offset,
     dead_windows,
-    folded_calls,
     gpu_gaps,
     kernel_stats,
     kernel_launches,
