@@ -816,7 +816,7 @@ def folded_calls(trace: Trace, nested_in_own_name: Iterable[Span] | None = None)
     folded: dict[int, int] = {}
     for span in sorted(nested_in_own_name, key=attrgetter("id")):  # outer calls first
         parent = spans[span.parent]  # type: ignore[index]
-        if sum(other.parent == parent.id for other in trace.within(parent)) == 1:
+        if len(trace.children(parent)) == 1:
             folded[span.id] = folded.get(parent.id, parent.id)
     return folded
 

@@ -592,7 +592,6 @@ class Trace:
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
-        self._children: dict[int, list[Span]] | None = None
         self._by_name: dict[str, list[Span]] | None = None
         events, raw.events = raw.events, []
         self._build_spans(events)
@@ -937,14 +936,9 @@ class Trace:
         return "no GPU work (CPU-only trace)"
 
     def children(self, span: Span) -> list[Span]:
-        """The spans directly nested in ``span`` on its lane, in start order."""
-        if self._children is None:
-            children: dict[int, list[Span]] = {}
-            for candidate in self.spans:
-                if candidate.parent is not None:
-                    children.setdefault(candidate.parent, []).append(candidate)
-            self._children = children
-        return self._children.get(span.id, [])
+        """The spans directly nested in ``span`` on its lane, in start order, found by
+        scanning its time range only (:meth:`within`): no index over the whole trace."""
+        return [inner for inner in self.within(span) if inner.parent == span.id]
 
     def within(self, span: Span) -> Iterator[Span]:
         """The spans on ``span``'s lane that start inside it, in start order: what it holds

@@ -96,7 +96,7 @@ def mm_dispatch(facts: Facts) -> Iterator[Hit]:
     folded = {
         matmul.id
         for matmul, _ in pairs
-        if any(child.name in FOLDING_OPS for child in facts.children_of(matmul))
+        if any(child.name in FOLDING_OPS for child in facts.trace.children(matmul))
     }
     kernels = Counter(k.name for _, mm in pairs for k in _kernels_of(facts, mm))
     message = f"aten::matmul → aten::mm {len(pairs)}×"

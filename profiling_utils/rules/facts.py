@@ -411,10 +411,6 @@ class Facts:
             for step in self.steps
         }
 
-    def children_of(self, span: Span) -> list[Span]:
-        """The spans directly nested in ``span``, found by scanning its time range only."""
-        return [inner for inner in self.trace.within(span) if inner.parent == span.id]
-
     @cached_property
     def _step_of_gpu_work(self) -> dict[int, int]:
         """Step number by span id, for the GPU work launched in a step (rules ask for most)."""

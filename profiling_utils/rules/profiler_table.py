@@ -294,7 +294,7 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     if len(path) > 1:
         where = "the time is below it: " + " → ".join(link["name"] for link in path)
     else:
-        children = sorted(facts.children_of(typical), key=lambda child: -child.dur)[:3]
+        children = sorted(facts.trace.children(typical), key=lambda child: -child.dur)[:3]
         where = "the time is spread over its children: " + ", ".join(
             f"{child.name} ({child.dur:.1f} µs)" for child in children
         )
@@ -319,7 +319,7 @@ def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
     while True:
         self_us = facts.self_us(span)
         path.append({"name": span.name, "total_us": us(span.dur), "self_us": us(self_us)})
-        children = facts.children_of(span)
+        children = facts.trace.children(span)
         longest = max(children, key=lambda child: child.dur, default=None)
         if longest is None or longest.dur < DRILL_MIN_CHILD_SHARE * span.dur:
             return path
