@@ -32,6 +32,7 @@ from typing import Any
 from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
 
 __all__ = [
+    "GRAPH_LAUNCH_CALLS",
     "PLANNING_CALL_PREFIXES",
     "NO_OP",
     "NO_LAUNCH",
@@ -68,6 +69,18 @@ __all__ = [
 NO_OP = "(no op)"
 """Where GPU work came from when its launch call ran outside any ``cpu_op`` (a trace recorded
 with ``ProfilerActivity.CUDA`` alone, or a launch from a library's own thread)."""
+
+GRAPH_LAUNCH_CALLS = frozenset(
+    {
+        "cudaGraphLaunch",
+        "cudaGraphLaunch_ptsz",
+        "cuGraphLaunch",
+        "cuGraphLaunch_ptsz",
+        "hipGraphLaunch",
+    }
+)
+"""Calls that replay a captured graph of GPU work: CUDA's runtime and driver calls (with
+their ``_ptsz`` forms, which code built for a per-thread default stream calls) and HIP's."""
 
 NO_LAUNCH = "(launch not in the trace)"
 """Where GPU work came from when the call that launched it is not in the trace."""
@@ -370,7 +383,6 @@ class GpuGap(_Result):
 
 _SPAN_ID = attrgetter("id")
 _DUR = attrgetter("dur")
-_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")  # CUDA's and HIP's
 _START = attrgetter("start")
 _CAT = attrgetter("cat")
 
@@ -764,7 +776,7 @@ def compiled_regions(trace: Trace) -> CompileInfo:
             sorted(
                 (
                     s
-                    for name in _GRAPH_LAUNCHES
+                    for name in GRAPH_LAUNCH_CALLS
                     for s in trace.find(name)
                     if s.cat in ("cuda_runtime", "cuda_driver")
                 ),

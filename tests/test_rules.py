@@ -602,6 +602,46 @@ def test_a_launch_outside_any_op_reads_as_such(make_trace: Any) -> None:
     assert "most often outside any op → add_kernel" in hit.message
 
 
+PER_THREAD_STREAM = {
+    "cudaLaunchKernel": "cudaLaunchKernel_ptsz",
+    "cuLaunchKernelEx": "cuLaunchKernelEx_ptsz",
+    "cudaGraphLaunch": "cudaGraphLaunch_ptsz",
+    "cudaMemcpyAsync": "cudaMemcpyAsync_ptsz",
+    "cudaMemsetAsync": "cudaMemsetAsync_ptsz",
+    "cudaStreamSynchronize": "cudaStreamSynchronize_ptsz",
+}
+"""The runtime calls of a program built with ``--default-stream per-thread``, as CUPTI names
+them."""
+
+
+def _per_thread_stream(events: list[dict]) -> None:
+    for event in events:
+        if event.get("cat") in ("cuda_runtime", "cuda_driver"):
+            event["name"] = PER_THREAD_STREAM.get(event["name"], event["name"])
+
+
+def _without_call_names(finding: Finding) -> tuple[str, str]:
+    text = json.dumps([finding.message, finding.evidence], sort_keys=True)
+    for plain, per_thread in PER_THREAD_STREAM.items():
+        text = text.replace(per_thread, plain)
+    return finding.rule, text
+
+
+@pytest.mark.parametrize("name", ["4096_bf16_item-sync", "4096_bf16_warm_compile-reduce-overhead"])
+def test_per_thread_default_stream_calls_read_like_the_plain_ones(
+    tmp_path: Path, name: str
+) -> None:
+    # Launches, graph replays, copies and host syncs: the same findings, under the _ptsz names.
+    per_thread = diagnose(altered(tmp_path, name, _per_thread_stream))
+    assert {f.rule for f in per_thread} >= {"plain-launch"} | (
+        {"intra-step-gap"} if name in ITEM_SYNC else {"cuda-graph"}
+    )
+    assert "cudaLaunchKernel_ptsz" in json.dumps([f.evidence for f in per_thread])
+    assert sorted(map(_without_call_names, per_thread)) == sorted(
+        map(_without_call_names, findings_of(name))
+    )
+
+
 def test_sync_flush_reads_a_busy_gpu_as_queued_work() -> None:
     finding = only("4096_bf16_warm_eager", "sync-flush")
     (sync,) = raw_spans("4096_bf16_warm_eager", name="cudaDeviceSynchronize")

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import comm, measures
-from ..measures import Launch
+from ..measures import GRAPH_LAUNCH_CALLS, Launch
 from ..trace import Lane, Span, Step, Trace
 
 __all__ = [
@@ -63,15 +63,12 @@ BIAS_MATMUL_OPS = frozenset(
 """Matrix multiplies that add a third operand (``beta * C + alpha * A @ B``)."""
 
 
-PLAIN_LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "hipLaunchKernel"})
-"""The runtime's plain kernel launch, CUDA and HIP."""
+PLAIN_LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "hipLaunchKernel"})
+"""The runtime's plain kernel launch, CUDA (with its per-thread default-stream form) and HIP."""
 
 DRIVER_LAUNCH_PREFIXES = ("cuLaunch", "hipModuleLaunch", "hipExtModuleLaunch")
 """Launches through the driver-level API with launch attributes (``cuLaunchKernelEx``; on
 ROCm ``hipModuleLaunchKernel``, ``hipExtModuleLaunchKernel``, which hipBLASLt and Triton use)."""
-
-GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
-"""Calls that replay a captured graph of GPU work."""
 
 DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
 """Calls that wait for every stream of the device."""
@@ -337,7 +334,8 @@ class Facts:
 
     @cached_property
     def graph_launches(self) -> list[Span]:
-        """Runtime or driver calls that replay a graph (:data:`GRAPH_LAUNCH_CALLS`)."""
+        """Runtime or driver calls that replay a graph
+        (:data:`~profiling_utils.measures.GRAPH_LAUNCH_CALLS`)."""
         calls = [
             call
             for name in GRAPH_LAUNCH_CALLS

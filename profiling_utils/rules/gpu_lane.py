@@ -63,10 +63,13 @@ must be other steps to compare it with)."""
 HOST_SYNC_CALLS = frozenset(
     {
         "cudaStreamSynchronize",
+        "cudaStreamSynchronize_ptsz",
         "cudaDeviceSynchronize",
         "cudaEventSynchronize",
         "cudaMemcpy",
+        "cudaMemcpy_ptds",
         "cuStreamSynchronize",
+        "cuStreamSynchronize_ptsz",
         "cuCtxSynchronize",
         "cuEventSynchronize",
         "hipStreamSynchronize",
@@ -76,7 +79,8 @@ HOST_SYNC_CALLS = frozenset(
     }
 )
 """Runtime and driver calls that block the calling CPU thread until the GPU has finished
-queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy)."""
+queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy), with the
+per-thread default-stream forms (``_ptsz``, ``_ptds``) of those that take a stream."""
 
 VARIANCE_MIN_RATIO = 1.5
 """``kernel-variance``: a slow instance takes at least this many times its group's median..."""
