@@ -29,7 +29,8 @@ Commands:
       min_us, median_us, mean_us, max_us, spread, outlier_steps, apis, planning_calls,
       footprint}]``; ``apis`` and ``planning_calls`` map a call name to a count, ``footprint``
       is the first instance's ``{registers_per_thread, shared_memory_bytes, grid, block,
-      blocks_per_sm, warps_per_sm, occupancy_pct}``.
+      blocks_per_sm, warps_per_sm, occupancy_pct}`` (on ROCm, grid and block only, from the
+      launch call; the grid in blocks).
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
@@ -305,7 +306,8 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
         row["planning_calls"] = dict(
             Counter(c.name for _, calls in named for c in calls).most_common()
         )
-        row["footprint"] = measures.kernel_footprint(first[stats.name]).to_dict()
+        kernel = first[stats.name]
+        row["footprint"] = measures.kernel_footprint(kernel, trace.launch_of(kernel)).to_dict()
         rows.append(row)
     return rows, apis, planning
 

@@ -543,14 +543,33 @@ def _dims(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def kernel_footprint(kernel: Span) -> KernelFootprint:
-    """Registers, shared memory, grid, block and occupancy as recorded in a kernel's args."""
+_GRID_IN_WORK_ITEMS = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
+"""HIP launches whose grid is the global work size (work-items, i.e. threads), not blocks."""
+
+
+def kernel_footprint(kernel: Span, launch: Span | None = None) -> KernelFootprint:
+    """Registers, shared memory, grid, block and occupancy as recorded in a kernel's args.
+
+    On ROCm the kernel records none of them; its ``launch`` call (when given) records the grid
+    and the block, which are used then, the grid in blocks as CUDA counts it: the work-item
+    count of ``hipExtModuleLaunchKernel`` and ``hipHccModuleLaunchKernel`` is divided by the
+    block, rounded up. Their ``shared memory`` is left out: it is the dynamic part only, and
+    a kernel's static LDS is not recorded.
+    """
     args = kernel.args
+    grid, block = _dims(args.get("grid")), _dims(args.get("block"))
+    if grid is None and block is None and launch is not None and launch.raw_args:
+        grid, block = _dims(launch.args.get("grid")), _dims(launch.args.get("block"))
+        if launch.name in _GRID_IN_WORK_ITEMS and grid is not None and block is not None:
+            if len(grid) == len(block) and all(block):
+                grid = tuple(-(-items // size) for items, size in zip(grid, block, strict=True))
+            else:
+                grid = None
     return KernelFootprint(
         registers_per_thread=_whole(args.get("registers per thread")),
         shared_memory_bytes=_whole(args.get("shared memory")),
-        grid=_dims(args.get("grid")),
-        block=_dims(args.get("block")),
+        grid=grid,
+        block=block,
         blocks_per_sm=_number(args.get("blocks per SM")),
         warps_per_sm=_number(args.get("warps per SM")),
         occupancy_pct=_number(args.get("est. achieved occupancy %")),
@@ -647,7 +666,7 @@ def kernel_launches(trace: Trace) -> list[KernelLaunch]:
                 api=None if call is None else call.name,
                 op=launch.op if launch is not None else trace.op_of(kernel),
                 planning_calls=launch.planning if launch is not None else (),
-                footprint=kernel_footprint(kernel),
+                footprint=kernel_footprint(kernel, call),
                 step=None if step is None else step.number,
             )
         )

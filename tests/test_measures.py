@@ -20,6 +20,7 @@ from profiling_utils.measures import (
     folded_calls,
     gpu_busy_us,
     gpu_gaps,
+    kernel_footprint,
     kernel_launches,
     kernel_stats,
     lane_busy_us,
@@ -596,6 +597,39 @@ def test_hip_launches_graphs_and_planning_calls_read_like_cuda(make_trace) -> No
     assert [w.name for w in graph_launch.work] == ["k1", "k2"]
     graphs = compiled_regions(trace).cuda_graph_launches
     assert [g.name for g in graphs] == ["hipGraphLaunch"]
+
+
+def test_rocm_footprints_come_from_the_launch_call_in_blocks(make_trace) -> None:
+    # ROCm records grid and block on the launch call only. hipExtModuleLaunchKernel's grid
+    # is the global work size in work-items (MIOpen's 155,648 = 304 blocks of 512, one per
+    # MI300X CU); hipLaunchKernel's counts blocks, as CUDA does.
+    events = [
+        complete_event("aten::convolution", "cpu_op", 0, 50),
+        complete_event(
+            "hipExtModuleLaunchKernel", "cuda_runtime", 5, 3, correlation=1,
+            grid=[155648, 1, 1], block=[512, 1, 1], **{"shared memory": 0},
+        ),
+        complete_event("miopenSp3AsmConv", "kernel", 10, 5, pid=2, tid=0, correlation=1),
+        complete_event(
+            "hipLaunchKernel", "cuda_runtime", 20, 3, correlation=2,
+            grid=[3, 1, 1], block=[128, 1, 1], **{"shared memory": 0},
+        ),
+        complete_event("elementwise_kernel", "kernel", 30, 5, pid=2, tid=0, correlation=2),
+        # An NVIDIA kernel records its own, which stand.
+        complete_event("cudaLaunchKernel", "cuda_runtime", 40, 3, correlation=3),
+        complete_event(
+            "gemm", "kernel", 50, 5, pid=2, tid=0, correlation=3,
+            grid=[132, 1, 1], block=[384, 1, 1], **{"shared memory": 232448},
+        ),
+    ]  # fmt: skip
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    conv, elementwise, gemm = (k.footprint for k in kernel_launches(trace))
+    assert (conv.grid, conv.block) == ((304, 1, 1), (512, 1, 1))
+    assert (elementwise.grid, elementwise.block) == ((3, 1, 1), (128, 1, 1))
+    # The launch's shared memory is the dynamic part only: the kernel's use is not known.
+    assert conv.shared_memory_bytes is None and elementwise.shared_memory_bytes is None
+    assert (gemm.grid, gemm.shared_memory_bytes) == ((132, 1, 1), 232448)
+    assert kernel_footprint(trace.kernels[0]).grid is None  # without its launch: not known
 
 
 def test_folded_calls_follow_key_averages(make_trace) -> None:

@@ -956,6 +956,40 @@ def test_amd_launches_are_read_like_cuda_ones() -> None:
     driver = found["driver-launch"].evidence
     assert {group["api"] for group in driver["groups"]} == {"hipExtModuleLaunchKernel"}
     assert {group["op"] for group in driver["groups"]} == {"aten::addmm", "aten::mm"}
+    # Grid and block come from the launch calls, the grid in blocks; shared memory is unknown.
+    footprints = [group["footprint"] for group in plain["groups"] + driver["groups"]]
+    assert all(f["grid"] and f["block"] and f["shared_memory_bytes"] is None for f in footprints)
+    addmm = next(group for group in driver["groups"] if group["op"] == "aten::addmm")
+    assert (addmm["footprint"]["grid"], addmm["footprint"]["block"]) == ([2, 1, 1], [256, 1, 1])
+
+
+def test_kernel_variance_tells_rocm_launches_apart_by_their_grid(tmp_path: Path) -> None:
+    # One elementwise kernel over two sizes per step, 10 µs and 100 µs, the large one first
+    # in one step: by rank in the step alone, that step's first call would be 10× slower.
+    events = []
+    for n in range(1, 7):
+        t, correlation = 1000.0 * n, 10 * n
+        sizes = [(4096, 100.0), (1, 10.0)] if n == 3 else [(1, 10.0), (4096, 100.0)]
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500))
+        for i, (blocks, dur) in enumerate(sizes):
+            launch_at = t + 10 + 200 * i
+            events += [
+                complete_event(
+                    "hipLaunchKernel", "cuda_runtime", launch_at, 5,
+                    correlation=correlation + i, grid=[blocks, 1, 1], block=[256, 1, 1],
+                ),
+                complete_event(
+                    "elementwise_kernel", "kernel", launch_at + 10, dur, pid=2, tid=0,
+                    correlation=correlation + i,
+                ),
+            ]  # fmt: skip
+    path = write_trace(tmp_path / "rocm_two_sizes.json", {"traceEvents": events})
+    assert "kernel-variance" not in rules_on(path)
+    # The same trace without grids: one role per rank in the step, and a false slow call.
+    for event in events:
+        event.get("args", {}).pop("grid", None)
+    path = write_trace(tmp_path / "rocm_no_grid.json", {"traceEvents": events})
+    assert rules_on(path)["kernel-variance"].evidence["kernel"] == "elementwise_kernel"
 
 
 def test_amd_bias_copy_kernel_is_not_a_gemm() -> None:

@@ -217,14 +217,12 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
             )
 
 
-def _footprint(kernel: Span) -> dict[str, Any]:
-    args = kernel.args
-    return {
-        "registers_per_thread": args.get("registers per thread"),
-        "shared_memory_bytes": args.get("shared memory"),
-        "grid": args.get("grid"),
-        "block": args.get("block"),
-    }
+_FOOTPRINT_REPORTED = ("registers_per_thread", "shared_memory_bytes", "grid", "block")
+
+
+def _footprint(kernel: Span, launch: Span) -> dict[str, Any]:
+    footprint = measures.kernel_footprint(kernel, launch).to_dict()
+    return {key: footprint[key] for key in _FOOTPRINT_REPORTED}
 
 
 def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> list[dict]:
@@ -248,7 +246,7 @@ def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> 
             row["planning_calls"] = dict(Counter(planning))
             planning_us = sum(c.dur for launch, _ in members for c in launch.planning)
             row["planning_us"] = us(planning_us / len(members))
-        row["footprint"] = _footprint(kernel)
+        row["footprint"] = _footprint(kernel, first.call)
         row["first"] = span_ref(first.call)
         rows.append(row)
     return rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -469,14 +469,14 @@ def _one_off_hit(
 def kernel_variance(facts: Facts) -> Iterator[Hit]:
     """Kernels far slower in some steps than in the others, with what overlapped them.
 
-    Kernels are compared by role: the same name, grid and block, and the same rank among
-    such kernels in their step, over at least :data:`VARIANCE_MIN_COUNT` steps (and
-    :data:`VARIANCE_MIN_STEPS`). An instance is slow when it takes at least
-    :data:`VARIANCE_MIN_RATIO` times the role's median and exceeds it by at least
-    :data:`VARIANCE_MIN_LAUNCH_LATENCIES` launch latencies and :data:`VARIANCE_MIN_IQRS`
-    interquartile ranges. Communication kernels are left out. One finding per kernel and
-    configuration (its most deviant role), for the five most deviant kernels; each
-    slow instance lists the trace's other GPU work that overlapped it.
+    Kernels are compared by role: the same name, grid and block (as the launch call records
+    them on ROCm), and the same rank among such kernels in their step, over at least
+    :data:`VARIANCE_MIN_COUNT` steps (and :data:`VARIANCE_MIN_STEPS`). An instance is slow
+    when it takes at least :data:`VARIANCE_MIN_RATIO` times the role's median and exceeds it
+    by at least :data:`VARIANCE_MIN_LAUNCH_LATENCIES` launch latencies and
+    :data:`VARIANCE_MIN_IQRS` interquartile ranges. Communication kernels are left out. One
+    finding per kernel and configuration (its most deviant role), for the five most deviant
+    kernels; each slow instance lists the trace's other GPU work that overlapped it.
     """
     latency = facts.launch_latency_us
     communication = facts.communication_ids
@@ -485,12 +485,13 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
     # compared with itself step by step, not with the other layers.
     roles: dict[tuple[str, str, int], list[Span]] = {}
     configs: dict[tuple[bytes, bytes], str] = {}  # _launch_config by the raw grid and block
+    launch_of = facts.trace.launch_of
     for step in facts.steps:
         seen: dict[tuple[str, str], int] = {}
         for work in step.gpu_work:
             if work.cat != "kernel" or work.id in communication:
                 continue
-            name, config = kind = (work.name, _launch_config(work, configs))
+            name, config = kind = (work.name, _launch_config(work, configs, launch_of))
             rank = seen.get(kind, 0)
             roles.setdefault((name, config, rank), []).append(work)
             seen[kind] = rank + 1
@@ -530,17 +531,28 @@ _NO_CONFIG = (b"", b"")
 _VALUE = msgspec.json.Decoder()
 
 
-def _launch_config(kernel: Span, known: dict[tuple[bytes, bytes], str]) -> str:
-    """``repr((grid, block))`` of a kernel's args (``None`` for one not recorded), read
-    without decoding the rest of them (half the time of :attr:`Span.args` over every kernel of
-    a large trace), and each distinct pair turned into text once (``known``, by raw JSON)."""
-    key = _NO_CONFIG
-    if kernel.raw_args:
-        try:
-            config = _LAUNCH_CONFIG.decode(kernel.raw_args)
-            key = (bytes(config.grid), bytes(config.block))
-        except msgspec.ValidationError:  # args that are not an object: none recorded
-            pass
+def _raw_launch_config(span: Span | None) -> tuple[bytes, bytes]:
+    if span is None or not span.raw_args:
+        return _NO_CONFIG
+    try:
+        config = _LAUNCH_CONFIG.decode(span.raw_args)
+    except msgspec.ValidationError:  # args that are not an object: none recorded
+        return _NO_CONFIG
+    return bytes(config.grid), bytes(config.block)
+
+
+def _launch_config(
+    kernel: Span,
+    known: dict[tuple[bytes, bytes], str],
+    launch_of: Callable[[Span], Span | None],
+) -> str:
+    """``repr((grid, block))`` of a kernel's args (``None`` for one not recorded), or of its
+    launch call's where the kernel records none (ROCm's), read without decoding the rest of
+    the args (half the time of :attr:`Span.args` over every kernel of a large trace), and each
+    distinct pair turned into text once (``known``, by raw JSON)."""
+    key = _raw_launch_config(kernel)
+    if key == _NO_CONFIG:
+        key = _raw_launch_config(launch_of(kernel))
     text = known.get(key)
     if text is None:
         grid, block = (_VALUE.decode(raw) if raw else None for raw in key)
