@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .trace import Span, Trace
+from .trace import Span, Trace, _as_int
 
 __all__ = [
     "OPERATIONS",
@@ -140,16 +140,6 @@ def _kernel_operation(name: str) -> str:
     if function.startswith("deep_ep::") and function.endswith(("dispatch", "combine")):
         return "all_to_all"
     return _operation(function)
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
 
 
 def _element_bytes(dtype: str | None) -> int | None:
