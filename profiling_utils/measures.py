@@ -15,6 +15,7 @@ gives plain JSON values (spans become small dicts: id, name, cat, lane, start_us
 - :func:`kernel_launches`: per kernel, its launch API, planning calls, op and footprint.
 - :func:`memory_copies`: memcpy and memset activities with bytes and achieved bandwidth.
 - :func:`compiled_regions`: ``torch.compile`` regions and CUDA graph launches.
+- :func:`graph_launches`: the calls that replay a captured graph (CUDA or HIP).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from itertools import accumulate
 from operator import add, attrgetter
 from typing import Any
 
-from .trace import GPU_WORK_CATEGORIES, Lane, Span, Step, Trace
+from .trace import GPU_WORK_CATEGORIES, LAUNCH_CATEGORIES, Lane, Span, Step, Trace
 
 __all__ = [
     "GRAPH_LAUNCH_CALLS",
@@ -61,6 +62,7 @@ __all__ = [
     "kernel_footprint",
     "memory_copies",
     "compiled_regions",
+    "graph_launches",
     "op_stats",
     "folded_calls",
     "span_dict",
@@ -791,18 +793,21 @@ def compiled_regions(trace: Trace) -> CompileInfo:
         aot_wrappers=on_cpu(trace.find(prefix="AOTDispatcher")),
         graph_calls=graph_calls,
         graph_hashes=tuple(hashes),
-        cuda_graph_launches=tuple(
-            sorted(
-                (
-                    s
-                    for name in GRAPH_LAUNCH_CALLS
-                    for s in trace.find(name)
-                    if s.cat in ("cuda_runtime", "cuda_driver")
-                ),
-                key=_SPAN_ID,
-            )
-        ),
+        cuda_graph_launches=tuple(graph_launches(trace)),
     )
+
+
+def graph_launches(trace: Trace) -> list[Span]:
+    """The runtime and driver calls that replay a captured graph (:data:`GRAPH_LAUNCH_CALLS`),
+    in start order."""
+    calls = [
+        call
+        for name in GRAPH_LAUNCH_CALLS
+        for call in trace.by_name.get(name, ())
+        if call.cat in LAUNCH_CATEGORIES
+    ]
+    calls.sort(key=_SPAN_ID)
+    return calls
 
 
 # -- CPU operators ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import comm, measures
-from ..measures import GRAPH_LAUNCH_CALLS, Launch
+from ..measures import Launch
 from ..trace import Lane, Span, Step, Trace
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "BIAS_MATMUL_OPS",
     "PLAIN_LAUNCH_CALLS",
     "DRIVER_LAUNCH_PREFIXES",
-    "GRAPH_LAUNCH_CALLS",
     "DEVICE_SYNC_CALLS",
     "MEMCPY_CALL_PREFIXES",
     "DEFAULT_LAUNCH_LATENCY_US",
@@ -334,15 +333,8 @@ class Facts:
 
     @cached_property
     def graph_launches(self) -> list[Span]:
-        """Runtime or driver calls that replay a graph
-        (:data:`~profiling_utils.measures.GRAPH_LAUNCH_CALLS`)."""
-        calls = [
-            call
-            for name in GRAPH_LAUNCH_CALLS
-            for call in self.named(name)
-            if call.cat in ("cuda_runtime", "cuda_driver")
-        ]
-        return sorted(calls, key=attrgetter("start"))
+        """:func:`profiling_utils.measures.graph_launches`."""
+        return measures.graph_launches(self.trace)
 
     @cached_property
     def launch_latency_us(self) -> float:
