@@ -30,7 +30,8 @@ Commands:
       footprint}]``; ``apis`` and ``planning_calls`` map a call name to a count, ``footprint``
       is the first instance's ``{registers_per_thread, shared_memory_bytes, grid, block,
       blocks_per_sm, warps_per_sm, occupancy_pct}`` (on ROCm, grid and block only, from the
-      launch call; the grid in blocks).
+      launch call, the grid in blocks; from the first instance whose launch is in the trace
+      when the first's is not).
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
@@ -285,31 +286,42 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
     # the op, the step, and the footprint (decoded from all of a kernel's args) of every
     # kernel but the first of each reported name.
     launch_of_call = {launch.call.id: launch for launch in measures.launches(trace)}
-    by_name: dict[str, list[tuple[str, tuple[Span, ...]]]] = {}
-    first: dict[str, Span] = {}
+    by_name: dict[str, list[tuple[Span, Span | None, tuple[Span, ...]]]] = {}
     apis: Counter = Counter()
     planning: Counter = Counter()
     for kernel in trace.kernels:
         call = trace.launch_of(kernel)
         launch = None if call is None else launch_of_call.get(call.id)
-        api = measures.NO_LAUNCH if call is None else call.name
         planning_calls = launch.planning if launch is not None else ()
-        by_name.setdefault(kernel.name, []).append((api, planning_calls))
-        first.setdefault(kernel.name, kernel)
-        apis[api] += 1
+        by_name.setdefault(kernel.name, []).append((kernel, call, planning_calls))
+        apis[measures.NO_LAUNCH if call is None else call.name] += 1
         planning.update(c.name for c in planning_calls)
     rows = []
     for stats in measures.kernel_stats(trace)[:top]:
         named = by_name[stats.name]
         row = stats.to_dict()
-        row["apis"] = dict(Counter(api for api, _ in named).most_common())
-        row["planning_calls"] = dict(
-            Counter(c.name for _, calls in named for c in calls).most_common()
+        row["apis"] = dict(
+            Counter(measures.NO_LAUNCH if c is None else c.name for _, c, _ in named).most_common()
         )
-        kernel = first[stats.name]
-        row["footprint"] = measures.kernel_footprint(kernel, trace.launch_of(kernel)).to_dict()
+        row["planning_calls"] = dict(
+            Counter(c.name for _, _, calls in named for c in calls).most_common()
+        )
+        row["footprint"] = _footprint(named).to_dict()
         rows.append(row)
     return rows, apis, planning
+
+
+def _footprint(instances: list[tuple[Span, Span | None, Any]]) -> measures.KernelFootprint:
+    """The first instance's footprint; where it lacks grid and block (ROCm writes them on the
+    launch call only) and its launch is not in the trace, as in a trace that starts mid-run,
+    the first instance's whose launch is."""
+    kernel, call, _ = instances[0]
+    footprint = measures.kernel_footprint(kernel, call)
+    if footprint.grid is None and footprint.block is None and call is None:
+        launched = next(((k, c) for k, c, _ in instances if c is not None), None)
+        if launched is not None:
+            return measures.kernel_footprint(*launched)
+    return footprint
 
 
 def _issuer(copy: measures.MemoryCopy) -> str:

@@ -425,3 +425,21 @@ def test_summarize_matches_the_model(make_trace) -> None:
             "ops": {"aten::copy_": 1},
         }
     ]
+
+
+def test_footprint_comes_from_an_instance_whose_launch_is_in_the_trace(capsys, make_trace) -> None:
+    # A ROCm trace that starts mid-run: the first instance's launch call was not recorded,
+    # the second's was. ROCm writes grid and block on the launch call only.
+    events = [
+        complete_event("gemm", "kernel", 2, 5, pid=2, tid=0, correlation=1),
+        complete_event("aten::mm", "cpu_op", 10, 20),
+        complete_event(
+            "hipLaunchKernel", "cuda_runtime", 12, 3, correlation=2,
+            grid=[3, 1, 1], block=[128, 1, 1],
+        ),
+        complete_event("gemm", "kernel", 20, 5, pid=2, tid=0, correlation=2),
+    ]  # fmt: skip
+    status, out, _ = run_cli(capsys, "summary", str(make_trace(events)), "--json")
+    (gemm,) = json.loads(out)["top_kernels"]
+    assert status == 0 and gemm["count"] == 2
+    assert (gemm["footprint"]["grid"], gemm["footprint"]["block"]) == ([3, 1, 1], [128, 1, 1])
