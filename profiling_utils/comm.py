@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from .trace import Span, Trace, _as_int
+from .trace import Span, Trace, _as_int, input_shapes
 
 __all__ = [
     "OPERATIONS",
@@ -146,18 +146,18 @@ def _element_bytes(dtype: str | None) -> int | None:
     return None if dtype is None else _DTYPE_BYTES.get(dtype.strip().lower())
 
 
-def _tensor_bytes(args: dict[str, Any]) -> tuple[int | None, str | None]:
+def _tensor_bytes(op: Span) -> tuple[int | None, str | None]:
     """The largest tensor among an op's recorded inputs (``Input Dims`` with ``Input type``),
     in bytes, and its dtype: for a collective, the larger of its input and output buffers."""
-    dims, types = args.get("Input Dims"), args.get("Input type")
-    if not isinstance(dims, list) or not isinstance(types, list):
-        return None, None
+    shapes = input_shapes(op)
     best: tuple[int | None, str | None] = (None, None)
-    for shape, dtype in zip(dims, types, strict=False):
-        size = _element_bytes(dtype) if isinstance(dtype, str) else None
-        if not shape or size is None or not all(isinstance(d, int) for d in shape):
+    if shapes is None:
+        return best
+    for index, dtype in enumerate(shapes.types):
+        size, sizes = _element_bytes(dtype), shapes.sizes(index)
+        if sizes is None or size is None:
             continue
-        total = math.prod(shape) * size
+        total = math.prod(sizes) * size
         if best[0] is None or total > best[0]:
             best = (total, dtype)
     return best
@@ -260,7 +260,7 @@ def _describe(
         message_bytes = None
         for span in (label_op, c10d_op):
             if span is not None:
-                found, found_dtype = _tensor_bytes(span.args)
+                found, found_dtype = _tensor_bytes(span)
                 if found is not None and (message_bytes is None or found > message_bytes):
                     message_bytes, dtype = found, dtype or found_dtype
     group = recorded.get("Process Group Name")

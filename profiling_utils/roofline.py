@@ -76,7 +76,7 @@ from functools import cache
 from typing import Any, Literal
 
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
-from .trace import Span, Trace, gc_paused
+from .trace import Span, Trace, gc_paused, input_shapes
 
 __all__ = ["Roofline", "RooflineEntry", "roofline"]
 
@@ -294,13 +294,15 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
         return datasheet_peak(device, figure) if device and figure else None
 
     entries = []
+    sizes_only = False  # an op recorded its sizes without their dtypes
     for op_id, work in sorted(launched.items()):
         op = trace.spans[op_id]
-        args = op.args
-        dims, types = args.get("Input Dims"), args.get("Input type")
-        if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        shapes = input_shapes(op)
+        if shapes is None or not shapes.types:
+            sizes_only = sizes_only or shapes is not None
             continue
-        concrete = args.get("Concrete Inputs")
+        dims, types = shapes.dims, shapes.types
+        concrete = op.args.get("Concrete Inputs")
         inputs = _Inputs(dims, types, concrete if isinstance(concrete, list) else [])
         if op.name in elementwise:
             kind, flops, num_bytes, note = _count_fused(inputs)
@@ -325,6 +327,12 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
                 memory_peak=peak(device, "memory"),
                 note=note,
             )
+        )
+    if not entries and sizes_only:
+        return Roofline(
+            [],
+            "the operators record their input sizes but not their dtypes (as torch ~1.9 "
+            "wrote Input dims): nothing can be counted",
         )
     if not entries:
         return Roofline(

@@ -69,6 +69,8 @@ __all__ = [
     "load_trace",
     "is_communication",
     "COMMUNICATION_KERNEL_PATTERN",
+    "InputShapes",
+    "input_shapes",
     "gc_paused",
 ]
 
@@ -295,6 +297,58 @@ class _LinkArgs(msgspec.Struct, gc=False):
 
 
 _LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
+
+
+class InputShapes(msgspec.Struct, gc=False, frozen=True):
+    """The arguments an op recorded with ``record_shapes=True``: read them with
+    :func:`input_shapes`."""
+
+    dims: list[list[int | list[int]]]
+    """Per argument, a tensor's sizes (``[]`` for a scalar, a 0-dim tensor or ``None``), or a
+    tensor list's, one list of sizes per tensor."""
+    types: list[str]
+    """Per argument, as the profiler spells it: ``"float"``, ``"c10::BFloat16"``,
+    ``"Scalar"``, ``""``... Empty in torch ~1.9 traces, which record sizes only (as
+    ``Input dims``); otherwise as long as :attr:`dims`."""
+
+    def sizes(self, index: int) -> tuple[int, ...] | None:
+        """The sizes of argument ``index`` when it is one tensor of at least one dimension;
+        ``None`` for a scalar, a 0-dim tensor, a tensor list or an index past the end."""
+        if index >= len(self.dims):
+            return None
+        sizes = self.dims[index]
+        # Decoding made each size an int or a list of ints: a tensor's hold no list.
+        if not sizes or list in map(type, sizes):
+            return None
+        return tuple(sizes)  # type: ignore[arg-type]
+
+
+class _RecordedShapes(msgspec.Struct, gc=False):
+    dims: list[list[int | list[int]]] | None = msgspec.field(default=None, name="Input Dims")
+    legacy_dims: list[list[int | list[int]]] | None = msgspec.field(default=None, name="Input dims")
+    types: list[str] | None = msgspec.field(default=None, name="Input type")
+
+
+_SHAPES_DECODER = msgspec.json.Decoder(_RecordedShapes)
+
+
+def input_shapes(span: Span) -> InputShapes | None:
+    """The shapes and dtypes ``span`` (an op) recorded, read from its args without decoding
+    the rest of them; ``None`` when it recorded none, or recorded them in a form the profiler
+    does not write (sizes that are not whole numbers, a dtype list of another length)."""
+    if not span.raw_args:
+        return None
+    try:
+        recorded = _SHAPES_DECODER.decode(span.raw_args)
+    except msgspec.ValidationError:  # args that are not an object, or shapes of another form
+        return None
+    dims = recorded.dims if recorded.dims is not None else recorded.legacy_dims
+    if dims is None:
+        return None
+    types = recorded.types or []
+    if types and len(types) != len(dims):
+        return None
+    return InputShapes(dims, types)
 
 
 def _loose_correlation(span: Span) -> int | None:

@@ -87,6 +87,12 @@ ODD: dict[str, Callable[[Events], Events | None]] = {
             )
         ),
     ),
+    "shapes of other forms": lambda events: [
+        {**e, "args": {**e["args"], **_ODD_SHAPES[i % len(_ODD_SHAPES)]}}
+        if isinstance(e.get("args"), dict) and "Input Dims" in e["args"]
+        else e
+        for i, e in enumerate(events)
+    ],
     "steps overlapping": lambda events: _every(
         events,
         1.0,
@@ -98,6 +104,22 @@ ODD: dict[str, Callable[[Events], Events | None]] = {
     ),
 }
 
+_ODD_SHAPES = [
+    {"Input Dims": 5},
+    {"Input Dims": [5]},
+    {"Input Dims": [[1, "a"]]},
+    {"Input Dims": [[True]]},
+    {"Input Dims": [[1.5, 2]]},
+    {"Input Dims": [None]},
+    {"Input type": 5},
+    {"Input type": [5]},
+    {"Input type": [["float"]]},
+    {"Input type": ["float"]},
+    {"Concrete Inputs": [5]},
+]
+"""Shape records no profiler writes: a number for a list, sizes that are not whole numbers, a
+dtype list of another length, a scalar argument that is not text."""
+
 _LEGACY = {
     "cpu_op": "Operator",
     "cuda_runtime": "Runtime",
@@ -106,7 +128,13 @@ _LEGACY = {
     "gpu_memset": "Memset",
 }
 
-FIXTURES = ["4096_bf16_item-sync", "64_bf16_warm_compile", "attention_8x16x1024x64_bf16_naive"]
+FIXTURES = [
+    "4096_bf16_item-sync",
+    "64_bf16_warm_compile",
+    "attention_8x16x1024x64_bf16_naive",
+    "attention_8x16x1024x64_bf16_sdpa-math",
+    "mlp_64x128x768x3072_bf16_eager",
+]
 
 
 @pytest.fixture(scope="module")

@@ -275,6 +275,19 @@ def test_no_shapes_recorded_gives_no_entries_and_says_why(make_trace) -> None:
     assert "record_shapes=True" in view.reason
 
 
+def test_sizes_without_dtypes_are_named_as_such(make_trace) -> None:
+    # torch ~1.9 wrote "Input dims" and an empty "Input type": shapes were recorded, so the
+    # reason must not ask for record_shapes=True.
+    events = op_events("aten::mm", [[64, 32], [32, 16]], [])
+    for event in events:
+        args = event.get("args", {})
+        if "Input Dims" in args:
+            args["Input dims"] = args.pop("Input Dims")
+    view = roofline(load_trace(make_trace(events)))
+    assert view.entries == []
+    assert "sizes but not their dtypes" in view.reason and "record_shapes" not in view.reason
+
+
 def test_a_cpu_only_trace_says_there_is_no_gpu_work(make_trace) -> None:
     path = make_trace([complete_event("aten::mm", "cpu_op", 0, 10)], deviceProperties=None)
     view = roofline(load_trace(path))

@@ -19,7 +19,7 @@ from conftest import (
 )
 
 from profiling_utils import Lane, Span, Step, Trace, load_trace
-from profiling_utils.trace import is_communication
+from profiling_utils.trace import input_shapes, is_communication
 
 
 @pytest.fixture(scope="module")
@@ -744,3 +744,42 @@ def test_within_gives_what_a_span_holds_on_its_lane_in_start_order() -> None:
     assert inside == expected and inside
     assert all(step.id in {a.id for a in trace.ancestors(s)} for s in inside)
     assert [s for s in inside if s.parent == step.id] == trace.children(step)
+
+
+@pytest.mark.parametrize(
+    ("args", "dims", "types", "sizes"),
+    [
+        # Today's spelling: a tensor, a scalar, a tensor list.
+        (
+            {"Input Dims": [[64, 32], [], [[2, 3], [4]]], "Input type": ["float", "Scalar", ""]},
+            [[64, 32], [], [[2, 3], [4]]],
+            ["float", "Scalar", ""],
+            [(64, 32), None, None],
+        ),
+        # torch ~1.9: "Input dims", no dtypes.
+        ({"Input dims": [[8], []], "Input type": []}, [[8], []], [], [(8,), None]),
+    ],
+)  # fmt: skip
+def test_input_shapes_reads_both_spellings(make_trace, args, dims, types, sizes) -> None:
+    (op,) = load_trace(make_trace([complete_event("aten::add", "cpu_op", 0, 10, **args)])).spans
+    shapes = input_shapes(op)
+    assert shapes is not None and (shapes.dims, shapes.types) == (dims, types)
+    assert [shapes.sizes(i) for i in range(len(dims) + 1)] == [*sizes, None]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {},
+        {"Input type": ["float"]},
+        {"Input Dims": 5, "Input type": ["float"]},
+        {"Input Dims": [[1, "a"]], "Input type": ["float"]},
+        {"Input Dims": [[True]], "Input type": ["float"]},
+        {"Input Dims": [[1.5]], "Input type": ["float"]},
+        {"Input Dims": [[1]], "Input type": [5]},
+        {"Input Dims": [[1]], "Input type": ["float", "float"]},
+    ],
+)
+def test_input_shapes_of_no_form_the_profiler_writes_are_none(make_trace, args) -> None:
+    (op,) = load_trace(make_trace([complete_event("aten::add", "cpu_op", 0, 10, **args)])).spans
+    assert input_shapes(op) is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
-from ..trace import Span
+from ..trace import Span, input_shapes
 from .facts import MATMUL_OPS, Facts, us
 from .registry import Hit, rule
 
@@ -59,13 +59,15 @@ def _gpu_us_under(facts: Facts, ops: Iterable[Span]) -> dict[int, float]:
 
 
 def _first_tensor_type(op: Span) -> str | None:
-    types = op.args.get("Input type") or []
-    return types[0] if types and types[0] not in ("", "Scalar") else None
+    shapes = input_shapes(op)
+    first = shapes.types[0] if shapes is not None and shapes.types else ""
+    return first if first not in ("", "Scalar") else None
 
 
 def _first_dims(op: Span) -> list[int] | None:
-    dims = op.args.get("Input Dims") or []
-    return list(dims[0]) if dims and dims[0] else None
+    shapes = input_shapes(op)
+    sizes = shapes.sizes(0) if shapes is not None else None
+    return list(sizes) if sizes is not None else None
 
 
 def _inline_math_calls(facts: Facts) -> list[Span]:
@@ -221,12 +223,13 @@ the comparison that turns it into a bool or additive mask."""
 def _result_dims(op: Span) -> tuple[int, ...] | None:
     """The shape an op produces: its first tensor input's, or for a factory (``aten::ones``,
     ``aten::full``) the size it was given, from the recorded shapes."""
-    dims = op.args.get("Input Dims") or []
-    if dims and dims[0]:
-        return tuple(dims[0])
-    concrete = op.args.get("Concrete Inputs") or []
-    text = concrete[0] if concrete else ""
-    if text.startswith("[") and text.endswith("]"):
+    shapes = input_shapes(op)
+    sizes = shapes.sizes(0) if shapes is not None else None
+    if sizes is not None:
+        return sizes
+    concrete = op.args.get("Concrete Inputs")
+    text = concrete[0] if isinstance(concrete, list) and concrete else ""
+    if isinstance(text, str) and text.startswith("[") and text.endswith("]"):
         try:
             return tuple(int(size) for size in text[1:-1].split(","))
         except ValueError:

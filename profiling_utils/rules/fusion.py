@@ -13,10 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from ..tables import byte_size
-from ..trace import Span
+from ..trace import Span, input_shapes
 from .facts import Facts, median, us
 from .registry import Hit, rule
 
@@ -113,42 +111,21 @@ class Chain:
         return sum(kernel.dur for kernel in self.kernels)
 
 
-class _Shapes(msgspec.Struct, gc=False):
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-
-
-_SHAPES = msgspec.json.Decoder(_Shapes)
-_NO_SHAPES = _Shapes()
-
-
-def _shapes(op: Span) -> _Shapes:
-    """``Input Dims`` and ``Input type`` of an op's args, read without decoding (and caching)
-    the rest of them when no rule has decoded them yet."""
-    if op._args is not None or not op.raw_args:
-        return _Shapes(op.args.get("Input Dims"), op.args.get("Input type"))
-    try:
-        return _SHAPES.decode(op.raw_args)
-    except msgspec.ValidationError:  # args that are not an object: nothing recorded
-        return _NO_SHAPES
-
-
 def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     """The shape an elementwise op works on (its first tensor input's) and the bytes of the
     tensor it writes, from the recorded shapes; ``None`` without them."""
-    shapes = _shapes(op)
-    dims = shapes.dims
-    types = shapes.types
-    if not dims or not types or not dims[0]:
+    shapes = input_shapes(op)
+    first = shapes.sizes(0) if shapes is not None and shapes.types else None
+    if shapes is None or first is None:
         return None
     # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
     # neither it nor a 0-dim tensor sets the result's type when a dimensioned tensor is in.
     tensors = [
-        (tuple(d), DTYPE_BYTES[t])
-        for d, t in zip(dims, types, strict=False)
-        if d and t in DTYPE_BYTES
+        (sizes, DTYPE_BYTES[dtype])
+        for index, dtype in enumerate(shapes.types)
+        if dtype in DTYPE_BYTES and (sizes := shapes.sizes(index)) is not None
     ]
-    if not tensors or tensors[0][0] != tuple(dims[0]):
+    if not tensors or tensors[0][0] != first:
         return None
     shape = tensors[0][0]
     if op.name.endswith("_"):  # in place (copy_ too): it writes its first argument
@@ -156,6 +133,12 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     else:  # a new tensor of the promoted type: the widest input's, for floating inputs
         itemsize = max(size for _, size in tensors)
     return shape, math.prod(shape) * itemsize
+
+
+def _first_type(op: Span) -> str:
+    shapes = input_shapes(op)
+    assert shapes is not None  # an op in a chain recorded its shapes
+    return shapes.types[0]
 
 
 def _long_enough(ops: list[Span]) -> bool:
@@ -260,7 +243,7 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
                 {
                     "ops": [op.name for op in group[0].ops],
                     "dims": list(group[0].dims),
-                    "input_types": [op.args["Input type"][0] for op in group[0].ops],
+                    "input_types": [_first_type(op) for op in group[0].ops],
                     "per_step": round(len(group) / per_step, 2),
                     "saved_bytes_per_chain": group[0].saved_bytes,
                     "median_gpu_us": us(median(c.gpu_us for c in group)),
