@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["byte_size", "percent", "text_table"]
+__all__ = ["byte_size", "cut", "percent", "text_table"]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
@@ -26,6 +26,14 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: st
         return (indent + "  ".join(parts)).rstrip()
 
     return "\n".join([line(headers), *(line(row) for row in rows)])
+
+
+def cut(text: str, width: int) -> str:
+    """``text``, or its first ``width - 1`` characters and ``…`` when it is longer: kernel
+    names run to hundreds of characters, and a clipped one must say so."""
+    if width < 1:
+        raise ValueError(f"width must be positive, not {width}")
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def percent(share: float) -> str:

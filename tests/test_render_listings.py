@@ -10,7 +10,6 @@ from conftest import complete_event, gpu_fixture
 
 from profiling_utils import load_trace
 from profiling_utils.render.listings import (
-    cut,
     fold_lines,
     gpu_work_listing,
     source_excerpt,
@@ -35,14 +34,6 @@ class Runner:
 
 runner = Runner(partitions=[])
 """
-
-
-def test_cut_marks_what_it_leaves_out() -> None:
-    assert cut("aten::mm", 8) == "aten::mm"
-    assert cut("aten::addmm", 8) == "aten::a…"
-    assert len(cut("x" * 200, 88)) == 88
-    with pytest.raises(ValueError):
-        cut("x", 0)
 
 
 def test_span_tree_of_a_compiled_step_shows_every_layer_within_the_width() -> None:

@@ -1,10 +1,11 @@
-"""Sizes in bytes, as every output of the package writes them (:func:`byte_size`)."""
+"""Sizes in bytes, as every output of the package writes them (:func:`byte_size`), and names
+clipped with a mark (:func:`cut`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from profiling_utils.tables import byte_size
+from profiling_utils.tables import byte_size, cut
 
 
 @pytest.mark.parametrize(
@@ -23,3 +24,11 @@ from profiling_utils.tables import byte_size
 )
 def test_byte_size_uses_binary_units_to_three_digits(count: int, text: str) -> None:
     assert byte_size(count) == text
+
+
+def test_cut_marks_what_it_leaves_out() -> None:
+    assert cut("aten::mm", 8) == "aten::mm"
+    assert cut("aten::addmm", 8) == "aten::a…"
+    assert len(cut("x" * 200, 88)) == 88
+    with pytest.raises(ValueError):
+        cut("x", 0)

@@ -17,22 +17,15 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from ..tables import byte_size
+from ..tables import byte_size, cut
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..trace import Span, Step, Trace
 
-__all__ = ["cut", "fold_lines", "gpu_work_listing", "source_excerpt", "span_tree"]
+__all__ = ["fold_lines", "gpu_work_listing", "source_excerpt", "span_tree"]
 
 PAGE_WIDTH = 88
 """Characters in a line of a gallery page's code and output boxes."""
-
-
-def cut(text: str, width: int) -> str:
-    """``text``, or its first ``width - 1`` characters and ``…`` when it is longer."""
-    if width < 1:
-        raise ValueError(f"width must be positive, not {width}")
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def span_tree(

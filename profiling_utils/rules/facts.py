@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import comm, measures
 from ..measures import Launch
+from ..tables import cut
 from ..trace import Lane, Span, Step, Trace
 
 __all__ = [
@@ -115,7 +116,7 @@ def span_ref(span: Span) -> dict[str, Any]:
 def short_name(name: str, width: int = 72) -> str:
     """A name clipped for a message (kernel names can run to hundreds of characters); the
     evidence keeps the full name."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return cut(name, width)
 
 
 def step_label(number: int) -> str:
