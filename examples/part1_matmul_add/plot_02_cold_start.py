@@ -238,9 +238,9 @@ if has_gpu:
 # %%
 # The thresholds keep ordinary step-to-step jitter out of the findings; a first call of the
 # process passes them by far. With the post's schedule (``wait=1``), that first call lands
-# in an unrecorded step instead, and the first recorded step looks much like the others:
-# the :doc:`next tutorial <plot_03_warmup_and_schedule>` records
-# the same steps three ways and shows what each knob hides. The fix the post recommends is
+# in an unrecorded step instead, and the first recorded step no longer holds it: the
+# :doc:`next tutorial <plot_03_warmup_and_schedule>` records the same steps three ways and
+# measures how much each knob hides. The fix the post recommends is
 # to warm up before profiling, and that hides the cost from the trace; it is still paid,
 # once per process, by whoever runs the code first.
 #

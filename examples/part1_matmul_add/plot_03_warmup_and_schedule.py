@@ -173,12 +173,19 @@ if has_gpu:
 # once it had warmed up.
 #
 # The run with nothing hidden, whole: the first step, highlighted, against the later
-# steps, which are slivers at the right.
+# steps, which are slivers at the right (with a GPU, the profiler's buffer request is
+# highlighted too).
 
 raw = traces["nothing hidden"]
+marks = [highlight_span(raw.steps[0].span, "first step")]
+marks += [
+    highlight_span(o, "Activity Buffer Request")
+    for o in raw.overhead
+    if o.name == "Activity Buffer Request"
+]
 plot_timeline(
     raw,
-    highlights=[highlight_span(raw.steps[0].span, "first step")],
+    highlights=marks,
     max_depth=3,
     title="Nothing hidden: the first step holds the first call",
 )

@@ -247,11 +247,10 @@ if has_gpu:
 plot_per_step([s.number for s in trace.steps], series, title=f"{STEPS} recorded steps")
 
 # %%
-# The first step stands out; the others scatter around their median. A schedule with
-# ``wait`` and ``warmup`` steps keeps that step out of the recording, which is why the
-# post's default schedule has them (the
-# :doc:`schedule tutorial <plot_03_warmup_and_schedule>`
-# compares them).
+# The first step stands out by far; the steps after it settle toward the median. A
+# schedule with ``wait`` and ``warmup`` steps keeps that step out of the recording, which
+# is why the post's default schedule has them (the
+# :doc:`schedule tutorial <plot_03_warmup_and_schedule>` compares them).
 #
 # A second profiling session
 # --------------------------

@@ -44,6 +44,7 @@ from profiling_utils.render import (
     trace_links,
     value_table,
 )
+from profiling_utils.tables import cut
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -77,7 +78,8 @@ print(
 # :func:`~profiling_utils.measures.kernel_launches` follows every kernel back to its launch
 # call and to the operator that made it. Its planning calls are the occupancy and
 # attribute queries made inside that operator since its previous launch. The kernels of
-# each run's last recorded step:
+# each run's last recorded step (every run warm and eager; kernel names cut at 36
+# characters, enough for the architecture they name):
 
 
 def last_step_launches(run):
@@ -85,17 +87,14 @@ def last_step_launches(run):
     return [k for k in kernel_launches(run.trace) if k.step == last]
 
 
-def short(name, width=64):
-    name = name.removeprefix("void ")
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
 rows = []
 for run in runs:
     for launch in last_step_launches(run):
         planning = ", ".join(call.name for call in launch.planning_calls) or "none"
         op = launch.op.name if launch.op else "?"
-        rows.append([run.name, op, launch.api, planning, short(launch.kernel.name)])
+        size_and_dtype = run.name.removesuffix("_warm_eager").replace("_", " ")
+        kernel = cut(launch.kernel.name.removeprefix("void "), 36)
+        rows.append([size_and_dtype, op, launch.api, planning, kernel])
 if device == "cpu":
     print("No GPU here: the operators compute on the CPU and launch no kernel.")
 columns = ["run", "operator", "launched with", "planning calls", "kernel"]

@@ -53,6 +53,7 @@ from profiling_utils.render import (
 )
 from profiling_utils.rules.gpu_lane import VARIANCE_MIN_RATIO
 from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.tables import cut
 
 # torch warns that a schedule without a warm-up step can skew the results: see below.
 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
@@ -93,7 +94,7 @@ else:
 steps = [trace.step_of(gemm).number for gemm in gemms]
 durations = [gemm.dur for gemm in gemms]
 gemm = Distribution.of(durations, unit="µs")
-print(gemms[0].name[:88])
+print(cut(gemms[0].name, 88))
 print(f"{gemm}; min {gemm.min:.1f}, max {gemm.max:.1f} µs")
 print(textwrap.fill("µs per step: " + ", ".join(f"{d:.1f}" for d in durations), 88))
 
@@ -116,7 +117,7 @@ plot_per_step(
 
 stats_rows = [
     [
-        s.name if len(s.name) <= 40 else s.name[:39] + "…",
+        cut(s.name, 40),
         s.count,
         s.min_us,
         s.median_us,
@@ -339,7 +340,7 @@ if shared_findings:
         key=lambda e: e["max_us"] / e["median_us"],
     )
     slowest = max(variance["slow"], key=lambda s: s["dur_us"])
-    print(variance["kernel"][:88])
+    print(cut(variance["kernel"], 88))
     print(
         f"median {variance['median_us']:.1f} µs, IQR {variance['iqr_us']:.1f} µs; "
         f"slow in steps {', '.join(map(str, variance['slow_steps']))}"
@@ -361,9 +362,10 @@ if shared_findings:
     )
 
 # %%
-# Our slow kernel has our GPU lane to itself: nothing of this trace runs beside it, and
-# the kernel, its inputs and its launch are those of every other step (the claims below
-# check both). The time went to the other process. That is what the rule says when
+# Our slow kernel has our GPU lane to itself: nothing of this trace runs beside it, and it
+# is the same kernel, with the same grid and block, as in every other step (the claims
+# below check both), called on the same tensors (the code above). The time went to the
+# other process. That is what the rule says when
 # nothing in the trace overlaps a slow instance: the cause is outside the trace. On a
 # machine you do not have to yourself, check ``nvidia-smi`` for other processes before
 # reading a slow step as your code's, or as the GPU's clocks.
@@ -385,6 +387,16 @@ if shared is not None:
             "nothing else of the trace ran on the GPU during the slowest instance",
             not slowest["overlapping"],
             overlapping=len(slowest["overlapping"]),
+        )
+        configurations = {
+            (k.footprint.grid, k.footprint.block)
+            for k in kernel_launches(shared.trace)
+            if k.kernel.name == slow_kernel.name
+        }
+        claim(
+            "every instance of the slow kernel ran with one grid and block",
+            len(configurations) == 1,
+            configurations=len(configurations),
         )
 
 # %%

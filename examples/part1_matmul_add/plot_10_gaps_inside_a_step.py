@@ -13,8 +13,9 @@ kernels in a single step is likely a buffer request.
 
 A trace can say more than "once or every time". For an idle stretch of the GPU it records
 when the next work was *launched* and what the CPU thread was doing meanwhile. We record
-two runs where the GPU idles inside a step for different reasons, and read both with the
-``intra-step-gap`` rule of :func:`~profiling_utils.rules.diagnose`.
+two runs, one whose code makes the GPU idle inside every step and one long enough for the
+profiler to ask for a buffer mid-run, and read both with the ``intra-step-gap`` rule of
+:func:`~profiling_utils.rules.diagnose`.
 """
 
 # %%
@@ -33,6 +34,7 @@ from profiling_utils.measures import step_times
 from profiling_utils.render import (
     Highlight,
     findings_table,
+    fold_lines,
     plot_per_step,
     plot_timeline,
     trace_dir,
@@ -230,8 +232,10 @@ else:
 # %%
 # The rule reports a step as a one-off only against the other steps: its longest idle
 # stretch must be at least twice the median of theirs, in at most a third of the steps.
-# Zoomed to the stretch, with the request on the overhead row:
+# Zoomed to that stretch, with the request on the overhead row; when no step stood out,
+# zoomed to the request itself, to see what the GPU did meanwhile:
 
+in_steps = [r for r in requests if train.trace.step_of(r) is not None]
 if one_off is not None:
     e = one_off.evidence
     idle_from = e["before"]["start_us"] + e["before"]["dur_us"]
@@ -243,23 +247,52 @@ if one_off is not None:
         max_depth=3,
         title=f"{train.name}: ProfilerStep#{e['step']}",
     )
+elif in_steps:
+    request = max(in_steps, key=lambda r: r.dur)
+    margin = 0.3 * request.dur
+    plot_timeline(
+        train.trace,
+        window=(request.start - margin, request.end + margin),
+        highlights=[Highlight(request.start, request.end, "Activity Buffer Request")],
+        max_depth=3,
+        title=f"{train.name}: ProfilerStep#{train.trace.step_of(request).number}",
+    )
+else:
+    print("No request landed inside the recorded steps: nothing to zoom to.")
 
 # %%
-# What the H100 showed against the post's reading, in the recordings this page was written
-# from (the claims box says whether this run agrees). The gap is the profiler's, and it
-# shows once: the post's test holds. But the request did not hold the GPU back with work
-# queued: it held the CPU thread, and the next kernel was launched only after the GPU had
-# run dry. That starves the GPU when the loop is overhead-bound, the CPU taking longer to
-# issue a step than the GPU takes to run it, as the numbers below say of this one: then
-# the GPU has little queued, and anything that stops the CPU stops the GPU too. A GPU with
-# more work queued than the request lasts would not go idle at all.
+# A request holds the CPU thread that asked for it, not the GPU. The GPU goes on with
+# what was queued before the request, and goes idle only if the request outlasts that
+# queue, the next kernel then being launched after the GPU has run dry. That is likely
+# when the loop is overhead-bound, the CPU taking longer to issue a step than the GPU
+# takes to run it: the GPU then has little queued, and what stops the CPU soon stops the
+# GPU. A short request, or a GPU with more work queued, leaves no gap. How long the
+# request lasts varies from run to run; what it did in this one:
 
 if train.has_gpu:
     idle_share = Distribution.of(
         [100 * t.gpu_idle_fraction for t in step_times(train.trace)], unit="%"
     )
     print(f"GPU idle share of each recorded step: {idle_share}")
-    in_steps = [r for r in requests if train.trace.step_of(r) is not None]
+    if one_off is not None:
+        e = one_off.evidence
+        print(
+            fold_lines(
+                f"The request in ProfilerStep#{e['step']} lasted "
+                f"{e['request']['dur_us']:.1f} µs; the GPU sat idle {e['gap_us']:.1f} µs, "
+                f"and the next kernel was launched {e['launched_after_idle_us']:.1f} µs "
+                "after it ran dry: the profiler's gap, once, as the post says."
+            )
+        )
+    elif in_steps:
+        request = max(in_steps, key=lambda r: r.dur)
+        print(
+            fold_lines(
+                f"The request in ProfilerStep#{train.trace.step_of(request).number} lasted "
+                f"{request.dur:.1f} µs, and no step's longest GPU idle stretch stood out "
+                "against the others': this run shows no gap of the profiler's."
+            )
+        )
     claim(
         "the GPU was idle for more than half of the median recorded step",
         idle_share.median > 50,

@@ -48,7 +48,7 @@ from profiling_utils.render import (
     value_table,
 )
 from profiling_utils.stats import Distribution, clearly_greater
-from profiling_utils.tables import byte_size
+from profiling_utils.tables import byte_size, cut
 
 
 class GeGLU(torch.nn.Module):
@@ -108,7 +108,7 @@ def kernels_by_op(run):
 steps = len(eager.trace.steps)
 eager_kernels = kernels_by_op(eager)
 for op, kernels in eager_kernels.items():
-    print(f"{op:10s} {len(kernels) / steps:g} per step: {kernels[0].name[:64]}")
+    print(f"{op:10s} {len(kernels) / steps:g} per step: {cut(kernels[0].name, 64)}")
 if eager.has_gpu:
     claim(
         "each eager forward runs five kernels: three GEMMs from aten::mm, then one from"

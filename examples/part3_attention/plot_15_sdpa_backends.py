@@ -162,7 +162,7 @@ else:
 
 # %%
 # One kernel per call for each fused backend (a memset of a few bytes may come with it):
-# the first claim below checks it over all the steps. The memory-efficient kernel is a
+# a claim below checks it over all the steps. The memory-efficient kernel is a
 # CUTLASS kernel whose template targets the A100's generation (``sm80`` in its name: the
 # instructions it is written for, not the machine code that ran, which cannot be sm_80
 # code on a 9.x GPU; Part 1's launch-planning page explains), flash is
@@ -405,7 +405,7 @@ if on_gpu:
             fold_lines(
                 f"{name:9s} occupancy {f.occupancy_pct}%, {f.registers_per_thread} "
                 f"registers/thread, {smem} shared, grid {f.grid}, block {f.block} "
-                f"({main.api})\n    {main.kernel.name[:76]}"
+                f"({main.api})\n    {main.kernel.name}"
             )
         )
     cudnn_occupancy = mains["cudnn"].footprint.occupancy_pct

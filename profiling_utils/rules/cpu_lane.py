@@ -278,8 +278,9 @@ def _describe(row: dict[str, Any]) -> str:
     convolution or attention kernel from a library, sized to what fits in an SM's registers
     and shared memory. Which planning call shows, and how often, depends on the library path
     and the GPU: an occupancy query before the GEMM launch in the post's A100 trace; on an
-    H100, an attribute query before every fp32 GEMM, while bf16 GEMMs query occupancy only on
-    their first call in a process and then launch from cached choices (see driver-launch).""",
+    H100, an attribute query before some fp32 GEMMs (the example page shows which sizes),
+    while bf16 GEMMs query occupancy only on their first call in a process and then launch
+    from cached choices (see driver-launch).""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )

@@ -759,8 +759,8 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     matrix-multiply op (cudaMemsetAsync then the launch).""",
     means="""The GEMM library clearing a small piece of workspace the kernel expects zeroed,
     such as a counter its thread blocks coordinate through. Seen on an H100 for large bf16
-    GEMMs; one more launch and well under a microsecond of GPU time, but it means one op is
-    not one GPU activity.""",
+    GEMMs; one more launch and about a microsecond of GPU time, but it means one op is not
+    one GPU activity.""",
     severity="info",
     from_post=False,
     example="auto_examples/part1_matmul_add/plot_08_torch_compile",
