@@ -106,3 +106,14 @@ def test_fold_lines_keeps_lines_that_fit_and_folds_the_others_under_their_indent
     assert len(lines) > 3 and all(line.startswith("      ") for line in lines[3:])
     long = fold_lines("x " * 400, max_lines=2).split("\n")
     assert len(long) == 2 and long[-1].endswith("…")
+
+
+def test_fold_lines_breaks_a_long_name_after_an_underscore_not_inside_a_word() -> None:
+    name = (
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_"
+        "cga1x1x1_kernel0_0"
+    )
+    first, second = fold_lines("    " + name).split("\n")
+    assert first.endswith("_4x1x1_") and second == "        cga1x1x1_kernel0_0"
+    # No break point in the second half of the room: cut at the edge, as before.
+    assert fold_lines("y" * 100).split("\n")[0] == "y" * 88

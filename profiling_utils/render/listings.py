@@ -104,13 +104,34 @@ def source_excerpt(source: str, start: str, end: str, *, width: int = PAGE_WIDTH
     )
 
 
+_NAME_BREAKS = ("_", ",", "::", "<")
+"""Where a name too long for a line is broken: after one of these, so that its words (a
+kernel's ``cga1x1x1``, a template argument) stay whole."""
+
+
+class _NameWrapper(textwrap.TextWrapper):
+    def _handle_long_word(
+        self, reversed_chunks: list[str], cur_line: list[str], cur_len: int, width: int
+    ) -> None:
+        room = max(width - cur_len, 1)
+        chunk = reversed_chunks[-1]
+        ends = (chunk.rfind(sep, 0, room) + len(sep) for sep in _NAME_BREAKS if sep in chunk)
+        at = max((end for end in ends if end < len(chunk)), default=0)
+        if at > room // 2:  # a break past the middle of the room: else cut at the edge
+            cur_line.append(chunk[:at])
+            reversed_chunks[-1] = chunk[at:]
+        else:
+            super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
+
+
 def fold_lines(text: str, *, width: int = PAGE_WIDTH, max_lines: int = 3) -> str:
     """``text`` with every line wider than ``width`` folded at spaces under a deeper indent.
 
     A folded line keeps its indent and continues four spaces further in; one that would
     take more than ``max_lines`` lines ends with ``…``. A word longer than the room left
-    (a kernel's name) is broken. Lines that fit are left as they are, so tables that fit
-    keep their columns.
+    (a kernel's name) is broken after an ``_``, ``,``, ``::`` or ``<`` where one falls in
+    the second half of the room, else at its edge. Lines that fit are left as they are, so
+    tables that fit keep their columns.
     """
     out = []
     for line in text.split("\n"):
@@ -118,14 +139,12 @@ def fold_lines(text: str, *, width: int = PAGE_WIDTH, max_lines: int = 3) -> str
             out.append(line)
             continue
         indent = line[: len(line) - len(line.lstrip())]
-        out.append(
-            textwrap.fill(
-                line,
-                width,
-                subsequent_indent=indent + "    ",
-                max_lines=max_lines,
-                placeholder=" …",
-                break_on_hyphens=False,
-            )
+        wrapper = _NameWrapper(
+            width,
+            subsequent_indent=indent + "    ",
+            max_lines=max_lines,
+            placeholder=" …",
+            break_on_hyphens=False,
         )
+        out.append(wrapper.fill(line))
     return "\n".join(out)
