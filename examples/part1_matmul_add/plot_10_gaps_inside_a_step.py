@@ -30,7 +30,7 @@ import torch
 
 from profiling_utils import capture, diagnose
 from profiling_utils.claims import claim
-from profiling_utils.measures import step_times
+from profiling_utils.measures import gpu_gaps, step_times
 from profiling_utils.render import (
     Highlight,
     findings_table,
@@ -286,11 +286,20 @@ if train.has_gpu:
         )
     elif in_steps:
         request = max(in_steps, key=lambda r: r.dur)
+        idle_during = sum(
+            max(
+                0.0,
+                min(gap.after.start, request.end) - max(gap.before.end, request.start),
+            )
+            for gap in gpu_gaps(train.trace)
+        )
         print(
             fold_lines(
                 f"The request in ProfilerStep#{train.trace.step_of(request).number} lasted "
-                f"{request.dur:.1f} µs, and no step's longest GPU idle stretch stood out "
-                "against the others': this run shows no gap of the profiler's."
+                f"{request.dur:.1f} µs, and the GPU was idle for {idle_during:.1f} µs of "
+                "it. But no step's longest GPU idle stretch stood out against the "
+                "others' (the rule's test), so the rule cannot tell this one from the "
+                "idle of every step."
             )
         )
     claim(
