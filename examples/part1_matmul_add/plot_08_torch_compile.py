@@ -231,11 +231,12 @@ else:
 
 # %%
 # A device-to-device copy reads each byte from memory and writes it back, so the datasheet
-# allows it half the memory bandwidth. Every byte a GPU writes lands first in its L2
-# cache, which sends it on to memory later; a copy is over when its last write is in the
-# cache. So a copy whose bytes fit in the L2 cache can finish before memory has taken them
-# all, and outrun a ceiling set by memory. The report decides that from the copy's size
-# and the cache's, and a share above 100% always comes with its reason. On this run:
+# allows it half the memory bandwidth. The likely reason a copy can beat that ceiling,
+# which this page does not measure: a GPU's L2 cache holds written bytes and sends them on
+# to memory later, so a copy can count as done once its last write is in the cache, and a
+# copy whose bytes fit in the cache can finish before memory has taken them all. The
+# report only checks the sizes, the copy's against the cache's, and never prints a share
+# above 100% without such a reason. On this run:
 
 if compiled.has_gpu:
     above = [share for share in report.shares if share.above_peak]
