@@ -78,7 +78,7 @@ print(
 # :func:`~profiling_utils.measures.kernel_launches` follows every kernel back to its launch
 # call and to the operator that made it. Its planning calls are the occupancy and
 # attribute queries made inside that operator since its previous launch. The kernels of
-# each run's last recorded step (every run warm and eager; kernel names cut at 27
+# each run's last recorded step (every run warm and eager; kernel names cut at 24
 # characters, enough for the architecture they name):
 
 
@@ -93,7 +93,7 @@ for run in runs:
         planning = ", ".join(call.name for call in launch.planning_calls) or "none"
         op = launch.op.name if launch.op else "?"
         size_and_dtype = run.name.removesuffix("_warm_eager").replace("_", " ")
-        kernel = cut(launch.kernel.name.removeprefix("void "), 27)
+        kernel = cut(launch.kernel.name.removeprefix("void "), 24)
         rows.append([size_and_dtype, op, launch.api, planning, kernel])
 if device == "cpu":
     print("No GPU here: the operators compute on the CPU and launch no kernel.")
