@@ -197,7 +197,9 @@ def _union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = Fa
     return total
 
 
-def gpu_busy_us(trace: Trace, lane: Lane | None = None) -> float:
+def gpu_busy_us(
+    trace: Trace, lane: Lane | None = None, *, window: tuple[float, float] | None = None
+) -> float:
     """How long GPU work ran: the union of kernels, memcpys and memsets, overlaps counted once.
 
     ``gpu_user_annotation`` spans (``record_function`` labels drawn on GPU lanes) and sync
@@ -206,11 +208,25 @@ def gpu_busy_us(trace: Trace, lane: Lane | None = None) -> float:
     Args:
         trace: The loaded trace.
         lane: One GPU lane (a stream); ``None`` for every GPU lane of the trace together.
+        window: ``(start, end)`` in µs from the trace origin: count only the busy time
+            inside it (``end - start`` less this is how long the GPU idled in it).
     """
     if lane is None:
-        return _union_us(trace.gpu_work, in_start_order=True)
-    work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
-    return _union_us(work, in_start_order=True)
+        work = trace.gpu_work
+    else:
+        work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
+    if window is None:
+        return _union_us(work, in_start_order=True)
+    start, end = window
+    total, reached = 0.0, start
+    for span in work:  # in start order
+        if span.start >= end:
+            break
+        span_end = min(span.start + span.dur, end)
+        if span_end > reached:
+            total += span_end - max(span.start, reached)
+            reached = span_end
+    return total
 
 
 def lane_busy_us(trace: Trace, lane: Lane) -> float:

@@ -561,6 +561,10 @@ def test_gpu_busy_counts_overlapping_streams_once(make_trace) -> None:
     by_label = {lane.label: lane for lane in trace.lanes}
     assert gpu_busy_us(trace, by_label["GPU 0 stream 7"]) == 12.0
     assert gpu_busy_us(trace, by_label["GPU 0 stream 20"]) == 10.0
+    # Inside a window: a from 8 (2 µs), b past a's end (5), the copy up to 31 (1).
+    assert gpu_busy_us(trace, window=(8.0, 31.0)) == 8.0
+    assert gpu_busy_us(trace, by_label["GPU 0 stream 7"], window=(8.0, 31.0)) == 3.0
+    assert gpu_busy_us(trace, window=(15.0, 30.0)) == 0.0  # the GPU idle all through it
 
 
 def test_cpu_lane_busy_is_the_union_of_its_spans(make_trace) -> None:

@@ -30,7 +30,7 @@ import torch
 
 from profiling_utils import capture, diagnose
 from profiling_utils.claims import claim
-from profiling_utils.measures import gpu_gaps, step_times
+from profiling_utils.measures import gpu_busy_us, step_times
 from profiling_utils.render import (
     Highlight,
     findings_table,
@@ -286,13 +286,8 @@ if train.has_gpu:
         )
     elif in_steps:
         request = max(in_steps, key=lambda r: r.dur)
-        idle_during = sum(
-            max(
-                0.0,
-                min(gap.after.start, request.end) - max(gap.before.end, request.start),
-            )
-            for gap in gpu_gaps(train.trace)
-        )
+        busy = gpu_busy_us(train.trace, window=(request.start, request.end))
+        idle_during = request.dur - busy
         print(
             fold_lines(
                 f"The request in ProfilerStep#{train.trace.step_of(request).number} lasted "
