@@ -312,7 +312,7 @@ if train.has_gpu:
     claim(
         "intra-step-gap reports the buffer request's step as a one-off",
         one_off is not None,
-        otherwise="no buffer request starved the GPU in a recorded step of this run",
+        otherwise="intra-step-gap does not single out a step with a buffer request in this run",
         requests_in_steps=len(in_steps),
     )
     if one_off is not None:
