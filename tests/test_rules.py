@@ -441,7 +441,8 @@ def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) ->
         20.0,
     )
     assert finding.message == (
-        "In the median step (ProfilerStep#3) the GPU is busy 500.0 µs for 100.0 µs of CPU "
+        "In the step with the median share (ProfilerStep#3) the GPU is busy 500.0 µs for "
+        "100.0 µs of CPU "
         "time (5× as long; 3× to 20× over 5 steps): the GPU sets the pace."
     )
     # Ratios that print alike (2.01x, 2x, 1.99x) make no range.
@@ -454,6 +455,13 @@ def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) ->
             event["dur"] = 100.0
     (finding,) = diagnose(make_trace(even), select=["compute-bound"])
     assert finding.message.endswith("CPU time (2× as long): the GPU sets the pace.")
+    # Busy for most of the CPU's time but not longer: not said to set the pace.
+    for event in kernels:
+        event["dur"] = 88.0
+    (finding,) = diagnose(make_trace(even), select=["compute-bound"])
+    assert finding.message.endswith(
+        "CPU time (0.88× as long): the GPU is busy for most of the CPU's time."
+    )
 
 
 def test_hotspot_share_is_the_gemm_share_of_gpu_time() -> None:

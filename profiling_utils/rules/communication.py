@@ -98,9 +98,10 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
     total = facts.comm_overlap.total
     longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
     yield (
-        f"Communication runs with no compute beside it for {percent(typical)} of the median step "
-        f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs in "
-        f"{step_label(median_row['step'])}); over the trace, {total.exposed_us:.1f} of "
+        f"In the step with the median exposed share ({step_label(median_row['step'])}), "
+        f"communication runs with no compute beside it for {percent(typical)} of the step "
+        f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs); over the "
+        f"trace, {total.exposed_us:.1f} of "
         f"{total.communication_us:.1f} µs of communication is exposed.",
         {
             "median_exposed_share": typical,

@@ -124,8 +124,9 @@ def _op_holding(facts: Facts, request: Span, step: Step | None) -> Span | None:
     see="Activity Buffer Request on the profiler's overhead row.",
     means="""The profiler allocating its own event buffers, not your code. With no wait or
     warmup in the schedule it lands in the first profiled step and adds to that step's
-    offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps it out
-    of the recorded ones.""",
+    offset between the CPU and GPU lanes; a schedule with wait and warmup steps keeps that
+    first request out of the recorded ones, but not a request made mid-run, when a buffer
+    fills.""",
     severity="warning",
     example="auto_examples/part1_matmul_add/plot_04_buffer_request_and_offset",
 )
@@ -189,8 +190,9 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
     sync (.item(), printing a loss, nonzero, a blocking copy) the CPU waited for the GPU to
     run dry and the GPU then waits for the CPU's next launch: your code, in every step. A
     one-off whose next work was launched late, while the profiler's Activity Buffer Request
-    held the CPU thread: the profiler, not your code (on an H100 this shows in an
-    overhead-bound loop, through the CPU). A one-off whose next work was launched before the
+    held the CPU thread: the profiler, not your code (it starves the GPU when the loop is
+    overhead-bound, through the CPU; where every step idles as long, the rule cannot single
+    that step out). A one-off whose next work was launched before the
     GPU went idle: something outside the trace held the GPU back (another process, the
     driver). Plain CPU time in every step is the overhead-bound row's business.""",
     severity="warning",
@@ -649,7 +651,8 @@ def _overlapping_work(facts: Facts, kernel: Span) -> list[dict[str, Any]]:
     means="""The actual GEMM work: a cuBLAS/cuBLASLt kernel picked for the shapes, dtype and
     GPU. Its name encodes the architecture and tiling, so compare runs by op and duration,
     not by name: the same shapes can pick another variant when the bias is added differently
-    (on an H100 the compiled addmm runs a bias-accumulating variant of the eager kernel).""",
+    (on an H100, compiling the post's mm + add into an addmm with a full-matrix bias runs a
+    bias-accumulating variant of the eager kernel).""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )

@@ -109,13 +109,14 @@ def _bound_message(
     unit: str,
     pace: str,
 ) -> str:
-    """``In the median step (ProfilerStep#3) the GPU is busy 3.2 µs for 122.4 µs of CPU time
-    (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
+    """``In the step with the median share (ProfilerStep#3) the GPU is busy 3.2 µs for
+    122.4 µs of CPU time (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
     typical, lowest, highest = ratios
     low, high = ratio(lowest), ratio(highest)
     spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
     return (
-        f"In the median step ({step_label(evidence['median_step'])}) the GPU is busy "
+        f"In the step with the median share ({step_label(evidence['median_step'])}) the GPU "
+        "is busy "
         f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
         f"CPU time ({ratio(typical)}{unit}{spread}): {pace}."
     )
@@ -162,7 +163,14 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
         return
     evidence, shown = _bound_evidence(rows, ratios)
     if evidence["median_gpu_busy_fraction"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
-        message = _bound_message(evidence, shown, _times, " as long", "the GPU sets the pace")
+        # Busy longer than the CPU works: the GPU sets the pace. Busy most of it: the GPU
+        # is the larger cost, though a CPU that slowed down could still hold it back.
+        pace = (
+            "the GPU sets the pace"
+            if shown[0] >= 1
+            else "the GPU is busy for most of the CPU's time"
+        )
+        message = _bound_message(evidence, shown, _times, " as long", pace)
         yield message, evidence
 
 
