@@ -137,7 +137,8 @@ claim(
 )
 
 # %%
-# A first recorded step that stands out, even after warm-up calls, is common: the
-# :doc:`cold-start <plot_02_cold_start>` and
-# :doc:`profiler-footprint <plot_04_buffer_request_and_offset>`
-# tutorials show what can be in it. Read steady-state numbers from the later steps.
+# A first recorded step that stands out, even after warm-up calls, is common, and the
+# trace does not always name why. The :doc:`cold-start <plot_02_cold_start>` and
+# :doc:`profiler-footprint <plot_04_buffer_request_and_offset>` tutorials show what can
+# be in a first step when nothing keeps it out. Read steady-state numbers from the later
+# steps.

@@ -284,8 +284,8 @@ if has_gpu:
 
 # %%
 # That is why this page records in a fresh process: in one process that profiles one
-# example after another, as the site's build does, a page would measure whatever start-up
-# the pages before it left over.
+# example after another, as the site's build does, what a page's first session pays would
+# depend on the sessions before it, and on versions, rather than on the page alone.
 #
 # The synchronisation that ends the recording
 # -------------------------------------------

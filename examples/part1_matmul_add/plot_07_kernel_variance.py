@@ -171,8 +171,8 @@ if run.has_gpu:
 # up around the first step and the GPU raising its clock after an idle moment are both
 # candidates.
 #
-# The profiler table sums the twenty steps. Its average column is the mean: the statistic
-# the post warns about.
+# The profiler table sums the twenty steps: a total divided by its number of calls is the
+# mean, the statistic the post warns about.
 
 profiler_table(run)
 
@@ -409,7 +409,7 @@ if shared is not None:
 #   steps. A mean over a handful of steps is pulled by a single slow one.
 # - **Match the load you care about.** A short burst and a sustained run can settle at
 #   different clocks; a benchmark of one is not evidence about the other.
-# - **Look at the trace, not only the table.** The table's average hides whether one step
+# - **Look at the trace, not only the table.** The table's totals hide whether one step
 #   was slow or all were.
 # - **Know who else is on the GPU.** A slow step with nothing of your trace beside it may be
 #   another process's work.

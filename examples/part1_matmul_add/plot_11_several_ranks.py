@@ -260,7 +260,7 @@ for trace in traces["balanced"]:
     )
     claim(
         f"exposed-communication fires on rank {trace.rank} of the balanced run, "
-        "for less than half of its median step",
+        "exposed for less than half of the step with the median exposed share",
         share < 0.5,
         exposed_share=share,
     )

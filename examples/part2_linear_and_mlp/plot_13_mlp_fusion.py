@@ -138,8 +138,9 @@ print(span_tree(eager.trace, eager.trace.steps[-1].span, width=80))
 # and ``aten::matmul`` flattens the [batch, seq, 768] input into a matrix of
 # ``batch·seq`` rows (``reshape``, ``view``), multiplies (``aten::mm``), and gives the
 # result its three dimensions back (``_unsafe_view``). These views change a tensor's
-# shape and strides, never its memory: the profiler's table shows them with no device
-# time.
+# shape and strides, never its memory. The table's first rows, by device time, are the
+# ops that do work; the views come further down, and the line and the claim after the
+# table check that none of them launches GPU work.
 
 profiler_table(eager, row_limit=14)
 
@@ -201,8 +202,8 @@ for shape, entries in by_shape.items():
 # %%
 # The gate and up projections multiply [8192, 768] by [768, 3072]; the down projection
 # multiplies [8192, 3072] by [3072, 768]. Each is ``2 · 8192 · 768 · 3072`` ≈ 38.7
-# GFLOP (on a GPU; the CPU run above is smaller). The same work, but not the same
-# problem: gate and up make a wide output from a short inner dimension (``k`` = 768),
+# GFLOP (at the GPU build's batch; a CPU build runs a smaller one). The same work, but not
+# the same problem: gate and up make a wide output from a short inner dimension (``k`` = 768),
 # down a narrow output from a long one (``k`` = 3072). The GEMM library picks a kernel
 # per problem shape, from heuristics NVIDIA does not publish, so the two shapes can get
 # different tile sizes. On this run:

@@ -374,10 +374,15 @@ else:
 
 if on_gpu:
     for name in ("efficient", "flash", "cudnn"):
+        if clearly_greater(cpu[name], gpu[name]):
+            verdict = "the CPU takes longer"
+        elif clearly_greater(gpu[name], cpu[name]):
+            verdict = "the GPU takes longer"
+        else:
+            verdict = "alike, within their spread"
         print(
             f"{name:9s} CPU {cpu[name].median:6.1f} µs, GPU {gpu[name].median:6.1f} µs "
-            f"per call: the {'CPU' if cpu[name].median > gpu[name].median else 'GPU'} "
-            "takes longer"
+            f"per call: {verdict}"
         )
     claim(
         "cuDNN's call costs the CPU more than its kernel costs the GPU",
