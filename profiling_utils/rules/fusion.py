@@ -115,8 +115,10 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     """The shape an elementwise op works on (its first tensor input's) and the bytes of the
     tensor it writes, from the recorded shapes; ``None`` without them."""
     shapes = input_shapes(op)
-    first = shapes.sizes(0) if shapes is not None and shapes.types else None
-    if shapes is None or first is None:
+    if shapes is None or not shapes.types:
+        return None
+    first = shapes.sizes(0)
+    if first is None:
         return None
     # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
     # neither it nor a 0-dim tensor sets the result's type when a dimensioned tensor is in.
