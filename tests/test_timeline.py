@@ -386,6 +386,20 @@ def test_text_is_readable_where_the_page_shows_the_figure(cold: Trace, step: int
     assert smallest_px >= MIN_TEXT_PX >= 12
 
 
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_the_legend_lies_within_the_figure(name: str) -> None:
+    # Matplotlib gives the first columns the extra entries (six in five columns: 2+1+1+1+1),
+    # so the legend's width depends on which entries share a column.
+    trace = load_trace(gpu_fixture(name))
+    for step in (None, *(step.number for step in trace.steps[:2])):
+        fig = plot_timeline(trace, step=step)
+        fig.canvas.draw()
+        (legend,) = [c for c in _axes(fig).get_children() if c.get_gid() == "category-legend"]
+        box = legend.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1, (step, box.x1 - fig.bbox.x1)
+        plt.close(fig)
+
+
 def _dead(trace: Trace) -> Highlight:
     return highlight_between(
         _inside(trace, "matmul_add", 2), _inside(trace, "aten::matmul", 2), "d"

@@ -726,9 +726,14 @@ def _legend_columns(categories: list[_Category], width_pt: float) -> int:
     handle_pt = (_LEGEND_HANDLE_EM + _LEGEND_HANDLE_PAD_EM + _LEGEND_SPACING_EM) * _NAME_PT
     entries_pt = [_text_width_pt(c.legend, _NAME_PT) + handle_pt for c in categories]
     for columns in range(len(categories), 1, -1):
-        rows = math.ceil(len(categories) / columns)
-        # Entries fill the legend column by column; a column is as wide as its widest entry.
-        widths = [max(entries_pt[i : i + rows]) for i in range(0, len(entries_pt), rows)]
+        # Matplotlib fills the columns in order, the first ``extra`` of them one entry longer
+        # (``numpy.array_split``); a column is as wide as its widest entry.
+        rows, extra = divmod(len(entries_pt), columns)
+        widths, first = [], 0
+        for column in range(columns):
+            length = rows + (column < extra)
+            widths.append(max(entries_pt[first : first + length]))
+            first += length
         if sum(widths) <= width_pt:
             return columns
     return 1
