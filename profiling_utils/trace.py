@@ -820,7 +820,9 @@ class Trace:
                 raise TraceError(self.path, f"{where} has a NaN or infinite dur")
             if span.dur < 0:
                 raise TraceError(self.path, f"{where} has a negative dur ({span.dur})")
-        raise AssertionError("unreachable: a non-finite time was not found")  # pragma: no cover
+            if not math.isfinite(span.start + span.dur):
+                raise TraceError(self.path, f"{where} ends past the largest time a float can hold")
+        # Every time is finite and every span ends: only the sums above overflowed.
 
     def _link_launches(self) -> None:
         for cat in (*LAUNCH_CATEGORIES, *GPU_WORK_CATEGORIES):

@@ -425,6 +425,16 @@ def test_negative_duration(make_trace) -> None:
     assert reason == "complete event 'op' (#0) has a negative dur (-5.0)"
 
 
+def test_huge_times_load_unless_a_span_ends_past_the_largest_float(make_trace) -> None:
+    # Each time is finite, but their sum is not: that alone refuses nothing.
+    huge = [complete_event("a", "cpu_op", 1e308, 1), complete_event("b", "cpu_op", 1.5e308, 1)]
+    assert [s.name for s in load_trace(make_trace(huge)).spans] == ["a", "b"]
+    past = [complete_event("op", "cpu_op", 1.5e308, 1e308)]
+    assert _reason(make_trace(past)) == (
+        "complete event 'op' (#0) ends past the largest time a float can hold"
+    )
+
+
 def test_correlation_of_the_wrong_type_links_nothing_and_refuses_nothing(make_trace) -> None:
     event = complete_event("cudaLaunchKernel", "cuda_runtime", 0, 1, correlation="seven")
     (call,) = load_trace(make_trace([event])).runtime_calls
