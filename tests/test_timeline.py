@@ -21,7 +21,7 @@ from profiling_utils.render import (
     highlight_span,
     plot_timeline,
 )
-from profiling_utils.render.timeline import FIGURE_DPI, MIN_TEXT_PX, PAGE_WIDTH_PX
+from profiling_utils.render.timeline import BESIDE_MARK, FIGURE_DPI, MIN_TEXT_PX, PAGE_WIDTH_PX
 from profiling_utils.trace import Span, Trace, load_trace
 
 matplotlib.use("Agg")
@@ -166,6 +166,21 @@ def test_step_boundaries_and_labels(cold: Trace) -> None:
     assert f"ProfilerStep#{widest.number}" in labels, "a step wide enough is named in full"
 
 
+def test_step_boundaries_closer_than_a_few_points_are_drawn_as_one() -> None:
+    trace = load_trace(gpu_fixture("64_bf16_warm_eager_w0a20"))
+    fig = plot_timeline(trace)  # a long first step, then nineteen short ones at its right
+    ax = _axes(fig)
+    (lines,) = [c for c in ax.collections if c.get_gid() == "step-boundaries"]
+    drawn = np.array(sorted(segment[0][0] for segment in lines.get_segments()))
+    x0, x1 = ax.get_xlim()
+    pt_per_us = ax.bbox.width * 72 / fig.dpi / (x1 - x0)
+    assert np.diff(drawn).min() * pt_per_us >= 4.0
+    every = [x for s in trace.steps for x in (s.start, s.end)]
+    nearest_pt = [np.abs(drawn - x).min() * pt_per_us for x in every]
+    assert max(nearest_pt) < 4.0, "a boundary left out lies next to one drawn"
+    assert len(drawn) < len(set(every)), "this trace's short steps share lines"
+
+
 # --- highlights --------------------------------------------------------------------------------
 
 
@@ -230,7 +245,7 @@ def test_memcpy_before_gemm_in_a_compiled_step() -> None:
     gemm = next(w for w in _step(trace, 3).gpu_work if w.cat == "kernel")
     assert copy.end <= gemm.start
     # Zoomed onto the copy and the start of the GEMM, both are named.
-    ax = _axes(plot_timeline(trace, window=(copy.start - 2.0, gemm.start + 70.0)))
+    ax = _axes(plot_timeline(trace, window=(copy.start - 1.0, gemm.start + 70.0)))
     names = [t.get_text() for t in _texts(ax, "span-name")]
     assert gemm.name in names
     assert any(n.startswith("Memcpy Dto") for n in names)
@@ -289,9 +304,13 @@ def test_names_too_long_for_their_box_go_beside_it_on_a_free_row(cold: Trace) ->
     ax = _axes(fig)
     extents = _box_extents(fig)
     beside = _texts(ax, "span-name-beside")
-    # The launch calls are a few µs wide: too narrow for their names, which go beside, whole.
+    # The launch calls are a few µs wide: too narrow for their names, which go beside, whole,
+    # after a mark that points back at the box, in grey italics: a label, not work on the row.
     runtime_names = {s.name for s in cold.spans if s.cat in ("cuda_runtime", "cuda_driver")}
-    assert any(t.get_text() in runtime_names for t in beside)
+    assert all(t.get_text().startswith(BESIDE_MARK) for t in beside)
+    assert any(t.get_text().removeprefix(BESIDE_MARK) in runtime_names for t in beside)
+    assert {(t.get_fontstyle(), t.get_color()) for t in beside} == {("italic", "#444444")}
+    assert {t.get_fontstyle() for t in _texts(ax, "span-name")} == {"normal"}
     for name in beside:
         text = name.get_window_extent()
         row = extents[(extents[:, 1] < text.y0) & (text.y1 < extents[:, 3])]

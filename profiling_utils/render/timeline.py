@@ -26,16 +26,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import transforms
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.textpath import text_to_path
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from profiling_utils.trace import Lane, Span, Trace
 
 __all__ = [
+    "BESIDE_MARK",
     "FIGURE_DPI",
     "MIN_TEXT_PX",
     "PAGE_WIDTH_PX",
@@ -52,6 +54,9 @@ FIGURE_DPI = 100
 """Dots per inch of the figure; sphinx-gallery saves the 1x image at the figure's DPI."""
 MIN_TEXT_PX = 12.0
 """Smallest text height, in CSS pixels, of a timeline shown at :data:`PAGE_WIDTH_PX`."""
+BESIDE_MARK = "\u25c2 "
+"""What starts a name written beside its box rather than in it: a small triangle pointing
+back at the box."""
 
 # Geometry, in inches (figure) and in rows (the y data unit: one row per nesting depth).
 _FIGURE_WIDTH_IN = PAGE_WIDTH_PX / FIGURE_DPI
@@ -70,6 +75,7 @@ _NAME_PT = 9.0
 _LANE_LABEL_PT = 9.0
 _TITLE_PT = 11.0
 _TEXT_PAD_PT = 2.5
+_MIN_BOUNDARY_GAP_PT = 4.0  # step boundaries closer than this are drawn as one
 _MIN_BOX_PT = 0.6  # zero-length events still show as a hairline
 _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
 _ELLIPSIS = "\u2026"
@@ -210,9 +216,11 @@ def plot_timeline(
     """Draw a trace's CPU threads and GPU streams as stacked lanes on one time axis.
 
     Each span is a box on its lane; nested spans sit one row lower per nesting depth. Names are
-    written inside boxes wide enough for them (shortened with an ellipsis where needed), lanes
-    without spans in the window are left out, and ``ProfilerStep#N`` boundaries are drawn as
-    dashed vertical lines labelled with the step.
+    written inside boxes wide enough for them (shortened with an ellipsis where needed); a box
+    too narrow for its name gets it just right of the box, in grey italics after a ``◂`` that
+    points at the box, where its row is free, so that a name in an idle stretch is not read as
+    work there. Lanes without spans in the window are left out, and ``ProfilerStep#N``
+    boundaries are drawn as dashed vertical lines labelled with the step.
 
     Args:
         trace: The loaded trace.
@@ -519,6 +527,7 @@ def _draw_names(
 ) -> None:
     """Name each box inside it, or just right of it where its row is free up to the next box."""
     shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
+    mark_pt = _text_width_pt(BESIDE_MARK, _NAME_PT)
     pad_us = _TEXT_PAD_PT / pt_per_us
     for placed in layout.lanes:
         by_row: dict[int, list[Span]] = {}
@@ -538,9 +547,10 @@ def _draw_names(
                 drawn_end = max(span.end, span.start + min_width_us)
                 following = spans[index + 1].start if index + 1 < len(spans) else x1
                 free_pt = (min(following, x1) - drawn_end) * pt_per_us - 2 * _TEXT_PAD_PT
+                free_pt -= mark_pt
                 beside_fits = span.start >= x0 and drawn_end < x1
                 if beside_fits and _text_width_pt(name, _NAME_PT) <= free_pt:
-                    _name(ax, drawn_end + pad_us, y_centre, name, "left", "span-name-beside")
+                    _name_beside(ax, drawn_end + pad_us, y_centre, name)
                     continue
                 text = _fit(name, room_pt) if room_pt >= shortest_name_pt else None
                 if text is not None:
@@ -548,10 +558,10 @@ def _draw_names(
                     continue
                 text = _fit(name, free_pt) if beside_fits and free_pt >= shortest_name_pt else None
                 if text is not None:
-                    _name(ax, drawn_end + pad_us, y_centre, text, "left", "span-name-beside")
+                    _name_beside(ax, drawn_end + pad_us, y_centre, text)
 
 
-def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> None:
+def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> Text:
     name = ax.text(
         x,
         y,
@@ -559,12 +569,20 @@ def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> None
         ha=align,
         va="center",
         fontsize=_NAME_PT,
-        color=_TEXT if gid == "span-name" else _MUTED_TEXT,
+        color=_TEXT,
         clip_on=True,
         parse_math=False,
         zorder=3,
     )
     name.set_gid(gid)
+    return name
+
+
+def _name_beside(ax: Axes, x: float, y: float, text: str) -> None:
+    """A name outside its box, marked as a label pointing back at it (not work on the row)."""
+    name = _name(ax, x, y, BESIDE_MARK + text, "left", "span-name-beside")
+    name.set_color(_MUTED_TEXT)
+    name.set_fontstyle("italic")
 
 
 def _draw_steps(
@@ -595,9 +613,15 @@ def _draw_steps(
                 )
                 label.set_gid("step-label")
                 break
-    if boundaries:
+    # Where steps are only points wide (the short steps after a long first one, in a picture
+    # of the whole trace), their lines would merge into a hatched band: keep them apart.
+    kept: list[float] = []
+    for x in sorted(boundaries):
+        if not kept or (x - kept[-1]) * pt_per_us >= _MIN_BOUNDARY_GAP_PT:
+            kept.append(x)
+    if kept:
         lines = ax.vlines(
-            sorted(boundaries),
+            kept,
             lanes_top,
             lanes_bottom,
             colors=_MUTED_TEXT,
@@ -766,12 +790,19 @@ def _draw_legend(ax: Axes, categories: list[_Category], columns: int) -> None:
 # --- text ---------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
+def _measuring_renderer() -> RendererAgg:
+    return RendererAgg(1, 1, FIGURE_DPI)
+
+
 @lru_cache(maxsize=8192)
 def _text_width_pt(text: str, size_pt: float) -> float:
-    width, _height, _descent = text_to_path.get_text_width_height_descent(
+    # Measured as Agg draws it at the figure's DPI (hinting makes small text a few percent
+    # wider than its outline, which ``TextPath`` measures).
+    width_px, _height, _descent = _measuring_renderer().get_text_width_height_descent(
         text, FontProperties(size=size_pt), ismath=False
     )
-    return width
+    return width_px * 72 / FIGURE_DPI
 
 
 def _fit(name: str, room_pt: float) -> str | None:
