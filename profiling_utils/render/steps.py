@@ -45,9 +45,9 @@ def plot_per_step(
 ) -> Figure:
     """One bar per step for each series, stacked in panels that share the step axis.
 
-    Each panel's dashed line is the median of all its steps, labelled with its value, so a
-    step many times the median stands out at once. With ``log`` the value axes are
-    logarithmic, so a step a hundred times the others does not flatten them to nothing.
+    Each panel's dashed line is the median of all its steps (its value is written above the
+    panel), so a step many times the median stands out at once. With ``log`` the value axes
+    are logarithmic, so a step a hundred times the others does not flatten them to nothing.
 
     Args:
         steps: The step numbers (N of ``ProfilerStep#N``), one per value.
@@ -77,10 +77,10 @@ def plot_per_step(
         ax.set_facecolor("white")
         ax.bar(steps, values, color=_BAR, width=0.8)
         ax.axhline(median, color=_MEDIAN, linestyle="--", linewidth=1.2)
-        ax.annotate(
-            f"median {median:,.1f} {unit}", xy=(1.0, median), xycoords=("axes fraction", "data"),
-            xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom",
-            fontsize=_TEXT_PT, color=_MEDIAN,
+        # Above the panel, not on the line, where it would cover the bars.
+        ax.set_title(
+            f"dashed line: median {median:,.1f} {unit}", loc="right", fontsize=_TEXT_PT,
+            color=_MEDIAN,
         )  # fmt: skip
         if log:
             ax.set_yscale("log")
@@ -91,6 +91,6 @@ def plot_per_step(
     bottom = axes[-1, 0]
     bottom.set_xlabel("ProfilerStep#", fontsize=_TEXT_PT)
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
-    if title:
-        axes[0, 0].set_title(title, loc="left", fontsize=_TITLE_PT)
+    if title:  # a row of its own: the panels' titles on the right hold their medians
+        fig.suptitle(title, x=0.01, ha="left", fontsize=_TITLE_PT)
     return fig
