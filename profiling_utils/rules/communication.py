@@ -205,7 +205,8 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
         f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; the most time goes "
         f"to {top['op']} of {byte_size(top['bytes'])} ({top['count']}×, median "
         f"{top['median_us']:.1f} µs), at a median algorithm bandwidth of "
-        f"{top['median_algbw_gb_s']:.1f} GB/s{bus}.",
+        f"{top['median_algbw_gb_s']:.1f} GB/s{bus}: a lower bound, as a collective's kernel "
+        "also waits for the last rank to join it.",
         {
             "kinds": rows[:_REPORTED],
             "sized_collectives": len(sized),
