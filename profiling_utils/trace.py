@@ -769,8 +769,10 @@ class Trace:
         known = {device.id for device in self.devices}
         offset = 0
         is_amd = self.vendor == "amd" or any(d.vendor == "amd" for d in self.devices)
-        if is_amd and known and not set(numbers.values()) <= known:
-            for candidate in range(1, max(numbers.values(), default=0) + 1):
+        if is_amd and known and numbers and not set(numbers.values()) <= known:
+            # The offset maps any one pid onto some listed id: try those, smallest first.
+            first = next(iter(numbers.values()))
+            for candidate in sorted(first - device for device in known if device < first):
                 if all(number - candidate in known for number in numbers.values()):
                     offset = candidate
                     break

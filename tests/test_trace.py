@@ -489,6 +489,21 @@ def test_rocm_hsa_agent_ids_map_onto_the_devices_listed(make_trace) -> None:
     assert trace.devices[7].describe() == "AMD Instinct MI300X, 304 CUs, gfx942"
 
 
+@pytest.mark.parametrize(("pid", "device"), [(2**70 + 7, 2**70 + 7), (2**40 + 3, 2**40 + 3)])
+def test_a_huge_amd_gpu_pid_is_kept_as_written_without_searching_every_offset(
+    make_trace, pid: int, device: int
+) -> None:
+    # No offset maps both pids onto the eight listed ids: each keeps its own number. (The
+    # search once tried every offset up to the pid: 2**40 of them.)
+    events = _work_on_pid(9, "hipLaunchKernel") + [
+        complete_event("k2", "kernel", 30, 5, pid=pid, tid=0, correlation=2),
+        complete_event("hipLaunchKernel", "cuda_runtime", 20, 5, correlation=2),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=_amd_properties(8)))
+    devices = sorted(lane.device for lane in trace.lanes if lane.kind == "gpu")
+    assert devices == [9, device]
+
+
 @pytest.mark.parametrize(
     ("name", "written", "arch"),
     [
