@@ -69,6 +69,13 @@ for trace in traces["stalled"]:
         f"{trace.world_size}, {trace.devices[0].name}, NCCL {info['nccl_version']}, "
         f"{len(trace.steps)} steps"
     )
+recorded_on = {trace.devices[0].name for run in runs for trace in traces[run]}
+claim(
+    "every trace this page reads was recorded on an NVIDIA H200 (the machine that built "
+    "the page only reads them)",
+    recorded_on == {"NVIDIA H200"},
+    gpus=", ".join(sorted(recorded_on)),
+)
 
 # %%
 # :func:`~profiling_utils.ranks.trace_files` expands a directory into its per-rank traces
