@@ -497,6 +497,8 @@ def _convolution(name: str, inputs: _Inputs) -> _Count:
         raise _CannotCount("the input and weight sizes are not recorded")
     spatial = len(x) - 2
     stride = _int_list(inputs.value(stride_at), spatial, "the stride")
+    if min(stride) < 1:
+        raise _CannotCount(f"the recorded stride {stride} is not positive")
     padding = _int_list(inputs.value(padding_at), spatial, "the padding")
     dilation = _int_list(inputs.value(dilation_at), spatial, "the dilation")
     transposed = inputs.value(transposed_at) is True if transposed_at is not None else False
@@ -586,8 +588,9 @@ def _attention(name: str, inputs: _Inputs) -> _Count:
         raise _CannotCount("the query, key and value sizes are not recorded")
     seq_q, seq_k = q[spec.seq_axis], k[spec.seq_axis]
     head_dim, value_dim = q[3], v[3]
-    flops = 2 * (math.prod(q) // head_dim) * seq_k * (head_dim + value_dim)
-    output_elements = math.prod(q) // head_dim * value_dim
+    rows = math.prod(q[:3])  # batch × heads × query length, in either layout
+    flops = 2 * rows * seq_k * (head_dim + value_dim)
+    output_elements = rows * value_dim
     causal = inputs.value(spec.causal)
     if isinstance(causal, int) and not isinstance(causal, bool):  # custom_mask_type
         causal = causal != 0

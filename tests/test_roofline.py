@@ -172,6 +172,13 @@ def test_convolution_without_its_settings_says_it_cannot_count(entry_of) -> None
     assert entry.bound == "unknown" and entry.peak_share is None
 
 
+def test_a_stride_of_zero_says_it_cannot_count(entry_of) -> None:
+    dims = [[2, 3, 32, 32], [8, 3, 3, 3], [8], [], [], [], [], [], []]
+    entry = entry_of("aten::convolution", dims, CONV_TYPES, conv_args(0, 1, 1))
+    assert (entry.kind, entry.flops, entry.bytes) == ("convolution", None, None)
+    assert entry.note == "the recorded stride [0, 0] is not positive"
+
+
 def attention_args(name: str, causal: str) -> tuple[list[Any], list[str], list[str]]:
     """Dims, types and concrete inputs of a cuDNN attention forward with (B, H, L, D) =
     (2, 4, 128, 64) and ``is_causal`` as given."""
@@ -205,6 +212,14 @@ def test_flash_attention_reads_batch_length_heads_layout(entry_of) -> None:
     concrete = ["", "", "", "", "", "128", "256", "0.0", "False", "False"]
     entry = entry_of("aten::_flash_attention_forward", dims, types, concrete)
     assert entry.flops == 4 * 2 * 4 * 128 * 256 * 64
+
+
+def test_attention_of_empty_heads_counts_zero(entry_of) -> None:
+    # A head dimension of 0 (an empty tensor) is nothing to compute, not a division by zero.
+    dims, types, concrete = attention_args("f", "False")
+    dims = [[2, 4, 128, 0]] * 3 + dims[3:]
+    entry = entry_of("aten::_cudnn_attention_forward", dims, types, concrete)
+    assert (entry.flops, entry.bytes, entry.intensity) == (0, 0, None)
 
 
 def test_attention_backward_counts_twice_the_forward(entry_of) -> None:
