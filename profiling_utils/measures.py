@@ -24,6 +24,7 @@ import dataclasses
 import re
 import statistics
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
@@ -403,6 +404,7 @@ _SPAN_ID = attrgetter("id")
 _DUR = attrgetter("dur")
 _START = attrgetter("start")
 _CAT = attrgetter("cat")
+_PARENT = attrgetter("parent")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
@@ -865,11 +867,18 @@ def folded_calls(trace: Trace, nested_in_own_name: Iterable[Span] | None = None)
             for span in spans
             if span.parent is not None and spans[span.parent].name == span.name
         ]
+    nested = sorted(nested_in_own_name, key=attrgetter("id"))  # outer calls first
+    if not nested:
+        return {}
+    # Their parents' direct children, counted in one pass over the trace: scanning each
+    # parent's time range instead is quadratic in a deep chain of same-name calls.
+    parents = {span.parent for span in nested}
+    children = Counter(parent for parent in map(_PARENT, spans) if parent in parents)
     folded: dict[int, int] = {}
-    for span in sorted(nested_in_own_name, key=attrgetter("id")):  # outer calls first
-        parent = spans[span.parent]  # type: ignore[index]
-        if len(trace.children(parent)) == 1:
-            folded[span.id] = folded.get(parent.id, parent.id)
+    for span in nested:
+        parent = span.parent
+        if children[parent] == 1:
+            folded[span.id] = folded.get(parent, parent)  # type: ignore[arg-type]
     return folded
 
 

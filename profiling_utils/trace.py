@@ -41,7 +41,7 @@ import gc
 import math
 import os
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -1002,15 +1002,18 @@ class Trace:
         """The spans on ``span``'s lane that start inside it, in start order: what it holds
         (its descendants, and any span that only partly overlaps its end), found by scanning
         its time range only."""
-        spans = self.spans
-        lane = span.lane
+        # The lane's own spans only: other threads' spans in the same time range can be many
+        # (a long op beside a busy thread) and none of them is inside ``span``.
+        on_lane = self._lane_spans.get(span.lane, [])
+        position = bisect_left(on_lane, span.start, key=_START)
+        while on_lane[position] is not span:  # past the lane's other spans of the same start
+            position += 1
         end = span.end
-        for index in range(span.id + 1, len(spans)):
-            candidate = spans[index]
+        for index in range(position + 1, len(on_lane)):  # islice would walk from the start
+            candidate = on_lane[index]
             if candidate.start >= end:
                 return
-            if candidate.lane is lane:  # one Lane object per lane: no field-by-field __eq__
-                yield candidate
+            yield candidate
 
     def self_us(self, span: Span) -> float:
         """``span``'s self time: its duration minus the time its direct children cover (their

@@ -28,6 +28,7 @@ from profiling_utils.measures import (
     launch_delays,
     launches,
     memory_copies,
+    op_stats,
     span_dict,
     step_times,
 )
@@ -653,3 +654,21 @@ def test_folded_calls_follow_key_averages(make_trace) -> None:
     assert folded_calls(trace) == {middle.id: outer.id, inner.id: outer.id}
     # A caller that found the spans nested in their own name gets the same answer.
     assert folded_calls(trace, [inner, middle]) == folded_calls(trace)
+
+
+def test_a_deep_chain_of_only_children_folds_into_its_outermost_call(make_trace) -> None:
+    # Recursion 2,000 deep, each call holding only the next: every inner call folds into the
+    # first, and the innermost call's two children (another name) fold nothing.
+    depth = 2000
+    events = [complete_event("f", "cpu_op", i, 10_000 - 2 * i) for i in range(depth)]
+    events += [
+        complete_event("g", "cpu_op", depth + 1, 1),
+        complete_event("g", "cpu_op", depth + 3, 1),
+    ]
+    trace = load_trace(make_trace(events))
+    chain = [span for span in trace.spans if span.name == "f"]
+    assert [span.depth for span in chain] == list(range(depth))
+    assert folded_calls(trace) == {span.id: chain[0].id for span in chain[1:]}
+    (stats,) = [s for s in op_stats(trace) if s.name == "f"]
+    # One call, the outermost, whose children are the innermost call's (the two g calls).
+    assert (stats.calls, stats.total_us, stats.self_us) == (1, chain[0].dur, chain[0].dur - 2)

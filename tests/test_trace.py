@@ -761,6 +761,26 @@ def test_within_gives_what_a_span_holds_on_its_lane_in_start_order() -> None:
     assert [s for s in inside if s.parent == step.id] == trace.children(step)
 
 
+def test_within_passes_the_lanes_ties_and_ignores_other_threads(make_trace) -> None:
+    # Three spans share a start on thread 1; thread 2 runs many spans in the same range.
+    events = [
+        complete_event("outer", "cpu_op", 0, 100),
+        complete_event("a", "cpu_op", 0, 50),
+        complete_event("b", "cpu_op", 0, 20),
+        complete_event("c", "cpu_op", 30, 10),
+        complete_event("d", "cpu_op", 60, 10),
+        *(complete_event("other", "cpu_op", i, 1, tid=2) for i in range(0, 100, 2)),
+    ]
+    trace = load_trace(make_trace(events))
+    for span in trace.spans:
+        expected = [
+            s for s in trace.spans if s.lane is span.lane and s.id > span.id and s.start < span.end
+        ]
+        assert list(trace.within(span)) == expected, span.name
+    a = trace.find("a")[0]
+    assert [s.name for s in trace.within(a)] == ["b", "c"]
+
+
 @pytest.mark.parametrize(
     ("args", "dims", "types", "sizes"),
     [
