@@ -477,6 +477,9 @@ def _repair(data: bytes) -> bytes:
     return _STRING_OR_BARE_VALUE.sub(_quote_bare_value, data)
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
     message = str(err)
     if "truncated" in message:
@@ -501,6 +504,9 @@ def decode_trace(
 ) -> RawTrace[E]:
     """Decode the bytes of a Kineto trace (already decompressed) into a :class:`RawTrace`.
 
+    A UTF-8 byte-order mark before the JSON (a trace saved again by some Windows tools) is
+    skipped.
+
     Args:
         data: The JSON text: bytes, or a memory-mapped file.
         path: The file it came from, for error messages.
@@ -512,6 +518,8 @@ def decode_trace(
             ``traceEvents`` list, or an event has a value of the wrong type (a string where a
             number belongs, for example).
     """
+    if data[:3] == _UTF8_BOM:  # written by some Windows editors and shells; JSON has none
+        data = bytes(memoryview(data)[3:])
     # msgspec does not check UTF-8 inside strings it skips (``args``): check it up front.
     utf8 = _is_utf8(data)
     if utf8 and (trace := _fast_decode(data, path, event_type)) is not None:

@@ -408,6 +408,20 @@ def test_chrome_json_of_another_tool_is_named_as_not_a_kineto_trace(make_trace) 
     assert reason == "unexpected value at traceEvents[0].ts: Expected `float`, got `str`"
 
 
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path: Path, suffix: str) -> None:
+    original = gpu_fixture("64_bf16_warm_eager")
+    text = gzip.decompress(original.read_bytes())
+    path = tmp_path / f"saved_on_windows{suffix}"
+    marked = b"\xef\xbb\xbf" + text
+    path.write_bytes(gzip.compress(marked) if suffix.endswith(".gz") else marked)
+    trace, expected = load_trace(path), load_trace(original)
+    assert [(s.name, s.start, s.dur) for s in trace.spans] == [
+        (s.name, s.start, s.dur) for s in expected.spans
+    ]
+    assert trace.devices == expected.devices
+
+
 def test_every_chrome_phase_loads(make_trace) -> None:
     events = [{"ph": ph, "name": f"e{ph}", "ts": 1, "pid": 1, "tid": 1} for ph in "BEiIsftCMnbe"]
     trace = load_trace(make_trace([*events, complete_event("op", "cpu_op", 0, 1)]))
