@@ -485,6 +485,11 @@ def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
     if "truncated" in message:
         return "JSON is cut short (the file looks truncated)"
     start = data[:4096].lstrip()
+    if start[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return (
+            "UTF-16 text, not the UTF-8 JSON torch.profiler writes (saved again by a Windows "
+            "tool?): convert it back to UTF-8"
+        )
     if start[:1] not in (b"{", b"["):
         return f"not JSON (it starts with {start[:16]!r})"
     return f"not valid JSON ({message})"

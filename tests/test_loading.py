@@ -422,6 +422,13 @@ def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path: Path, suffix: st
     assert trace.devices == expected.devices
 
 
+def test_utf16_text_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "utf16.json"
+    path.write_bytes(b"\xff\xfe" + '{"traceEvents": []}'.encode("utf-16-le"))
+    with pytest.raises(TraceError, match="^.*: UTF-16 text, not the UTF-8 JSON torch.profiler"):
+        load_trace(path)
+
+
 def test_every_chrome_phase_loads(make_trace) -> None:
     events = [{"ph": ph, "name": f"e{ph}", "ts": 1, "pid": 1, "tid": 1} for ph in "BEiIsftCMnbe"]
     trace = load_trace(make_trace([*events, complete_event("op", "cpu_op", 0, 1)]))
