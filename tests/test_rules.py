@@ -1157,6 +1157,12 @@ def test_collective_bandwidth_follows_nccl_tests(tmp_path: Path) -> None:
     assert (row["op"], row["group_size"], row["count"]) == ("all_reduce", 8, 2)
     assert row["median_algbw_gb_s"] == pytest.approx(algbw, abs=0.01)
     assert row["median_busbw_gb_s"] == pytest.approx(algbw * 2 * 7 / 8, abs=0.01)
+    # One rank's kernel also waits for the others: the message says what the figure is.
+    message = found["collective-bandwidth"].message
+    assert f"algorithm bandwidth of {algbw:.1f} GB/s" in message
+    assert message.endswith(
+        ": a lower bound, as a collective's kernel also waits for the last rank to join it."
+    )
 
 
 def test_collective_bandwidth_is_silent_without_recorded_sizes(tmp_path: Path) -> None:
