@@ -1001,10 +1001,10 @@ class Trace:
     def within(self, span: Span) -> Iterator[Span]:
         """The spans on ``span``'s lane that start inside it, in start order: what it holds
         (its descendants, and any span that only partly overlaps its end), found by scanning
-        its time range only."""
+        its lane from it (placed by bisection) to its end only."""
         # The lane's own spans only: other threads' spans in the same time range can be many
         # (a long op beside a busy thread) and none of them is inside ``span``.
-        on_lane = self._lane_spans.get(span.lane, [])
+        on_lane = self._lane_spans[span.lane]
         position = bisect_left(on_lane, span.start, key=_START)
         while on_lane[position] is not span:  # past the lane's other spans of the same start
             position += 1
