@@ -39,9 +39,11 @@ Commands:
     - ``launch_apis``: kernels per launch API (``"(launch not in the trace)"`` when the launch
       is not in the trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
-      median_bandwidth_gb_s, ops}``, ``ops`` mapping the issuing op (``"(no op)"`` for a call
-      outside any op, ``"(launch not in the trace)"``) to a count; the bandwidth
-      counts bytes copied (or set) per second, each byte once, GB = 10^9 bytes.
+      median_bandwidth_gb_s, ops}``; ``total_bytes`` adds up the sizes the trace records
+      (``null`` when no copy of the kind records one, as in ROCm traces); ``ops`` maps the
+      issuing op (``"(no op)"`` for a call outside any op, ``"(launch not in the trace)"``)
+      to a count; the bandwidth counts bytes copied (or set) per second, each byte once,
+      GB = 10^9 bytes.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
@@ -140,7 +142,8 @@ def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
 
 def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
     """The readable text of the cross-rank analysis: the per-rank table, notes and findings."""
-    out = [f"{title} ({len(report.ranks)} traces)"]
+    count = len(report.ranks)
+    out = [f"{title} ({count} trace{'' if count == 1 else 's'})"]
     rows = [
         [
             r.label,
@@ -330,6 +333,13 @@ def _issuer(copy: measures.MemoryCopy) -> str:
     return measures.NO_OP if copy.api is not None else measures.NO_LAUNCH
 
 
+def _total_bytes(copies: list[measures.MemoryCopy]) -> int | None:
+    """The bytes of the copies that record theirs; ``None`` when none does (ROCm traces
+    write no ``bytes``): an unknown size is not 0 B."""
+    sizes = [c.bytes for c in copies if c.bytes is not None]
+    return sum(sizes) if sizes else None
+
+
 def _memory(trace: Trace) -> list[dict[str, Any]]:
     by_kind: dict[str, list[measures.MemoryCopy]] = {}
     for copy in measures.memory_copies(trace):
@@ -338,7 +348,7 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
         {
             "kind": kind,
             "count": len(copies),
-            "total_bytes": sum(c.bytes or 0 for c in copies),
+            "total_bytes": _total_bytes(copies),
             "median_bandwidth_gb_s": _median(
                 [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
             ),
@@ -522,10 +532,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             if m["kind"] == "memset"
             else f" median {_us(m['median_bandwidth_gb_s'], 2)} GB/s copied,"
         )
-        out.append(
-            f"  {m['kind']:<8} x{m['count']:<5} {byte_size(m['total_bytes']):>12} total,{rate}"
-            f" from {_counts(m['ops'])}"
+        size = (
+            "size not recorded,"
+            if m["total_bytes"] is None
+            else f"{byte_size(m['total_bytes']):>12} total,{rate}"
         )
+        out.append(f"  {m['kind']:<8} x{m['count']:<5} {size} from {_counts(m['ops'])}")
     if not summary["memory"]:
         out.append("  none")
 

@@ -427,6 +427,21 @@ def test_summarize_matches_the_model(make_trace) -> None:
     ]
 
 
+def test_copies_without_a_recorded_size_are_not_called_0_bytes(capsys, make_trace) -> None:
+    # ROCm traces write no "bytes" on their copies: the size is unknown, not zero.
+    events = minimal_gpu_events()
+    for event in events:
+        if event.get("cat") == "gpu_memcpy":
+            del event["args"]["bytes"], event["args"]["memory bandwidth (GB/s)"]
+    path = make_trace(events)
+    (memory,) = cli.summarize(load_trace(path))["memory"]
+    assert memory["count"] == 1
+    assert memory["total_bytes"] is None and memory["median_bandwidth_gb_s"] is None
+    assert cli.main(["summary", str(path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "DtoD" in line]
+    assert line.split() == "DtoD x1 size not recorded, from aten::copy_ x1".split()
+
+
 def test_footprint_comes_from_an_instance_whose_launch_is_in_the_trace(capsys, make_trace) -> None:
     # A ROCm trace that starts mid-run: the first instance's launch call was not recorded,
     # the second's was. ROCm writes grid and block on the launch call only.

@@ -375,6 +375,16 @@ def test_cli_names_the_straggler_in_text(capsys, stalled_run: Path, command: str
     assert "rank-straggler: rank 1 is the straggler" in out
 
 
+def test_cli_directory_of_one_trace_says_one_trace(capsys, stalled_run: Path, tmp_path) -> None:
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    first = trace_files([stalled_run])[0]
+    (alone / first.name).write_bytes(first.read_bytes())
+    status, out, _ = run_cli(capsys, "summary", str(alone))
+    assert status == 0
+    assert out.startswith("Across ranks (1 trace)\n")
+
+
 @pytest.mark.parametrize("command", ["summary", "diagnose"])
 def test_cli_json_of_several_traces(capsys, stalled_run: Path, command: str) -> None:
     files = [str(p) for p in trace_files([stalled_run])]
