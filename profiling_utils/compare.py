@@ -168,7 +168,7 @@ class Comparison:
             headers = ["step", "baseline CPU", "trace CPU", "baseline GPU busy", "trace GPU busy"]
             rows = [
                 [
-                    f"#{_num(pair.baseline_step)} | #{_num(pair.trace_step)}",
+                    f"{_step_label(pair.baseline_step)} | {_step_label(pair.trace_step)}",
                     _num(pair.baseline_cpu_us),
                     _num(pair.trace_cpu_us),
                     _num(pair.baseline_gpu_busy_us),
@@ -191,6 +191,11 @@ class Comparison:
         if not self.findings:
             out.append("  none")
         return "\n".join(out)
+
+
+def _step_label(number: int | None) -> str:
+    """``#1009``: a step number is a name, written without a thousands separator."""
+    return "-" if number is None else f"#{number}"
 
 
 def _num(value: Any) -> str:

@@ -148,6 +148,21 @@ def test_steps_of_seconds_keep_their_columns_apart(make_trace) -> None:
     ]
 
 
+def test_step_numbers_are_written_as_names(make_trace) -> None:
+    # ProfilerStep#1009 is step #1009, not #1,009; a step with no partner is "-", not "#-".
+    baseline = make_trace(
+        [complete_event(f"ProfilerStep#{n}", "user_annotation", n * 100, 50) for n in (1009,)],
+        name="baseline.json",
+    )
+    trace = make_trace(
+        [complete_event(f"ProfilerStep#{n}", "user_annotation", n * 100, 50) for n in (2, 3)],
+        name="trace.json",
+    )
+    text = compare(baseline, trace).to_text()
+    table = text.split("Steps (µs)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [re.split(r"\s{2,}", line.strip())[0] for line in table[1:]] == ["#1009 | #2", "- | #3"]
+
+
 def test_an_empty_trace_is_not_called_cpu_only(make_trace) -> None:
     empty = make_trace([], name="empty.json", deviceProperties=None)
     cpu_only = make_trace(
