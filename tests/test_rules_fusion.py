@@ -132,6 +132,11 @@ def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
     found = rules_on(FOREIGN / "hta__timeline_analysis_sampled_rank-0.json.gz")
     evidence = found["elementwise-chain"].evidence
     assert evidence["steps"] == [551, 552]
+    # Chains found in the whole trace, then per step: 43 in 2 steps is 21.5 per step.
+    assert evidence["chains_per_step"] == 21.5
+    assert found["elementwise-chain"].message.startswith(
+        "43 chain(s) of elementwise kernels over one shape in 2 step(s), 21.5 per step;"
+    )
     # Adam's denominator and step: sqrt(v) / c, + eps, m / denominator, on one fp32 weight.
     adam = ["aten::div", "aten::sqrt", "aten::add_", "aten::div"]
     [biggest] = [chain for chain in evidence["chains"] if chain["ops"] == adam]

@@ -232,10 +232,10 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
     biggest = rows[0][0]
     yield (
-        f"{len(chains) / per_step:.3g} chain(s) of elementwise kernels over one shape per "
-        f"step; fusing them would save {byte_size(saved_per_step)} of memory "
-        f"traffic per step (biggest: {' → '.join(op.name for op in biggest.ops)} on "
-        f"{list(biggest.dims)}).",
+        f"{len(chains)} chain(s) of elementwise kernels over one shape in {per_step} step(s), "
+        f"{len(chains) / per_step:.3g} per step; fusing them would save "
+        f"{byte_size(saved_per_step)} of memory traffic per step (biggest: "
+        f"{' → '.join(op.name for op in biggest.ops)} on {list(biggest.dims)}).",
         {
             "chains_per_step": round(len(chains) / per_step, 2),
             "saved_bytes_per_step": round(saved_per_step),
