@@ -828,6 +828,25 @@ def test_cuda_graph_counts_replays_and_input_copies() -> None:
     assert evidence["per_step"] == {"2": 1, "3": 1, "4": 1}
     assert evidence["input_copy_launches"] == 9  # x, w and b, three kernels per step
     assert evidence["input_copy_gpu_us"] > 0
+    message = only("4096_bf16_warm_compile-reduce-overhead", "cuda-graph").message
+    assert "each replaying 3 GPU activities" in message
+
+
+def test_cuda_graph_gives_the_range_when_replays_differ(make_trace) -> None:
+    # Two graphs of a different size: not "each replaying 2" (the median of 1 and 3).
+    events = []
+    for index, kernels in enumerate((1, 3)):
+        t = 100.0 * index
+        events.append(
+            complete_event("cudaGraphLaunch", "cuda_runtime", t, 10, correlation=index + 1)
+        )
+        events += [
+            complete_event(f"k{i}", "kernel", t + 20 + 5 * i, 4, pid=0, tid=7,
+                           correlation=index + 1)
+            for i in range(kernels)
+        ]  # fmt: skip
+    [finding] = diagnose(make_trace(events), select=["cuda-graph"])
+    assert "replaying 1 to 3 GPU activities (median 2)" in finding.message
 
 
 # -- diagnose() --------------------------------------------------------------------------------

@@ -258,9 +258,16 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
     copy_gpu_us = sum(work.dur for launch in copies for work in launch.work)
     steps = max(len(_per_step(facts, graph_launches)), 1)
     launch_us = median(s.dur for s in graph_launches)
+    counts = [len(work) for work in replayed]
+    fewest, most = min(counts), max(counts)
+    replays = (
+        f"each replaying {fewest} GPU activities"
+        if fewest == most
+        else f"replaying {fewest} to {most} GPU activities (median {median(counts):g})"
+    )
     message = (
-        f"{graph_launches[0].name} {len(graph_launches)}× (median {launch_us:.1f} µs of CPU), each "
-        f"replaying {median(len(w) for w in replayed):g} GPU activities"
+        f"{graph_launches[0].name} {len(graph_launches)}× (median {launch_us:.1f} µs of CPU), "
+        f"{replays}"
     )
     if copies:
         message += (
