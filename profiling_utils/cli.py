@@ -5,8 +5,9 @@ Commands:
 ``summary TRACE [--json] [--top N]``
     What a trace holds and what the measurements say: device and versions, lanes, every step
     (CPU time, GPU busy time and idle fraction, lane offset, dead window, launch delays, GPU
-    gaps), the top kernels with their launch API, planning calls, memory copies, torch.compile
-    regions and the profiler's own overhead. Readable text by default; with ``--json``, one
+    gaps), the top kernels with their launch API, planning calls, memory copies, the
+    collectives (NCCL, RCCL) and how much of them compute hides, torch.compile regions and the
+    profiler's own overhead. Readable text by default; with ``--json``, one
     JSON object with these keys:
 
     - ``file``: the trace path as given.
@@ -44,6 +45,16 @@ Commands:
       issuing op (``"(no op)"`` for a call outside any op, ``"(launch not in the trace)"``)
       to a count; the bandwidth counts bytes copied (or set) per second, each byte once,
       GB = 10^9 bytes.
+    - ``communication``: the collective kernels (NCCL, RCCL), ``null`` when the trace has
+      none: ``{kernels, communication_us, compute_us, overlapped_us, exposed_us,
+      overlap_fraction, by_op}``. Times are on the GPU, µs: ``communication_us`` while at
+      least one collective kernel runs (union), ``overlapped_us`` the part of it with a
+      compute kernel running on the same GPU, ``exposed_us`` the rest
+      (:func:`profiling_utils.comm.comm_overlap`). ``by_op``: per operation (``all_reduce``,
+      ``all_gather``...), ``[{op, count, total_us, total_bytes, median_algbw_gb_s}]`` by
+      total time; ``total_bytes`` adds up the sizes the trace records (``null`` when none
+      does), and the algorithm bandwidth is bytes / kernel time, GB = 10^9 bytes: a lower
+      bound, as a collective's kernel also waits for the slowest rank.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
@@ -358,6 +369,37 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
     ]
 
 
+def _communication(trace: Trace) -> dict[str, Any] | None:
+    if not trace.communication:
+        return None
+    from . import comm  # here: only a trace with collectives needs it
+
+    overlap = comm.comm_overlap(trace).total
+    by_op: dict[str, list[comm.Collective]] = {}
+    for collective in comm.collectives(trace):
+        by_op.setdefault(collective.op, []).append(collective)
+    rows = [
+        {
+            "op": op,
+            "count": len(group),
+            "total_us": sum(c.duration_us for c in group),
+            "total_bytes": sum(sizes) if (sizes := [c.bytes for c in group if c.bytes]) else None,
+            "median_algbw_gb_s": _median([c.algbw_gb_s for c in group if c.algbw_gb_s is not None]),
+        }
+        for op, group in by_op.items()
+    ]
+    rows.sort(key=lambda row: (-row["total_us"], row["op"]))
+    return {
+        "kernels": len(trace.communication),
+        "communication_us": overlap.communication_us,
+        "compute_us": overlap.compute_us,
+        "overlapped_us": overlap.overlapped_us,
+        "exposed_us": overlap.exposed_us,
+        "overlap_fraction": overlap.overlap_fraction,
+        "by_op": rows,
+    }
+
+
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
@@ -401,6 +443,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "launch_apis": dict(apis.most_common()),
         "planning_calls": dict(planning.most_common()),
         "memory": _memory(trace),
+        "communication": _communication(trace),
         "compile": {
             "regions": len(compiled.regions),
             "region_ids": list(compiled.region_ids),
@@ -540,6 +583,31 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(f"  {m['kind']:<8} x{m['count']:<5} {size} from {_counts(m['ops'])}")
     if not summary["memory"]:
         out.append("  none")
+
+    out += ["", "Communication (collective kernels, µs on the GPU; GB/s: 10^9 bytes per second)"]
+    communication = summary["communication"]
+    if communication is None:
+        out.append("  none")
+    else:
+        hidden = communication["overlap_fraction"]
+        out.append(
+            f"  {communication['kernels']} kernel(s) over {_us(communication['communication_us'])}"
+            f" µs; compute kernels run beside {percent(hidden)} of it, "
+            f"{_us(communication['exposed_us'])} µs exposed"
+            if hidden is not None
+            else f"  {communication['kernels']} kernel(s) of no measurable length"
+        )
+        rows = [
+            [
+                row["op"],
+                f"{row['count']:,}",
+                _us(row["total_us"]),
+                "-" if row["total_bytes"] is None else byte_size(row["total_bytes"]),
+                _us(row["median_algbw_gb_s"], 2),
+            ]
+            for row in communication["by_op"]
+        ]
+        out.append(text_table(["operation", "count", "total", "bytes", "median algbw"], rows))
 
     c = summary["compile"]
     out += ["", "torch.compile"]

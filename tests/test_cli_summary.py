@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    FIXTURES,
     FOREIGN,
     complete_event,
     gpu_fixture,
@@ -20,6 +21,7 @@ from conftest import (
 )
 
 from profiling_utils import cli, load_trace
+from profiling_utils.comm import collectives, comm_overlap
 from profiling_utils.measures import kernel_stats, step_times
 
 SUMMARY_KEYS = {
@@ -40,6 +42,7 @@ SUMMARY_KEYS = {
     "launch_apis",
     "planning_calls",
     "memory",
+    "communication",
     "compile",
     "overhead",
     "roofline",
@@ -458,3 +461,38 @@ def test_footprint_comes_from_an_instance_whose_launch_is_in_the_trace(capsys, m
     (gemm,) = json.loads(out)["top_kernels"]
     assert status == 0 and gemm["count"] == 2
     assert (gemm["footprint"]["grid"], gemm["footprint"]["block"]) == ([3, 1, 1], [128, 1, 1])
+
+
+def test_summary_reports_communication_apart(capsys) -> None:
+    # Rank 0 of a 2-GPU all-reduce run recorded on H200s: ten all-reduces, part of each
+    # hidden behind compute kernels on another stream.
+    path = FIXTURES / "nccl" / "overlapped" / "rank0.json.gz"
+    trace = load_trace(path)
+    communication = cli.summarize(trace)["communication"]
+    found = collectives(trace)
+    total = comm_overlap(trace).total
+    assert communication["kernels"] == len(trace.communication) == len(found) == 10
+    [row] = communication["by_op"]
+    assert (row["op"], row["count"]) == ("all_reduce", 10)
+    assert row["total_bytes"] == sum(c.bytes for c in found)
+    assert row["total_us"] == pytest.approx(sum(c.duration_us for c in found))
+    assert communication["communication_us"] == pytest.approx(total.communication_us)
+    assert communication["exposed_us"] + communication["overlapped_us"] == pytest.approx(
+        communication["communication_us"]
+    )
+    assert 0 < communication["overlap_fraction"] < 1
+    assert cli.main(["summary", str(path)]) == 0
+    text = capsys.readouterr().out
+    section = text.split("\nCommunication (", 1)[1].split("\n\n", 1)[0].splitlines()
+    share = f"{100 * communication['overlap_fraction']:.0f}%"
+    assert section[1].startswith(f"  10 kernel(s) over {communication['communication_us']:,.1f} µs")
+    assert f"compute kernels run beside {share} of it" in section[1]
+    assert section[3].split()[:2] == ["all_reduce", "10"]
+
+
+def test_summary_without_collectives_says_none(capsys, make_trace) -> None:
+    path = make_trace(minimal_gpu_events())
+    assert cli.summarize(load_trace(path))["communication"] is None
+    assert cli.main(["summary", str(path)]) == 0
+    assert "\nCommunication (collective kernels" in (out := capsys.readouterr().out)
+    assert out.split("\nCommunication (", 1)[1].splitlines()[1] == "  none"
