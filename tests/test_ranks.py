@@ -26,6 +26,7 @@ from conftest import (
 )
 
 from profiling_utils.cli import build_parser
+from profiling_utils.comm import comm_overlap
 from profiling_utils.ranks import (
     analyse_files,
     cross_rank,
@@ -261,6 +262,17 @@ def test_two_real_ranks_of_a_128_rank_job() -> None:
     assert straggler.caused_wait_us == pytest.approx(other.wait_us)
     if report.matched_collectives < min(counts):
         assert any("do not overlap" in note for note in report.notes)
+
+
+def test_overlap_matches_hta_on_the_step_it_keeps() -> None:
+    # HTA's get_comm_comp_overlap() on these two ranks (traceinsight 0.6.1): 11.81% and
+    # 20.05%. Its trace reader drops the last profiled step, so it measures step 551 alone;
+    # the traces are in whole µs, so there is no rounding between the two tools.
+    hta_percent = {0: 11.81, 1: 20.05}
+    for rank, path in enumerate(sorted(SAMPLED.glob("*.json.gz"))):
+        first, last = comm_overlap(load_trace(path)).steps
+        assert (first.step, last.step) == (551, 552)
+        assert round(100 * first.overlap_fraction, 2) == hta_percent[rank]
 
 
 def _collective_starts(path: Path) -> tuple[int, list[float]]:
