@@ -716,8 +716,11 @@ COMPARE_JSON_HELP = """\
 JSON (--json): one object
   baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
                    kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
-                   launch_apis, compiled, cuda_graph_launches}; content is "GPU",
-                   "accelerator not read", "CPU only" or "no events"
+                   launch_apis, compiled, cuda_graph_launches, collectives,
+                   median_step_communication_us, median_step_exposed_communication_us};
+                   content is "GPU", "accelerator not read", "CPU only" or "no events";
+                   collectives counts the NCCL/RCCL kernels, the medians are per step
+                   (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position

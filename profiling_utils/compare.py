@@ -64,6 +64,15 @@ class RunSummary:
     """Whether the trace shows ``torch.compile`` activity."""
     cuda_graph_launches: int
     """``cudaGraphLaunch`` calls."""
+    collectives: int
+    """Communication kernels (NCCL, RCCL collectives) in the whole trace."""
+    median_step_communication_us: float | None
+    """Median over the steps of the time at least one collective kernel runs (union), µs;
+    ``None`` without collectives or steps. Part of the step's GPU busy time: a rank waiting in
+    a collective for a late peer is busy by this measure."""
+    median_step_exposed_communication_us: float | None
+    """The same for communication with no compute kernel beside it on the same GPU
+    (:func:`profiling_utils.comm.comm_overlap`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,20 @@ class Comparison:
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
             ("CUDA graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
+        if a.collectives or b.collectives:
+            rows += [
+                ("collective kernels (whole trace)", a.collectives, b.collectives),
+                (
+                    "median step in collectives (µs)",
+                    a.median_step_communication_us,
+                    b.median_step_communication_us,
+                ),
+                (
+                    "  of it exposed (µs)",
+                    a.median_step_exposed_communication_us,
+                    b.median_step_exposed_communication_us,
+                ),
+            ]
         cells = [
             [
                 label,
@@ -228,6 +251,12 @@ def _summary(facts: Facts) -> RunSummary:
         )
     )
     info = facts.compile_info
+    communication = exposed = None
+    if trace.communication and steps:
+        by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
+        per_step = [by_step.get(step.number) for step in trace.steps]
+        communication = _median([o.communication_us if o else 0.0 for o in per_step])
+        exposed = _median([o.exposed_us if o else 0.0 for o in per_step])
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
@@ -243,6 +272,9 @@ def _summary(facts: Facts) -> RunSummary:
         launch_apis=dict(Counter(launch.call.name for launch in facts.launches).most_common()),
         compiled=info.is_compiled,
         cuda_graph_launches=len(info.cuda_graph_launches),
+        collectives=len(trace.communication),
+        median_step_communication_us=communication,
+        median_step_exposed_communication_us=exposed,
     )
 
 

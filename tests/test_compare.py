@@ -8,9 +8,10 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import complete_event, fixture_steps, gpu_fixture
+from conftest import FIXTURES, complete_event, fixture_steps, gpu_fixture
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
+from profiling_utils.comm import comm_overlap
 
 
 def cpu_median(name: str) -> float:
@@ -184,3 +185,31 @@ def test_an_unnamed_device_is_described_as_summary_describes_it() -> None:
     comparison = compare(path, path)
     assert comparison.baseline.device == "unknown AMD GPU, gfx942"
     assert "device:   unknown AMD GPU, gfx942\n" in comparison.to_text()
+
+
+def test_collectives_are_counted_apart_from_compute() -> None:
+    # Rank 0 of a run where rank 1 stalls on the host before each all_reduce: rank 0's GPU is
+    # "busy" waiting in the collective, which the compare table must show as such.
+    nccl = FIXTURES / "nccl"
+    comparison = compare(nccl / "balanced" / "rank0.json.gz", nccl / "stalled" / "rank0.json.gz")
+    a, b = comparison.baseline, comparison.trace
+    assert (a.collectives, b.collectives) == (10, 10)
+    for side in (a, b):
+        trace = load_trace(side.trace)
+        per_step = {o.step: o.communication_us for o in comm_overlap(trace).steps}
+        assert side.median_step_communication_us == pytest.approx(
+            statistics.median(per_step.get(step.number, 0.0) for step in trace.steps)
+        )
+        assert 0 <= side.median_step_exposed_communication_us <= side.median_step_communication_us
+    # The stall shows up as time in the all_reduce, most of the step's GPU busy time.
+    assert b.median_step_communication_us > 10 * a.median_step_communication_us
+    assert b.median_step_communication_us > 0.9 * b.median_step_gpu_busy_us
+    rows = {line[:34].strip(): line[34:].split() for line in comparison.to_text().splitlines()}
+    assert rows["collective kernels (whole trace)"] == ["10", "10", "1.00×"]
+    assert rows["median step in collectives (µs)"][1] == f"{b.median_step_communication_us:,.1f}"
+
+
+def test_no_collective_rows_without_collectives(eager_vs_compiled: Comparison) -> None:
+    assert eager_vs_compiled.baseline.collectives == eager_vs_compiled.trace.collectives == 0
+    assert eager_vs_compiled.trace.median_step_communication_us is None
+    assert "collective" not in eager_vs_compiled.to_text()
