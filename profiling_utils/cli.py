@@ -27,12 +27,13 @@ Commands:
       launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us}]``; values that do
       not apply (no GPU work in the step, no label around it) are ``null``.
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
-      min_us, median_us, mean_us, max_us, spread, outlier_steps, apis, planning_calls,
-      footprint}]``; ``apis`` and ``planning_calls`` map a call name to a count, ``footprint``
-      is the first instance's ``{registers_per_thread, shared_memory_bytes, grid, block,
-      blocks_per_sm, warps_per_sm, occupancy_pct}`` (on ROCm, grid and block only, from the
-      launch call, the grid in blocks; from the first instance whose launch is in the trace
-      when the first's is not).
+      min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
+      planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
+      whose time includes waiting for the other ranks; ``apis`` and ``planning_calls`` map a
+      call name to a count, ``footprint`` is the first instance's ``{registers_per_thread,
+      shared_memory_bytes, grid, block, blocks_per_sm, warps_per_sm, occupancy_pct}`` (on
+      ROCm, grid and block only, from the launch call, the grid in blocks; from the first
+      instance whose launch is in the trace when the first's is not).
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
@@ -543,6 +544,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"  {'/'.join(k['apis'])}"
             )
             out.append(f"{'':>8}{_short(k['name'])}")
+            if k["communication"]:
+                out.append(f"{'':>8}a collective: its time includes waiting for the other ranks")
             if k["planning_calls"]:
                 out.append(f"{'':>8}planned with: {_counts(k['planning_calls'])}")
             if k["outlier_steps"]:

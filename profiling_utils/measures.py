@@ -494,6 +494,10 @@ class KernelStats(_Result):
     outlier_steps: tuple[int, ...]
     """Steps holding an instance outside Tukey's fences (1.5 IQR beyond the quartiles) that
     also differs from the median by at least :data:`OUTLIER_MIN_DEVIATION_FRACTION`."""
+    communication: bool
+    """Whether it is a collective or point-to-point communication kernel
+    (:func:`~profiling_utils.trace.is_communication`): its time includes waiting for the other
+    ranks, so its spread is not the GPU's."""
 
 
 def kernel_stats(trace: Trace) -> list[KernelStats]:
@@ -501,6 +505,7 @@ def kernel_stats(trace: Trace) -> list[KernelStats]:
     by_name: dict[str, list[Span]] = {}
     for kernel in trace.kernels:
         by_name.setdefault(kernel.name, []).append(kernel)
+    communication = {kernel.name for kernel in trace.communication}
     results = []
     for name, kernels in by_name.items():
         durations = sorted(k.dur for k in kernels)
@@ -526,6 +531,7 @@ def kernel_stats(trace: Trace) -> list[KernelStats]:
                 max_us=durations[-1],
                 spread=(durations[-1] - durations[0]) / median if median > 0 else 0.0,
                 outlier_steps=tuple(sorted(outliers)),
+                communication=name in communication,
             )
         )
     results.sort(key=lambda s: (-s.total_us, s.name))

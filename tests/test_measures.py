@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
 
-from profiling_utils import Trace, diagnose, load_trace
+from profiling_utils import Trace, cli, diagnose, load_trace
 from profiling_utils.measures import (
     compiled_regions,
     dead_windows,
@@ -325,6 +325,21 @@ def test_kernel_stats_outlier_steps(make_trace) -> None:
     assert stats.count == 6 and stats.max_us == 20.0
     assert stats.outlier_steps == (3,)
     assert stats.spread == pytest.approx((20.0 - 10.0) / stats.median_us)
+
+
+def test_kernel_stats_mark_the_collectives(capsys, make_trace) -> None:
+    events = [
+        complete_event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                       "kernel", 0, 50, pid=0, tid=17),
+        complete_event("gemm", "kernel", 10, 20, pid=0, tid=7),
+    ]  # fmt: skip
+    path = make_trace(events)
+    stats = {s.name[:4]: s.communication for s in kernel_stats(load_trace(path))}
+    assert stats == {"nccl": True, "gemm": False}
+    assert cli.main(["summary", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marks = [i for i, line in enumerate(lines) if "a collective:" in line]
+    assert len(marks) == 1 and lines[marks[0] - 1].strip().startswith("ncclDevKernel")
 
 
 def test_kernel_launch_apis_of_the_recorded_runs() -> None:
