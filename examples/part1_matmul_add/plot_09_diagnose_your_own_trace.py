@@ -248,8 +248,10 @@ cli("summary", "--top", "3", run.trace_path.name)
 # time (on a GPU lane, the time its kernels, copies and memsets ran); a line per step (CPU
 # time, GPU busy time and idle share, lane offset, dead window, launch delays, GPU gaps);
 # the kernels with the most total time and how they were launched; the CPU operators with
-# the most self time; the copies and memsets; and whether ``torch.compile`` or the
-# profiler's own overhead show up. ``--json`` gives the same as one JSON object.
+# the most self time; the copies and memsets; the collective kernels of a distributed run
+# (NCCL, RCCL: none in this one-GPU run) and how much of their time compute hides; and
+# whether ``torch.compile`` or the profiler's own overhead show up. ``--json`` gives the
+# same as one JSON object.
 
 cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 
