@@ -101,7 +101,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import measures
+from . import comm, measures
 from .errors import TraceError
 from .ranks import (
     CrossRank,
@@ -345,10 +345,10 @@ def _issuer(copy: measures.MemoryCopy) -> str:
     return measures.NO_OP if copy.api is not None else measures.NO_LAUNCH
 
 
-def _total_bytes(copies: list[measures.MemoryCopy]) -> int | None:
-    """The bytes of the copies that record theirs; ``None`` when none does (ROCm traces
-    write no ``bytes``): an unknown size is not 0 B."""
-    sizes = [c.bytes for c in copies if c.bytes is not None]
+def _total_bytes(items: Sequence[measures.MemoryCopy | comm.Collective]) -> int | None:
+    """The bytes of the copies (or collectives) that record theirs; ``None`` when none does
+    (ROCm traces write no ``bytes`` on copies): an unknown size is not 0 B."""
+    sizes = [item.bytes for item in items if item.bytes is not None]
     return sum(sizes) if sizes else None
 
 
@@ -373,8 +373,6 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
 def _communication(trace: Trace) -> dict[str, Any] | None:
     if not trace.communication:
         return None
-    from . import comm  # here: only a trace with collectives needs it
-
     overlap = comm.comm_overlap(trace).total
     by_op: dict[str, list[comm.Collective]] = {}
     for collective in comm.collectives(trace):
@@ -384,7 +382,7 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
             "op": op,
             "count": len(group),
             "total_us": sum(c.duration_us for c in group),
-            "total_bytes": sum(sizes) if (sizes := [c.bytes for c in group if c.bytes]) else None,
+            "total_bytes": _total_bytes(group),
             "median_algbw_gb_s": _median([c.algbw_gb_s for c in group if c.algbw_gb_s is not None]),
         }
         for op, group in by_op.items()
