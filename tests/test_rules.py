@@ -972,8 +972,10 @@ def test_gpu_rules_are_silent_on_cpu_ops_alone(make_trace: Any) -> None:
     events = [
         complete_event(f"ProfilerStep#{n}", "user_annotation", 1000.0 * n, 500) for n in (1, 2)
     ] + [complete_event("aten::addmm", "cpu_op", 1000.0 * n + 10, 100) for n in (1, 2)]
-    path = make_trace(events, deviceProperties=None)
-    assert diagnose(path) == []
+    assert diagnose(make_trace(events, deviceProperties=None)) == []
+    # A GPU listed and CUPTI's buffer request recorded, but no GPU work: still nothing to say.
+    events.append(complete_event("Activity Buffer Request", "overhead", 1020, 50, pid=-1, tid=0))
+    assert diagnose(make_trace(events)) == []
 
 
 def test_amd_launches_are_read_like_cuda_ones() -> None:

@@ -132,7 +132,9 @@ def _op_holding(facts: Facts, request: Span, step: Step | None) -> Span | None:
 )
 def buffer_request(facts: Facts) -> Iterator[Hit]:
     requests = [span for span in facts.trace.overhead if span.name == BUFFER_REQUEST]
-    if not requests:
+    if not requests or not facts.trace.has_gpu:
+        # With no GPU work (CUPTI asks for buffers as CUDA starts, work or not) there is no
+        # lane offset for the request to make.
         return
     steps = facts.steps
     offsets = {offset.step: offset for offset in measures.lane_offset(facts.trace)}
