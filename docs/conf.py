@@ -119,8 +119,11 @@ sphinx_gallery_conf = {
     "reset_modules": ("matplotlib", "gallery_runs.reset_example"),
     "reset_modules_order": "both",
     "capture_repr": ("_repr_html_", "__repr__"),
-    # A cell ending in plot_timeline(...) shows the figure, not also "<Figure size ...>".
-    "ignore_repr_types": r"matplotlib\.(figure|axes|text|collections|lines|patches)",
+    # A cell ending in plot_timeline(...) shows the figure, not also "<Figure size ...>";
+    # one ending in claim(...) shows the line the claim printed, not also its repr.
+    "ignore_repr_types": (
+        r"matplotlib\.(figure|axes|text|collections|lines|patches)|profiling_utils\.claims\.Claim"
+    ),
     # An example that raises fails the build (non-zero status) once all examples have run.
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,

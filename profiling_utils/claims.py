@@ -11,7 +11,10 @@ the run measured, and is checked each time the example runs::
     claim("the first recorded step is wider than the median of the others",
           first > others, first_us=first, median_others_us=others)
 
-A claim that holds is recorded and shown. One that does not raises :class:`ClaimFailed`,
+A claim that holds is recorded and printed where it is made (``Checked: the first
+recorded step is wider ... (first_us=219.4, ...)``), so a page shows it under the cell
+that makes it, and a script run in a terminal lists what it checked. One that does not
+raises :class:`ClaimFailed`,
 whose message is one line naming the example, the statement and the numbers, like any
 exception of an example that fails. A statement that is true on one GPU and not on another
 is worded by the outcome instead, with ``otherwise``: it always holds, and says what this
@@ -32,14 +35,16 @@ raising, so that a build on another machine finishes and marks what did not hold
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .tables import PAGE_WIDTH
 
 __all__ = [
     "CLAIMS_FILE_ENV",
@@ -100,8 +105,7 @@ def format_number(value: Any) -> str:
 class Claim:
     """One statement about a run and whether it held.
 
-    Shown on its own (the last expression of a gallery cell), it renders as one line with
-    its numbers.
+    :func:`claim` prints it where it is made, as one line with its numbers (``str``).
     """
 
     statement: str
@@ -136,21 +140,13 @@ class Claim:
         }
 
     def __str__(self) -> str:
-        mark = "held" if self.holds else "DID NOT HOLD"
+        """The line :func:`claim` prints: ``Checked: <statement> (<numbers>)``, or ``Did
+        not hold: ...`` for a failed claim recorded in report mode, wrapped at
+        :data:`~profiling_utils.tables.PAGE_WIDTH` characters."""
+        verdict = "Checked" if self.holds else "Did not hold"
         numbers = self.numbers_text()
-        return f"[{mark}] {self.statement}" + (f" ({numbers})" if numbers else "")
-
-    def _repr_html_(self) -> str:
-        state = "claim-pass" if self.holds else "claim-fail"
-        verdict = "" if self.holds else " <strong>did not hold on this machine</strong>"
-        numbers = self.numbers_text()
-        numbers_html = (
-            f' <span class="claim-numbers">({html.escape(numbers)})</span>' if numbers else ""
-        )
-        return (
-            f'<div class="claims-inline"><p class="claim {state}">'
-            f"{html.escape(self.statement)}{verdict}{numbers_html}</p></div>"
-        )
+        text = f"{verdict}: {self.statement}" + (f" ({numbers})" if numbers else "")
+        return textwrap.fill(text, PAGE_WIDTH, subsequent_indent="    ", break_on_hyphens=False)
 
 
 def claim(statement: str, holds: bool, *, otherwise: str | None = None, **numbers: Any) -> Claim:
@@ -167,7 +163,8 @@ def claim(statement: str, holds: bool, *, otherwise: str | None = None, **number
             (``first_us=219.4``); shown beside the statement.
 
     Returns:
-        The :class:`Claim`, recorded for the page when the documentation builds.
+        The :class:`Claim`, printed (its ``str``) and, when the documentation builds,
+        recorded for the page.
 
     Raises:
         ClaimFailed: When the claim does not hold and the mode (:data:`CLAIMS_MODE_ENV`) is
@@ -180,6 +177,7 @@ def claim(statement: str, holds: bool, *, otherwise: str | None = None, **number
     _record(made)
     if not made.holds and made.mode == STRICT:
         raise ClaimFailed(made)
+    print(made)
     return made
 
 

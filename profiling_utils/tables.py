@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["byte_size", "cut", "percent", "text_table"]
+__all__ = ["PAGE_WIDTH", "byte_size", "cut", "percent", "text_table"]
+
+PAGE_WIDTH = 88
+"""Characters in a line of a gallery page's code and output boxes."""
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:

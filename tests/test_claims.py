@@ -18,6 +18,7 @@ from profiling_utils.claims import (
     format_number,
     read_claims,
 )
+from profiling_utils.tables import PAGE_WIDTH
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +35,9 @@ def claims_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_a_claim_that_holds_is_returned_with_its_numbers() -> None:
+def test_a_claim_that_holds_is_printed_and_returned_with_its_numbers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     made = claim("the first step is the widest", 219.4 > 92.0, first_us=219.4, next_us=92.0)
     assert made == Claim(
         "the first step is the widest",
@@ -42,12 +45,29 @@ def test_a_claim_that_holds_is_returned_with_its_numbers() -> None:
         {"first_us": 219.4, "next_us": 92.0},
         example="plot_07_kernel_variance.py",
     )
-    assert str(made) == "[held] the first step is the widest (first_us=219.4, next_us=92.0)"
+    printed = "Checked: the first step is the widest (first_us=219.4, next_us=92.0)\n"
+    assert capsys.readouterr().out == printed
 
 
-def test_a_claim_that_fails_raises_one_line_naming_the_file_the_claim_and_the_numbers() -> None:
+def test_a_long_claim_is_printed_on_lines_that_fit_the_page(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    statement = "the first step's GPU work starts at least 5x later after the step begins"
+    at_least_times(statement, 5, first_step_us=2110.4, median_others_us=80.8)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(len(line) <= PAGE_WIDTH for line in lines)
+    assert lines[0].startswith("Checked: the first step") and lines[1].startswith("    ")
+    assert " ".join(line.strip() for line in lines).endswith(
+        "(first_step_us=2110.4, median_others_us=80.8, ratio=26.1)"
+    )
+
+
+def test_a_claim_that_fails_raises_one_line_naming_the_file_the_claim_and_the_numbers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(ClaimFailed) as failed:
         claim("the first step is the widest", 80.0 > 92.0, first_us=80.0, next_us=92.0)
+    assert capsys.readouterr().out == ""  # the exception says it, not a "Checked" line
     message = str(failed.value)
     assert message == (
         "plot_07_kernel_variance.py: claim did not hold: the first step is the widest "
@@ -64,6 +84,9 @@ def test_report_mode_records_a_failed_claim_and_carries_on(
     monkeypatch.setenv(CLAIMS_MODE_ENV, "report")
     made = claim("p95 is within 10% of the median", False, p95_us=130.0, median_us=100.0)
     assert not made.holds
+    assert str(made) == (
+        "Did not hold: p95 is within 10% of the median (p95_us=130.0, median_us=100.0)"
+    )
     (recorded,) = read_claims(claims_file)
     assert recorded == Claim(
         "p95 is within 10% of the median",
@@ -127,13 +150,6 @@ def test_at_least_times_compares_the_first_number_with_the_second() -> None:
 )
 def test_numbers_are_shown_compactly(value: object, text: str) -> None:
     assert format_number(value) == text
-
-
-def test_a_claim_shown_inline_has_the_claim_classes() -> None:
-    held = Claim("fast <enough>", True, {"t_us": 1.0})._repr_html_()
-    assert '<p class="claim claim-pass">fast &lt;enough&gt;' in held
-    failed = Claim("fast", False)._repr_html_()
-    assert 'class="claim claim-fail"' in failed and "did not hold on this machine" in failed
 
 
 def test_read_claims_of_a_missing_file_is_empty(tmp_path: Path) -> None:

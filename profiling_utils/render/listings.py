@@ -17,15 +17,12 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from ..tables import byte_size, cut
+from ..tables import PAGE_WIDTH, byte_size, cut
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..trace import Span, Step, Trace
 
-__all__ = ["fold_lines", "gpu_work_listing", "source_excerpt", "span_tree"]
-
-PAGE_WIDTH = 88
-"""Characters in a line of a gallery page's code and output boxes."""
+__all__ = ["PAGE_WIDTH", "fold_lines", "gpu_work_listing", "source_excerpt", "span_tree"]
 
 
 def span_tree(
