@@ -326,13 +326,15 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
 @rule(
     "driver-launch",
     "CPU lane",
-    see="""A kernel launched through the driver API (cuLaunchKernelEx, category cuda_driver;
-    hipModuleLaunchKernel or hipExtModuleLaunchKernel on ROCm) with no planning call, often
-    with a large register and shared-memory footprint.""",
-    means="""A library or generated kernel that calls the driver directly with launch
-    attributes: cuBLASLt GEMMs on Hopper, cuDNN, Triton kernels from torch.compile. The kernel
-    was chosen from cached heuristics, so nothing is planned per call; the footprint, not a
-    planning call, shows that it is heavyweight. On an H100 this is how bf16 GEMMs appear.""",
+    see="""A kernel launched through the driver API (cuLaunchKernelEx or cuLaunchKernel,
+    category cuda_driver; hipModuleLaunchKernel or hipExtModuleLaunchKernel on ROCm) with no
+    planning call, often with a large register and shared-memory footprint.""",
+    means="""A library or generated kernel that calls the driver directly: cuBLASLt GEMMs on
+    Hopper and cuDNN with launch attributes (cuLaunchKernelEx), Triton kernels
+    (torch.compile's through cuLaunchKernel, some libraries' through cuLaunchKernelEx). The
+    kernel was chosen from cached heuristics, so nothing is planned per call; the footprint,
+    not a planning call, shows that it is heavyweight. On an H100 this is how bf16 GEMMs
+    appear.""",
     severity="info",
     from_post=False,
     example="auto_examples/part1_matmul_add/plot_06_launch_planning",

@@ -763,8 +763,8 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     see="""A tiny Memset (Device), a few bytes, right before a GEMM kernel, both issued by the
     matrix-multiply op (cudaMemsetAsync then the launch).""",
     means="""The GEMM library clearing a small piece of workspace the kernel expects zeroed,
-    such as a counter its thread blocks coordinate through. Seen on an H100 for large bf16
-    GEMMs; one more launch and about a microsecond of GPU time, but it means one op is not
+    such as a counter its thread blocks coordinate through. Seen on an H100 for some large
+    bf16 GEMMs; one more launch and about a microsecond of GPU time, but it means one op is not
     one GPU activity.""",
     severity="info",
     from_post=False,
