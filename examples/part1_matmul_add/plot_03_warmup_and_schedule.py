@@ -2,9 +2,9 @@
 Warm-up and the schedule: what does each step hide?
 ===================================================
 
-*The profiler's schedule has four knobs, and warm-up iterations can run before the profiler
-starts. Which costs does each one keep out of the trace, and does keeping a cost out of
-the trace make it go away?*
+*The profiler's schedule decides which steps are recorded, and warm-up iterations can run
+before the profiler starts. Which costs does each knob keep out of the trace, and does
+keeping a cost out of the trace make it go away?*
 
 We read the schedule step by step, then profile the same 64 by 64 matmul plus add three
 ways, each in a fresh Python process: with nothing hidden, with the post's schedule, and
@@ -26,7 +26,14 @@ first step that the schedule hides.
 #   so its own start-up costs can land there;
 # - ``active`` steps are recorded; the last one also hands the trace over
 #   (``RECORD_AND_SAVE``);
-# - ``repeat`` runs that cycle again; ``0`` repeats it for as long as steps come.
+# - ``repeat`` is the number of cycles; ``0`` repeats the cycle for as long as steps come.
+#
+# The schedule also takes ``skip_first``: that many steps, before the first cycle only, run
+# with the profiler off, like a ``wait`` that is not repeated. It is another way to keep a
+# process's first calls out of the trace. This page leaves it at ``0``
+# (:func:`~profiling_utils.capture.capture` does not set it), so the first calls are hidden
+# by ``wait`` and by warm-up iterations instead. Recent torch versions also take
+# ``skip_first_wait``, which drops the first cycle's ``wait``.
 
 import torch
 from torch.profiler import schedule
@@ -165,10 +172,12 @@ if has_gpu:
 # into the unrecorded ``wait`` step and throws away the profiler's first step
 # (``warmup``). Warm-up iterations move the first calls out of the profiler's steps
 # altogether; what they add on top of the schedule is the difference between the first
-# steps of the last two runs, one step each: too few to call it a cost. Where a first
-# recorded step still stands out a little, the
-# :doc:`footprint tutorial <plot_04_buffer_request_and_offset>`
-# looks at what the profiler itself does in it. `The post
+# steps of the last two runs, one step each: too few to call it a cost. Each ratio above
+# is against the later steps of its own process, and those medians differ from process to
+# process, so read the ratios as rough. For the two runs with the post's schedule, the
+# ratio printed for each says how far its first recorded step still stands out; the
+# :doc:`footprint tutorial <plot_04_buffer_request_and_offset>` looks at what the profiler
+# itself does in such a step. `The post
 # <https://huggingface.co/blog/torch-profiler>`_ saw every step take about the same time
 # once it had warmed up.
 #
@@ -194,9 +203,11 @@ plot_timeline(
 # The profiler's own start-up
 # ---------------------------
 #
-# With a GPU, the grey boxes at the bottom are the profiler's overhead lane. One of them,
-# ``Activity Buffer Request``, is CUPTI asking for its first buffers when the profiler
-# starts recording. The schedule's ``warmup`` step is there to hold it:
+# With a GPU, the grey boxes at the bottom are CUPTI's overhead lane. Only one kind of row
+# there is the profiler's own: ``Activity Buffer Request``, CUPTI asking for its first
+# buffers when the profiler starts recording. The module loading rows on the same lane are
+# the driver loading kernel code, which a first call pays with or without a profiler. The
+# schedule's ``warmup`` step is there to hold the buffer request:
 
 for label, trace in traces.items():
     requests = [o.dur for o in trace.overhead if o.name == "Activity Buffer Request"]
@@ -293,9 +304,10 @@ if has_gpu:
 # profiler was running here at all. (Creating the CUDA context is not in these numbers:
 # the operands were made on the device before the clock started.) Warm-up iterations and
 # the schedule's ``wait`` and ``warmup`` only decide whether the trace shows the cost. To
-# shrink the cost itself you need other tools: keep a process alive and reuse it, load
-# what is needed ahead of time, or capture the work once and replay it (CUDA graphs, in a
-# later tutorial).
+# pay it less often, or at a better moment, you need other tools: keep a process alive
+# and reuse it, or load what is needed ahead of time. CUDA graphs, in a later tutorial, do
+# not remove it: capturing a graph needs eager warm-up runs first, and those pay it. What
+# a graph saves is the CPU's launch cost on every later call.
 #
 # The traces
 # ----------

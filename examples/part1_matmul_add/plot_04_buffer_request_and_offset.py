@@ -19,9 +19,10 @@ to absorb the profiler's start-up, and sort what happens once from what happens 
 # Record in a fresh process
 # -------------------------
 #
-# The profiler starts up once per process. This page's own process has already profiled
-# other examples while the site was built, so a recording made here would show whatever
-# start-up they left over. The recording is made in a new Python process instead, through
+# The profiler starts up in a process's first profiling session; what a later session
+# pays again can depend on the sessions before it and on the versions of torch, CUPTI and
+# the driver. This page's own process has already profiled other examples while the site
+# was built, so the recording is made in a new Python process instead, through
 # :func:`~profiling_utils.fresh.run_in_fresh_process`: this is the program it runs, and
 # the few lines to copy into your own script. Three calls run before the profiler starts,
 # so CUDA and cuBLAS are set up; then fifty steps are recorded with ``wait=0, warmup=0``.
@@ -102,11 +103,11 @@ if not has_gpu:
     print("No GPU here: no CUPTI, so no buffer request and no GPU lane.")
 
 # %%
-# The request falls in the first recorded step, inside the operator named above: the first
-# one that launches a kernel, which does not end before the request does (both are claims
-# of this page). That suggests the profiler asks for its first buffer when the first GPU
-# activity is about to be recorded, while the CPU thread waits. In the zoom on the first
-# step, the request is the highlighted box on the overhead row:
+# The request falls in the first recorded step, inside the operator named above. The
+# claims below check that this is the first operator that launches a kernel, that it does
+# not end before the request does, and when the recording's first CUDA call (a runtime or
+# driver API call, such as a kernel launch) starts. In the zoom on the first step, the
+# request is the highlighted box on the overhead row:
 
 if has_gpu:
     claim(
@@ -122,10 +123,25 @@ if has_gpu:
         launching_op.start <= requests[0].start and requests[0].end <= launching_op.end,
         operator=launching_op.name,
     )
+    first_call = min(trace.runtime_calls, key=lambda call: call.start)
+    after_us = first_call.start - requests[0].end
+    claim(
+        "the recording's first CUDA call starts within 10 µs after the request ends",
+        0 <= after_us <= 10,
+        otherwise="the recording's first CUDA call does not start within 10 µs after "
+        "the request ends",
+        call=first_call.name,
+        after_us=after_us,
+    )
     marks = [highlight_span(r, "Activity Buffer Request") for r in requests]
     plot_timeline(trace, step=first.number, highlights=marks, max_depth=4)
 
 # %%
+# CUPTI writes an activity record for each CUDA call and each GPU activity. A first CUDA
+# call that starts right after the request ends suggests that CUPTI asks for its first
+# buffer as it is about to write its first activity record, the one for that call, while
+# the CPU thread waits.
+#
 # The first step against the others
 # ---------------------------------
 #
@@ -283,9 +299,9 @@ if has_gpu:
     )
 
 # %%
-# That is why this page records in a fresh process: in one process that profiles one
-# example after another, as the site's build does, what a page's first session pays would
-# depend on the sessions before it, and on versions, rather than on the page alone.
+# Because that outcome can change with versions, this page does not rely on it: it records
+# in a fresh process, where its first session is the process's first, whatever the site's
+# build profiled before it.
 #
 # The synchronisation that ends the recording
 # -------------------------------------------

@@ -141,8 +141,10 @@ for depth, span in enumerate(flat_chain):
 # - under it, on a GPU, the call into the CUDA runtime or driver that queues the kernel,
 #   and on the GPU's stream the kernel itself, which starts later: the CPU does not wait.
 #
-# Each level's duration includes the levels below it. The CPU time of the product operator
-# against the GPU time of its kernel, as medians over the recorded steps:
+# On the CPU, each level's duration includes the levels below it. The kernel is the
+# exception: it runs on the GPU after its launch call has queued it, so its time is not
+# part of the launch call's. The CPU time of the product operator against the GPU time of
+# its kernel, as medians over the recorded steps:
 
 mm_cpu = Distribution.of(
     [s.dur for s in trace.find("aten::mm") if trace.step_of(s)], "µs"
@@ -178,9 +180,11 @@ plot_timeline(trace, step=flat_step.number, highlights=marks)
 #
 # The batched case
 # ----------------
-# The post adds a batch axis to all three operands, ``(8, n, n)``, and sees ``aten::matmul``
-# dispatch to the batched product ``aten::bmm``. Same code, new shapes; and a third shape,
-# a batch times a 2-D weight, as a linear layer applied to a batch does:
+# The post adds a batch axis to all three operands, making each ``(n, n, n)``
+# (``torch.randn(size, size, size)``), and sees ``aten::matmul`` dispatch to the batched
+# product ``aten::bmm``. We take a batch of 8 instead, ``(8, n, n)``: same code, new
+# shapes. A third shape, which the post does not try, multiplies the batch by one 2-D
+# weight:
 
 batched = profile((8, n, n), (8, n, n), run_name((8, n, n), "bf16", warm=True))
 folded = profile((8, n, n), (n, n), f"8x{n}x{n}-by-{n}x{n}_bf16_warm_eager")
@@ -261,10 +265,16 @@ value_table(
 # %%
 # A difference counts as a cost only when it is larger than the spread: when the middle
 # halves of the two sets of steps do not overlap
-# (:func:`~profiling_utils.stats.clearly_greater`). One step can be tens of microseconds
-# slower than its neighbours for no reason the trace shows, which three steps cannot tell
-# from a cost. The claims below compare the batched call with the 2-D one.
+# (:func:`~profiling_utils.stats.clearly_greater`). Single steps can lie outside the
+# middle half: the first lines below set each run's slowest ``aten::matmul`` call against
+# the median of its calls. With three steps, one such step could pass for a cost. The
+# claims below them compare the batched call with the 2-D one.
 
+for shapes, (total, _, _) in costs.items():
+    print(
+        f"{shapes}: slowest aten::matmul {max(total.samples):,.1f} µs, "
+        f"median {total.median:,.1f} µs"
+    )
 (flat_total, flat_product, flat_around) = costs["2-D @ 2-D"]
 (bmm_total, bmm_product, bmm_around) = costs["3-D @ 3-D"]
 if flat.has_gpu:

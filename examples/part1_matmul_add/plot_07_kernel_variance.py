@@ -165,12 +165,11 @@ if run.has_gpu:
     )
 
 # %%
-# The post's mean was pulled up by slow instances. The claims box says whether this run's
+# The post's mean was pulled up by slow instances. The claims above say whether this run's
 # twenty stayed within 10% of their median and whether its first two steps were the slow
-# ones, as they were in the runs this page was written from on an H100. The trace records
-# no clock speed, so it cannot say why the first steps are slower: the profiler starting
-# up around the first step and the GPU raising its clock after an idle moment are both
-# candidates.
+# ones. Where the first steps are the slower ones, the trace cannot say why, since it
+# records no clock speed: the profiler starting up around the first step and the GPU
+# raising its clock after an idle moment are both candidates.
 #
 # The profiler table sums the twenty steps: a total divided by its number of calls is the
 # mean, the statistic the post warns about.
@@ -261,8 +260,8 @@ else:
     print("No GPU here: there are no measured peaks to compare.")
 
 # %%
-# Same kernel, same inputs, same launch: when the sustained run is slower (the claims box
-# says whether it was here), the change is in the GPU. The likeliest cause is its clock,
+# Same kernel, same inputs, same launch: when the sustained run is slower (the claims above
+# say whether it was here), the change is in the GPU. The likeliest cause is its clock,
 # which power and thermal management lower under a sustained load; NVML's clock readings,
 # printed where it could read them, show whether it fell. The trace does not record
 # clocks; to watch them while your own load runs, use
@@ -329,12 +328,15 @@ findings_table(shared_findings, caption="the GEMM beside a neighbour")
 # %%
 # The finding compares each step's kernel with the same kernel in the other steps (same
 # name, same launch configuration, same place in the step). An instance counts as slow
-# when it takes at least ``VARIANCE_MIN_RATIO`` times the median, and exceeds it both by
-# several times the spread of the others (their interquartile range) and by a few launch
-# latencies of the trace, so that jitter of a microsecond on a tiny kernel does not count.
-# For each slow instance it then lists what else of the trace ran on the GPU at the same
-# time.
+# when it takes at least the ratio printed below times the median (the rule's
+# ``VARIANCE_MIN_RATIO``), and exceeds the median both by several times the spread of the
+# others (their interquartile range) and by a few launch latencies of the trace, so that
+# jitter of a microsecond on a tiny kernel does not count. For each slow instance it then
+# lists what else of the trace ran on the GPU at the same time. The neighbour runs four
+# GEMMs, so more than one of our instances can be slow; the lines below give how many,
+# and details the slowest.
 
+print(f"kernel-variance: slow means at least {VARIANCE_MIN_RATIO}x the median")
 if shared_findings:
     variance = max(
         (f.evidence for f in shared_findings),
@@ -344,7 +346,8 @@ if shared_findings:
     print(cut(variance["kernel"], 88))
     print(
         f"median {variance['median_us']:.1f} µs, IQR {variance['iqr_us']:.1f} µs; "
-        f"slow in steps {', '.join(map(str, variance['slow_steps']))}"
+        f"{len(variance['slow'])} slow instance(s), in steps "
+        f"{', '.join(map(str, variance['slow_steps']))}"
     )
     print(
         f"slowest: {slowest['dur_us']:.1f} µs in ProfilerStep#{slowest['step']}, "
@@ -359,17 +362,17 @@ if shared_findings:
         step=shared.trace.step_of(slow_kernel).number,
         highlights=[highlight_span(slow_kernel, "slow kernel")],
         max_depth=2,
-        title=f"{shared.name}: the slow step",
+        title=f"{shared.name}: the slowest instance's step",
     )
 
 # %%
-# Our slow kernel has our GPU lane to itself: nothing of this trace runs beside it, and it
-# is the same kernel, with the same grid and block, as in every other step (the claims
-# below check both), called on the same tensors (the code above). The time went to the
-# other process. That is what the rule says when
-# nothing in the trace overlaps a slow instance: the cause is outside the trace. On a
-# machine you do not have to yourself, check ``nvidia-smi`` for other processes before
-# reading a slow step as your code's, or as the GPU's clocks.
+# The slowest instance has our GPU lane to itself: nothing of this trace runs beside it,
+# and it is the same kernel, with the same grid and block, as in every other step (the
+# claims below check both), called on the same tensors (the code above). The time went
+# to the other process. That is what the rule says when nothing in the trace overlaps a
+# slow instance: the cause is outside the trace. On a machine you do not have to
+# yourself, check ``nvidia-smi`` for other processes before reading a slow step as your
+# code's, or as the GPU's clocks.
 
 if shared is not None:
     claim(
