@@ -9,9 +9,12 @@ through which launch call, and when does the planning happen?*
 A kernel launch names a grid of thread blocks, and each block needs registers and shared
 memory on a streaming multiprocessor (SM). An elementwise kernel needs little of either, so
 PyTorch launches it with a fixed shape and nothing to work out. A GEMM library has many
-kernels for one product and sizes each launch to the GPU, so it may ask the CUDA runtime
-first: how many of a kernel's blocks one SM can hold (``cudaOccupancy*``), what a kernel needs
-(``cudaFuncGetAttributes``). Those *planning calls* sit in the trace right before the launch.
+kernels for one product and sizes each launch to the GPU, so it may call the CUDA runtime or
+driver first: to look up the kernel's function handle (``cudaGetFuncBySymbol``), to read or
+set its attributes (``cudaFuncGetAttributes``, ``cudaFuncSetAttribute``), to ask how many of
+its blocks one SM can hold (``cudaOccupancy*``). This page calls those queries, attribute
+settings and function lookups made before a launch its *planning calls*; they sit in the
+trace right before the launch.
 
 In its 64×64 trace on an A100, the
 `Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ found
@@ -27,6 +30,7 @@ planning calls on this machine, in warm steps and in a process's very first GEMM
 # machine without a GPU, where there are no kernels to inspect but the runs still work).
 
 import collections
+import math
 import re
 import statistics
 
@@ -76,8 +80,10 @@ print(
 # How each kernel was launched
 # ----------------------------
 # :func:`~profiling_utils.measures.kernel_launches` follows every kernel back to its launch
-# call and to the operator that made it. Its planning calls are the occupancy and
-# attribute queries made inside that operator since its previous launch. The kernels of
+# call and to the operator that made it. Its planning calls are the occupancy queries,
+# attribute reads and settings, and function lookups made inside that operator since its
+# previous launch (the calls named in
+# :data:`~profiling_utils.measures.PLANNING_CALL_PREFIXES`). The kernels of
 # each run's last recorded step (every run warm and eager; kernel names cut at 24
 # characters, enough for the architecture they name):
 
@@ -155,39 +161,54 @@ for run in runs:
 # What the kernels ask of an SM
 # -----------------------------
 # The trace also records each kernel's footprint: registers per thread, shared memory per
-# block, grid and block. The largest of each kind of kernel in these runs:
+# block, grid and block. One row per kernel of each run's last recorded step, each row one
+# kernel's own figures (names cut as above):
 
-footprints = collections.defaultdict(list)
+shared_bytes = collections.defaultdict(list)  # per kind, each kernel's shared memory
+rows = []
 for run in runs:
     for launch in last_step_launches(run):
+        fp = launch.footprint
         kind = "GEMM" if launch.op and launch.op.name in GEMMS else "add"
-        footprints[kind].append(launch.footprint)
-rows = [
-    [
-        kind,
-        max(fp.registers_per_thread or 0 for fp in found),
-        max(fp.shared_memory_bytes or 0 for fp in found) / 1024,
-        max((fp.block[0] if fp.block else 0) for fp in found),
-    ]
-    for kind, found in footprints.items()
+        shared_bytes[kind].append(fp.shared_memory_bytes or 0)
+        shared_kib = (
+            None if fp.shared_memory_bytes is None else fp.shared_memory_bytes / 1024
+        )
+        rows.append(
+            [
+                run.name.removesuffix("_warm_eager").replace("_", " "),
+                cut(launch.kernel.name.removeprefix("void "), 24),
+                fp.registers_per_thread,
+                shared_kib,
+                math.prod(fp.block) if fp.block else None,
+            ]
+        )
+columns = [
+    "run",
+    "kernel",
+    "registers / thread",
+    "shared memory / block (KiB)",
+    "threads / block",
 ]
-columns = ["kernel", "registers / thread", "shared memory (KiB)", "threads / block"]
 value_table(columns, rows) if rows else None
 
 # %%
-# An SM has a fixed register file and a fixed amount of shared memory, so a GEMM block that
-# takes a large share of either leaves room for only a few blocks per SM; how many fit
-# decides how well a launch fills the GPU. That is what a GEMM library plans for. The post
-# gives the A100's add kernel 32 registers per thread and no shared memory.
+# An SM has a fixed register file and a fixed amount of shared memory, shared by the
+# blocks it holds at once. A kernel whose block takes a large share of either leaves room
+# for only a few of its blocks per SM, and how many fit decides how well a launch fills
+# the GPU. That is what a GEMM library plans for. The post gives the A100's add kernel 32
+# registers per thread and no shared memory.
 
 if device == "cuda":
-    gemm_shared = max(fp.shared_memory_bytes or 0 for fp in footprints["GEMM"])
-    add_shared = max(fp.shared_memory_bytes or 0 for fp in footprints["add"])
+    gemm_least = min(shared_bytes["GEMM"], default=0)
+    add_most = max(shared_bytes["add"], default=0)
     claim(
-        "the GEMM kernels ask for more shared memory per block than the add kernels",
-        gemm_shared > add_shared,
-        gemm_bytes=gemm_shared,
-        add_bytes=add_shared,
+        "every GEMM kernel asks for more shared memory per block than any add kernel",
+        gemm_least > add_most,
+        otherwise="some GEMM kernel asks for no more shared memory per block than an "
+        "add kernel",
+        least_gemm_bytes=gemm_least,
+        most_add_bytes=add_most,
     )
 
 # %%
@@ -310,6 +331,7 @@ if first_call is not None:
         for s in first_call.overhead
         if first_mm.start <= s.start and s.end <= first_mm.end
     ]
+    columns = ["inside the first aten::mm", "µs"]
     rows = [
         ["first aten::mm", first_mm.dur],
         ["later aten::mm (median)", later_us],
@@ -323,7 +345,7 @@ if first_call is not None:
         first_us=first_mm.dur,
         median_later_us=later_us,
     )
-value_table(["inside the first step", "µs"], rows) if first_call is not None else None
+value_table(columns, rows) if first_call is not None else None
 
 # %%
 # The CUDA calls, planning calls among them, are a small part of that first ``aten::mm``,
@@ -351,8 +373,10 @@ if first_call is not None:
 
 # %%
 # The planning calls of the first step on the timeline, with the overhead lane below the
-# CPU lane. The occupancy queries are short, about a microsecond each, so they are marked
-# together:
+# CPU lane. The occupancy queries are marked together, as one band, and each planning call
+# longer than 20 µs on its own. Printed with the picture: how long the occupancy queries
+# took, and how much of each long planning call the overhead lane shows the driver loading
+# code (*Runtime Triggered Module Loading*, *Lazy Function Loading*):
 
 if first_call is not None and gemm_launches[0].planning_calls:
     launch = gemm_launches[0]
@@ -383,10 +407,47 @@ if first_call is not None and gemm_launches[0].planning_calls:
         highlights=marks,
         title="First GEMM of a process: its planning calls",
     )
+    if queries:
+        print(
+            f"{len(queries)} occupancy queries: median "
+            f"{statistics.median(c.dur for c in queries):.2f} µs, longest "
+            f"{max(c.dur for c in queries):.2f} µs"
+        )
+
+    def loading_us(call):
+        """Time of the call covered by the driver's loading on the overhead lane."""
+        return sum(
+            max(0.0, min(span.end, call.end) - max(span.start, call.start))
+            for span in first_call.overhead
+            if span.name.endswith("Loading")
+        )
+
+    for call in planning:
+        if not call.name.startswith("cudaOccupancy") and call.dur > 20:
+            print(
+                f"{call.name}: {call.dur:.1f} µs, {loading_us(call):.1f} µs of it "
+                "under loading on the overhead lane"
+            )
+    longest = max(planning, key=lambda c: c.dur)
+    claim(
+        "loading on the overhead lane covers more than half of the longest planning call",
+        loading_us(longest) > 0.5 * longest.dur,
+        otherwise="loading on the overhead lane covers at most half of the longest "
+        "planning call",
+        call=longest.name,
+        call_us=longest.dur,
+        loading_us=loading_us(longest),
+    )
+elif first_call is not None:
+    print("The first GEMM launch came after no planning call: nothing to mark.")
 
 # %%
-# A long planning call with module loading under it on the overhead lane is long because
-# the driver loads the kernel's code while it runs, not because of the question it asks.
+# A planning call can take long with little work of its own. ``cudaFuncSetAttribute``, for
+# one, only sets a property of a kernel; but when a call is the first to touch a kernel,
+# the driver may load the kernel's code while it runs, and the overhead lane shows that
+# loading under the call. The claim above says whether loading covered most of this run's
+# longest planning call; where it does, most of the call's time is a first-use cost of
+# loading, not the call's own.
 #
 # What the cheatsheet finds
 # -------------------------

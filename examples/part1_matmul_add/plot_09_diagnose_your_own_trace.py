@@ -132,6 +132,13 @@ findings_table(findings, caption=run.name)
 #   ``--select``, ``--ignore`` on the command line).
 # - **What the trace shows**: one sentence with the measured numbers.
 #
+# The CPU-lane rules ``planned-launch``, ``plain-launch`` and ``driver-launch`` sort kernel
+# launches by whether *planning calls* came before them: the queries, attribute settings
+# and function lookups that a library makes before a launch (``cudaOccupancy*``,
+# ``cudaFuncGetAttributes``, ``cudaFuncSetAttribute``, ``cudaGetFuncBySymbol`` and their
+# driver forms, as :data:`~profiling_utils.measures.PLANNING_CALL_PREFIXES` lists them).
+# The :doc:`launch-planning tutorial <plot_06_launch_planning>` looks at them.
+#
 # The evidence
 # ------------
 #

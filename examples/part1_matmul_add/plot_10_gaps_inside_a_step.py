@@ -1,6 +1,6 @@
 """
-Gaps inside a step: a host sync every step, the profiler once
-=============================================================
+Gaps inside a step: your host sync or the profiler?
+===================================================
 
 *The GPU lane shows the GPU idle in the middle of a step. Is that your code or the
 profiler, and how do you tell from the trace?*
@@ -13,8 +13,8 @@ kernels in a single step is likely a buffer request.
 
 A trace can say more than "once or every time". For an idle stretch of the GPU it records
 when the next work was *launched* and what the CPU thread was doing meanwhile. We record
-two runs, one whose code makes the GPU idle inside every step and one long enough for the
-profiler to ask for a buffer mid-run, and read both with the ``intra-step-gap`` rule of
+two runs, one whose code makes the GPU idle inside every step and one long enough that the
+profiler may ask for a buffer mid-run, and read both with the ``intra-step-gap`` rule of
 :func:`~profiling_utils.rules.diagnose`.
 """
 
@@ -25,6 +25,8 @@ profiler to ask for a buffer mid-run, and read both with the ``intra-step-gap`` 
 # a training loop does when it logs ``loss.item()``. ``item()`` copies the value to the
 # host and waits for it: the CPU stops issuing work until the GPU has finished everything
 # queued before. For comparison, the same step without the ``item()``.
+
+import collections
 
 import torch
 
@@ -40,6 +42,7 @@ from profiling_utils.render import (
     trace_dir,
     trace_links,
 )
+from profiling_utils.rules.gpu_lane import GAP_MIN_LAUNCH_LATENCIES, GAP_MIN_US
 from profiling_utils.stats import Distribution
 
 torch.manual_seed(0)
@@ -83,38 +86,65 @@ if synced_gaps:
     evidence = synced_gaps[0].evidence
     print(f"launch latency of this trace: {evidence['launch_latency_us']:.1f} µs")
     idle = Distribution.of([gap for _, gap in evidence["gap_by_step_us"]], unit="µs")
-    print(f"GPU idle after the copy, per step: {idle}")
+    print(f"GPU idle after the copy, in the rule's steps: {idle}")
     print(f"the sync: {evidence['sync']['name']} under {evidence['sync_op']['name']}")
     print(f"last GPU work before the stretch: {evidence['before']['name'][:50]}")
     print(f"first GPU work after it: {evidence['after']['name'][:60]}")
     late_us = evidence["launched_after_idle_us"]
     print(f"the next work was launched {late_us:.1f} µs after the GPU ran dry")
+    threshold = max(
+        GAP_MIN_US, GAP_MIN_LAUNCH_LATENCIES * evidence["launch_latency_us"]
+    )
+    print(
+        f"the rule's threshold: {threshold:.1f} µs ({GAP_MIN_LAUNCH_LATENCIES:g} launch "
+        f"latencies, and at least {GAP_MIN_US:g} µs)"
+    )
 else:
     evidence = None
     print("No idle stretch after a host sync in this run", end="")
     print(": item() has no GPU to wait for." if not synced.has_gpu else ".")
 print(f"without the item(): {len(free_gaps)} intra-step-gap finding(s)")
 
+# Every step, the GPU's idle time from the end of the copy to the host to its next work.
+idle_after_copy = []
+if synced.has_gpu:
+    gpu_work = sorted(synced.trace.gpu_work, key=lambda span: span.start)
+    for each in synced.trace.steps:
+        for copy in (w for w in each.gpu_work if w.name.startswith("Memcpy DtoH")):
+            after = next((w for w in gpu_work if w.start >= copy.end), None)
+            if after is not None:
+                idle_after_copy.append((each.number, after.start - copy.end))
+    listed = ", ".join(f"#{number} {gap:.1f}" for number, gap in idle_after_copy)
+    print(fold_lines(f"GPU idle after the copy, every step (µs): {listed}"))
+
 # %%
-# One step up close, the idle stretch marked:
+# One step up close, the copy to the host and the idle stretch after it marked:
 
 step = evidence["step"] if evidence else synced.trace.steps[0].number
 marks = []
 if evidence:
     idle_from = evidence["before"]["start_us"] + evidence["before"]["dur_us"]
+    marks.append(Highlight(evidence["before"]["start_us"], idle_from, "Memcpy DtoH"))
     marks.append(Highlight(idle_from, evidence["after"]["start_us"], "GPU idle"))
-plot_timeline(synced.trace, step=step, highlights=marks, max_depth=3, title=synced.name)
+plot_timeline(synced.trace, step=step, highlights=marks, max_depth=4, title=synced.name)
 
 # %%
 # The copy to the host (``Memcpy DtoH``) is the last GPU work before the stretch; the CPU
 # sits in ``cudaStreamSynchronize`` until it is done, and only then returns to Python and
 # launches the rest of the step. The GPU waits for the whole way back. Everything the GPU had
-# queued ahead of the sync is drained, so a stretch follows the sync in every step; the rule
-# counts the steps where it passes its threshold (the box at the top says how many, and a
-# short round trip can fall under it). It recurs: this is your code, and the fix is to read
-# the value less often, or later.
+# queued ahead of the sync is drained, so the GPU idles after the copy in every step (the
+# list printed above); the rule reports the steps where that stretch reaches its threshold
+# (the finding says how many: a short round trip can fall under it). It recurs: this is your
+# code, and the fix is to read the value less often, or later.
 
 if synced.has_gpu:
+    claim(
+        "in every recorded step the GPU idles after the copy to the host",
+        len(idle_after_copy) == len(synced.trace.steps)
+        and all(gap > 0 for _, gap in idle_after_copy),
+        steps=len(synced.trace.steps),
+        steps_with_idle=sum(gap > 0 for _, gap in idle_after_copy),
+    )
     claim(
         "intra-step-gap finds the GPU idle after a host sync",
         evidence is not None and evidence["cause"] == "host sync",
@@ -144,14 +174,14 @@ if synced.has_gpu and evidence is not None:
     )
 
 # %%
-# The profiler's buffer request, once
-# -----------------------------------
+# The profiler's buffer request: once, if it shows
+# ------------------------------------------------
 # The post's case. The profiler collects GPU activity records in buffers that it hands to
 # NVIDIA's CUPTI; when one fills up, it asks for another, and the trace shows the time as
 # an ``Activity Buffer Request`` on the overhead row. A short run fills none after the
-# first (see :doc:`plot_04_buffer_request_and_offset`); a longer
-# one with many kernels does. We train a tiny transformer, a loop whose every step
-# launches hundreds of small kernels.
+# first (see :doc:`plot_04_buffer_request_and_offset`); a longer one with many kernels
+# can. We train a tiny transformer, a loop that launches many kernels in every step (the
+# count is printed below).
 #
 # The profiler turns CUPTI on at the start of the schedule's ``warmup`` steps and drops
 # what they recorded only at the end, so warm-up steps fill the buffers too, at no cost in
@@ -203,6 +233,23 @@ train = capture(
 )
 recorded = train.trace.steps
 print(f"recorded: ProfilerStep#{recorded[0].number} to #{recorded[-1].number}")
+if train.has_gpu:
+    per_step = collections.Counter(
+        step.number
+        for step in map(train.trace.step_of, train.trace.kernels)
+        if step is not None
+    )
+    kernels = [per_step[step.number] for step in recorded]
+    counts = f"{min(kernels)}" + (
+        f" to {max(kernels)}" if max(kernels) > min(kernels) else ""
+    )
+    print(f"kernels per recorded step: {counts}")
+    claim(
+        "every recorded step launches at least 100 kernels",
+        min(kernels) >= 100,
+        otherwise=f"the fewest kernels in a recorded step is {min(kernels)}",
+        fewest=min(kernels),
+    )
 requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
 for request in requests:
     inside = train.trace.step_of(request)
@@ -338,8 +385,11 @@ if train.has_gpu:
 # - **Every step, after a host sync** (``item()``, printing a GPU value, ``nonzero``, a
 #   blocking copy): your code. The GPU drains and waits for the CPU's next launch.
 # - **Once, while an Activity Buffer Request holds the CPU**: the profiler. Recording more
-#   steps, as the post does, shows it once; a ``wait`` and ``warmup`` in the schedule do
-#   not keep a mid-run request out.
+#   steps, as the post does, tells such a one-off from a gap that recurs; a ``wait`` and
+#   ``warmup`` in the schedule do not keep a mid-run request out. The request leaves a gap
+#   of its own only if the GPU runs dry during it, and in a loop whose GPU already idles for
+#   most of every step that gap may not stand out at all: the outputs above say whether it
+#   did in this run.
 # - **Once, with the next work launched before the GPU went idle**: something outside the
 #   trace held the GPU back, such as another process on the same GPU; see
 #   :doc:`plot_07_kernel_variance`.

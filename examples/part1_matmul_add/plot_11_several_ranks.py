@@ -19,10 +19,11 @@ from Python and from the command line, and find the rank the others wait for.
 #
 # This site is built on a single GPU, so this page cannot record a distributed run itself.
 # It reads traces recorded by ``scripts/record_nccl_fixtures.py`` on two NVIDIA H200 of one
-# host, linked by NVLink (torch 2.11, NCCL 2.28.9), which the repository ships in
-# ``tests/fixtures/nccl``. The outputs below are the same on any machine that builds the
-# page, GPU or not. Each step does five 2048 × 2048 bf16 matrix products, then an
-# ``all_reduce`` of 32 MiB (a gradient) and one of 4 KiB (a loss), then waits for the GPU:
+# host, which the repository ships in ``tests/fixtures/nccl``; each trace names its GPU and
+# the NCCL version (printed below). The outputs below are the same on any machine that
+# builds the page, GPU or not. Each step does five 2048 × 2048 bf16 matrix products (their
+# shapes are printed below too), then an ``all_reduce`` of 32 MiB (a gradient) and one of
+# 4 KiB (a loss), then waits for the GPU:
 #
 # - ``balanced``: both ranks do the same work;
 # - ``stalled``: rank 1 also sleeps 10 ms on the host before its ``all_reduce`` calls, every
@@ -30,8 +31,10 @@ from Python and from the command line, and find the rank the others wait for.
 #   would;
 # - ``overlapped``: the 32 MiB ``all_reduce`` runs beside the products (the last section).
 #
-# We copy them into this page's trace folder, so they can be downloaded at the end.
+# We copy them into this page's trace folder, each file named after its run, so that they
+# can be downloaded at the end.
 
+import collections
 import json
 import shutil
 import statistics
@@ -46,6 +49,7 @@ from profiling_utils.comm import collectives, comm_overlap
 from profiling_utils.ranks import cross_rank, rank_profile, trace_files
 from profiling_utils.render import (
     findings_table,
+    fold_lines,
     plot_rank_step,
     trace_dir,
     trace_links,
@@ -57,7 +61,10 @@ from profiling_utils.stats import Distribution, clearly_greater
 recorded = Path(profiling_utils.__file__).resolve().parents[1] / "tests/fixtures/nccl"
 runs = ("balanced", "stalled", "overlapped")
 for run in runs:
-    shutil.copytree(recorded / run, trace_dir() / run, dirs_exist_ok=True)
+    shutil.rmtree(trace_dir() / run, ignore_errors=True)
+    (trace_dir() / run).mkdir(parents=True)
+    for source in sorted((recorded / run).glob("*.json.gz")):
+        shutil.copyfile(source, trace_dir() / run / f"{run}_{source.name}")
 
 traces = {
     run: [load_trace(path) for path in trace_files([trace_dir() / run])] for run in runs
@@ -65,9 +72,23 @@ traces = {
 for trace in traces["stalled"]:
     info = trace.metadata["distributedInfo"]
     print(
-        f"{trace.path.parent.name}/{trace.path.name}: rank {trace.rank} of "
+        f"{trace.path.name}: rank {trace.rank} of "
         f"{trace.world_size}, {trace.devices[0].name}, NCCL {info['nccl_version']}, "
         f"{len(trace.steps)} steps"
+    )
+stalled0 = traces["stalled"][0]
+products = [op for op in stalled0.find("aten::mm") if stalled0.step_of(op)]
+shapes = collections.Counter(
+    (
+        " × ".join(map(str, op.args.get("Input Dims") or [])),
+        ", ".join(sorted(set(op.args.get("Input type") or []))),
+    )
+    for op in products
+)
+for (dims, types), count in sorted(shapes.items()):
+    print(
+        f"{stalled0.path.name}: {count / len(stalled0.steps):g} aten::mm per step, "
+        f"{dims}, {types}"
     )
 recorded_on = {trace.devices[0].name for run in runs for trace in traces[run]}
 claim(
@@ -303,13 +324,20 @@ for run in ("balanced", "stalled"):
 # and **transfer**, the rest. The rank that arrives last, again and again, is the one the
 # others wait for.
 
+
+def print_ranks(report):
+    """Each rank's time in collectives, split into wait and transfer."""
+    for row in report.ranks:
+        print(
+            f"{row.label}: {row.collective_us:8,.0f} µs in collectives = "
+            f"{row.wait_us:8,.0f} wait + {row.transfer_us:5,.0f} transfer; "
+            f"last at {row.last_arrivals} of {report.matched_collectives}"
+        )
+
+
 report = cross_rank(profiles["stalled"])
-for row in report.ranks:
-    print(
-        f"{row.label}: {row.collective_us:8,.0f} µs in collectives = "
-        f"{row.wait_us:8,.0f} wait + {row.transfer_us:5,.0f} transfer; "
-        f"last at {row.last_arrivals} of {report.matched_collectives}"
-    )
+print("stalled run")
+print_ranks(report)
 straggler = report.straggler
 print(
     f"straggler: {straggler.label}, the others waited {straggler.caused_wait_us:,.0f} µs"
@@ -329,21 +357,36 @@ claim(
     matched=report.matched_collectives,
 )
 balanced = cross_rank(profiles["balanced"])
-arrivals = ", ".join(f"{row.label} {row.last_arrivals}" for row in balanced.ranks)
-print(
-    f"balanced run, collectives reached last: {arrivals}; straggler: {balanced.straggler}"
-)
+print("\nbalanced run")
+print_ranks(balanced)
+print(f"straggler: {balanced.straggler or 'none'}")
+for finding in balanced.findings:
+    print(fold_lines(f"{finding.rule}: {finding.message}"))
 claim(
     "in the balanced run each rank reaches some collectives last, and no straggler is named",
     balanced.straggler is None and all(row.last_arrivals > 0 for row in balanced.ranks),
 )
+claim(
+    "in the balanced run each rank waits for at least a quarter of its time in collectives",
+    all(row.wait_us >= 0.25 * row.collective_us for row in balanced.ranks),
+    **{
+        f"rank{row.rank}_wait_share": row.wait_us / row.collective_us
+        for row in balanced.ranks
+    },
+)
 
 # %%
-# Rank 1's collectives are all transfer, and it arrived last at every one; rank 0's are
-# almost all wait. The straggler's steps are not longer than the others': the time it
-# loses is paid by the others, inside their collectives. So look at the rank with the
-# *short* collectives, and at what it does before them (here, the ``host_stall``). In the
-# balanced run each rank is sometimes the later one, by little, and no straggler is named.
+# In the stalled run, rank 1's collectives are all transfer, and it arrived last at every
+# one; rank 0's are almost all wait. The straggler's steps are not longer than the
+# others': the time it loses is paid by the others, inside their collectives. So look at
+# the rank with the *short* collectives, and at what it does before them (here, the
+# ``host_stall``).
+#
+# Waiting alone does not make a straggler. In the balanced run both ranks wait too, for a
+# large part of their time in collectives, but the later rank is not always the same one:
+# each reaches some collectives last, and ``collective-skew`` reads the waits as jitter
+# between the ranks rather than one late rank. What names a straggler is arriving last
+# again and again.
 #
 # The same from the command line
 # ------------------------------
@@ -367,17 +410,29 @@ print(f"{'label':8}" + "".join(f"{key:>16}" for key in keys))
 for row in summary["ranks"]:
     print(f"{row['label']:8}" + "".join(f"{row[key]:16,.0f}" for key in keys))
 print("straggler:", {key: summary["straggler"][key] for key in ("label", "basis")})
-print("findings:", [finding["rule"] for finding in summary["findings"]])
+print("findings:")
+for finding in summary["findings"]:
+    print(fold_lines(f"  {finding['rule']}: {finding['message']}", max_lines=5))
 claim(
     "the CLI names the same straggler",
     summary["straggler"]["rank"] == straggler.rank,
     cli=summary["straggler"]["label"],
 )
+idle_rank1_us = next(row["gpu_idle_us"] for row in summary["ranks"] if row["rank"] == 1)
+stalls_us = sum(span.dur for span in rank1.find("host_stall"))
+claim(
+    "rank 1's GPU idles for at least as long as its host stalls last in all",
+    idle_rank1_us >= stalls_us,
+    rank1_gpu_idle_us=idle_rank1_us,
+    host_stalls_us=stalls_us,
+)
 
 # %%
-# Besides ``rank-straggler``, ``collective-skew`` says that most of the time in
-# collectives is waiting rather than transfer, and ``rank-gpu-idle`` that rank 1's GPU idles
-# while it sleeps. ``python -m profiling_utils diagnose stalled/rank0.json.gz`` gives the
+# Three cross-rank findings, their messages printed above: ``rank-straggler`` names
+# rank 1; ``collective-skew`` sums the wait and the transfer over both ranks; and
+# ``rank-gpu-idle`` names the rank whose GPU idles longest, rank 1, whose GPU has nothing
+# to do while its host sleeps (the claim above sets its idle time against its stalls).
+# ``python -m profiling_utils diagnose stalled/stalled_rank0.json.gz`` gives the
 # single-rank findings above for one trace.
 #
 # Communication beside compute
@@ -456,27 +511,28 @@ for trace, balanced_trace in zip(overlapped, traces["balanced"], strict=True):
     )
 
 # %%
-# About two fifths of each rank's communication ran beside compute, and each step exposed
-# less communication than a balanced step. The rest still runs with no compute beside it,
-# which is why ``exposed-communication`` still fires; the overlapped traces below show
-# where, the NCCL stream's kernels beside the compute stream's.
+# About two fifths of each rank's communication ran beside compute, and on each rank the
+# median step exposed less communication than the balanced run's median step. The rest
+# still runs with no compute beside it, which is why ``exposed-communication`` still fires;
+# the overlapped traces below show where, the NCCL stream's kernels beside the compute
+# stream's.
 #
 # The traces
 # ----------
 #
 # The stalled run's two traces, to open side by side in Perfetto:
 
-trace_links(trace_dir() / "stalled" / "rank0.json.gz", title="stalled_rank0")
+trace_links(trace_dir() / "stalled" / "stalled_rank0.json.gz")
 
 # %%
 
-trace_links(trace_dir() / "stalled" / "rank1.json.gz", title="stalled_rank1")
+trace_links(trace_dir() / "stalled" / "stalled_rank1.json.gz")
 
 # %%
 # And the overlapped run's, where the ``all_reduce`` and the products share the GPU:
 
-trace_links(trace_dir() / "overlapped" / "rank0.json.gz", title="overlapped_rank0")
+trace_links(trace_dir() / "overlapped" / "overlapped_rank0.json.gz")
 
 # %%
 
-trace_links(trace_dir() / "overlapped" / "rank1.json.gz", title="overlapped_rank1")
+trace_links(trace_dir() / "overlapped" / "overlapped_rank1.json.gz")
