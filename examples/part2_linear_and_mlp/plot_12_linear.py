@@ -117,10 +117,11 @@ else:
 # So the add has no kernel of its own: ``addmm`` hands the bias to the GEMM, which adds
 # it to each output element before writing it (an *epilogue*), instead of writing the
 # product and reading it back for a separate add. Whether the kernel's name says so is
-# the last claim above; on the H100 this site's reference traces were recorded on, the
-# cuBLASLt ``nvjet`` kernel carries ``bias`` in its name.
-# (Page 08 of Part 1 met a different ``addmm``: there the bias was a full matrix, which
-# ``addmm`` copied into the output before the GEMM.)
+# the last claim printed above (on a GPU build); on the H100 this site's reference traces
+# were recorded on, the cuBLASLt ``nvjet`` kernel carries ``bias`` in its name.
+# (:doc:`Page 08 of Part 1 <../part1_matmul_add/plot_08_torch_compile>` met a different
+# ``addmm``: there the bias was a full matrix, which ``addmm`` copied into the output
+# before the GEMM.)
 #
 # Where did the transpose go?
 # ---------------------------
@@ -184,9 +185,9 @@ else:
 # NVIDIA does not document ``nvjet`` names. The first two letters fit the same reading
 # as the A100's ``tn``: PyTorch hands cuBLAS the column-major view of the row-major
 # product, which makes the weight the operand read transposed. What the third letter
-# encodes (the output's layout is one guess) we cannot tell from a trace. Groups such as
-# ``8x64`` and ``64x16`` look like tile shapes, by analogy with CUTLASS names; the whole
-# name is a label for a tuned configuration, not a specification.
+# encodes we cannot tell from a trace. Groups such as ``8x64`` and ``64x16`` look like
+# tile shapes, by analogy with CUTLASS names; the whole name is a label for a tuned
+# configuration, not a specification.
 #
 # What does ``torch.compile`` change?
 # -----------------------------------
@@ -200,9 +201,10 @@ print(span_tree(compiled.trace, compiled_step.span, width=80))
 # %%
 # Inductor traced ``aten::linear`` down to the ``addmm`` it makes and calls that directly;
 # the generated code builds the transposed view of the weight itself, without an operator
-# the profiler records. Around it come the rows of a compiled call
-# (met on page 08: the guard check, the compiled region, AOTAutograd's wrapper, the
-# generated ``call``). The operators only one run has, and the GPU work per step:
+# the profiler records. Around it come the rows of a compiled call (met on
+# :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`: the guard check, the
+# compiled region, AOTAutograd's wrapper, the generated ``call``). The operators only one
+# run has, and the GPU work per step:
 
 comparison = compare(eager.trace, compiled.trace)
 for label, ops in (
@@ -322,8 +324,8 @@ findings_table(
 # In the timeline
 # ---------------
 # The last recorded step of each run, CPU lane above, GPU stream below (on a machine
-# without a GPU, the CPU lane only). The GEMM is the sliver under ``aten::addmm``: the
-# CPU's calls take most of the step.
+# without a GPU, the CPU lane only). The GEMM is the sliver that follows the launch under
+# ``aten::addmm``: the CPU's calls take most of the step.
 
 plot_timeline(
     eager.trace,

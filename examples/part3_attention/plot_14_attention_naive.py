@@ -86,6 +86,7 @@ runs = {
     for name, in_place in (("naive", False), ("in_place", True))
 }
 naive, in_place = runs["naive"], runs["in_place"]
+scores_bytes = batch * heads * length * length * 2  # the scores, in bf16
 
 # %%
 # What the out-of-place mask calls
@@ -138,8 +139,9 @@ for name, run in runs.items():
 # %%
 # Two GEMMs (``QKᵀ`` and ``PV``; a memset of a few bytes next to one is cuBLAS's), the
 # division by √d, the mask, the softmax. The naive step has one more line: a device-to-device
-# memcpy, the clone's copy. CUDA copies a contiguous tensor with ``cudaMemcpyAsync``, so the
-# clone appears as a ``Memcpy DtoD``, not as a kernel. Counted over all the steps:
+# memcpy, the clone's copy. PyTorch's ``copy_`` copies a contiguous tensor to one of the
+# same dtype on the same GPU with ``cudaMemcpyAsync`` rather than with a kernel, so the
+# clone appears as a ``Memcpy DtoD``. Counted over all the steps:
 
 
 def per_step(run):
@@ -158,7 +160,6 @@ if naive.has_gpu:
         c for c in memory_copies(naive.trace) if c.kind == "DtoD" and c.step is not None
     ]
     in_place_copies = [c for c in memory_copies(in_place.trace) if c.kind == "DtoD"]
-    scores_bytes = batch * heads * length * length * 2
     launch = naive.trace.launch_of(copies[0].span) if copies else None
     path = [*reversed(list(naive.trace.ancestors(launch))), launch] if launch else []
     chain = " → ".join(span.name for span in [*path, copies[0].span]) if path else ""
@@ -220,13 +221,26 @@ if last.gpu_work:
 # %%
 # How fast is the copy?
 # ---------------------
-# The scores are ``[8, 16, 1024, 1024]`` in bf16: 2 bytes × 134,217,728 elements = 256 MiB
-# (268 MB). :func:`~profiling_utils.rates.rate_report` puts the copy's rate, bytes copied
-# per second, next to the datasheet's memory bandwidth. A device-to-device copy reads each
-# byte and writes it back, so the datasheet allows it half the bandwidth; 256 MiB is far
-# larger than the L2 cache, so memory, not the cache, sets this ceiling.
+# The scores are ``[batch, heads, L, L]`` in bf16, 2 bytes an element; the first line
+# below gives their size on this run. :func:`~profiling_utils.rates.rate_report` puts the
+# copy's rate, bytes copied per second, next to the datasheet's memory bandwidth. A
+# device-to-device copy reads each byte and writes it back, so the datasheet allows it
+# half the bandwidth. Where the scores are more than four times the size of the L2 cache
+# (a claim below says whether they are), memory, not the cache, sets this ceiling.
 
+print(f"scores: {[batch, heads, length, length]} bf16, {scores_bytes // 2:,} elements")
+print(f"        × 2 bytes = {scores_bytes:,} bytes ({byte_size(scores_bytes)})")
 if naive.has_gpu and copies:
+    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)
+    if l2_bytes:
+        print(f"L2 cache: {byte_size(l2_bytes)}")
+        claim(
+            "the scores are more than four times the size of the L2 cache",
+            scores_bytes > 4 * l2_bytes,
+            otherwise="the scores are at most four times the size of the L2 cache",
+            scores_bytes=scores_bytes,
+            l2_bytes=l2_bytes,
+        )
     copy_us = Distribution.of([c.span.dur for c in copies], "µs")
     print(f"copy of {byte_size(copies[0].bytes)}: {copy_us}")
     report = rate_report(
@@ -309,7 +323,8 @@ else:
 
 # %%
 # Fusing the mask into the softmax, or the whole of attention into one kernel, removes
-# these round trips through memory: that is what the next page's fused backends do.
+# these round trips through memory: that is what the fused backends of
+# :doc:`the next page <plot_15_sdpa_backends>` do.
 #
 # What the cheatsheet finds
 # -------------------------

@@ -1,6 +1,6 @@
 """
-scaled_dot_product_attention: one call, five backends
-=====================================================
+scaled_dot_product_attention: four backends and auto
+====================================================
 
 *Call* ``torch.nn.functional.scaled_dot_product_attention`` *with each of its backends
 pinned, and with none. Which kernels run, how are they launched, how long do they take, and
@@ -19,11 +19,12 @@ and let the cheatsheet's attention rules read the traces.
 # %%
 # One call per backend
 # --------------------
-# The previous page's problem: batch 8, 16 heads, 1024 tokens, head size 64, bf16, causal
-# (``is_causal=True``: no mask tensor is passed), under ``torch.no_grad()``. Each backend is
-# pinned with ``torch.nn.attention.sdpa_kernel``; ``auto`` pins none. The flash,
-# memory-efficient and cuDNN backends are CUDA kernels: on a machine without a GPU only
-# ``math`` and ``auto`` run here, on a smaller problem.
+# The problem of :doc:`the previous page <plot_14_attention_naive>`: batch 8, 16 heads,
+# 1024 tokens, head size 64, bf16, causal (``is_causal=True``: no mask tensor is
+# passed), under ``torch.no_grad()``. Each backend is pinned with
+# ``torch.nn.attention.sdpa_kernel``; ``auto`` pins none. The flash, memory-efficient and
+# cuDNN backends are CUDA kernels: on a machine without a GPU only ``math`` and ``auto``
+# run here, on a smaller problem.
 
 from collections import Counter
 
@@ -47,6 +48,7 @@ from profiling_utils.render import (
 from profiling_utils.roofline import roofline
 from profiling_utils.rules.attention import SDPA_BACKENDS, SDPA_OP
 from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.tables import byte_size
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -165,7 +167,8 @@ else:
 # a claim below checks it over all the steps. The memory-efficient kernel is a
 # CUTLASS kernel whose template targets the A100's generation (``sm80`` in its name: the
 # instructions it is written for, not the machine code that ran, which cannot be sm_80
-# code on a 9.x GPU; Part 1's launch-planning page explains), flash is
+# code on a 9.x GPU; :doc:`Part 1's launch-planning page
+# <../part1_matmul_add/plot_06_launch_planning>` explains), flash is
 # ``pytorch_flash::flash_fwd_kernel``, FlashAttention-2 as vendored in PyTorch, and cuDNN's
 # kernel name says which GPU generation it was generated for. How each kernel was
 # launched, from the runtime or driver call the trace links to it, over all 20 steps:
@@ -396,9 +399,11 @@ if on_gpu:
 # What the profiler does not see
 # ------------------------------
 # A trace holds a kernel's launch configuration as CUPTI reports it: grid, block,
-# registers per thread, shared memory, and an *estimated achieved occupancy*, the share of
-# the SM's warp slots the configuration allows (a calculation, not a measurement). For each
-# run's longest kernel:
+# registers per thread and shared memory per block (static plus dynamic). Beside them it
+# holds an *estimated achieved occupancy*, the share of the SM's warp slots the
+# configuration allows. CUPTI does not report that one: Kineto, the library that writes
+# the trace, computes it from the configuration with CUDA's occupancy calculator. It is a
+# calculation, not a measurement. For each run's longest kernel:
 
 if on_gpu:
     for name, main in mains.items():
@@ -421,6 +426,60 @@ if on_gpu:
         occupancy=cudnn_occupancy,
         otherwise=f"the trace reports {cudnn_occupancy}% occupancy for the cuDNN kernel",
     )
+else:
+    print("No GPU here: no kernel launch configurations to read.")
+
+# %%
+# How Kineto computes it (``kernelOccupancy`` in libkineto's
+# ``CudaDeviceProperties.cpp``): the calculator finds how many blocks fit on one SM, from
+# the registers per thread, the shared memory and the block size; Kineto caps that at
+# the grid's blocks per SM and divides those blocks' threads by the most an SM holds. So a
+# grid of fewer blocks than the GPU has SMs shows a small share, which can round to 0%.
+#
+# The calculator is called with the default shared-memory limit and no allowance for
+# more. A block may use at most 48 KiB of shared memory unless its kernel opts in to
+# more, and GEMM and attention kernels with large tiles often do. The calculation
+# ignores the opt-in, finds that no block of such a kernel fits, and the trace says 0%,
+# however many blocks were in fact resident. The launch call plays no part: every
+# kernel goes through the same calculation. The kernels of this page's runs on either
+# side of the 48 KiB line (at or under it, only those with at least one block per SM,
+# which the cap at the grid cannot bring down to 0%):
+
+if on_gpu:
+    DEFAULT_SHARED = 48 * 1024  # bytes per block a kernel may use without opting in
+    above, within = {}, {}
+    for run in runs.values():
+        for launch in kernel_launches(run.trace):
+            f = launch.footprint
+            if f.shared_memory_bytes is None:
+                continue
+            if f.shared_memory_bytes > DEFAULT_SHARED:
+                above.setdefault(launch.kernel.name, set()).add(f.occupancy_pct)
+            elif (f.blocks_per_sm or 0) >= 1:
+                within.setdefault(launch.kernel.name, set()).add(f.occupancy_pct)
+    for label, group in (
+        ("above 48 KiB per block", above),
+        ("at or under 48 KiB, at least one block per SM", within),
+    ):
+        values = set().union(*group.values())
+        shown = sorted(v for v in values if v is not None)
+        shown = [f"{v:g}%" for v in shown] + (["none"] * (None in values))
+        print(
+            fold_lines(
+                f"{label}: {len(group)} kernel(s), occupancy {', '.join(shown) or '—'}"
+            )
+        )
+    claim(
+        "every kernel of these runs with more than 48 KiB of shared memory per block "
+        "reports 0% or no occupancy, and every one at or under 48 KiB with at least one "
+        "block per SM reports a value above 0%",
+        not any(v for vs in above.values() for v in vs)
+        and all(v for vs in within.values() for v in vs),
+        above=len(above),
+        within=len(within),
+        otherwise="on this run, 48 KiB of shared memory per block does not separate the "
+        "kernels that report an occupancy from those that report none",
+    )
     sms = runs["cudnn"].trace.devices[0].compute_units
     grid = mains["cudnn"].footprint.grid
     claim(
@@ -430,20 +489,19 @@ if on_gpu:
         sms=sms,
         otherwise=f"cuDNN's grid {grid} is not one block per SM",
     )
-else:
-    print("No GPU here: no kernel launch configurations to read.")
 
 # %%
-# A 0% occupancy for a kernel that ran for tens of microseconds is not a kernel that did
-# nothing: CUPTI wrote no estimate for it (the cuDNN kernel is launched through
-# ``cuLaunchKernelEx``, with a cluster in its name). The post met the same gap for cuDNN on
-# its A100. The grid tells more: one block per SM, each looping over tiles (a *persistent*
-# kernel), so an occupancy figure would say little anyway.
+# For a kernel above the line, then, 0% says nothing about how many of its blocks ran at
+# once; the shared memory in cuDNN's line of the first list shows whether its kernel is
+# one. The post's A100 also reported no occupancy for cuDNN. Its grid tells more: where
+# it is one block per SM (the last claim above), each block loops over tiles (a
+# *persistent* kernel), and an occupancy figure would say little anyway.
 #
-# Flash's estimate follows from its registers (the post found 13% on its A100). An SM of
-# an A100 or H100 holds 65,536 registers and at most 64 warps; a block of ``block``
-# threads using ``r`` registers each fits ``65,536 // (r × block)`` times, and those blocks'
-# warps over 64 is the estimate:
+# Below the line the estimate is the calculator's, and flash's should follow from its
+# registers (the post found 13% on its A100). An SM of an A100 or H100 holds 65,536
+# registers and at most 64 warps; a block of ``block`` threads using ``r`` registers
+# each fits ``65,536 // (r × block)`` times, and those blocks' warps over 64 is the
+# estimate; the claim below compares it with the trace's:
 
 if on_gpu:
     f = mains["flash"].footprint
@@ -516,7 +574,8 @@ print("GEMM input types:", gemm_types)
 #   default; the run prints the setting below); the last ``aten::to`` casts the result
 #   back to bf16.
 # - ``aten::ones`` and ``aten::tril``: the causal mask, built on every call (the
-#   hand-written attention of the previous page built it once), then turned into an
+#   hand-written attention of :doc:`the previous page <plot_14_attention_naive>` built it
+#   once), then turned into an
 #   additive mask of ``-inf`` (``aten::where``) and added to the scores.
 # - Two ``aten::matmul``, whose ``aten::bmm`` run on fp32 tensors: fp32 GEMM kernels, on
 #   CUDA cores rather than the bf16 tensor cores.
@@ -568,9 +627,10 @@ if on_gpu:
 
 # %%
 # The post found the math backend 3.7 times slower than its own in-place attention on the
-# A100 (7.239 ms against 1.955 ms); here compare the table above with the previous page's
-# in-place step. The math backend's GEMMs also compute the whole ``L × L`` score matrix,
-# the masked half included: the roofline counts their FLOPs from their shapes,
+# A100 (7.239 ms against 1.955 ms); here compare the table above with the in-place step
+# of :doc:`the previous page <plot_14_attention_naive>`. The math backend's GEMMs also
+# compute the whole ``L × L`` score matrix, the masked half included: the roofline
+# counts their FLOPs from their shapes,
 
 if on_gpu:
     gemm_flops = [
@@ -597,6 +657,43 @@ if on_gpu:
 
 math_findings = diagnose(math_run.trace)
 findings_table(math_findings, caption=math_run.name)
+
+# %%
+# Where the table holds an ``elementwise-chain`` finding, read its saving with care. The
+# trace does not say which tensor a kernel reads, so the rule takes a run of elementwise
+# kernels over one shape to pass one tensor along. What its chain holds here:
+
+chain_found = next((f for f in math_findings if f.rule == "elementwise-chain"), None)
+chain_ops = chain_found.evidence["chains"][0]["ops"] if chain_found else []
+scale_muls = [
+    s.args.get("Input Dims")
+    for s in nested
+    if s.name == "aten::mul"
+    and (s.args.get("Input Dims") or [None])[0] == list(q.shape)
+]
+one_tensor = bool(scale_muls) and all(sum(1 for d in m if d) == 1 for m in scale_muls)
+if (
+    chain_ops == ["aten::copy_"] * 3 + ["aten::mul"]
+    and len(upcasts) == 3
+    and one_tensor
+):
+    counted = chain_found.evidence["chains"][0]["saved_bytes_per_chain"]
+    round_trip = 2 * q.numel() * torch.finfo(torch.float32).bits // 8
+    print(
+        fold_lines(
+            f"chain: {' → '.join(chain_ops)}; the mul's recorded dims: {scale_muls[0]}\n"
+            "The three copies are the upcasts of q, k and v, three different tensors, and "
+            "the mul reads one tensor and a scalar, so at most one copy feeds it. Fusing "
+            "the four kernels saves at most that copy's round trip through memory, "
+            f"{byte_size(round_trip)}, of the {byte_size(counted)} the rule counts per "
+            "chain.",
+            max_lines=6,
+        )
+    )
+elif chain_ops:
+    print(fold_lines(f"chain: {' → '.join(chain_ops)}"))
+else:
+    print("No elementwise-chain finding on this run.")
 
 # %%
 # ``attention-backend`` names the backend from the operator under
