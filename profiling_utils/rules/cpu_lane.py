@@ -272,8 +272,9 @@ def _describe(row: dict[str, Any]) -> str:
     "planned-launch",
     "CPU lane",
     see="""A planning call in the op right before its kernel launch: an occupancy query
-    (cudaOccupancyMaxActiveBlocksPerMultiprocessor), a function-attribute query
-    (cudaFuncGetAttributes) or a function lookup.""",
+    (cudaOccupancyMaxActiveBlocksPerMultiprocessor), a function attribute read or set
+    (cudaFuncGetAttributes, cudaFuncSetAttribute) or a function lookup
+    (cudaGetFuncBySymbol).""",
     means="""A heavyweight kernel whose launch is worked out at run time: usually a GEMM,
     convolution or attention kernel from a library, sized to what fits in an SM's registers
     and shared memory. Which planning call shows, and how often, depends on the library path
