@@ -111,7 +111,7 @@ _CATEGORIES: dict[str, _Category] = {
     "kernel": _Category("kernel", "#009e73"),
     "gpu_memcpy": _Category("memcpy", "#d55e00"),
     "gpu_memset": _Category("memset", "#f0e442"),
-    "overhead": _Category("profiler overhead", "#999999"),
+    "overhead": _Category("CUPTI overhead row", "#999999"),
     "python_function": _Category("Python function", "#bbbbbb"),
 }
 _LEGEND_ORDER = [
