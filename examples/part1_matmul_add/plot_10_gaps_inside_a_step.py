@@ -42,7 +42,11 @@ from profiling_utils.render import (
     trace_dir,
     trace_links,
 )
-from profiling_utils.rules.gpu_lane import GAP_MIN_LAUNCH_LATENCIES, GAP_MIN_US
+from profiling_utils.rules.gpu_lane import (
+    GAP_MIN_LAUNCH_LATENCIES,
+    GAP_MIN_US,
+    GAP_REQUEST_RATIO,
+)
 from profiling_utils.stats import Distribution
 
 torch.manual_seed(0)
@@ -277,11 +281,14 @@ else:
     print("No step stood out with a buffer request in this run: nothing to plot.")
 
 # %%
-# The rule reports a step as a one-off only against the other steps: its longest idle
-# stretch must be at least twice the median of theirs, in at most a third of the steps.
+# The rule reports a step as a one-off only against the other steps: the idle stretch
+# during the request must be at least ``GAP_REQUEST_RATIO`` times the median of the other
+# steps' longest idle stretch (the ratio is printed below), in at most a third of the
+# steps.
 # Zoomed to that stretch, with the request on the overhead row; when no step stood out,
 # zoomed to the request itself, to see what the GPU did meanwhile:
 
+print(f"GAP_REQUEST_RATIO = {GAP_REQUEST_RATIO:g}")
 in_steps = [r for r in requests if train.trace.step_of(r) is not None]
 if one_off is not None:
     e = one_off.evidence

@@ -221,8 +221,8 @@ if last.gpu_work:
 # %%
 # How fast is the copy?
 # ---------------------
-# The scores are ``[batch, heads, L, L]`` in bf16, 2 bytes an element; the first line
-# below gives their size on this run. :func:`~profiling_utils.rates.rate_report` puts the
+# The scores are ``[batch, heads, L, L]`` in bf16, 2 bytes an element; the first two
+# lines below give their size on this run. :func:`~profiling_utils.rates.rate_report` puts the
 # copy's rate, bytes copied per second, next to the datasheet's memory bandwidth. A
 # device-to-device copy reads each byte and writes it back, so the datasheet allows it
 # half the bandwidth. Where the scores are more than four times the size of the L2 cache

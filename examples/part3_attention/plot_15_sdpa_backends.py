@@ -493,8 +493,8 @@ if on_gpu:
 # %%
 # For a kernel above the line, then, 0% says nothing about how many of its blocks ran at
 # once; the shared memory in cuDNN's line of the first list shows whether its kernel is
-# one. The post's A100 also reported no occupancy for cuDNN. Its grid tells more: where
-# it is one block per SM (the last claim above), each block loops over tiles (a
+# one. The post's A100 also reported no occupancy for cuDNN. The cuDNN kernel's grid
+# tells more: where it is one block per SM (the last claim above), each block loops over tiles (a
 # *persistent* kernel), and an occupancy figure would say little anyway.
 #
 # Below the line the estimate is the calculator's, and flash's should follow from its
