@@ -16,7 +16,11 @@ Example::
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import re
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +57,7 @@ class Capture:
     name: str
     """The run's name, also the stem of both files."""
     trace_path: Path
-    """The Chrome trace written by ``export_chrome_trace`` (``.json.gz`` or ``.json``)."""
+    """The Chrome trace (``.json.gz`` or ``.json``), written by :func:`export_trace`."""
     table_path: Path
     """The profiler table as text (``key_averages().table(...)``)."""
     table: str
@@ -158,7 +162,7 @@ def capture(
                 prof.step()
     if has_gpu:
         torch.cuda.synchronize()
-    prof.export_chrome_trace(str(trace_path))
+    export_trace(prof, trace_path)
     sort_by = "cuda_time_total" if has_gpu else "cpu_time_total"
     averages = prof.key_averages()
     table = averages.table(sort_by=sort_by, row_limit=row_limit)
@@ -183,6 +187,50 @@ def capture(
         },
         key_averages=averages,
     )
+
+
+def export_trace(prof: Any, path: str | os.PathLike[str]) -> Path:
+    """Write ``prof``'s Chrome trace to ``path`` (``.json.gz`` or ``.json``), naming no
+    directory of this machine.
+
+    The file is what ``prof.export_chrome_trace(path)`` writes, with two changes, so that a
+    trace can be published or shared as it is:
+
+    - ``traceName`` is the file's own name. torch writes there the file it wrote first: for a
+      ``.json.gz``, a temporary file that it has deleted by the time the trace is read;
+    - a path into the temporary directory (``tempfile.gettempdir()``, where Inductor keeps its
+      generated kernels: ``kernel_file`` in a compiled kernel's args) starts with
+      ``$TMPDIR`` instead of that directory.
+
+    Args:
+        prof: A finished ``torch.profiler.profile``.
+        path: Where to write the trace; a name ending in ``.gz`` is gzip-compressed.
+
+    Returns:
+        The path written, as a :class:`~pathlib.Path`.
+    """
+    path = Path(path)
+    prof.export_chrome_trace(str(path))
+    _rewrite_machine_paths(path)
+    return path
+
+
+def _rewrite_machine_paths(path: Path) -> None:
+    """Rewrite the trace at ``path`` in place as :func:`export_trace` describes."""
+    compressed = path.name.endswith(".gz")
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if compressed else data).decode("utf-8")
+    text = _TRACE_NAME.sub(lambda _: f'"traceName": {json.dumps(path.name)}', text, count=1)
+    # A JSON string that starts with the directory, then a separator (``/``, or ``\\`` as
+    # JSON escapes a Windows one): not a sibling such as ``/tmpfoo``.
+    temporary = json.dumps(tempfile.gettempdir().rstrip("/\\"))[:-1]
+    text = re.sub(re.escape(temporary) + r"(?=/|\\\\)", '"$TMPDIR', text)
+    data = text.encode("utf-8")
+    # Level 9, as torch compresses; no timestamp, so the same trace gives the same bytes.
+    path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if compressed else data)
+
+
+_TRACE_NAME = re.compile(r'"traceName"\s*:\s*"(?:[^"\\]|\\.)*"')
 
 
 def _schedule_without_paths(schedule: Callable[..., Any], **plan: int) -> Any:

@@ -9,7 +9,8 @@ Run on a machine with two GPUs, once per run kind::
     python -m torch.distributed.run --standalone --nproc_per_node=2 \
         scripts/record_nccl_fixtures.py tests/fixtures/nccl balanced   # stalled, overlapped
 
-Each rank writes ``OUT/{balanced|stalled|overlapped}/rank{N}.json.gz``.
+Each rank writes ``OUT/{balanced|stalled|overlapped}/rank{N}.json.gz``, through
+:func:`profiling_utils.capture.export_trace` (no path of the recording machine in it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling_utils.capture import export_trace  # noqa: E402
 
 out = Path(sys.argv[1])
 mode = sys.argv[2]
@@ -85,7 +89,7 @@ with profile(
 torch.cuda.synchronize()
 target = out / mode
 target.mkdir(parents=True, exist_ok=True)
-prof.export_chrome_trace(str(target / f"rank{rank}.json.gz"))
+export_trace(prof, target / f"rank{rank}.json.gz")
 dist.barrier()
 dist.destroy_process_group()
 if rank == 0:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import tempfile
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 from profiling_utils import capture
+from profiling_utils.capture import export_trace
 
 
 def test_torchs_no_warmup_warning_keeps_its_text_and_names_no_file(tmp_path: Path) -> None:
@@ -28,3 +33,52 @@ def test_a_schedule_with_a_warmup_step_warns_nothing(tmp_path: Path) -> None:
         warnings.simplefilter("always")
         capture(lambda: x @ x, name="warmed", out_dir=tmp_path, wait=0, warmup=1, active=2)
     assert not [w for w in caught if "warmup" in str(w.message)]
+
+
+@pytest.mark.parametrize("trace_format", ["json.gz", "json"])
+def test_the_written_trace_names_no_directory_of_this_machine(
+    tmp_path: Path, trace_format: str
+) -> None:
+    x = torch.ones(8, 8)
+    run = capture(lambda: x @ x, name="portable", out_dir=tmp_path, trace_format=trace_format)
+    data = run.trace_path.read_bytes()
+    text = (gzip.decompress(data) if trace_format == "json.gz" else data).decode()
+    # torch names the temporary file it wrote first (.json.gz) or the path given (.json).
+    assert json.loads(text)["traceName"] == f"portable.{trace_format}"
+    assert tempfile.gettempdir() not in text and str(tmp_path) not in text
+    assert run.trace.kernels == [] and run.trace.cpu_ops  # still a trace the model reads
+
+
+class _Exported:
+    """Stands for a finished profiler: writes the trace torch would, with machine paths."""
+
+    def __init__(self, events: list[dict]) -> None:
+        self.events = events
+
+    def export_chrome_trace(self, path: str) -> None:
+        document = {"traceEvents": self.events, "traceName": "/tmp/tmpab12cd.json"}
+        text = json.dumps(document, indent=1)
+        if path.endswith(".gz"):
+            Path(path).write_bytes(gzip.compress(text.encode()))
+        else:
+            Path(path).write_text(text)
+
+
+def test_paths_into_the_temporary_directory_start_with_tmpdir(tmp_path: Path) -> None:
+    temporary = tempfile.gettempdir()
+    kernel_file = f"{temporary}/torchinductor_root/rp/crp6dx.py"
+    kernel = {
+        "ph": "X", "cat": "kernel", "name": "triton_poi_fused_0", "pid": 0, "tid": 7,
+        "ts": 10.0, "dur": 2.0,
+        "args": {"kernel_file": kernel_file, "note": f"{temporary}x/not-the-directory"},
+    }  # fmt: skip
+    path = export_trace(_Exported([kernel]), tmp_path / "compiled.json.gz")
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    args = document["traceEvents"][0]["args"]
+    assert args["kernel_file"] == "$TMPDIR/torchinductor_root/rp/crp6dx.py"
+    assert args["note"] == f"{temporary}x/not-the-directory"  # a sibling keeps its path
+    assert document["traceName"] == "compiled.json.gz"
+    # The same trace gives the same bytes (no timestamp in the gzip header).
+    assert export_trace(_Exported([kernel]), tmp_path / "compiled.json.gz").read_bytes() == (
+        path.read_bytes()
+    )
