@@ -43,6 +43,24 @@ def test_linear_axes_on_request():
         plt.close(fig)
 
 
+def test_bars_from_the_median_keep_the_values_on_the_axis():
+    values = [174.9, 174.7, 169.5, 169.8, 170.0]
+    fig = plot_per_step([1, 2, 3, 4, 5], {"GEMM": values}, log=False, from_median=True)
+    try:
+        (ax,) = fig.axes
+        bars = ax.patches
+        # Each bar spans the median and its own value, so its top or its bottom is the value.
+        assert [b.get_y() for b in bars] == pytest.approx([170.0] * 5)
+        assert [b.get_y() + b.get_height() for b in bars] == pytest.approx(values)
+        assert ax.get_title(loc="right") == "dashed line: median 170.0 µs"
+        low, high = ax.get_ylim()
+        assert low > 100  # not from zero: a 3% difference stays visible
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="log=False"):
+        plot_per_step([1, 2], {"GEMM": [1.0, 2.0]}, from_median=True)
+
+
 def test_series_of_the_wrong_length_is_refused():
     with pytest.raises(ValueError, match="'gap' has 2 values for 3 steps"):
         plot_per_step([0, 1, 2], {"gap": [1.0, 2.0]})

@@ -41,6 +41,7 @@ def plot_per_step(
     *,
     unit: str = "µs",
     log: bool = True,
+    from_median: bool = False,
     title: str | None = None,
 ) -> Figure:
     """One bar per step for each series, stacked in panels that share the step axis.
@@ -54,14 +55,20 @@ def plot_per_step(
         series: For each panel, its name (the value axis's label) and one value per step.
         unit: Unit of the values, added to the axis labels and the median's label.
         log: Logarithmic value axes (values must then be positive; zeros are left out).
+        from_median: Draw each bar from the median line up or down to its value instead of
+            from zero, on linear axes: for steps that differ by a few percent, which bars
+            from zero would show as equal. The axis keeps the values' own scale.
         title: Title above the chart.
 
     Returns:
         The figure.
 
     Raises:
-        ValueError: No steps or no series, or a series whose length is not that of ``steps``.
+        ValueError: No steps or no series, a series whose length is not that of ``steps``, or
+            ``from_median`` with ``log``.
     """
+    if from_median and log:
+        raise ValueError("from_median draws bars on linear axes: pass log=False with it")
     if not steps or not series:
         raise ValueError("plot_per_step needs at least one step and one series")
     for name, values in series.items():
@@ -75,7 +82,11 @@ def plot_per_step(
     for ax, (name, values) in zip(axes[:, 0], series.items(), strict=True):
         median = statistics.median(values)
         ax.set_facecolor("white")
-        ax.bar(steps, values, color=_BAR, width=0.8)
+        if from_median:
+            heights = [value - median for value in values]
+            ax.bar(steps, heights, bottom=median, color=_BAR, width=0.8)
+        else:
+            ax.bar(steps, values, color=_BAR, width=0.8)
         ax.axhline(median, color=_MEDIAN, linestyle="--", linewidth=1.2)
         # Above the panel, not on the line, where it would cover the bars.
         ax.set_title(
