@@ -11,13 +11,16 @@ and the dark theme of the site. It is as wide as the site's content column (:dat
 CSS pixels at :data:`FIGURE_DPI`), so the page shows it at its natural size and every text is at
 least :data:`MIN_TEXT_PX` CSS pixels high there, the size of the site's code; sphinx-gallery's
 2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just
-right of it when the row is free there (a launch call inside its operator), else shortened inside
-it, or left out.
+right of it when the row is free there (a launch call inside its operator), else just left of it,
+else under it when the row below is free there (a lane's last row gets one more row for such
+names; not on GPU streams), else shortened inside it, or left out. A kernel's long demangled name
+is first tried without what says little in a narrow box: namespaces, template arguments.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +40,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from profiling_utils.trace import Lane, Span, Trace
 
 __all__ = [
+    "BEFORE_MARK",
+    "BELOW_MARK",
     "BESIDE_MARK",
     "FIGURE_DPI",
     "MIN_TEXT_PX",
@@ -57,6 +62,11 @@ MIN_TEXT_PX = 12.0
 BESIDE_MARK = "\u25c2 "
 """What starts a name written beside its box rather than in it: a small triangle pointing
 back at the box."""
+BEFORE_MARK = " \u25b8"
+"""What ends a name written just left of its box: a small triangle pointing on at the box."""
+BELOW_MARK = "\u25b4 "
+"""What starts a name written under its box, on the row below: a small triangle pointing up
+at the box."""
 
 # Geometry, in inches (figure) and in rows (the y data unit: one row per nesting depth).
 _FIGURE_WIDTH_IN = PAGE_WIDTH_PX / FIGURE_DPI
@@ -78,6 +88,7 @@ _TEXT_PAD_PT = 2.5
 _MIN_BOUNDARY_GAP_PT = 4.0  # step boundaries closer than this are drawn as one
 _MIN_BOX_PT = 0.6  # zero-length events still show as a hairline
 _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
+_CROWD_GAP_PT = 4.0  # a narrow box with a box this close after it is one of a crowd
 _ELLIPSIS = "\u2026"
 _MIN_KEPT_CHARS = 4  # "cud…" tells a reader nothing; such names are omitted instead
 
@@ -216,11 +227,19 @@ def plot_timeline(
     """Draw a trace's CPU threads and GPU streams as stacked lanes on one time axis.
 
     Each span is a box on its lane; nested spans sit one row lower per nesting depth. Names are
-    written inside boxes wide enough for them (shortened with an ellipsis where needed); a box
-    too narrow for its name gets it just right of the box, in grey italics after a ``◂`` that
-    points at the box, where its row is free, so that a name in an idle stretch is not read as
-    work there. Lanes without spans in the window are left out, and ``ProfilerStep#N``
-    boundaries are drawn as dashed vertical lines labelled with the step.
+    written inside boxes wide enough for them. A box too narrow for its name gets it whole
+    outside the box, in grey italics with a triangle that points at the box, so that a name in
+    an idle stretch is not read as work there: just right of the box after a ``◂`` where its
+    row is free, else just left of it before a ``▸`` (not for the first of a crowd of
+    hairlines, which it could point at any of), else (not on a GPU stream, and for a box
+    wide enough to see) on the row below after a ``▴``, where that row is free; a lane's last
+    row gets one more row for such names. Otherwise the name is shortened with an ellipsis, or
+    left out. The wider boxes are named first. A kernel's name is tried in shorter forms
+    before it is shortened: without the namespaces, then as the kernel and the functor it
+    applies (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or
+    the kernel without template arguments. Lanes without spans in the window are left out,
+    and ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the
+    step.
 
     Args:
         trace: The loaded trace.
@@ -270,6 +289,8 @@ def plot_timeline(
     legend_columns = _legend_columns(categories, width_pt)
     legend_rows = math.ceil(len(categories) / legend_columns)
     pt_per_us = width_pt / (x1 - x0)
+    names, label_rows = _place_names(layout, x0, x1, pt_per_us)
+    layout = _with_label_rows(layout, label_rows)
     placed_highlights, tiers = _place_highlight_labels(highlights, x0, x1, pt_per_us)
 
     # Highlight label tiers sit above the lanes, at negative y (the y axis points down).
@@ -294,7 +315,8 @@ def plot_timeline(
     ax.set_xlim(x0, x1)
     ax.set_ylim(layout.rows, -tiers_rows)
     _draw_lanes(ax, layout, lane_titles)
-    _draw_boxes(ax, layout, x0, x1, pt_per_us)
+    _draw_boxes(ax, layout, pt_per_us)
+    _draw_names(ax, layout, names)
     _draw_steps(ax, trace, layout, x0, x1, pt_per_us)
     _draw_highlights(ax, placed_highlights, layout)
     _format_time_axis(ax, x0, x1)
@@ -429,6 +451,21 @@ def _lay_out(
     return _Layout(placed, top)
 
 
+def _with_label_rows(layout: _Layout, lanes: set[int]) -> _Layout:
+    """The layout with one more row at the bottom of each of ``lanes``, for names only."""
+    if not lanes:
+        return layout
+    placed: list[_PlacedLane] = []
+    top = 0.0
+    for index, lane in enumerate(layout.lanes):
+        if placed:
+            top += _LANE_GAP_ROWS
+        rows = lane.rows + (index in lanes)
+        placed.append(_PlacedLane(lane.lane, top, rows, lane.spans, lane.span_rows))
+        top += rows
+    return _Layout(placed, top)
+
+
 def _check_highlights(
     highlights: Sequence[Highlight], layout: _Layout, x0: float, x1: float
 ) -> None:
@@ -482,7 +519,7 @@ def _draw_lanes(ax: Axes, layout: _Layout, titles: list[str]) -> None:
     ax.spines["bottom"].set_color(_MUTED_TEXT)
 
 
-def _draw_boxes(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: float) -> None:
+def _draw_boxes(ax: Axes, layout: _Layout, pt_per_us: float) -> None:
     starts: list[float] = []
     ends: list[float] = []
     tops: list[float] = []
@@ -519,46 +556,186 @@ def _draw_boxes(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: floa
     )
     boxes.set_gid("timeline-boxes")
     ax.add_collection(boxes)
-    _draw_names(ax, layout, x0, x1, pt_per_us, min_width_us)
 
 
-def _draw_names(
-    ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: float, min_width_us: float
-) -> None:
-    """Name each box inside it, or just right of it where its row is free up to the next box."""
-    shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
-    mark_pt = _text_width_pt(BESIDE_MARK, _NAME_PT)
+@dataclass(frozen=True)
+class _PlacedName:
+    lane: int  # index in the layout's lanes
+    row: int
+    x: float
+    text: str
+    where: str  # a key of _NAME_GIDS
+
+
+_NAME_GIDS = {
+    "inside": "span-name",
+    "after": "span-name-beside",
+    "before": "span-name-before",
+    "below": "span-name-below",
+}
+
+
+class _RowSpace:
+    """What is taken on each row of each lane, boxes and the names written outside them."""
+
+    def __init__(self, x0: float, x1: float) -> None:
+        self.x0, self.x1 = x0, x1
+        self._taken: dict[tuple[int, int], list[tuple[float, float]]] = {}
+
+    def take(self, lane: int, row: int, start: float, end: float) -> None:
+        self._taken.setdefault((lane, row), []).append((start, end))
+
+    def free_after(self, lane: int, row: int, x: float) -> float:
+        """Where the free stretch of the row that starts at ``x`` ends (``x``: none)."""
+        limit = self.x1
+        for start, end in self._taken.get((lane, row), ()):
+            if end > x and start < limit:
+                if start <= x:
+                    return x
+                limit = start
+        return limit
+
+    def free_before(self, lane: int, row: int, x: float) -> float:
+        """Where the free stretch of the row that ends at ``x`` starts (``x``: none)."""
+        limit = self.x0
+        for start, end in self._taken.get((lane, row), ()):
+            if start < x and end > limit:
+                if end >= x:
+                    return x
+                limit = end
+        return limit
+
+
+@dataclass(frozen=True)
+class _Box:
+    lane: int
+    row: int
+    span: Span
+    left: float  # the box as drawn, within the window
+    right: float
+    drawn_end: float  # the box as drawn, however narrow (a hairline at least)
+    forms: list[str]  # its names, see _name_forms
+
+
+def _place_names(
+    layout: _Layout, x0: float, x1: float, pt_per_us: float
+) -> tuple[list[_PlacedName], set[int]]:
+    """Name each box: inside it, else beside it on its row, else under it, else shortened.
+
+    Returns the names and the lanes that need one more row for the names written under the
+    boxes of their last row.
+    """
+    min_width_us = _MIN_BOX_PT / pt_per_us
     pad_us = _TEXT_PAD_PT / pt_per_us
-    for placed in layout.lanes:
-        by_row: dict[int, list[Span]] = {}
+    shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
+    space = _RowSpace(x0, x1)
+    boxes: list[_Box] = []
+    for lane, placed in enumerate(layout.lanes):
         for span, row in zip(placed.spans, placed.span_rows, strict=True):
-            by_row.setdefault(row, []).append(span)
-        for row, spans in by_row.items():
-            spans.sort(key=lambda s: s.start)
-            y_centre = placed.top + row + 0.5
-            for index, span in enumerate(spans):
-                name = _display_name(span)
-                left, right = max(span.start, x0), min(span.end, x1)
-                room_pt = (right - left) * pt_per_us - 2 * _TEXT_PAD_PT
-                if _text_width_pt(name, _NAME_PT) <= room_pt:
-                    _name(ax, (left + right) / 2, y_centre, name, "center", "span-name")
-                    continue
-                # The whole name beside the box reads better than a shortened one inside it.
-                drawn_end = max(span.end, span.start + min_width_us)
-                following = spans[index + 1].start if index + 1 < len(spans) else x1
-                free_pt = (min(following, x1) - drawn_end) * pt_per_us - 2 * _TEXT_PAD_PT
-                free_pt -= mark_pt
-                beside_fits = span.start >= x0 and drawn_end < x1
-                if beside_fits and _text_width_pt(name, _NAME_PT) <= free_pt:
-                    _name_beside(ax, drawn_end + pad_us, y_centre, name)
-                    continue
-                text = _fit(name, room_pt) if room_pt >= shortest_name_pt else None
-                if text is not None:
-                    _name(ax, (left + right) / 2, y_centre, text, "center", "span-name")
-                    continue
-                text = _fit(name, free_pt) if beside_fits and free_pt >= shortest_name_pt else None
-                if text is not None:
-                    _name_beside(ax, drawn_end + pad_us, y_centre, text)
+            drawn_end = max(span.end, span.start + min_width_us)
+            left, right = max(span.start, x0), min(drawn_end, x1)
+            space.take(lane, row, left, right)
+            boxes.append(_Box(lane, row, span, left, right, drawn_end, _name_forms(span)))
+    # Wider boxes first: where two names want the same free stretch, the bigger box gets it.
+    boxes.sort(key=lambda b: (b.left - b.right, b.span.start))
+
+    names: list[_PlacedName] = []
+    label_rows: set[int] = set()
+
+    def put(name: _PlacedName, start: float) -> None:
+        names.append(name)
+        if name.where != "inside":
+            space.take(name.lane, name.row, start, start + _beside_pt(name.text) / pt_per_us)
+
+    # Whole names on their box's row first; then, in the room they leave, names under boxes
+    # and shortened names, so that those take no room from a whole name on its own row.
+    unnamed: list[_Box] = []
+    for box in boxes:
+        lane, row, span = box.lane, box.row, box.span
+        room_pt = (box.right - box.left) * pt_per_us - 2 * _TEXT_PAD_PT
+        text = next((f for f in box.forms if _text_width_pt(f, _NAME_PT) <= room_pt), None)
+        if text is not None:
+            put(_PlacedName(lane, row, (box.left + box.right) / 2, text, "inside"), box.left)
+            continue
+        # A whole name beside the box reads better than a shortened one inside it.
+        after_pt = (space.free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        before_pt = (span.start - space.free_before(lane, row, span.start)) * pt_per_us
+        # A mark before the first of a crowd of hairlines would point at any of them.
+        crowded = (box.right - box.left) * pt_per_us < _EDGE_FROM_PT and after_pt < _CROWD_GAP_PT
+        for form in box.forms if _whole(box, x0, x1) else ():
+            if _beside_pt(BESIDE_MARK + form) <= after_pt:
+                text = BESIDE_MARK + form
+                put(_PlacedName(lane, row, box.drawn_end + pad_us, text, "after"), box.drawn_end)
+                break
+            if not crowded and _beside_pt(form + BEFORE_MARK) <= before_pt:
+                text = form + BEFORE_MARK
+                start = span.start - _beside_pt(text) / pt_per_us
+                put(_PlacedName(lane, row, span.start - pad_us, text, "before"), start)
+                break
+        else:
+            unnamed.append(box)
+
+    for box in unnamed:
+        lane, row, left = box.lane, box.row, box.left
+        width_pt = (box.right - left) * pt_per_us
+        if _may_go_below(layout.lanes[lane].lane, width_pt):
+            below_end = space.free_after(lane, row + 1, left)
+            text = next(
+                (
+                    BELOW_MARK + f
+                    for f in box.forms
+                    if left + _beside_pt(BELOW_MARK + f) / pt_per_us <= below_end
+                ),
+                None,
+            )
+            if text is not None:
+                put(_PlacedName(lane, row + 1, left, text, "below"), left)
+                if row + 1 == layout.lanes[lane].rows:
+                    label_rows.add(lane)
+                continue
+        room_pt = width_pt - 2 * _TEXT_PAD_PT
+        text = _fit(box.forms[-1], room_pt) if room_pt >= shortest_name_pt else None
+        if text is not None:
+            put(_PlacedName(lane, row, (left + box.right) / 2, text, "inside"), left)
+            continue
+        after_pt = (space.free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        free_pt = after_pt - 2 * _TEXT_PAD_PT - _text_width_pt(BESIDE_MARK, _NAME_PT)
+        if _whole(box, x0, x1) and box.drawn_end < x1 and free_pt >= shortest_name_pt:
+            text = _fit(box.forms[-1], free_pt)
+            if text is not None:
+                text = BESIDE_MARK + text
+                put(_PlacedName(lane, row, box.drawn_end + pad_us, text, "after"), box.drawn_end)
+    return names, label_rows
+
+
+def _whole(box: _Box, x0: float, x1: float) -> bool:
+    """Whether the whole box is in the window, as a box named beside it must be."""
+    return box.span.start >= x0 and box.drawn_end <= x1
+
+
+def _beside_pt(text: str) -> float:
+    """Width taken by a name written outside its box, with the gaps on either side of it."""
+    return _text_width_pt(text, _NAME_PT) + 2 * _TEXT_PAD_PT
+
+
+def _may_go_below(lane: Lane, width_pt: float) -> bool:
+    # Only boxes wide enough to see, so that no row is added for the name of a hairline; and
+    # not on GPU streams, whose kernels follow one another closely (a row of names under them
+    # would fill up) and have short forms of their names instead (see _name_forms).
+    return lane.kind != "gpu" and width_pt >= _EDGE_FROM_PT
+
+
+def _draw_names(ax: Axes, layout: _Layout, names: list[_PlacedName]) -> None:
+    for placed in names:
+        y = layout.lanes[placed.lane].top + placed.row + 0.5
+        if placed.where == "inside":
+            _name(ax, placed.x, y, placed.text, "center", _NAME_GIDS["inside"])
+            continue
+        align = "right" if placed.where == "before" else "left"
+        # A name outside its box is marked as a label pointing back at it (not work on the row).
+        name = _name(ax, placed.x, y, placed.text, align, _NAME_GIDS[placed.where])
+        name.set_color(_MUTED_TEXT)
+        name.set_fontstyle("italic")
 
 
 def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> Text:
@@ -576,13 +753,6 @@ def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> Text
     )
     name.set_gid(gid)
     return name
-
-
-def _name_beside(ax: Axes, x: float, y: float, text: str) -> None:
-    """A name outside its box, marked as a label pointing back at it (not work on the row)."""
-    name = _name(ax, x, y, BESIDE_MARK + text, "left", "span-name-beside")
-    name.set_color(_MUTED_TEXT)
-    name.set_fontstyle("italic")
 
 
 def _draw_steps(
@@ -819,6 +989,44 @@ def _fit(name: str, room_pt: float) -> str | None:
         else:
             high = middle - 1
     return name[:low].rstrip() + _ELLIPSIS
+
+
+_ANONYMOUS = "(anonymous namespace)::"
+# A function's parameters and the lambdas inside it: ``f(at::Tensor&)::{lambda()#1}::operator()()
+# const::{lambda(float)#1}`` is a lambda defined in ``f``, which is what names it.
+_LAMBDA_IN = re.compile(r"\([^()]*\)(?:::(?:\{lambda\([^()]*\)#\d+\}|operator\(\)\(\) const))+")
+_QUALIFIER = re.compile(r"\b[A-Za-z_]\w*::")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+# What an elementwise, reduction or multi-tensor kernel applies: a functor, or the function
+# that defines the lambda it runs. The kernel's own name says only how it loops.
+_FUNCTOR = re.compile(r"Functor|functor|(?:Ops?|Impl|_impl|_kernel|_cuda)$")
+
+
+def _name_forms(span: Span) -> list[str]:
+    """A span's names to write, from the most complete to the shortest.
+
+    Other spans have one. A kernel's demangled name has others for narrower boxes: without the
+    namespaces and the lambdas' insides, then the kernel and what it applies
+    (``vectorized_elementwise_kernel<…GeluCUDAKernelImpl…>``), then what it applies alone
+    (``MulFunctor``) or, for a kernel that applies nothing named, its name without template
+    arguments.
+    """
+    full = _display_name(span)
+    if span.cat != "kernel":
+        return [full]
+    bare = full.replace(_ANONYMOUS, "")
+    while (shorter := _LAMBDA_IN.sub("", bare)) != bare:
+        bare = shorter
+    bare = _QUALIFIER.sub("", bare)
+    forms = [full, bare]
+    base, _, arguments = bare.partition("<")
+    if arguments:
+        applied = [n for n in _IDENTIFIER.findall(arguments) if _FUNCTOR.search(n)]
+        if applied:
+            forms += [f"{base}<{_ELLIPSIS}{applied[-1]}{_ELLIPSIS}>", applied[-1]]
+        else:
+            forms.append(base)
+    return list(dict.fromkeys(forms))
 
 
 def _display_name(span: Span) -> str:
