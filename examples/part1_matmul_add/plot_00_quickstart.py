@@ -88,8 +88,9 @@ profiler_table(run)
 # inside it: the ``ProfilerStep`` span, the ``matmul_add`` label, the ``aten::`` operators
 # and the CUDA calls they made (orange). With a GPU, the kernels they launched have a lane
 # of their own, under the GPU's copy of the ``matmul_add`` label. A box too narrow for its
-# name has it written just after it, in grey italics behind a ◂ that points back at the
-# box: a label, not an event, in what may be an idle stretch.
+# name has it written beside it in grey italics, with a small triangle pointing at the box:
+# after it (◂), before it (▸) or under it (▴). That is a label, not an event, in what may
+# be an idle stretch.
 
 plot_timeline(run.trace, step=recorded[-1], title=f"{run.name}, one step")
 
