@@ -444,6 +444,40 @@ def test_name_goes_before_a_box_when_only_the_left_of_it_is_free(make_trace) -> 
     _assert_names_clear(fig)
 
 
+def test_no_name_goes_before_a_kernel_into_the_gpus_idle_time(make_trace) -> None:
+    # Page 1: a name left of the add kernel sat in the highlighted "GPU idle" stretch, read
+    # as work there. The same layout on a CPU lane (above) gets its name before the box.
+    trace = load_trace(
+        make_trace(
+            [
+                complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+                _kernel("a_kernel_with_a_long_name_that_fits_nowhere_inside", 950, 40),
+            ]
+        )
+    )
+    fig = plot_timeline(trace, window=(0.0, 1000.0))
+    ax = _axes(fig)
+    assert not _texts(ax, "span-name-before")
+    assert not [t for t in ax.texts if "a_kernel" in t.get_text()]
+
+
+def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:
+    # The name would point at the part of the box that shows, and run under its neighbours.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 200),
+        complete_event("aten::op", "cpu_op", 0, 150),
+        complete_event("cudaDeviceGetAttribute", "cuda_runtime", 40, 12),
+        complete_event("cudaGetErrorString", "cuda_runtime", 52.5, 0.2),
+    ]
+    trace = load_trace(make_trace(events))
+    whole = plot_timeline(trace, window=(30.0, 200.0))
+    assert [t.get_text() for t in _texts(_axes(whole), "span-name-below")] == [
+        BELOW_MARK + "cudaDeviceGetAttribute"
+    ]
+    cut = plot_timeline(trace, window=(45.0, 200.0))
+    assert not _texts(_axes(cut), "span-name-below")
+
+
 @pytest.mark.parametrize("lane", ["overhead", "cpu"])
 def test_name_goes_under_a_box_when_its_row_has_no_room(make_trace, lane: str) -> None:
     # Page 2's buffer request, between module loads that leave no room on CUPTI's one row;

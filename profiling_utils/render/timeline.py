@@ -11,9 +11,10 @@ and the dark theme of the site. It is as wide as the site's content column (:dat
 CSS pixels at :data:`FIGURE_DPI`), so the page shows it at its natural size and every text is at
 least :data:`MIN_TEXT_PX` CSS pixels high there, the size of the site's code; sphinx-gallery's
 2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just
-right of it when the row is free there (a launch call inside its operator), else just left of it,
-else under it when the row below is free there (a lane's last row gets one more row for such
-names; not on GPU streams), else shortened inside it, or left out. A kernel's long demangled name
+right of it when the row is free there (a launch call inside its operator), else just left of it
+(not on GPU streams, where the stretch before a kernel is idle time), else under it when the row
+below is free there (a lane's last row gets one more row for such names; not on GPU streams),
+else shortened inside it, or left out. A kernel's long demangled name
 is first tried without what says little in a narrow box: namespaces, template arguments.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -230,10 +232,11 @@ def plot_timeline(
     written inside boxes wide enough for them. A box too narrow for its name gets it whole
     outside the box, in grey italics with a triangle that points at the box, so that a name in
     an idle stretch is not read as work there: just right of the box after a ``◂`` where its
-    row is free, else just left of it before a ``▸`` (not for the first of a crowd of
-    hairlines, which it could point at any of), else (not on a GPU stream, and for a box
-    wide enough to see) on the row below after a ``▴``, where that row is free; a lane's last
-    row gets one more row for such names. Otherwise the name is shortened with an ellipsis, or
+    row is free, else just left of it before a ``▸`` (not on a GPU stream, where the stretch
+    before a kernel is the GPU's idle time; not for the first of a crowd of hairlines, which
+    it could point at any of), else (not on a GPU stream, and for a box wide enough to see
+    and not cut by the window's edge) on the row below after a ``▴``, where that row is free;
+    a lane's last row gets one more row for such names. Otherwise the name is shortened with an ellipsis, or
     left out. The wider boxes are named first. A kernel's name is tried in shorter forms
     before it is shortened: without the namespaces, then as the kernel and the functor it
     applies (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or
@@ -576,34 +579,50 @@ _NAME_GIDS = {
 
 
 class _RowSpace:
-    """What is taken on each row of each lane, boxes and the names written outside them."""
+    """What is taken on each row of each lane, boxes and the names written outside them.
+
+    Each row keeps the union of what is taken as sorted, disjoint intervals (touching ones
+    merged), so that a query is a bisection: a trace's whole timeline has tens of thousands
+    of boxes on a few rows.
+    """
 
     def __init__(self, x0: float, x1: float) -> None:
         self.x0, self.x1 = x0, x1
-        self._taken: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        self._taken: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
 
     def take(self, lane: int, row: int, start: float, end: float) -> None:
-        self._taken.setdefault((lane, row), []).append((start, end))
+        starts, ends = self._taken.setdefault((lane, row), ([], []))
+        first = bisect_left(starts, start)
+        if first and ends[first - 1] >= start:
+            first -= 1
+            start = starts[first]
+            end = max(end, ends[first])
+        last = first
+        while last < len(starts) and starts[last] <= end:
+            end = max(end, ends[last])
+            last += 1
+        starts[first:last] = [start]
+        ends[first:last] = [end]
 
     def free_after(self, lane: int, row: int, x: float) -> float:
         """Where the free stretch of the row that starts at ``x`` ends (``x``: none)."""
-        limit = self.x1
-        for start, end in self._taken.get((lane, row), ()):
-            if end > x and start < limit:
-                if start <= x:
-                    return x
-                limit = start
-        return limit
+        starts, ends = self._taken.get((lane, row), ((), ()))
+        index = bisect_right(starts, x) - 1
+        if index >= 0 and ends[index] > x and starts[index] < self.x1:
+            return x
+        if index + 1 < len(starts):
+            return min(starts[index + 1], self.x1)
+        return self.x1
 
     def free_before(self, lane: int, row: int, x: float) -> float:
         """Where the free stretch of the row that ends at ``x`` starts (``x``: none)."""
-        limit = self.x0
-        for start, end in self._taken.get((lane, row), ()):
-            if start < x and end > limit:
-                if end >= x:
-                    return x
-                limit = end
-        return limit
+        starts, ends = self._taken.get((lane, row), ((), ()))
+        index = bisect_left(starts, x) - 1
+        if index < 0:
+            return self.x0
+        if ends[index] >= x:
+            return x
+        return max(ends[index], self.x0)
 
 
 @dataclass(frozen=True)
@@ -614,7 +633,7 @@ class _Box:
     left: float  # the box as drawn, within the window
     right: float
     drawn_end: float  # the box as drawn, however narrow (a hairline at least)
-    forms: list[str]  # its names, see _name_forms
+    forms: tuple[str, ...]  # its names, see _name_forms
 
 
 def _place_names(
@@ -642,10 +661,10 @@ def _place_names(
     names: list[_PlacedName] = []
     label_rows: set[int] = set()
 
-    def put(name: _PlacedName, start: float) -> None:
+    def put(name: _PlacedName, start: float, width_pt: float = 0.0) -> None:
         names.append(name)
         if name.where != "inside":
-            space.take(name.lane, name.row, start, start + _beside_pt(name.text) / pt_per_us)
+            space.take(name.lane, name.row, start, start + width_pt / pt_per_us)
 
     # Whole names on their box's row first; then, in the room they leave, names under boxes
     # and shortened names, so that those take no room from a whole name on its own row.
@@ -660,17 +679,23 @@ def _place_names(
         # A whole name beside the box reads better than a shortened one inside it.
         after_pt = (space.free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
         before_pt = (span.start - space.free_before(lane, row, span.start)) * pt_per_us
-        # A mark before the first of a crowd of hairlines would point at any of them.
-        crowded = (box.right - box.left) * pt_per_us < _EDGE_FROM_PT and after_pt < _CROWD_GAP_PT
+        # A mark before the first of a crowd of hairlines would point at any of them; and on
+        # a GPU stream the stretch before a kernel is the GPU's idle time, which pages study.
+        may_go_before = layout.lanes[lane].lane.kind != "gpu" and not (
+            (box.right - box.left) * pt_per_us < _EDGE_FROM_PT and after_pt < _CROWD_GAP_PT
+        )
         for form in box.forms if _whole(box, x0, x1) else ():
-            if _beside_pt(BESIDE_MARK + form) <= after_pt:
+            width_pt = _outside_pt(BESIDE_MARK, form)
+            if width_pt <= after_pt:
                 text = BESIDE_MARK + form
-                put(_PlacedName(lane, row, box.drawn_end + pad_us, text, "after"), box.drawn_end)
+                name = _PlacedName(lane, row, box.drawn_end + pad_us, text, "after")
+                put(name, box.drawn_end, width_pt)
                 break
-            if not crowded and _beside_pt(form + BEFORE_MARK) <= before_pt:
+            width_pt = _outside_pt(BEFORE_MARK, form)
+            if may_go_before and width_pt <= before_pt:
                 text = form + BEFORE_MARK
-                start = span.start - _beside_pt(text) / pt_per_us
-                put(_PlacedName(lane, row, span.start - pad_us, text, "before"), start)
+                start = span.start - width_pt / pt_per_us
+                put(_PlacedName(lane, row, span.start - pad_us, text, "before"), start, width_pt)
                 break
         else:
             unnamed.append(box)
@@ -678,18 +703,20 @@ def _place_names(
     for box in unnamed:
         lane, row, left = box.lane, box.row, box.left
         width_pt = (box.right - left) * pt_per_us
-        if _may_go_below(layout.lanes[lane].lane, width_pt):
+        # Under a box cut by the window's edge, the name would point at part of a box.
+        if _may_go_below(layout.lanes[lane].lane, width_pt) and _whole(box, x0, x1):
             below_end = space.free_after(lane, row + 1, left)
-            text = next(
+            form = next(
                 (
-                    BELOW_MARK + f
+                    f
                     for f in box.forms
-                    if left + _beside_pt(BELOW_MARK + f) / pt_per_us <= below_end
+                    if left + _outside_pt(BELOW_MARK, f) / pt_per_us <= below_end
                 ),
                 None,
             )
-            if text is not None:
-                put(_PlacedName(lane, row + 1, left, text, "below"), left)
+            if form is not None:
+                name = _PlacedName(lane, row + 1, left, BELOW_MARK + form, "below")
+                put(name, left, _outside_pt(BELOW_MARK, form))
                 if row + 1 == layout.lanes[lane].rows:
                     label_rows.add(lane)
                 continue
@@ -703,8 +730,8 @@ def _place_names(
         if _whole(box, x0, x1) and box.drawn_end < x1 and free_pt >= shortest_name_pt:
             text = _fit(box.forms[-1], free_pt)
             if text is not None:
-                text = BESIDE_MARK + text
-                put(_PlacedName(lane, row, box.drawn_end + pad_us, text, "after"), box.drawn_end)
+                name = _PlacedName(lane, row, box.drawn_end + pad_us, BESIDE_MARK + text, "after")
+                put(name, box.drawn_end, _outside_pt(BESIDE_MARK, text))
     return names, label_rows
 
 
@@ -713,9 +740,11 @@ def _whole(box: _Box, x0: float, x1: float) -> bool:
     return box.span.start >= x0 and box.drawn_end <= x1
 
 
-def _beside_pt(text: str) -> float:
-    """Width taken by a name written outside its box, with the gaps on either side of it."""
-    return _text_width_pt(text, _NAME_PT) + 2 * _TEXT_PAD_PT
+def _outside_pt(mark: str, name: str) -> float:
+    """Width taken by a name written outside its box with its mark, and the gaps on either
+    side (the two measured apart: a trace's long names are measured once, not once per mark;
+    kerning between a mark's space and a letter is nil)."""
+    return _text_width_pt(mark, _NAME_PT) + _text_width_pt(name, _NAME_PT) + 2 * _TEXT_PAD_PT
 
 
 def _may_go_below(lane: Lane, width_pt: float) -> bool:
@@ -1002,7 +1031,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _FUNCTOR = re.compile(r"Functor|functor|(?:Ops?|Impl|_impl|_kernel|_cuda)$")
 
 
-def _name_forms(span: Span) -> list[str]:
+def _name_forms(span: Span) -> tuple[str, ...]:
     """A span's names to write, from the most complete to the shortest.
 
     Other spans have one. A kernel's demangled name has others for narrower boxes: without the
@@ -1011,9 +1040,12 @@ def _name_forms(span: Span) -> list[str]:
     (``MulFunctor``) or, for a kernel that applies nothing named, its name without template
     arguments.
     """
-    full = _display_name(span)
-    if span.cat != "kernel":
-        return [full]
+    return _kernel_name_forms(span.name) if span.cat == "kernel" else (span.name,)
+
+
+@lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names across its kernels
+def _kernel_name_forms(name: str) -> tuple[str, ...]:
+    full = _without_signature(name)
     bare = full.replace(_ANONYMOUS, "")
     while (shorter := _LAMBDA_IN.sub("", bare)) != bare:
         bare = shorter
@@ -1026,14 +1058,11 @@ def _name_forms(span: Span) -> list[str]:
             forms += [f"{base}<{_ELLIPSIS}{applied[-1]}{_ELLIPSIS}>", applied[-1]]
         else:
             forms.append(base)
-    return list(dict.fromkeys(forms))
+    return tuple(dict.fromkeys(forms))
 
 
-def _display_name(span: Span) -> str:
+def _without_signature(name: str) -> str:
     """A kernel's name without the ``void`` and the argument list that the demangler adds."""
-    name = span.name
-    if span.cat != "kernel":
-        return name
     name = name.removeprefix("void ")
     if name.endswith(")"):
         depth = 0
