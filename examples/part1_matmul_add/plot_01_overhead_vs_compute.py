@@ -254,10 +254,17 @@ findings_table(large_findings, caption=large.name)
 # an ``info`` finding, since that is where you want to be:
 
 if small.has_gpu:
+    # Each step's GPU busy time over its CPU time: what the two rules read.
+    small_ratios, large_ratios = (
+        ", ".join(f"{t.gpu_busy_us / t.cpu_us:.2f}" for t in step_times(run.trace))
+        for run in (small, large)
+    )
     claim(
         f"the cheatsheet flags n={SMALL} overhead-bound and n={LARGE} compute-bound",
         any(f.rule == "overhead-bound" for f in small_findings)
         and any(f.rule == "compute-bound" for f in large_findings),
+        busy_over_cpu_small=small_ratios,
+        busy_over_cpu_large=large_ratios,
     )
 
 # %%
