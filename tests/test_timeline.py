@@ -461,6 +461,22 @@ def test_no_name_goes_before_a_kernel_into_the_gpus_idle_time(make_trace) -> Non
     assert not [t for t in ax.texts if "a_kernel" in t.get_text()]
 
 
+def test_no_name_goes_beside_a_kernel_into_a_highlighted_range(make_trace) -> None:
+    # Page 10: a kernel's name ran on the GPU lane across the highlighted buffer request,
+    # the stretch in which the page asks what the GPU did (nothing).
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+        _kernel("a_kernel_with_a_long_name_that_fits_nowhere_inside", 100, 2),
+        _kernel("next_kernel", 900, 2),
+    ]
+    trace = load_trace(make_trace(events))
+    plain = plot_timeline(trace, window=(0.0, 1000.0))
+    assert any("a_kernel" in t.get_text() for t in _texts(_axes(plain), "span-name-beside"))
+    band = Highlight(103.0, 700.0, "request")  # from just after the kernel
+    marked = plot_timeline(trace, window=(0.0, 1000.0), highlights=[band])
+    assert not [t for t in _axes(marked).texts if "a_kernel" in t.get_text()]
+
+
 def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:
     # The name would point at the part of the box that shows, and run under its neighbours.
     events = [

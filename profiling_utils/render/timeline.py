@@ -236,8 +236,10 @@ def plot_timeline(
     before a kernel is the GPU's idle time; not for the first of a crowd of hairlines, which
     it could point at any of), else (not on a GPU stream, and for a box wide enough to see
     and not cut by the window's edge) on the row below after a ``▴``, where that row is free;
-    a lane's last row gets one more row for such names. Otherwise the name is shortened with an ellipsis, or
-    left out. The wider boxes are named first. A kernel's name is tried in shorter forms
+    a lane's last row gets one more row for such names. On a GPU stream no name is written
+    outside its box within a highlighted range (mostly the GPU's idle time on these pages).
+    Otherwise the name is shortened with an ellipsis, or left out. The wider boxes are named
+    first. A kernel's name is tried in shorter forms
     before it is shortened: without the namespaces, then as the kernel and the functor it
     applies (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or
     the kernel without template arguments. Lanes without spans in the window are left out,
@@ -292,7 +294,7 @@ def plot_timeline(
     legend_columns = _legend_columns(categories, width_pt)
     legend_rows = math.ceil(len(categories) / legend_columns)
     pt_per_us = width_pt / (x1 - x0)
-    names, label_rows = _place_names(layout, x0, x1, pt_per_us)
+    names, label_rows = _place_names(layout, x0, x1, pt_per_us, highlights)
     layout = _with_label_rows(layout, label_rows)
     placed_highlights, tiers = _place_highlight_labels(highlights, x0, x1, pt_per_us)
 
@@ -637,9 +639,17 @@ class _Box:
 
 
 def _place_names(
-    layout: _Layout, x0: float, x1: float, pt_per_us: float
+    layout: _Layout,
+    x0: float,
+    x1: float,
+    pt_per_us: float,
+    highlights: Sequence[Highlight] = (),
 ) -> tuple[list[_PlacedName], set[int]]:
     """Name each box: inside it, else beside it on its row, else under it, else shortened.
+
+    No name is written outside its box on a GPU stream within a highlighted range: the
+    ranges a page highlights are mostly where the GPU is idle, and a name there would read
+    as work.
 
     Returns the names and the lanes that need one more row for the names written under the
     boxes of their last row.
@@ -655,6 +665,11 @@ def _place_names(
             left, right = max(span.start, x0), min(drawn_end, x1)
             space.take(lane, row, left, right)
             boxes.append(_Box(lane, row, span, left, right, drawn_end, _name_forms(span)))
+    for lane, placed in enumerate(layout.lanes):
+        if placed.lane.kind == "gpu":
+            for h in highlights:
+                for row in range(placed.rows):
+                    space.take(lane, row, max(h.start, x0), min(h.end, x1))
     # Wider boxes first: where two names want the same free stretch, the bigger box gets it.
     boxes.sort(key=lambda b: (b.left - b.right, b.span.start))
 
