@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names
 from matplotlib.axes import Axes
-from matplotlib.collections import PolyCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
@@ -223,6 +223,22 @@ def test_offset_highlight_between_lanes_spans_all_lanes(cold: Trace) -> None:
     (band,) = [p for p in ax.patches if p.get_gid() == "highlight"]
     lane_rows = [t.get_position()[1] for t in ax.get_yticklabels()]
     assert band.get_y() < lane_rows[0] and band.get_y() + band.get_height() > lane_rows[-1]
+
+
+def test_a_highlights_edges_cross_boxes_but_not_their_names(cold: Trace) -> None:
+    # Readers found band edges cutting names in two ("Dt|oH", "4.|94").
+    step = _step(cold, 2)
+    ax = _axes(plot_timeline(cold, step=2, highlights=[Highlight(step.start, step.end, "s")]))
+    blue = matplotlib.colors.to_rgba("#0072b2")
+    edges = [
+        c for c in ax.collections
+        if isinstance(c, LineCollection) and tuple(c.get_color()[0]) == pytest.approx(blue)
+        and all(seg[0][0] == seg[-1][0] for seg in c.get_segments())  # vertical: the edges
+    ]  # fmt: skip
+    names = _texts(ax, "span-name") + _texts(ax, "span-name-beside")
+    assert edges and names
+    assert all(_boxes(ax).get_zorder() < e.get_zorder() for e in edges)
+    assert all(e.get_zorder() < n.get_zorder() for e in edges for n in names)
 
 
 def test_highlight_labels_never_overlap(cold: Trace) -> None:

@@ -913,7 +913,9 @@ def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) 
         band.set_gid("highlight")
         ax.add_patch(band)
         edges = [h.start, h.end]
-        ax.vlines(edges, band_top, band_bottom, colors=_HIGHLIGHT, linewidths=1.2, zorder=5)
+        # The edges go over the boxes, so that the range's limits show across them, and under
+        # the boxes' names, which they would otherwise cut through.
+        ax.vlines(edges, band_top, band_bottom, colors=_HIGHLIGHT, linewidths=1.2, zorder=2.7)
         # Up to the label: dotted where it crosses lanes the highlight is not about.
         ax.vlines(
             edges,
@@ -922,7 +924,7 @@ def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) 
             colors=_HIGHLIGHT,
             linewidths=1.2 if h.lane is None else 0.8,
             linestyles="solid" if h.lane is None else (0, (1, 2)),
-            zorder=5,
+            zorder=2.7,
         )
         ax.hlines(line_y, h.start, h.end, colors=_HIGHLIGHT, linewidths=1.6, zorder=5)
         label = ax.text(
