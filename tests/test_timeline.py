@@ -493,6 +493,16 @@ def test_no_name_goes_beside_a_kernel_into_a_highlighted_range(make_trace) -> No
     assert not [t for t in _axes(marked).texts if "a_kernel" in t.get_text()]
 
 
+def test_no_name_goes_under_one_of_a_row_of_like_boxes(make_trace) -> None:
+    # Page 07: "▴ aten::matmul" under one of twenty equal boxes could point at any of them.
+    events = [complete_event("ProfilerStep#1", "user_annotation", 0, 400)]
+    for i in range(12):
+        events.append(complete_event("aten::matmul", "cpu_op", 10 + 30 * i, 8))
+    trace = load_trace(make_trace(events))
+    fig = plot_timeline(trace, window=(0.0, 400.0))
+    assert not _texts(_axes(fig), "span-name-below")
+
+
 def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:
     # The name would point at the part of the box that shows, and run under its neighbours.
     events = [

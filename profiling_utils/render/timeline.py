@@ -234,8 +234,9 @@ def plot_timeline(
     an idle stretch is not read as work there: just right of the box after a ``◂`` where its
     row is free, else just left of it before a ``▸`` (not on a GPU stream, where the stretch
     before a kernel is the GPU's idle time; not for the first of a crowd of hairlines, which
-    it could point at any of), else (not on a GPU stream, and for a box wide enough to see
-    and not cut by the window's edge) on the row below after a ``▴``, where that row is free;
+    it could point at any of), else (not on a GPU stream, and for a box wide enough to see,
+    not cut by the window's edge and twice as wide as each box of its row that the name runs
+    under) on the row below after a ``▴``, where that row is free;
     a lane's last row gets one more row for such names. On a GPU stream no name is written
     outside its box within a highlighted range (mostly the GPU's idle time on these pages).
     Otherwise the name is shortened with an ellipsis, or left out. The wider boxes are named
@@ -670,6 +671,11 @@ def _place_names(
             for h in highlights:
                 for row in range(placed.rows):
                     space.take(lane, row, max(h.start, x0), min(h.end, x1))
+    row_boxes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+    for box in sorted(boxes, key=lambda b: b.left):
+        lefts, rights = row_boxes.setdefault((box.lane, box.row), ([], []))
+        lefts.append(box.left)
+        rights.append(box.right)
     # Wider boxes first: where two names want the same free stretch, the bigger box gets it.
     boxes.sort(key=lambda b: (b.left - b.right, b.span.start))
 
@@ -729,7 +735,8 @@ def _place_names(
                 ),
                 None,
             )
-            if form is not None:
+            end = left + _outside_pt(BELOW_MARK, form) / pt_per_us if form else left
+            if form is not None and _stands_out(box, row_boxes[lane, row], end):
                 name = _PlacedName(lane, row + 1, left, BELOW_MARK + form, "below")
                 put(name, left, _outside_pt(BELOW_MARK, form))
                 if row + 1 == layout.lanes[lane].rows:
@@ -748,6 +755,16 @@ def _place_names(
                 name = _PlacedName(lane, row, box.drawn_end + pad_us, BESIDE_MARK + text, "after")
                 put(name, box.drawn_end, _outside_pt(BESIDE_MARK, text))
     return names, label_rows
+
+
+def _stands_out(box: _Box, row: tuple[list[float], list[float]], until: float) -> bool:
+    """Whether ``box`` is at least twice as wide as each other box of its row that starts
+    before ``until``: a name written under it that far then points at it, not at a
+    neighbour of its size (page 07's row of equal ``aten::matmul`` boxes)."""
+    lefts, rights = row
+    width = box.right - box.left
+    first, last = bisect_right(lefts, box.left), bisect_left(lefts, until)
+    return all(2 * (rights[k] - lefts[k]) <= width for k in range(first, last))
 
 
 def _whole(box: _Box, x0: float, x1: float) -> bool:
