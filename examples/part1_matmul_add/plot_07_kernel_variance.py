@@ -359,15 +359,30 @@ if shared_findings:
     slow_kernel = next(
         k for k in shared.trace.kernels if abs(k.start - slowest["start_us"]) < 1e-3
     )
+    slow_step = shared.trace.step_of(slow_kernel).number
     plot_timeline(
         shared.trace,
-        step=shared.trace.step_of(slow_kernel).number,
+        step=slow_step,
         highlights=[highlight_span(slow_kernel, "slow kernel")],
         max_depth=2,
-        title=f"{shared.name}: the slowest instance's step",
+        title=f"{shared.name}, ProfilerStep#{slow_step}: its kernel ran slow",
+    )
+    ahead = [
+        s.number
+        for s in shared.trace.steps
+        if slow_kernel.start < s.start < slow_kernel.end
+    ]
+    claim(
+        "the CPU started later steps while the slow kernel ran",
+        bool(ahead),
+        steps=f"{ahead[0]}-{ahead[-1]}" if ahead else "none",
     )
 
 # %%
+# The picture starts where that step starts on the CPU. The dashed lines after it are the
+# edges of later steps, which the CPU ran through while the GPU was still on the slow
+# kernel (the claim above): the CPU lane over the kernel is not the kernel's step.
+#
 # The slowest instance has our GPU lane to itself: nothing of this trace runs beside it,
 # and it is the same kernel, with the same grid and block, as in every other step (the
 # claims below check both), called on the same tensors (the code above). The time went
