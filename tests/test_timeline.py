@@ -225,8 +225,9 @@ def test_offset_highlight_between_lanes_spans_all_lanes(cold: Trace) -> None:
     assert band.get_y() < lane_rows[0] and band.get_y() + band.get_height() > lane_rows[-1]
 
 
-def test_a_highlights_edges_cross_boxes_but_not_their_names(cold: Trace) -> None:
-    # Readers found band edges cutting names in two ("Dt|oH", "4.|94").
+def test_a_highlights_edges_go_under_boxes_and_names(cold: Trace) -> None:
+    # Readers found band edges cutting names in two ("Dt|oH", "4.|94") and hiding a kernel
+    # of a few µs at a range's limit.
     step = _step(cold, 2)
     ax = _axes(plot_timeline(cold, step=2, highlights=[Highlight(step.start, step.end, "s")]))
     blue = matplotlib.colors.to_rgba("#0072b2")
@@ -237,7 +238,7 @@ def test_a_highlights_edges_cross_boxes_but_not_their_names(cold: Trace) -> None
     ]  # fmt: skip
     names = _texts(ax, "span-name") + _texts(ax, "span-name-beside")
     assert edges and names
-    assert all(_boxes(ax).get_zorder() < e.get_zorder() for e in edges)
+    assert all(e.get_zorder() < _boxes(ax).get_zorder() for e in edges)
     assert all(e.get_zorder() < n.get_zorder() for e in edges for n in names)
 
 
@@ -501,6 +502,27 @@ def test_no_name_goes_under_one_of_a_row_of_like_boxes(make_trace) -> None:
     trace = load_trace(make_trace(events))
     fig = plot_timeline(trace, window=(0.0, 400.0))
     assert not _texts(_axes(fig), "span-name-below")
+
+
+def test_no_name_goes_into_a_range_highlighted_on_another_lane(make_trace) -> None:
+    # Page 04: "cuLaunchKernelEx ▸" sat inside the buffer request's band (CUPTI's row),
+    # while the page says the CPU thread waits through it.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+        complete_event("aten::mm", "cpu_op", 5, 990),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 950, 40),
+        complete_event("Activity Buffer Request", "overhead", 700, 240, pid=-1, tid=0),
+    ]
+    trace = load_trace(make_trace(events))
+    (request,) = trace.find("Activity Buffer Request")
+    plain = plot_timeline(trace, window=(0.0, 1000.0))
+    assert _texts(_axes(plain), "span-name-before")  # the name goes left of the box...
+    marked = plot_timeline(
+        trace, window=(0.0, 1000.0), highlights=[highlight_span(request, "request")]
+    )
+    ax = _axes(marked)
+    # ...but not into the band: here nowhere else has room for it.
+    assert not [t for t in ax.texts if "cudaLaunch" in t.get_text()]
 
 
 def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:

@@ -237,8 +237,9 @@ def plot_timeline(
     it could point at any of), else (not on a GPU stream, and for a box wide enough to see,
     not cut by the window's edge and twice as wide as each box of its row that the name runs
     under) on the row below after a ``▴``, where that row is free;
-    a lane's last row gets one more row for such names. On a GPU stream no name is written
-    outside its box within a highlighted range (mostly the GPU's idle time on these pages).
+    a lane's last row gets one more row for such names. No name is written outside its box
+    within a highlighted range on a GPU stream (mostly the GPU's idle time on these pages),
+    or on a lane other than the highlight's own.
     Otherwise the name is shortened with an ellipsis, or left out. The wider boxes are named
     first. A kernel's name is tried in shorter forms
     before it is shortened: without the namespaces, then as the kernel and the functor it
@@ -648,9 +649,10 @@ def _place_names(
 ) -> tuple[list[_PlacedName], set[int]]:
     """Name each box: inside it, else beside it on its row, else under it, else shortened.
 
-    No name is written outside its box on a GPU stream within a highlighted range: the
-    ranges a page highlights are mostly where the GPU is idle, and a name there would read
-    as work.
+    No name is written outside its box within a highlighted range on a GPU stream (the
+    ranges a page highlights there are mostly where the GPU is idle) or on a lane other than
+    the highlight's own (page 04's buffer request, during which the CPU thread waits): a
+    name there would read as work in the range.
 
     Returns the names and the lanes that need one more row for the names written under the
     boxes of their last row.
@@ -667,8 +669,8 @@ def _place_names(
             space.take(lane, row, left, right)
             boxes.append(_Box(lane, row, span, left, right, drawn_end, _name_forms(span)))
     for lane, placed in enumerate(layout.lanes):
-        if placed.lane.kind == "gpu":
-            for h in highlights:
+        for h in highlights:
+            if placed.lane.kind == "gpu" or h.lane not in (None, placed.lane):
                 for row in range(placed.rows):
                     space.take(lane, row, max(h.start, x0), min(h.end, x1))
     row_boxes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
@@ -930,9 +932,9 @@ def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) 
         band.set_gid("highlight")
         ax.add_patch(band)
         edges = [h.start, h.end]
-        # The edges go over the boxes, so that the range's limits show across them, and under
-        # the boxes' names, which they would otherwise cut through.
-        ax.vlines(edges, band_top, band_bottom, colors=_HIGHLIGHT, linewidths=1.2, zorder=2.7)
+        # The edges go under the boxes, as the band does: a box at a range's limit (a kernel
+        # of a few µs) would hide under an edge drawn over it, and names would be cut by it.
+        ax.vlines(edges, band_top, band_bottom, colors=_HIGHLIGHT, linewidths=1.2, zorder=1.5)
         # Up to the label: dotted where it crosses lanes the highlight is not about.
         ax.vlines(
             edges,
@@ -941,7 +943,7 @@ def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) 
             colors=_HIGHLIGHT,
             linewidths=1.2 if h.lane is None else 0.8,
             linestyles="solid" if h.lane is None else (0, (1, 2)),
-            zorder=2.7,
+            zorder=1.5,
         )
         ax.hlines(line_y, h.start, h.end, colors=_HIGHLIGHT, linewidths=1.6, zorder=5)
         label = ax.text(
