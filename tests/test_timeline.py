@@ -242,6 +242,20 @@ def test_a_highlights_edges_go_under_boxes_and_names(cold: Trace) -> None:
     assert all(e.get_zorder() < n.get_zorder() for e in edges for n in names)
 
 
+def test_a_highlight_label_near_the_window_edge_stays_inside_the_plot(make_trace) -> None:
+    # Page 06: "32 occupancy queries 58 µs" reached the right edge; a bold label measured
+    # as regular text is centred where it no longer fits. Slide a range towards the edge.
+    trace = load_trace(make_trace([complete_event("aten::op", "cpu_op", 0, 1000)]))
+    for end in range(700, 1001, 4):
+        band = Highlight(end - 2.0, float(end), "occupancy queries WWWWWWWWWWWW")
+        fig = plot_timeline(trace, window=(0.0, 1000.0), highlights=[band])
+        fig.canvas.draw()
+        ax = _axes(fig)
+        (label,) = _texts(ax, "highlight-label")
+        assert label.get_window_extent().x1 <= ax.get_window_extent().x1 + 0.5, end
+        plt.close(fig)
+
+
 def test_highlight_labels_never_overlap(cold: Trace) -> None:
     step = _step(cold, 2)
     kernels = step.gpu_work
