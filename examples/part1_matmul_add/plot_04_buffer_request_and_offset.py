@@ -134,7 +134,13 @@ if has_gpu:
         after_us=after_us,
     )
     marks = [highlight_span(r, "Activity Buffer Request") for r in requests]
-    plot_timeline(trace, step=first.number, highlights=marks, max_depth=4)
+    plot_timeline(
+        trace,
+        step=first.number,
+        highlights=marks,
+        max_depth=4,
+        title=f"First session, ProfilerStep#{first.number}: the first recorded step",
+    )
 
 # %%
 # CUPTI writes an activity record for each CUDA call and each GPU activity. A first CUDA
