@@ -71,3 +71,13 @@ def test_a_missing_step_or_mixed_clocks_are_refused(stalled):
     mixed = [stalled[0], dataclasses.replace(stalled[1], clock="absolute ts")]
     with pytest.raises(ValueError, match="keep time differently"):
         plot_rank_step(mixed, step=4)
+
+
+def test_the_longest_step_ends_inside_the_plot(stalled):
+    fig = plot_rank_step(stalled, step=4)
+    try:
+        (ax,) = fig.axes
+        ends = [x + width for row in (0, 2) for x, width in bars(ax, row)]
+        assert max(ends) < 0.99 * ax.get_xlim()[1]  # its end shows, not cut by the frame
+    finally:
+        plt.close(fig)

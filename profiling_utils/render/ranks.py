@@ -117,7 +117,8 @@ def plot_rank_step(
             )
     ax.set_yticks(range(len(rows)), rows, fontsize=_TEXT_PT)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, (end - start) / 1000)
+    # A little room after the longest step, so that its end reads as an end, not a cut.
+    ax.set_xlim(0, (end - start) / 1000 * 1.03)
     ax.set_xlabel(f"ms from the start of ProfilerStep#{step}", fontsize=_TEXT_PT)
     ax.tick_params(labelsize=_TEXT_PT)
     ax.grid(axis="x", color="#dcdcdc", linewidth=0.6)
