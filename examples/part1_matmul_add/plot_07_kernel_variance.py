@@ -380,8 +380,9 @@ if shared_findings:
 
 # %%
 # The picture starts where that step starts on the CPU. The dashed lines after it are the
-# edges of later steps, which the CPU ran through while the GPU was still on the slow
-# kernel (the claim above): the CPU lane over the kernel is not the kernel's step.
+# edges of later steps: the CPU runs ahead of the GPU, and started the steps the claim
+# above names while the slow kernel ran. The CPU lane over the kernel is not the kernel's
+# step.
 #
 # The slowest instance has our GPU lane to itself: nothing of this trace runs beside it,
 # and it is the same kernel, with the same grid and block, as in every other step (the
