@@ -345,8 +345,13 @@ def test_names_too_long_for_their_box_go_beside_it_on_a_free_row(cold: Trace) ->
     # The launch calls are a few µs wide: too narrow for their names, which go beside, whole,
     # after a mark that points back at the box, in grey italics: a label, not work on the row.
     runtime_names = {s.name for s in cold.spans if s.cat in ("cuda_runtime", "cuda_driver")}
+    before = _texts(ax, "span-name-before")
     assert all(t.get_text().startswith(BESIDE_MARK) for t in beside)
-    assert any(t.get_text().removeprefix(BESIDE_MARK) in runtime_names for t in beside)
+    assert all(t.get_text().endswith(BEFORE_MARK) for t in before)
+    whole = [t.get_text().removeprefix(BESIDE_MARK) for t in beside] + [
+        t.get_text().removesuffix(BEFORE_MARK) for t in before
+    ]
+    assert any(name in runtime_names for name in whole)
     assert {(t.get_fontstyle(), t.get_color()) for t in beside} == {("italic", "#444444")}
     assert {t.get_fontstyle() for t in _texts(ax, "span-name")} == {"normal"}
     for name in beside:
@@ -537,6 +542,25 @@ def test_no_name_goes_into_a_range_highlighted_on_another_lane(make_trace) -> No
     ax = _axes(marked)
     # ...but not into the band: here nowhere else has room for it.
     assert not [t for t in ax.texts if "cudaLaunch" in t.get_text()]
+
+
+def test_a_name_beside_its_box_stays_out_from_under_other_boxes_above(make_trace) -> None:
+    # Page 05: "◂ aten::view", after a view inside aten::matmul, ran under aten::bmm on the
+    # row above and read as bmm's child. Here the launch's name would run under aten::add.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+        complete_event("aten::mm", "cpu_op", 10, 290),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 280, 10),
+        complete_event("aten::add", "cpu_op", 310, 90),
+    ]
+    trace = load_trace(make_trace(events))
+    fig = plot_timeline(trace, window=(0.0, 1000.0))
+    fig.canvas.draw()
+    ax = _axes(fig)
+    (name,) = [t for t in ax.texts if "cudaLaunchKernel" in t.get_text()]
+    assert name.get_gid() == "span-name-before"  # left of the box, under aten::mm, its parent
+    add_left = ax.transData.transform((310.0, 0.0))[0]
+    assert name.get_window_extent().x1 <= add_left
 
 
 def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:

@@ -10,12 +10,12 @@ The figure has an opaque white background and dark text, so one PNG reads the sa
 and the dark theme of the site. It is as wide as the site's content column (:data:`PAGE_WIDTH_PX`
 CSS pixels at :data:`FIGURE_DPI`), so the page shows it at its natural size and every text is at
 least :data:`MIN_TEXT_PX` CSS pixels high there, the size of the site's code; sphinx-gallery's
-2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just
-right of it when the row is free there (a launch call inside its operator), else just left of it
-(not on GPU streams, where the stretch before a kernel is idle time), else under it when the row
-below is free there (a lane's last row gets one more row for such names; not on GPU streams),
-else shortened inside it, or left out. A kernel's long demangled name
-is first tried without what says little in a narrow box: namespaces, template arguments.
+2x copy keeps it sharp on high-DPI screens. A name too long for its box is written whole just right
+of it when the row is free there and the row above holds only its parent (a launch call inside its
+operator), else just left of it (not on GPU streams, where the stretch before a kernel is idle
+time), else under it when the row below is free there (a lane's last row gets one more row for such
+names; not on GPU streams), else shortened inside it, or left out. A kernel's long demangled name is
+first tried without what says little in a narrow box: namespaces, template arguments.
 """
 
 from __future__ import annotations
@@ -231,22 +231,21 @@ def plot_timeline(
     Each span is a box on its lane; nested spans sit one row lower per nesting depth. Names are
     written inside boxes wide enough for them. A box too narrow for its name gets it whole
     outside the box, in grey italics with a triangle that points at the box, so that a name in
-    an idle stretch is not read as work there: just right of the box after a ``◂`` where its
-    row is free, else just left of it before a ``▸`` (not on a GPU stream, where the stretch
-    before a kernel is the GPU's idle time; not for the first of a crowd of hairlines, which
-    it could point at any of), else (not on a GPU stream, and for a box wide enough to see,
-    not cut by the window's edge and twice as wide as each box of its row that the name runs
-    under) on the row below after a ``▴``, where that row is free;
-    a lane's last row gets one more row for such names. No name is written outside its box
-    within a highlighted range on a GPU stream (mostly the GPU's idle time on these pages),
-    or on a lane other than the highlight's own.
-    Otherwise the name is shortened with an ellipsis, or left out. The wider boxes are named
-    first. A kernel's name is tried in shorter forms
-    before it is shortened: without the namespaces, then as the kernel and the functor it
-    applies (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or
-    the kernel without template arguments. Lanes without spans in the window are left out,
-    and ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the
-    step.
+    an idle stretch is not read as work there: just right of the box after a ``◂`` where its row
+    is free (and the row above holds no box there but the box's parent, whose child the name
+    would otherwise seem), else just left of it before a ``▸`` (not on a GPU stream, where the
+    stretch before a kernel is the GPU's idle time; not for the first of a crowd of hairlines,
+    which it could point at any of), else (not on a GPU stream, and for a box wide enough to
+    see, not cut by the window's edge and twice as wide as each box of its row that the name
+    runs under) on the row below after a ``▴``, where that row is free; a lane's last row gets
+    one more row for such names. No name is written outside its box within a highlighted range
+    on a GPU stream (mostly the GPU's idle time on these pages), or on a lane other than the
+    highlight's own. Otherwise the name is shortened with an ellipsis, or left out. The wider
+    boxes are named first. A kernel's name is tried in shorter forms before it is shortened:
+    without the namespaces, then as the kernel and the functor it applies
+    (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or the kernel
+    without template arguments. Lanes without spans in the window are left out, and
+    ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the step.
 
     Args:
         trace: The loaded trace.
@@ -684,6 +683,30 @@ def _place_names(
     names: list[_PlacedName] = []
     label_rows: set[int] = set()
 
+    # A name beside its box runs on the box's row, under the row above, where the box's
+    # parent is: passing under another box there, it would read as that box's child.
+    def free_after(lane: int, row: int, x: float) -> float:
+        limit = space.free_after(lane, row, x)
+        if row == 0:
+            return limit
+        lefts = row_boxes.get((lane, row - 1), ((), ()))[0]
+        index = bisect_right(lefts, x)  # the next box above; the one over ``x`` is the parent
+        if index < len(lefts):
+            limit = min(limit, lefts[index])
+        return limit
+
+    def free_before(lane: int, row: int, x: float) -> float:
+        limit = space.free_before(lane, row, x)
+        if row == 0:
+            return limit
+        lefts, rights = row_boxes.get((lane, row - 1), ((), ()))
+        index = bisect_left(lefts, x) - 1  # the last box above starting before x
+        if index >= 0 and rights[index] >= x:
+            index -= 1  # the parent, over x
+        if index >= 0:
+            limit = max(limit, min(rights[index], x))
+        return limit
+
     def put(name: _PlacedName, start: float, width_pt: float = 0.0) -> None:
         names.append(name)
         if name.where != "inside":
@@ -700,8 +723,8 @@ def _place_names(
             put(_PlacedName(lane, row, (box.left + box.right) / 2, text, "inside"), box.left)
             continue
         # A whole name beside the box reads better than a shortened one inside it.
-        after_pt = (space.free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
-        before_pt = (span.start - space.free_before(lane, row, span.start)) * pt_per_us
+        after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        before_pt = (span.start - free_before(lane, row, span.start)) * pt_per_us
         # A mark before the first of a crowd of hairlines would point at any of them; and on
         # a GPU stream the stretch before a kernel is the GPU's idle time, which pages study.
         may_go_before = layout.lanes[lane].lane.kind != "gpu" and not (
@@ -749,7 +772,7 @@ def _place_names(
         if text is not None:
             put(_PlacedName(lane, row, (left + box.right) / 2, text, "inside"), left)
             continue
-        after_pt = (space.free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
         free_pt = after_pt - 2 * _TEXT_PAD_PT - _text_width_pt(BESIDE_MARK, _NAME_PT)
         if _whole(box, x0, x1) and box.drawn_end < x1 and free_pt >= shortest_name_pt:
             text = _fit(box.forms[-1], free_pt)
