@@ -563,6 +563,31 @@ def test_a_name_beside_its_box_stays_out_from_under_other_boxes_above(make_trace
     assert name.get_window_extent().x1 <= add_left
 
 
+def test_a_kernel_narrower_than_a_pixel_still_shows(make_trace) -> None:
+    # Page 04: a 2 µs GEMM in a 2.5 ms picture was snapped to no pixel at all in the 1x PNG.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 2500),
+        # Hairlines at every fraction of a pixel: 13.37 µs is about 3.05 pixels here.
+        *(_kernel(f"k{i}", 1000 + 13.37 * i, 0.5) for i in range(60)),
+    ]
+    trace = load_trace(make_trace(events))
+    fig = plot_timeline(trace, window=(0.0, 2500.0))
+    fig.set_dpi(FIGURE_DPI)
+    fig.canvas.draw()
+    ax = _axes(fig)
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    kernels = [p for p in _boxes(ax).get_paths() if p.vertices[:, 1].min() > 0.5]
+    assert len(kernels) == 60
+    for path in kernels:
+        (x0, y0), (x1, y1) = ax.transData.transform(path.vertices[[0, 2]])
+        column = round((x0 + x1) / 2)
+        rows = slice(int(min(y0, y1)) + 2, int(max(y0, y1)) - 2)
+        height = pixels.shape[0]
+        strip = pixels[height - rows.stop : height - rows.start, column - 1 : column + 2]
+        # Some pixel of the column is clearly not the white background.
+        assert (strip.sum(axis=2) < 3 * 235).any(), (x0, x1)
+
+
 def test_no_name_goes_under_a_box_cut_by_the_window(make_trace) -> None:
     # The name would point at the part of the box that shows, and run under its neighbours.
     events = [

@@ -88,7 +88,7 @@ _LANE_LABEL_PT = 9.0
 _TITLE_PT = 11.0
 _TEXT_PAD_PT = 2.5
 _MIN_BOUNDARY_GAP_PT = 4.0  # step boundaries closer than this are drawn as one
-_MIN_BOX_PT = 0.6  # zero-length events still show as a hairline
+_MIN_BOX_PT = 0.75  # zero-length events still show as a hairline, a pixel wide at 1x
 _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
 _CROWD_GAP_PT = 4.0  # a narrow box with a box this close after it is one of a crowd
 _ELLIPSIS = "\u2026"
@@ -559,6 +559,7 @@ def _draw_boxes(ax: Axes, layout: _Layout, pt_per_us: float) -> None:
         edgecolors="white",
         linewidths=np.where(widths_pt >= _EDGE_FROM_PT, 0.6, 0.0),
         zorder=2,
+        snap=False,  # snapped to whole pixels, a box under a pixel wide can vanish
     )
     boxes.set_gid("timeline-boxes")
     ax.add_collection(boxes)
