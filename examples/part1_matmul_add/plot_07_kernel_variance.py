@@ -375,14 +375,15 @@ if shared_findings:
     claim(
         "the CPU started later steps while the slow kernel ran",
         bool(ahead),
+        otherwise="the CPU started no step while the slow kernel ran",
         steps=f"{ahead[0]}-{ahead[-1]}" if ahead else "none",
     )
 
 # %%
-# The picture starts where that step starts on the CPU. The dashed lines after it are the
-# edges of later steps: the CPU runs ahead of the GPU, and started the steps the claim
-# above names while the slow kernel ran. The CPU lane over the kernel is not the kernel's
-# step.
+# The picture starts where that step starts on the CPU, and the dashed lines after it are
+# the edges of later steps. The CPU runs ahead of the GPU, so the CPU lane above the
+# kernel need not be the kernel's step: the line above says which steps, if any, the CPU
+# started while the slow kernel ran.
 #
 # The slowest instance has our GPU lane to itself: nothing of this trace runs beside it,
 # and it is the same kernel, with the same grid and block, as in every other step (the
