@@ -656,10 +656,39 @@ def test_names_never_overlap_names_or_boxes(name: str) -> None:
 # --- depth, hidden spans, big traces -----------------------------------------------------------
 
 
-def test_max_depth_keeps_only_shallow_spans(cold: Trace) -> None:
+def test_max_depth_keeps_only_shallow_spans_and_the_runtime_calls(cold: Trace) -> None:
     ax = _axes(plot_timeline(cold, max_depth=0))
     top_level = [s for s in cold.spans if s.lane.kind != "other" and s.depth == 0]
-    assert len(_boxes(ax).get_paths()) == len(top_level)
+    runtime = {"cuda_runtime", "cuda_driver"}
+    deeper_calls = [
+        s
+        for s in cold.spans
+        if s.depth > 0 and s.cat in runtime and cold.spans[s.parent].cat not in runtime
+    ]
+    assert deeper_calls, "the fixture has launches under its ops"
+    assert len(_boxes(ax).get_paths()) == len(top_level) + len(deeper_calls)
+
+
+def test_runtime_calls_below_max_depth_go_on_one_row_under_the_last(make_trace) -> None:
+    # Page 10: the launch after a synchronization sits five ops deep on the backward thread.
+    trace = load_trace(
+        make_trace(
+            [
+                complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+                complete_event("aten::linear", "cpu_op", 5, 90),
+                complete_event("aten::addmm", "cpu_op", 10, 80),
+                complete_event("cudaLaunchKernel", "cuda_runtime", 20, 10),
+                complete_event("cuLaunchKernel", "cuda_driver", 22, 6),
+                complete_event("cudaStreamSynchronize", "cuda_runtime", 40, 30),
+            ]
+        )
+    )
+    boxes = _boxes(_axes(plot_timeline(trace, max_depth=1)))
+    tops = [p.vertices[:, 1].min() for p in boxes.get_paths()]
+    rows = sorted(set(tops))
+    assert len(tops) == 4, "the step, linear, and the two outermost runtime calls"
+    assert len(rows) == 3, "addmm's row left out: the runtime calls take the one after linear's"
+    assert tops.count(rows[2]) == 2
 
 
 def test_python_functions_are_hidden_unless_asked(make_trace) -> None:

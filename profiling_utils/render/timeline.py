@@ -39,7 +39,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from profiling_utils.trace import Lane, Span, Trace
+from profiling_utils.trace import LAUNCH_CATEGORIES, Lane, Span, Trace
 
 __all__ = [
     "BEFORE_MARK",
@@ -259,7 +259,10 @@ def plot_timeline(
         highlights: Ranges to mark, each drawn as a band with its label and measured duration.
         lanes: The lanes to draw, in the trace's lane order; by default every CPU, GPU and
             CUPTI overhead lane.
-        max_depth: Draw only spans nested at most this deep (0: top-level spans only).
+        max_depth: Draw only spans nested at most this deep (0: top-level spans only). The
+            CUDA runtime and driver calls nested deeper (launches, synchronizations,
+            allocations), which tie the CPU to the GPU, are kept: drawn on one more row below,
+            the outermost only where such calls nest.
         title: Title above the picture.
         ax: Draw into these axes instead of a new figure; the figure's size is left alone.
         python_functions: Also draw ``python_function`` spans (traces taken with
@@ -444,7 +447,14 @@ def _lay_out(
                 continue
             row = row_of(span)
             if max_depth is not None and row > max_depth:
-                continue
+                # The runtime calls under the rows cut away (launches, synchronizations,
+                # allocations) tie the CPU to the GPU: they go on one row below the last.
+                parent = trace.spans[span.parent] if span.parent is not None else None
+                if span.cat not in LAUNCH_CATEGORIES or (
+                    parent is not None and parent.cat in LAUNCH_CATEGORIES
+                ):
+                    continue
+                row = max_depth + 1
             spans.append(span)
             rows.append(row)
         if not spans:
