@@ -186,14 +186,42 @@ if has_gpu:
 # The first step, with the dead window and the first ``aten::mm`` highlighted:
 
 window = dead_windows(cold, label="matmul_add")[0]
+dead_window = highlight_between(window.annotation, window.first_op, "dead window")
 plot_timeline(
     cold,
     step=first.number,
     highlights=[
-        highlight_between(window.annotation, window.first_op, "dead window"),
+        dead_window,
         highlight_span(first_mm, "first aten::mm"),
     ],
     title=f"Fresh process, ProfilerStep#{first.number}",
+)
+
+# %%
+# At the scale of the whole step the dead window, under a tenth of it (a claim above), is
+# a sliver at the band's left edge. Zoomed to it, with as much time again on each side:
+
+plot_timeline(
+    cold,
+    window=(dead_window.start - window.gap_us, dead_window.end + window.gap_us),
+    highlights=[dead_window],
+    title=f"Fresh process, ProfilerStep#{first.number}: the dead window",
+)
+
+# %%
+# The label opens, and the CPU spends the window inside it before the first operator
+# starts. What the profiler recorded of that time:
+
+before_op = [
+    s.name
+    for s in cold.within(window.annotation)
+    if s.start < window.first_op.start and s is not window.first_op
+]
+claim(
+    f"nothing is recorded inside the label before {window.first_op.name}",
+    not before_op,
+    otherwise=f"inside the label, before {window.first_op.name}: {', '.join(before_op)}",
+    gap_us=window.gap_us,
 )
 
 # %%
