@@ -480,6 +480,26 @@ def test_name_goes_before_a_box_when_only_the_left_of_it_is_free(make_trace) -> 
     _assert_names_clear(fig)
 
 
+@pytest.mark.parametrize("crowd", [True, False])
+def test_no_name_goes_after_the_last_of_a_crowd_of_hairlines(make_trace, crowd: bool) -> None:
+    # Page 02: "◂ cudaMalloc" after a block of runtime calls that were mostly others. Alone,
+    # the same hairline is named beside it.
+    others = [complete_event("cudaDeviceGetAttribute", "cuda_runtime", 300, 6)] if crowd else []
+    trace = load_trace(
+        make_trace(
+            [
+                complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+                complete_event("aten::mm", "cpu_op", 5, 990),
+                *others,
+                complete_event("cudaMalloc", "cuda_runtime", 306.5, 1),
+            ]
+        )
+    )
+    ax = _axes(plot_timeline(trace, window=(0.0, 1000.0)))
+    named = [t.get_text() for t in ax.texts if "cudaMalloc" in t.get_text()]
+    assert named == ([] if crowd else [BESIDE_MARK + "cudaMalloc"])
+
+
 def test_no_name_goes_before_a_kernel_into_the_gpus_idle_time(make_trace) -> None:
     # Page 1: a name left of the add kernel sat in the highlighted "GPU idle" stretch, read
     # as work there. The same layout on a CPU lane (above) gets its name before the box.

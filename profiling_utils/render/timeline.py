@@ -229,20 +229,20 @@ def plot_timeline(
     """Draw a trace's CPU threads and GPU streams as stacked lanes on one time axis.
 
     Each span is a box on its lane; nested spans sit one row lower per nesting depth. Names are
-    written inside boxes wide enough for them. A box too narrow for its name gets it whole
-    outside the box, in grey italics with a triangle that points at the box, so that a name in
-    an idle stretch is not read as work there: just right of the box after a ``◂`` where its row
-    is free (and the row above holds no box there but the box's parent, whose child the name
-    would otherwise seem), else just left of it before a ``▸`` (not on a GPU stream, where the
-    stretch before a kernel is the GPU's idle time; not for the first of a crowd of hairlines,
-    which it could point at any of), else (not on a GPU stream, and for a box wide enough to
-    see, not cut by the window's edge and twice as wide as each box of its row that the name
-    runs under) on the row below after a ``▴``, where that row is free; a lane's last row gets
-    one more row for such names. No name is written outside its box within a highlighted range
+    written inside boxes wide enough for them. A box too narrow for its name gets it whole outside
+    the box, in grey italics with a triangle that points at the box, so that a name in an idle
+    stretch is not read as work there: just right of the box after a ``◂`` where its row is free
+    (and the row above holds no box there but the box's parent, whose child the name would otherwise
+    seem; not for the last of a crowd of hairlines), else just left of it before a ``▸`` (not on a
+    GPU stream, where the stretch before a kernel is the GPU's idle time; not for the first of a
+    crowd of hairlines, which it could point at any of), else (not on a GPU stream, and for a box
+    wide enough to see, not cut by the window's edge and twice as wide as each box of its row that
+    the name runs under) on the row below after a ``▴``, where that row is free; a lane's last row
+    gets one more row for such names. No name is written outside its box within a highlighted range
     on a GPU stream (mostly the GPU's idle time on these pages), or on a lane other than the
-    highlight's own. Otherwise the name is shortened with an ellipsis, or left out. The wider
-    boxes are named first. A kernel's name is tried in shorter forms before it is shortened:
-    without the namespaces, then as the kernel and the functor it applies
+    highlight's own. Otherwise the name is shortened with an ellipsis, or left out. The wider boxes
+    are named first. A kernel's name is tried in shorter forms before it is shortened: without the
+    namespaces, then as the kernel and the functor it applies
     (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or the kernel
     without template arguments. Lanes without spans in the window are left out, and
     ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the step.
@@ -718,6 +718,15 @@ def _place_names(
             limit = max(limit, min(rights[index], x))
         return limit
 
+    def last_of_a_crowd(box: _Box) -> bool:
+        # A mark after the last of a crowd of hairlines would point at any of them (page 02:
+        # "◂ cudaMalloc" after a block of a dozen runtime calls, few of them cudaMalloc).
+        if (box.right - box.left) * pt_per_us >= _EDGE_FROM_PT:
+            return False
+        lefts, rights = row_boxes[box.lane, box.row]
+        index = bisect_left(lefts, box.left) - 1
+        return index >= 0 and (box.left - rights[index]) * pt_per_us < _CROWD_GAP_PT
+
     def put(name: _PlacedName, start: float, width_pt: float = 0.0) -> None:
         names.append(name)
         if name.where != "inside":
@@ -741,9 +750,10 @@ def _place_names(
         may_go_before = layout.lanes[lane].lane.kind != "gpu" and not (
             (box.right - box.left) * pt_per_us < _EDGE_FROM_PT and after_pt < _CROWD_GAP_PT
         )
+        may_go_after = not last_of_a_crowd(box)
         for form in box.forms if _whole(box, x0, x1) else ():
             width_pt = _outside_pt(BESIDE_MARK, form)
-            if width_pt <= after_pt:
+            if may_go_after and width_pt <= after_pt:
                 text = BESIDE_MARK + form
                 name = _PlacedName(lane, row, box.drawn_end + pad_us, text, "after")
                 put(name, box.drawn_end, width_pt)
@@ -785,7 +795,12 @@ def _place_names(
             continue
         after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
         free_pt = after_pt - 2 * _TEXT_PAD_PT - _text_width_pt(BESIDE_MARK, _NAME_PT)
-        if _whole(box, x0, x1) and box.drawn_end < x1 and free_pt >= shortest_name_pt:
+        if (
+            _whole(box, x0, x1)
+            and box.drawn_end < x1
+            and free_pt >= shortest_name_pt
+            and not last_of_a_crowd(box)
+        ):
             text = _fit(box.forms[-1], free_pt)
             if text is not None:
                 name = _PlacedName(lane, row, box.drawn_end + pad_us, BESIDE_MARK + text, "after")
