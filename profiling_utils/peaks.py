@@ -145,14 +145,25 @@ class Measurement:
             f"median of {which}{self.calls:,} calls {self.method}; interquartile range "
             f"{self.rate_low:,.0f}-{self.rate_high:,.0f} {self.unit}"
         )
-        if self.sm_clock_mhz:
-            first, last = self.sm_clock_mhz[0], self.sm_clock_mhz[-1]
-            text += (
-                f"; SM clock {first} MHz throughout"
-                if first == last
-                else f"; SM clock {first} MHz early on, {last} MHz at the end"
-            )
+        clocks = self.clock_readings()
+        if clocks:
+            text += f"; {clocks}"
         return text
+
+    def clock_readings(self) -> str:
+        """The SM clock readings, as a clause: their median and range (``""`` when none was
+        read). Under a power cap the clock moves by a hundred MHz or more from one reading to
+        the next, so no single reading stands for the run."""
+        clocks = self.sm_clock_mhz
+        if not clocks:
+            return ""
+        low, high = min(clocks), max(clocks)
+        if low == high:
+            return f"SM clock {low} MHz at each of {len(clocks)} readings"
+        return (
+            f"SM clock read at a median of {statistics.median(clocks):.0f} MHz "
+            f"({low}-{high} MHz, {len(clocks)} readings)"
+        )
 
 
 @dataclass(frozen=True)

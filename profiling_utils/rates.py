@@ -346,15 +346,12 @@ def _above_measured(
             f"{_number(measured.rate_high)} {measured.unit}.",
         )
     if measured.sustained and burst.rate > measured.rate_high:
-        clocks = measured.sm_clock_mhz
-        why = (
-            f", by which time its SM clock had fallen from {clocks[0]} to {clocks[-1]} MHz"
-            if clocks and clocks[-1] < clocks[0]
-            else f", {1 - measured.rate / burst.rate:.0%} below the burst peak"
-        )
+        clocks = measured.clock_readings()
         text = (
             f"Above it, as a short run can be: the sustained peak is what the GPU holds over "
-            f"{measured.elapsed_s:.3g} s of back-to-back calls{why}."
+            f"{measured.elapsed_s:.3g} s of back-to-back calls, "
+            f"{1 - measured.rate / burst.rate:.0%} below the burst peak"
+            f"{f' ({clocks})' if clocks else ''}."
         )
         if rate > burst.rate_high:
             text += " This rate is above the burst peak too: see there."

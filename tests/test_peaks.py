@@ -114,7 +114,19 @@ def test_sustained_conditions_name_the_samples_and_the_clock() -> None:
     text = sustained.conditions()
     assert text.startswith("median of the last 1,400 of 2,800 calls back to back over 2.01 s")
     assert "interquartile range 1,491-1,491 GB/s" in text
-    assert "SM clock 1980 MHz early on, 1755 MHz at the end" in text
+    assert "SM clock read at a median of 1890 MHz (1755-1980 MHz, 3 readings)" in text
+    steady = _measurement(
+        "1 GiB device-to-device copy",
+        "GB/s",
+        lambda us: achieved_gb_s(2**30, us),
+        sustained=True,
+        method="back to back over 2.01 s, timed with CUDA events",
+        samples=[720.0] * 4,
+        calls=8,
+        elapsed_s=2.01,
+        clocks=(1980, 1980),
+    )
+    assert steady.conditions().endswith("; SM clock 1980 MHz at each of 2 readings")
 
 
 def test_summary_states_every_peak_with_the_copy_convention() -> None:
