@@ -188,8 +188,9 @@ print_totals(large)
 # --------------------------------
 #
 # The table sums; the trace shows *when*. Here is the last recorded step of each run. In
-# the small run we highlight the longest stretch of the step in which the GPU had nothing
-# to do.
+# the small run we highlight the longest stretch between two of the step's GPU activities
+# in which the GPU had nothing to do (before its first kernel the GPU is idle too, waiting
+# for the step's first launch).
 
 last = small.trace.steps[-1]
 if small.has_gpu:
@@ -259,7 +260,7 @@ findings_table(large_findings, caption=large.name)
 if small.has_gpu:
     # Each step's GPU busy time over its CPU time: what the two rules read.
     small_ratios, large_ratios = (
-        ", ".join(f"{t.gpu_busy_us / t.cpu_us:.2f}" for t in step_times(run.trace))
+        ", ".join(f"{t.gpu_busy_us / t.cpu_us:.3g}" for t in step_times(run.trace))
         for run in (small, large)
     )
     claim(
@@ -362,7 +363,7 @@ with tempfile.TemporaryDirectory() as sweep_dir:
         print(line)
 
 # %%
-# On a GPU, launching the same two kernels costs the CPU the same order of time at every
+# On a GPU, launching the step's few kernels costs the CPU the same order of time at every
 # size (the medians above move by a small factor from one run to the next), while the
 # product's work grows eightfold each time n doubles. The GPU column does not
 # follow the work at once: while the kernels are too small to fill the GPU, their fixed

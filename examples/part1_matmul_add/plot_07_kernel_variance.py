@@ -147,8 +147,11 @@ print(
     f"Timed over the first five steps only, the mean would be "
     f"{statistics.fmean(durations[:5]):.1f} µs."
 )
-print(f"First two steps: {first_two[0]:.1f} and {first_two[1]:.1f} µs")
-print(f"Steps 3 to 20: {later}")
+print(
+    f"ProfilerStep#{steps[0]} and #{steps[1]}: {first_two[0]:.1f} and "
+    f"{first_two[1]:.1f} µs"
+)
+print(f"ProfilerStep#{steps[2]} to #{steps[-1]}: {later}")
 if run.has_gpu:
     claim(
         "the twenty GEMMs all ran within 10% of their median",
