@@ -14,7 +14,8 @@ driver first: to look up the kernel's function handle (``cudaGetFuncBySymbol``),
 set its attributes (``cudaFuncGetAttributes``, ``cudaFuncSetAttribute``), to ask how many of
 its blocks one SM can hold (``cudaOccupancy*``). This page calls those queries, attribute
 settings and function lookups made before a launch its *planning calls*; they sit in the
-trace right before the launch.
+trace before the launch, inside the operator that makes it (not always just before: in a
+process's first GEMM, allocations and module loading can come in between).
 
 In its 64×64 trace on an A100, the
 `Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ found

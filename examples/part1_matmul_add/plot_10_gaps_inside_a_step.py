@@ -32,7 +32,7 @@ import torch
 
 from profiling_utils import capture, diagnose
 from profiling_utils.claims import claim
-from profiling_utils.measures import gpu_busy_us, step_times
+from profiling_utils.measures import gpu_busy_us, gpu_gaps, step_times
 from profiling_utils.render import (
     Highlight,
     findings_table,
@@ -277,8 +277,20 @@ if one_off is not None:
         log=False,
         title=f"ProfilerStep#{one_off.evidence['step']} against the other steps",
     )
+elif train.has_gpu:
+    # The rule's own measure (an idle stretch between two activities of a step), per step.
+    longest_by_step: dict[int, float] = {}
+    for g in gpu_gaps(train.trace):
+        longest_by_step[g.step] = max(longest_by_step.get(g.step, 0.0), g.gap_us)
+    numbers, longest = zip(*sorted(longest_by_step.items()), strict=True)
+    plot_per_step(
+        numbers,
+        {"longest GPU idle": longest},
+        log=False,
+        title="No step stood out with a buffer request: each step's longest GPU idle",
+    )
 else:
-    print("No step stood out with a buffer request in this run: nothing to plot.")
+    print("No GPU here: no GPU idle to plot.")
 
 # %%
 # The rule reports a step as a one-off only against the other steps: the idle stretch

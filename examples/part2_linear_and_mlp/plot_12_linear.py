@@ -117,8 +117,7 @@ else:
 # So the add has no kernel of its own: ``addmm`` hands the bias to the GEMM, which adds
 # it to each output element before writing it (an *epilogue*), instead of writing the
 # product and reading it back for a separate add. Whether the kernel's name says so is
-# the last claim printed above (on a GPU build); on the H100 this site's reference traces
-# were recorded on, the cuBLASLt ``nvjet`` kernel carries ``bias`` in its name.
+# the last claim printed above (on a GPU build).
 # (:doc:`Page 08 of Part 1 <../part1_matmul_add/plot_08_torch_compile>` met a different
 # ``addmm``: there the bias was a full matrix, which ``addmm`` copied into the output
 # before the GEMM.)
@@ -181,7 +180,7 @@ else:
 
 # %%
 # On an H100 the kernel is a cuBLASLt ``nvjet`` kernel for sm90, and its name ends in
-# three capital letters (``TNN`` on the H100 the fixtures of this site were recorded on).
+# three capital letters (split out above, at the name's underscores).
 # NVIDIA does not document ``nvjet`` names. The first two letters fit the same reading
 # as the A100's ``tn``: PyTorch hands cuBLAS the column-major view of the row-major
 # product, which makes the weight the operand read transposed. What the third letter

@@ -139,9 +139,9 @@ print(span_tree(eager.trace, eager.trace.steps[-1].span, width=80))
 # and ``aten::matmul`` flattens the [batch, seq, 768] input into a matrix of
 # ``batch·seq`` rows (``reshape``, ``view``), multiplies (``aten::mm``), and gives the
 # result its three dimensions back (``_unsafe_view``). These views change a tensor's
-# shape and strides, never its memory. The table's first rows, by device time, are the
-# ops that do work; the views come further down, and the line and the claim after the
-# table check that none of them launches GPU work.
+# shape and strides, never its memory. Under the label's † row, the table's first rows
+# by device time are the ops that do work; the views come further down, and the line and
+# the claim after the table check that none of them launches GPU work.
 
 profiler_table(eager, row_limit=14)
 
@@ -514,11 +514,34 @@ if eager.has_gpu:
     )
 
 # %%
-# The GEMMs hold most of a forward's GPU time, and fusion does not touch them, so the
-# forward can gain only about what the elementwise kernels lose; the last claim above
-# compares the two on this run. A forward timed from outside
-# (CUDA events around whole calls) also holds the gaps between kernels, which this busy
-# time leaves out.
+# The GEMMs hold most of a forward's GPU busy time, and fusion does not touch them, so in
+# busy time the forward gains only about what the elementwise kernels lose; the last
+# claim above compares the two on this run. Busy time leaves out the gaps between
+# kernels, and a forward timed from outside (CUDA events around whole calls) holds them.
+# Where the CPU takes longer to launch a forward than the GPU takes to run it, those gaps
+# are the CPU's launches, and the CPU time per step sets the pace. Per step, as the CPU
+# saw it, against the GPU's busy time:
+
+step_cpu = {
+    how: Distribution.of([t.cpu_us for t in step_times(run.trace)], "µs")
+    for how, run in runs.items()
+}
+for how, cpu_time in step_cpu.items():
+    print(f"{how:9s} CPU per step {cpu_time}")
+if eager.has_gpu:
+    claim(
+        "an eager step takes the CPU longer than the GPU is busy",
+        clearly_greater(step_cpu["eager"], busy["eager"]),
+        otherwise="an eager step keeps the GPU busy at least as long as it takes the CPU",
+        cpu=step_cpu["eager"],
+        busy=busy["eager"],
+    )
+
+# %%
+# Where that claim holds, compiling can save more than the elementwise kernels' time, or
+# less: it changes what the CPU does per step (fewer launches, and the compiled region's
+# own guard checks and wrappers; :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`
+# weighs them), and that is the time that counts.
 #
 # The rule again, on each run: it fires on the eager run only when the GELU and the
 # multiply are separate kernels.

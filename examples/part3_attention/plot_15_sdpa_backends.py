@@ -571,8 +571,11 @@ print("GEMM input types:", gemm_types)
 # - ``aten::to``: ``q``, ``k`` and ``v`` copied from bf16 to fp32 first. With bf16 or
 #   fp16 inputs, the math backend computes in fp32 unless
 #   ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` is set (it is not by
-#   default; the run prints the setting below); the last ``aten::to`` casts the result
-#   back to bf16.
+#   default; the run prints the setting below). Two more cast back to bf16: the output,
+#   and the whole [batch, heads, seq, seq] matrix of attention weights, which the math
+#   backend returns beside the output and ``scaled_dot_product_attention`` drops, so that
+#   cast's work is thrown away. (An ``aten::to`` of a 0-dim tensor may show too: it has
+#   nothing to copy.)
 # - ``aten::ones`` and ``aten::tril``: the causal mask, built on every call (the
 #   hand-written attention of :doc:`the previous page <plot_14_attention_naive>` built it
 #   once), then turned into an
@@ -595,6 +598,20 @@ claim(
     "the math backend copies q, k and v from bf16 to fp32",
     len(upcasts) == 3,
     copies=len(upcasts),
+)
+weights_shape = [*q.shape[:-1], k.shape[-2]]
+weight_casts = [
+    s
+    for s in nested
+    if s.name == "aten::to"
+    and (s.args.get("Input type") or [None])[0] == "float"
+    and (s.args.get("Input Dims") or [None])[0] == weights_shape
+]
+claim(
+    f"the math backend casts a {weights_shape} fp32 tensor, the attention weights, "
+    "to another dtype",
+    len(weight_casts) == 1,
+    casts=len(weight_casts),
 )
 claim(
     "the math backend's GEMMs (aten::bmm) run on fp32 inputs",
