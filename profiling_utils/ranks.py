@@ -574,7 +574,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         The :class:`CrossRank` report, ranks in rank order (traces without one last). Its
         findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
-        idles most, when it stands out), ``rank-step-spread`` (step time uneven across ranks).
+        idles most, when it idles over 1.25 times the median of the others),
+        ``rank-step-spread`` (step time uneven across ranks).
     """
     profiles = sorted(profiles, key=lambda p: (p.rank is None, p.rank or 0, p.file))
     labels = _labels(profiles)
@@ -758,15 +759,22 @@ def _findings(
     idle = [r for r in rows if r.gpu_idle_us is not None]
     if len(idle) >= 2:
         most = max(idle, key=lambda r: r.gpu_idle_us or 0.0)
-        median = statistics.median(r.gpu_idle_us or 0.0 for r in idle)
+        # Against the other ranks only: with two ranks, a median over all would be the mean
+        # of this rank and the other, half made of the very idle it is compared with.
+        others = [r.gpu_idle_us or 0.0 for r in idle if r is not most]
+        median = statistics.median(others)
         if (most.gpu_idle_us or 0.0) > 1.25 * median and (most.gpu_idle_us or 0.0) > 0:
+            against = (
+                f"{_us(median)} on the other rank"
+                if len(others) == 1
+                else f"a median of {_us(median)} on the other {len(others)} ranks"
+            )
             findings.append(
                 Finding(
                     "rank-gpu-idle",
                     _TABLE,
                     "info",
-                    f"{most.label}'s GPU idles {_us(most.gpu_idle_us)}, against a median of "
-                    f"{_us(median)} across ranks.",
+                    f"{most.label}'s GPU idles {_us(most.gpu_idle_us)}, against {against}.",
                     {"gpu_idle_us": {r.label: r.gpu_idle_us for r in idle}},
                 )
             )

@@ -119,6 +119,24 @@ def test_straggler_is_the_rank_the_others_wait_for(stalled_run: Path) -> None:
     assert "rank 1 is the straggler" in report.findings[0].message
 
 
+def test_the_rank_whose_gpu_idles_most_is_set_against_the_others_only(tmp_path: Path) -> None:
+    # Rank 1 stalls on the host before each all-reduce; its GPU waits 300 µs more per step.
+    for rank, stall in ((0, 0.0), (1, 300.0), (2, 0.0)):
+        write_rank(tmp_path, rank, rank_events(rank, stall_us=stall, late_us=300))
+    three = cross_rank(profiles(tmp_path))
+    idle = {r.label: r.gpu_idle_us for r in three.ranks}
+    (finding,) = [f for f in three.findings if f.rule == "rank-gpu-idle"]
+    assert idle["rank 1"] > 1.25 * idle["rank 0"] and idle["rank 0"] == idle["rank 2"]
+    assert finding.message == (
+        f"rank 1's GPU idles {idle['rank 1']:,.0f} µs, against a median of "
+        f"{idle['rank 0']:,.0f} µs on the other 2 ranks."
+    )
+    (tmp_path / "rank-2.json").unlink()
+    two = cross_rank(profiles(tmp_path))
+    (finding,) = [f for f in two.findings if f.rule == "rank-gpu-idle"]
+    assert finding.message.endswith(f"against {idle['rank 0']:,.0f} µs on the other rank.")
+
+
 def test_wait_and_transfer_split_each_rank_collectives(stalled_run: Path) -> None:
     rows = {row.rank: row for row in cross_rank(profiles(stalled_run)).ranks}
     assert rows[0].collective_us == pytest.approx(3 * (300 + TRANSFER_US))
