@@ -672,6 +672,7 @@ def test_hidden_memcpy_is_the_addmm_bias_copy() -> None:
     group = only("4096_bf16_warm_compile", "hidden-memcpy").evidence["groups"][0]
     assert (group["op"], group["kind"], group["api"]) == ("aten::addmm", "DtoD", "cudaMemcpyAsync")
     assert group["bytes"] == 4096 * 4096 * 2  # the bf16 bias, whole
+    assert group["through"] is None  # addmm calls cudaMemcpyAsync itself
 
 
 def test_hidden_memcpy_follows_copy_ops_up_to_the_aten_op_that_made_them(tmp_path: Path) -> None:
@@ -680,6 +681,10 @@ def test_hidden_memcpy_follows_copy_ops_up_to_the_aten_op_that_made_them(tmp_pat
     # masked_fill → clone → copy_ → cudaMemcpyAsync: the copy is masked_fill's.
     assert (group["op"], group["kind"], group["count"]) == ("aten::masked_fill", "DtoD", 3)
     assert group["bytes"] == 8 * 16 * 1024 * 1024 * 2
+    # The message names the copy op that made the call, as the summary's copy table does.
+    assert group["through"] == "aten::copy_"
+    message = only(naive, "hidden-memcpy").message
+    assert "aten::masked_fill (through aten::copy_) → cudaMemcpyAsync" in message
 
     def called_from_user_code(events: list[dict]) -> None:
         # The same clone, as if code (a function recorded as an op) had asked for it.

@@ -464,10 +464,14 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     rows = []
     for (op_name, kind), copies in sorted(groups.items(), key=lambda item: -len(item[1])):
         sizes = Counter(copy.bytes for copy in copies)
+        # The copy op that made the call, when the op it was made for called it through one.
+        direct = Counter(c.launch.op.name for c in copies if c.launch.op is not None)
+        through = direct.most_common(1)[0][0] if direct else op_name
         bandwidths = [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
         rows.append(
             {
                 "op": op_name,
+                "through": through if through != op_name else None,
                 "kind": kind,
                 "count": len(copies),
                 "bytes": sizes.most_common(1)[0][0],
@@ -482,9 +486,10 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
         )
     top = rows[0]
     size = f"{top['bytes']:,} B" if top["bytes"] is not None else "unknown size"
+    chain = f"{top['op']} (through {top['through']})" if top["through"] else top["op"]
     yield (
-        f"{sum(r['count'] for r in rows)} copy(ies) issued from inside ops that are not "
-        f"copies; most often {top['op']} → {top['api']} → Memcpy {top['kind']} ({size}, "
+        f"{sum(r['count'] for r in rows)} copy(ies) made on behalf of ops that are not "
+        f"copies; most often {chain} → {top['api']} → Memcpy {top['kind']} ({size}, "
         f"{top['median_us']:.1f} µs), {top['count']}×.",
         {"groups": rows[:_GROUPS_REPORTED]},
     )
