@@ -455,6 +455,30 @@ def test_narrow_kernels_are_named_by_what_they_apply(make_trace) -> None:
     _assert_names_clear(fig)
 
 
+def test_an_add_kernel_cut_short_keeps_the_op_not_the_functor_prefix(make_trace) -> None:
+    # Pages 01 and 02 named the add kernel "◂ CUDAFunctor_…", which drops the "add".
+    add = (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<"
+        "c10::BFloat16>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<"
+        "c10::BFloat16>, std::array<char*, 3ul>)"
+    )
+    gemm = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
+    trace = load_trace(
+        make_trace(
+            [
+                complete_event("ProfilerStep#1", "user_annotation", 0, 265),
+                _kernel(gemm, 3, 120),
+                _kernel(add, 124, 3),
+                _kernel(gemm, 150, 110),
+            ]
+        )
+    )
+    fig = plot_timeline(trace, window=(0.0, 265.0))
+    names = [t.get_text() for t in _texts(_axes(fig), "span-name-beside")]
+    assert names == [BESIDE_MARK + "add"], names  # not enough room for "◂ CUDAFunctor_add"
+    _assert_names_clear(fig)
+
+
 def test_name_goes_before_a_box_when_only_the_left_of_it_is_free(make_trace) -> None:
     # A launch at the end of a picture (page 4's first step): no room right of it, but its
     # row is free far to the left.

@@ -1114,6 +1114,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 # What an elementwise, reduction or multi-tensor kernel applies: a functor, or the function
 # that defines the lambda it runs. The kernel's own name says only how it loops.
 _FUNCTOR = re.compile(r"Functor|functor|(?:Ops?|Impl|_impl|_kernel|_cuda)$")
+# PyTorch's binary functors are named after their op (``CUDAFunctor_add``,
+# ``CUDAFunctorOnSelf_add``): cut short, the op is the part that would go.
+_OP_FUNCTOR = re.compile(r"CUDAFunctor\w*?_(\w+)")
 
 
 def _name_forms(span: Span) -> tuple[str, ...]:
@@ -1141,6 +1144,8 @@ def _kernel_name_forms(name: str) -> tuple[str, ...]:
         applied = [n for n in _IDENTIFIER.findall(arguments) if _FUNCTOR.search(n)]
         if applied:
             forms += [f"{base}<{_ELLIPSIS}{applied[-1]}{_ELLIPSIS}>", applied[-1]]
+            if op := _OP_FUNCTOR.fullmatch(applied[-1]):
+                forms.append(op.group(1))
         else:
             forms.append(base)
     return tuple(dict.fromkeys(forms))
