@@ -43,6 +43,7 @@ __all__ = [
     "LaneOffset",
     "DeadWindow",
     "GpuGap",
+    "QueuedIdle",
     "KernelStats",
     "KernelFootprint",
     "Launch",
@@ -57,6 +58,7 @@ __all__ = [
     "lane_offset",
     "dead_windows",
     "gpu_gaps",
+    "queued_idle",
     "kernel_stats",
     "launches",
     "kernel_launches",
@@ -436,6 +438,56 @@ def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
                 end = after.start + after.dur
                 if end > latest_end:
                     latest, latest_end = after, end
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedIdle(_Result):
+    """A stretch in which a GPU ran nothing of the trace although work was waiting for it."""
+
+    device: int | None
+    """The GPU."""
+    work: Span
+    """The activity that waited."""
+    launch: Span
+    """The call that launched it; it had returned when the stretch began."""
+    start_us: float
+    """When the stretch began: the later of the launch call's end and the end of the
+    device's previous activity (on any stream)."""
+    idle_us: float
+    """``work.start - start_us``."""
+    step: int | None
+    """The step of the launch call, if any."""
+
+
+def queued_idle(trace: Trace, min_idle_us: float = 0.0) -> list[QueuedIdle]:
+    """Stretches in which a GPU sat idle, as far as the trace shows, with launched work
+    waiting: each activity whose launch call had returned and whose device had finished
+    everything before it, but which started more than ``min_idle_us`` later.
+
+    An idle GPU starts launched work within a few microseconds (under 10 µs in every H100
+    recording of this project). A much longer wait means the GPU was busy with something the
+    trace does not hold, most often another process's kernels: a GPU shared by processes
+    runs one at a time, so your lane shows nothing while your next kernel waits in its
+    queue. Activities without their launch call in the trace are left out.
+
+    Returns:
+        The stretches, in the order the waiting activities start.
+    """
+    results = []
+    for device, work in _work_by_device(trace.gpu_work).items():
+        busy_until = float("-inf")
+        for activity in work:  # in start order
+            launch = trace.launch_of(activity)
+            if launch is not None:
+                since = max(busy_until, launch.start + launch.dur)
+                idle = activity.start - since
+                if idle > max(min_idle_us, _SAME_TIME_US):
+                    step = trace.step_of(launch)
+                    number = None if step is None else step.number
+                    results.append(QueuedIdle(device, activity, launch, since, idle, number))
+            busy_until = max(busy_until, activity.start + activity.dur)
+    results.sort(key=lambda q: q.work.start)
     return results
 
 

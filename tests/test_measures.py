@@ -29,6 +29,7 @@ from profiling_utils.measures import (
     launches,
     memory_copies,
     op_stats,
+    queued_idle,
     span_dict,
     step_times,
 )
@@ -40,6 +41,7 @@ ALL_MEASURES = [
     lane_offset,
     dead_windows,
     gpu_gaps,
+    queued_idle,
     kernel_stats,
     kernel_launches,
     memory_copies,
@@ -230,6 +232,45 @@ def test_back_to_back_kernels_hold_no_gap_and_no_idle_time(make_trace) -> None:
     (gap,) = gpu_gaps(trace)
     assert gap.gap_us == pytest.approx(0.01001)
     assert step_times(trace)[0].gpu_idle_fraction > 0
+
+
+def test_queued_idle_is_the_wait_of_launched_work_on_an_idle_gpu(make_trace) -> None:
+    # a runs 10-100; b, launched at 20-25, starts only at 400: 300 µs with b waiting and
+    # nothing running, as when another process holds the GPU. c, on a second stream of the
+    # same GPU, runs 150-250 in the other variant: the device is not idle then.
+    def events(other_stream: bool) -> list[dict]:
+        out = [
+            complete_event("ProfilerStep#1", "user_annotation", 0, 500),
+            complete_event("cudaLaunchKernel", "cuda_runtime", 0, 5, correlation=1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=2),
+            _gpu_kernel("a", 10, 90, 1),
+            _gpu_kernel("b", 400, 50, 2),
+        ]
+        if other_stream:
+            out += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", 140, 5, correlation=3),
+                _gpu_kernel("c", 150, 100, 3, stream=8),
+            ]
+        return out
+
+    (alone,) = queued_idle(load_trace(make_trace(events(False))), min_idle_us=10)
+    assert (alone.work.name, alone.launch.start, alone.step) == ("b", 20.0, 1)
+    assert (alone.start_us, alone.idle_us) == (100.0, 300.0)
+    shared = queued_idle(load_trace(make_trace(events(True))), min_idle_us=10)
+    assert [(q.work.name, q.start_us, q.idle_us) for q in shared] == [("b", 250.0, 150.0)]
+
+
+def _gpu_kernel(name: str, ts: float, dur: float, correlation: int, stream: int = 7) -> dict:
+    return complete_event(
+        name, "kernel", ts, dur, pid=0, tid=stream, correlation=correlation, device=0,
+        stream=stream,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", gpu_fixture_names())
+def test_recorded_h100_runs_start_launched_work_within_microseconds(name: str) -> None:
+    # Including the GEMM beside a neighbour process whose burst missed our idle moments.
+    assert all(q.idle_us < 10 for q in queued_idle(fixture(name)))
 
 
 def test_gpu_gaps_between_launch_bound_kernels() -> None:

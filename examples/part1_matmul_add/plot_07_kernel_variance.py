@@ -23,6 +23,7 @@ process that shares the GPU, which the ``kernel-variance`` rule is there to catc
 # product would take seconds). Three calls warm it up; then every one of twenty steps is
 # recorded (``wait=0``, ``warmup=0``, ``active=20``), as in the post.
 
+import collections
 import statistics
 import textwrap
 import warnings
@@ -38,10 +39,11 @@ from profiling_utils import (
     run_name,
 )
 from profiling_utils.claims import claim
-from profiling_utils.measures import kernel_launches, kernel_stats
+from profiling_utils.measures import kernel_launches, kernel_stats, queued_idle
 from profiling_utils.neighbour import GpuNeighbour
 from profiling_utils.rates import rate_report
 from profiling_utils.render import (
+    Highlight,
     findings_table,
     highlight_span,
     plot_per_step,
@@ -383,12 +385,25 @@ if shared_findings:
         otherwise="the CPU started no step while the slow kernel ran",
         steps=f"{ahead[0]}-{ahead[-1]}" if ahead else "none",
     )
+    calls_meanwhile = collections.Counter(
+        span.name
+        for span in shared.trace.spans
+        if span.cat in ("cuda_runtime", "cuda_driver")
+        and span.start < slow_kernel.end
+        and span.end > slow_kernel.start
+    )
+    print(
+        "runtime calls on the CPU while it ran: "
+        + (", ".join(f"{name} x{n}" for name, n in calls_meanwhile.items()) or "none")
+    )
 
 # %%
 # The picture starts where that step starts on the CPU, and the dashed lines after it are
 # the edges of later steps. The CPU runs ahead of the GPU, so the CPU lane above the
-# kernel need not be the kernel's step: the line above says which steps, if any, the CPU
-# started while the slow kernel ran.
+# kernel need not be the kernel's step: the lines above say which steps, if any, the CPU
+# started while the slow kernel ran, and which runtime calls it made. A
+# ``cudaDeviceSynchronize`` among them, after the last step, is the profiler waiting at
+# the end of the recording for the GPU to finish what the CPU queued (page 01 met it).
 #
 # The slowest instance has our GPU lane to itself: nothing of this trace runs beside it,
 # and it is the same kernel, with the same grid and block, as in every other step (the
@@ -428,6 +443,82 @@ if shared is not None:
         )
 
 # %%
+# Slow kernels are one sign of a neighbour. The other is a wait: while the neighbour's
+# GEMMs hold the GPU, our next kernel, launched and queued, cannot start, and our GPU lane
+# shows nothing although work was waiting. ``kernel-variance`` compares kernels with their
+# own kind and does not see it. :func:`~profiling_utils.measures.queued_idle` lists each
+# stretch in which the GPU ran nothing of the trace while launched work waited; on a GPU
+# of our own that is a few microseconds at most, the time the GPU takes to start a kernel.
+# The longest such wait of each run:
+
+if shared is not None:
+    waits = {
+        "alone": queued_idle(trace),
+        "beside the neighbour": queued_idle(shared.trace),
+    }
+    longest_wait = {}
+    for how, found in waits.items():
+        longest_wait[how] = max(found, key=lambda q: q.idle_us, default=None)
+        q = longest_wait[how]
+        print(
+            f"{how:20s} "
+            + (
+                f"{q.idle_us:8.1f} µs, before {cut(q.work.name, 30)} (launched in "
+                f"ProfilerStep#{q.step})"
+                if q is not None
+                else "no wait"
+            )
+        )
+    alone_us = longest_wait["alone"].idle_us if longest_wait["alone"] else 0.0
+    stalled = longest_wait["beside the neighbour"]
+    stalled_us = stalled.idle_us if stalled is not None else 0.0
+    claim(
+        "beside the neighbour, launched work waited on an idle lane at least 10x longer "
+        "than in the run alone",
+        stalled_us >= 10 * max(alone_us, 1.0),
+        otherwise="beside the neighbour, launched work waited on an idle lane no 10x "
+        "longer than in the run alone",
+        shared_us=stalled_us,
+        alone_us=alone_us,
+    )
+    if stalled is not None and stalled_us >= 10 * max(alone_us, 1.0):
+        margin = stalled_us / 2
+        plot_timeline(
+            shared.trace,
+            window=(
+                min(stalled.launch.start, stalled.start_us) - margin,
+                stalled.work.start + margin,
+            ),
+            highlights=[
+                Highlight(stalled.start_us, stalled.work.start, "idle, work queued")
+            ],
+            max_depth=1,
+            title=f"{shared.name}: our work waits while the neighbour runs",
+        )
+        queued_meanwhile = [
+            span
+            for span in shared.trace.spans
+            if span.is_launch and stalled.start_us < span.start < stalled.work.start
+        ]
+        claim(
+            "the CPU went on launching while the GPU lane sat idle",
+            bool(queued_meanwhile),
+            otherwise="the CPU launched nothing more while the GPU lane sat idle",
+            launches=len(queued_meanwhile),
+        )
+    else:
+        print("No wait stood out: nothing to zoom to.")
+else:
+    print("No GPU here: no queue to wait in.")
+
+# %%
+# Where the checks above found a long wait, the picture shows it: the CPU had launched
+# the next work before the band began (its launch call is on the CPU lane, drawn even
+# below the rows the picture cuts), the last check says whether it went on launching
+# during it, and the GPU lane is empty until the neighbour's GEMMs let our work through.
+# Nothing in this trace explains the band. In a trace of yours, a stretch like it is the
+# clearest sign that something outside the trace shared the GPU.
+#
 # What this means for reporting a number
 # --------------------------------------
 # - **Warm up first**, and say so: the first calls pay one-time costs (see
