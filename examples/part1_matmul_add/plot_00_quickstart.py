@@ -90,7 +90,8 @@ profiler_table(run)
 # of their own, under the GPU's copy of the ``matmul_add`` label. A box too narrow for its
 # name has it written beside it in grey italics, with a small triangle pointing at the box:
 # after it (◂), before it (▸) or under it (▴). That is a label, not an event, in what may
-# be an idle stretch.
+# be an idle stretch. A box that goes on past the picture's edge has a white triangle at
+# that edge, pointing the way it goes on: the picture cut it, not the event.
 
 plot_timeline(run.trace, step=recorded[-1], title=f"{run.name}, one step")
 

@@ -38,6 +38,7 @@ from profiling_utils.fresh import run_in_fresh_process
 from profiling_utils.measures import gpu_gaps, lane_offset, step_times
 from profiling_utils.render import (
     findings_table,
+    highlight_between,
     highlight_span,
     plot_per_step,
     plot_timeline,
@@ -252,6 +253,22 @@ if has_gpu:
     )
 
 # %%
+# The end of the first step up close, from the product's launch to the add's kernel, with
+# the GPU's idle stretch between the two kernels marked:
+
+if has_gpu:
+    product_launch = trace.launch_of(first_gap.before)
+    lo = min(product_launch.start, first_gap.before.start)
+    hi = first_gap.after.end
+    margin = 0.15 * (hi - lo)
+    plot_timeline(
+        trace,
+        window=(lo - margin, hi + margin),
+        highlights=[highlight_between(first_gap.before, first_gap.after, "GPU idle")],
+        title=f"First session, ProfilerStep#{first.number}: after the request",
+    )
+
+# %%
 # The first step's gap is CPU time: the GPU waited for a CPU that was slower in that
 # step, not for a second buffer request. The later steps have a gap too, a smaller one,
 # and the count above says how many of them are the same kind: the CPU taking longer to
@@ -379,6 +396,22 @@ if has_gpu:
         sync_us=sync_big,
         gpu_busy_us=busy_big,
     )
+    big_sync, _ = final_sync(big.trace)
+    first_gpu_us = min(work.start for work in big.trace.gpu_work) - big_sync.start
+    claim(
+        "at 8192 the recording's first GPU activity starts after the final sync began",
+        first_gpu_us > 0,
+        otherwise="at 8192 the recording's first GPU activity starts before the final "
+        "sync began",
+        into_sync_us=first_gpu_us,
+    )
+
+# %%
+# The busy share counts only GPU work the trace holds. Work launched before the recording
+# began (the warm-up step's, with this schedule) is not in it, although the GPU may still
+# be running it when the recorded steps start; where the check above found the first
+# recorded activity inside the sync, whatever the GPU ran before it there is not counted,
+# and the share at 8192 falls short of the time the GPU was busy.
 
 # %%
 # What the cheatsheet says

@@ -87,6 +87,7 @@ _NAME_PT = 9.0
 _LANE_LABEL_PT = 9.0
 _TITLE_PT = 11.0
 _TEXT_PAD_PT = 2.5
+_CUT_MARK_PT = 6.0  # a box cut by the window's edge shows it with a mark this wide there
 _MIN_BOUNDARY_GAP_PT = 4.0  # step boundaries closer than this are drawn as one
 _MIN_BOX_PT = 0.75  # zero-length events still show as a hairline, a pixel wide at 1x
 _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which would hide them
@@ -244,7 +245,8 @@ def plot_timeline(
     are named first. A kernel's name is tried in shorter forms before it is shortened: without the
     namespaces, then as the kernel and the functor it applies
     (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or the kernel
-    without template arguments. Lanes without spans in the window are left out, and
+    without template arguments. A box that the window's edge cuts has a white triangle at
+    that edge, pointing the way it goes on. Lanes without spans in the window are left out, and
     ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the step.
 
     Args:
@@ -325,6 +327,7 @@ def plot_timeline(
     ax.set_ylim(layout.rows, -tiers_rows)
     _draw_lanes(ax, layout, lane_titles)
     _draw_boxes(ax, layout, pt_per_us)
+    _draw_cut_marks(ax, layout, x0, x1, pt_per_us)
     _draw_names(ax, layout, names)
     _draw_steps(ax, trace, layout, x0, x1, pt_per_us)
     _draw_highlights(ax, placed_highlights, layout)
@@ -575,6 +578,41 @@ def _draw_boxes(ax: Axes, layout: _Layout, pt_per_us: float) -> None:
     ax.add_collection(boxes)
 
 
+def _cut_sides(span: Span, x0: float, x1: float, pt_per_us: float) -> tuple[bool, bool]:
+    """Whether the window cuts the box at its left and at its right edge, for a box wide
+    enough in the window to show a mark there (each mark takes :data:`_CUT_MARK_PT`)."""
+    left, right = span.start < x0, span.end > x1
+    if (left or right) and (min(span.end, x1) - max(span.start, x0)) * pt_per_us < (
+        2 + left + right
+    ) * _CUT_MARK_PT:
+        return False, False
+    return left, right
+
+
+def _draw_cut_marks(ax: Axes, layout: _Layout, x0: float, x1: float, pt_per_us: float) -> None:
+    """A white triangle at each edge where the window cuts a box, pointing the way the box
+    goes on: a box cut short by the picture is not read as a short span."""
+    inset_us = 0.5 * _CUT_MARK_PT / pt_per_us
+    marks: dict[str, tuple[list[float], list[float]]] = {"<": ([], []), ">": ([], [])}
+    for placed in layout.lanes:
+        for span, row in zip(placed.spans, placed.span_rows, strict=True):
+            left, right = _cut_sides(span, x0, x1, pt_per_us)
+            y = placed.top + row + 0.5
+            if left:
+                marks["<"][0].append(x0 + inset_us)
+                marks["<"][1].append(y)
+            if right:
+                marks[">"][0].append(x1 - inset_us)
+                marks[">"][1].append(y)
+    for marker, (xs, ys) in marks.items():
+        if xs:
+            drawn = ax.scatter(
+                xs, ys, s=(0.85 * _CUT_MARK_PT) ** 2, marker=marker, c="white", linewidths=0,
+                zorder=2.5, clip_on=False,
+            )  # fmt: skip
+            drawn.set_gid("cut-marks")
+
+
 @dataclass(frozen=True)
 class _PlacedName:
     lane: int  # index in the layout's lanes
@@ -648,6 +686,8 @@ class _Box:
     right: float
     drawn_end: float  # the box as drawn, however narrow (a hairline at least)
     forms: tuple[str, ...]  # its names, see _name_forms
+    text_left: float  # where a name inside it may go: the box less its cut marks
+    text_right: float
 
 
 def _place_names(
@@ -672,12 +712,19 @@ def _place_names(
     shortest_name_pt = _text_width_pt("a" * _MIN_KEPT_CHARS + _ELLIPSIS, _NAME_PT)
     space = _RowSpace(x0, x1)
     boxes: list[_Box] = []
+    mark_us = _CUT_MARK_PT / pt_per_us
     for lane, placed in enumerate(layout.lanes):
         for span, row in zip(placed.spans, placed.span_rows, strict=True):
             drawn_end = max(span.end, span.start + min_width_us)
             left, right = max(span.start, x0), min(drawn_end, x1)
             space.take(lane, row, left, right)
-            boxes.append(_Box(lane, row, span, left, right, drawn_end, _name_forms(span)))
+            cut_left, cut_right = _cut_sides(span, x0, x1, pt_per_us)
+            boxes.append(
+                _Box(
+                    lane, row, span, left, right, drawn_end, _name_forms(span),
+                    left + cut_left * mark_us, right - cut_right * mark_us,
+                )
+            )  # fmt: skip
     for lane, placed in enumerate(layout.lanes):
         for h in highlights:
             if placed.lane.kind == "gpu" or h.lane not in (None, placed.lane):
@@ -737,10 +784,11 @@ def _place_names(
     unnamed: list[_Box] = []
     for box in boxes:
         lane, row, span = box.lane, box.row, box.span
-        room_pt = (box.right - box.left) * pt_per_us - 2 * _TEXT_PAD_PT
+        room_pt = (box.text_right - box.text_left) * pt_per_us - 2 * _TEXT_PAD_PT
         text = next((f for f in box.forms if _text_width_pt(f, _NAME_PT) <= room_pt), None)
         if text is not None:
-            put(_PlacedName(lane, row, (box.left + box.right) / 2, text, "inside"), box.left)
+            middle = (box.text_left + box.text_right) / 2
+            put(_PlacedName(lane, row, middle, text, "inside"), box.left)
             continue
         # A whole name beside the box reads better than a shortened one inside it.
         after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
@@ -788,10 +836,11 @@ def _place_names(
                 if row + 1 == layout.lanes[lane].rows:
                     label_rows.add(lane)
                 continue
-        room_pt = width_pt - 2 * _TEXT_PAD_PT
+        room_pt = (box.text_right - box.text_left) * pt_per_us - 2 * _TEXT_PAD_PT
         text = _fit(box.forms[-1], room_pt) if room_pt >= shortest_name_pt else None
         if text is not None:
-            put(_PlacedName(lane, row, (left + box.right) / 2, text, "inside"), left)
+            middle = (box.text_left + box.text_right) / 2
+            put(_PlacedName(lane, row, middle, text, "inside"), left)
             continue
         after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
         free_pt = after_pt - 2 * _TEXT_PAD_PT - _text_width_pt(BESIDE_MARK, _NAME_PT)
