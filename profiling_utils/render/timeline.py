@@ -1171,13 +1171,17 @@ _OP_FUNCTOR = re.compile(r"CUDAFunctor\w*?_(\w+)")
 def _name_forms(span: Span) -> tuple[str, ...]:
     """A span's names to write, from the most complete to the shortest.
 
-    Other spans have one. A kernel's demangled name has others for narrower boxes: without the
-    namespaces and the lambdas' insides, then the kernel and what it applies
+    An ATen op has two: ``aten::matmul``, then ``matmul`` (cut short, "aten::…" would say
+    nothing). Other spans have one. A kernel's demangled name has others for narrower boxes:
+    without the namespaces and the lambdas' insides, then the kernel and what it applies
     (``vectorized_elementwise_kernel<…GeluCUDAKernelImpl…>``), then what it applies alone
     (``MulFunctor``) or, for a kernel that applies nothing named, its name without template
     arguments.
     """
-    return _kernel_name_forms(span.name) if span.cat == "kernel" else (span.name,)
+    if span.cat == "kernel":
+        return _kernel_name_forms(span.name)
+    op = span.name.removeprefix("aten::")
+    return (span.name, op) if op and op != span.name else (span.name,)
 
 
 @lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names across its kernels
