@@ -10,11 +10,11 @@ report puts one rate next to:
 - the **burst** and **sustained** peaks :func:`~profiling_utils.peaks.measure_peaks` measured
   on this GPU, each with the conditions it was measured under.
 
-A share above 100% gets an explanation decided from the numbers: a copy whose bytes fit in
-the L2 cache did not run at memory speed; a rate within a peak's interquartile range is within
-its spread; a short run can beat the sustained peak because it holds a higher clock. When none
-of these applies, the report says the rate is above the peak and the peak, or the rate's
-inputs, are suspect.
+A share above 100% gets an explanation decided from the numbers: a copy above its memory's
+ceiling whose bytes fit in the L2 cache likely had its writes absorbed there; a rate within a
+peak's interquartile range is within its spread; a short run can beat the sustained peak,
+which is held over seconds. When none of these applies, the report says the rate is above the
+peak and the peak, or the rate's inputs, are suspect.
 
 Copy rates count the bytes copied, each once (GB = 10^9 bytes), as the profiler, the rest of
 this library and copy benchmarks do.
@@ -273,9 +273,10 @@ def _datasheet_share(
         if fits is not None:
             above = (
                 "l2-cache",
-                f"Above that ceiling because the {byte_size(fits[0])} this copy writes fit in the "
-                f"{byte_size(fits[1])} L2 cache, which takes the writes and sends them on to "
-                f"{memory} later: this copy did not run at {memory} speed.",
+                f"Above that ceiling, which a copy at {memory} speed cannot pass: the "
+                f"{byte_size(fits[0])} this copy writes fit in the {byte_size(fits[1])} L2 "
+                f"cache, which can take the writes and send them on to {memory} later, the "
+                "likely reason (a trace does not show where the bytes went).",
             )
         elif copy.copy_bytes is None or copy.l2_cache_bytes is None:
             above = (
@@ -335,9 +336,9 @@ def _above_measured(
     if fits is not None and peaks.copy_bytes > fits[1]:
         return (
             "l2-cache",
-            f"Above it because the {byte_size(fits[0])} this copy writes fit in the "
+            f"Above it, likely because the {byte_size(fits[0])} this copy writes fit in the "
             f"{byte_size(fits[1])} L2 cache, and the {byte_size(peaks.copy_bytes)} copy that "
-            "set the peak does not: that copy ran at memory speed, this one did not.",
+            "set the peak does not: that one is held to memory speed.",
         )
     if rate <= measured.rate_high:
         return (
