@@ -138,7 +138,9 @@ for name, run in runs.items():
 
 # %%
 # Two GEMMs (``QKᵀ`` and ``PV``; a memset of a few bytes next to one is cuBLAS's), the
-# division by √d, the mask, the softmax. The naive step has one more line: a device-to-device
+# division by √d, the mask, the softmax. The division's kernel applies a ``MulFunctor``:
+# dividing a CUDA tensor by a Python number, PyTorch multiplies by its reciprocal (a claim
+# below checks the kernel's name). The naive step has one more line: a device-to-device
 # memcpy, the clone's copy. PyTorch's ``copy_`` copies a contiguous tensor to one of the
 # same dtype on the same GPU with ``cudaMemcpyAsync`` rather than with a kernel, so the
 # clone appears as a ``Memcpy DtoD``. Counted over all the steps:
@@ -175,6 +177,17 @@ if naive.has_gpu:
         bytes=scores_bytes,
     )
     claim("the in-place steps make no device-to-device copy", not in_place_copies)
+    division = [
+        k.kernel.name
+        for k in kernel_launches(naive.trace)
+        if k.op is not None and k.op.name == "aten::div"
+    ]
+    claim(
+        "the division by √d runs a MulFunctor kernel",
+        bool(division) and all("MulFunctor" in name for name in division),
+        otherwise="the division by √d runs a kernel that is not a MulFunctor",
+        kernels=len(division),
+    )
     claim(
         "both variants run the same number of kernels per step; the copy is the "
         "one extra GPU activity",
