@@ -853,6 +853,19 @@ def _dead(trace: Trace) -> Highlight:
     )
 
 
+def test_a_long_title_is_set_smaller_to_stay_in_the_figure(cold: Trace) -> None:
+    # Page 07's title ran past the figure's right edge and was cut off.
+    title = "4096_bf16_warm_eager_shared-gpu, ProfilerStep#23: our work waits while the GPU runs"
+    fig = plot_timeline(cold, title=title)
+    fig.canvas.draw()
+    drawn = _axes(fig)._left_title
+    assert drawn.get_text() == title
+    assert drawn.get_window_extent().x1 <= fig.bbox.x1 - 2
+    assert drawn.get_fontsize() < 11
+    short = _axes(plot_timeline(cold, title="Fresh process"))._left_title
+    assert short.get_fontsize() == 11
+
+
 def test_draws_into_given_axes(cold: Trace) -> None:
     fig, (top, bottom) = plt.subplots(2, figsize=(8, 6))
     returned = plot_timeline(cold, step=3, ax=bottom)

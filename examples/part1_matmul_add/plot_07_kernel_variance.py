@@ -45,6 +45,7 @@ from profiling_utils.rates import rate_report
 from profiling_utils.render import (
     Highlight,
     findings_table,
+    fold_lines,
     highlight_span,
     plot_per_step,
     plot_timeline,
@@ -247,7 +248,12 @@ if peaks is not None:
         sustained=sustained,
     )
     if len(clocks) >= 2:
-        print(f"SM clock readings under the sustained load, MHz: {list(clocks)}")
+        print(
+            fold_lines(
+                "SM clock readings under the sustained load, MHz: "
+                + ", ".join(map(str, clocks))
+            )
+        )
         claim(
             "the SM clock readings moved during the sustained load",
             max(clocks) > min(clocks),
@@ -393,8 +399,13 @@ if shared_findings:
         and span.end > slow_kernel.start
     )
     print(
-        "runtime calls on the CPU while it ran: "
-        + (", ".join(f"{name} x{n}" for name, n in calls_meanwhile.items()) or "none")
+        fold_lines(
+            "runtime calls on the CPU while it ran: "
+            + (
+                ", ".join(f"{name} x{n}" for name, n in calls_meanwhile.items())
+                or "none"
+            )
+        )
     )
 
 # %%
@@ -463,8 +474,8 @@ if shared is not None:
         print(
             f"{how:20s} "
             + (
-                f"{q.idle_us:8.1f} µs, before {cut(q.work.name, 30)} (launched in "
-                f"ProfilerStep#{q.step})"
+                f"{q.idle_us:8.1f} µs, before {cut(q.work.name, 24)} "
+                f"(launched in step {q.step})"
                 if q is not None
                 else "no wait"
             )
@@ -493,7 +504,7 @@ if shared is not None:
                 Highlight(stalled.start_us, stalled.work.start, "idle, work queued")
             ],
             max_depth=1,
-            title=f"{shared.name}: our work waits while the neighbour runs",
+            title=f"{shared.name}: our work waits",
         )
         queued_meanwhile = [
             span

@@ -86,6 +86,7 @@ _TIER_ROWS = 1.0
 _NAME_PT = 9.0
 _LANE_LABEL_PT = 9.0
 _TITLE_PT = 11.0
+_MIN_TITLE_PT = 8.0  # a longer title is shrunk to fit the figure, down to this size
 _TEXT_PAD_PT = 2.5
 _CUT_MARK_PT = 6.0  # a box cut by the window's edge shows it with a mark this wide there
 _MIN_BOUNDARY_GAP_PT = 4.0  # step boundaries closer than this are drawn as one
@@ -334,7 +335,10 @@ def plot_timeline(
     _format_time_axis(ax, x0, x1)
     _draw_legend(ax, categories, legend_columns)
     if title:
-        ax.set_title(title, loc="left", fontsize=_TITLE_PT, color=_TEXT, pad=18)
+        # A title longer than the axes and the right margin is set smaller, not cut off.
+        room_pt = width_pt + _RIGHT_MARGIN_IN * 72 - _TEXT_PAD_PT
+        size = min(_TITLE_PT, _TITLE_PT * room_pt / _text_width_pt(title, _TITLE_PT))
+        ax.set_title(title, loc="left", fontsize=max(size, _MIN_TITLE_PT), color=_TEXT, pad=18)
     return fig
 
 
