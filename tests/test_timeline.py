@@ -483,6 +483,19 @@ def test_an_add_kernel_cut_short_keeps_the_op_not_the_functor_prefix(make_trace)
     _assert_names_clear(fig)
 
 
+def test_a_shortened_name_keeps_more_than_a_shared_prefix() -> None:
+    # Page 04 read "◂ cuda…" beside a launch: every runtime call on the lane begins so.
+    from profiling_utils.render.timeline import _NAME_PT, _fit, _text_width_pt
+
+    def room(text: str) -> float:
+        return _text_width_pt(text + ELLIPSIS, _NAME_PT)
+
+    assert _fit("cudaLaunchKernel", room("cudaLa")) is None
+    assert _fit("cudaLaunchKernel", room("cudaLaun")) == "cudaLaun" + ELLIPSIS
+    assert _fit("aten::_local_scalar_dense", room("aten::_lo")) is None
+    assert _fit("nvjet_sm90_tst_256x128", room("nvje")) == "nvje" + ELLIPSIS
+
+
 def test_name_goes_before_a_box_when_only_the_left_of_it_is_free(make_trace) -> None:
     # A launch at the end of a picture (page 4's first step): no room right of it, but its
     # row is free far to the left.

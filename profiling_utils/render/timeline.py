@@ -95,6 +95,9 @@ _EDGE_FROM_PT = 3.0  # boxes narrower than this get no white outline, which woul
 _CROWD_GAP_PT = 4.0  # a narrow box with a box this close after it is one of a crowd
 _ELLIPSIS = "\u2026"
 _MIN_KEPT_CHARS = 4  # "cud…" tells a reader nothing; such names are omitted instead
+# Nor does a prefix that half the names of a lane share: a shortened name keeps
+# _MIN_KEPT_CHARS past it ("cudaLaun…", never "cuda…").
+_SHARED_PREFIXES = ("aten::", "cuda", "nccl", "hip", "cu")
 
 _PAD_FRACTION = 0.02  # of the window, on each side, when the window is computed
 _MS_FROM_US = 2000.0  # windows at least this long are labelled in ms
@@ -1146,7 +1149,8 @@ def _fit(name: str, room_pt: float) -> str | None:
     """The name, or its longest prefix plus an ellipsis, that fits in ``room_pt``; else None."""
     if _text_width_pt(name, _NAME_PT) <= room_pt:
         return name
-    low, high = _MIN_KEPT_CHARS, len(name) - 1
+    shared = next((p for p in _SHARED_PREFIXES if name.startswith(p)), "")
+    low, high = len(shared) + _MIN_KEPT_CHARS, len(name) - 1
     if high < low or _text_width_pt(name[:low] + _ELLIPSIS, _NAME_PT) > room_pt:
         return None
     while low < high:  # the longest prefix that fits
