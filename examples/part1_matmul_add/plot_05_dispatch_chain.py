@@ -171,7 +171,12 @@ matmul_span = next(s for s in flat_chain if s.name == "aten::matmul")
 marks = [highlight_span(matmul_span, "aten::matmul")]
 if flat.has_gpu:
     marks.append(highlight_span(flat_chain[-1], "its GEMM kernel"))
-plot_timeline(trace, step=flat_step.number, highlights=marks)
+plot_timeline(
+    trace,
+    step=flat_step.number,
+    highlights=marks,
+    title=f"2-D product, ProfilerStep#{flat_step.number}",
+)
 
 # %%
 # Each row of the CPU lane is one level deeper in the chain. On a GPU, the kernels sit on
@@ -371,7 +376,12 @@ product = next(c for c in inner if c.name in PRODUCTS)
 marks = [highlight_span(product, product.name)]
 if inner[0] is not product:
     marks.append(Highlight(inner[0].start, product.start, "views", lane=matmul.lane))
-plot_timeline(trace, step=step.number, highlights=marks)
+plot_timeline(
+    trace,
+    step=step.number,
+    highlights=marks,
+    title=f"Batched product, ProfilerStep#{step.number}",
+)
 
 # %%
 # What the cheatsheet finds

@@ -202,8 +202,11 @@ print(span_tree(compiled.trace, compiled_step.span, width=80))
 # the generated code builds the transposed view of the weight itself, without an operator
 # the profiler records. Around it come the rows of a compiled call (met on
 # :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`: the guard check, the
-# compiled region, AOTAutograd's wrapper, the generated ``call``). The operators only one
-# run has, and the GPU work per step:
+# compiled region, AOTAutograd's wrapper, the generated ``call``). The two numbers after
+# ``Torch-Compiled Region`` are TorchDynamo's frame and compilation ids, counted per
+# process: this script run on its own shows ``0/0``, and in a documentation build, where
+# the pages before it compiled code in the same process, higher numbers. The operators
+# only one run has, and the GPU work per step:
 
 comparison = compare(eager.trace, compiled.trace)
 for label, ops in (

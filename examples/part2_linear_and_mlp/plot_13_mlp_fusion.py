@@ -576,15 +576,16 @@ def verdict(first: str, second: str) -> str:
 
 
 if eager.has_gpu and liger is not None:
-    gemm_kernel = sorted(
+    gemm_kernels = sorted(
         {
             k.kernel.name
             for k in kernel_launches(eager.trace)
             if k.op is not None and k.op.name == "aten::mm"
         }
-    )[0]
+    )
     rows = [
-        ["GEMM kernels", "…128x128…_tn, …128x256…_tn", gemm_kernel.split("_tst")[0]],
+        ["GEMM kernels", "…128x128…_tn, …128x256…_tn", gemm_kernels[0]],
+        *[["", "", name] for name in gemm_kernels[1:]],
         [
             "Liger / Inductor kernel",
             "92.8 / 89.4 µs: Inductor faster",
@@ -593,8 +594,9 @@ if eager.has_gpu and liger is not None:
         ],
     ]
     for row in rows:
-        print(f"{row[0]:24s} post: {row[1]:34s}")
-        print(f"{'':24s} here: {row[2]}")
+        if row[1]:
+            print(f"{row[0]:24s} post: {row[1]:34s}")
+        print(f"{'':24s} here: {cut(row[2], 56)}")
 else:
     print("No GPU comparison on this machine.")
 
