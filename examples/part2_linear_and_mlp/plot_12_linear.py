@@ -203,10 +203,12 @@ print(span_tree(compiled.trace, compiled_step.span, width=80))
 # the profiler records. Around it come the rows of a compiled call (met on
 # :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`: the guard check, the
 # compiled region, AOTAutograd's wrapper, the generated ``call``). The two numbers after
-# ``Torch-Compiled Region`` are TorchDynamo's frame and compilation ids, counted per
-# process: this script run on its own shows ``0/0``, and in a documentation build, where
-# the pages before it compiled code in the same process, higher numbers. The operators
-# only one run has, and the GPU work per step:
+# ``Torch-Compiled Region`` are TorchDynamo's ids for the compiled frame and for its
+# compilation (0 the first, higher a recompilation). They are assigned in the running
+# process, so code compiled earlier in it can raise them: this script run alone shows
+# ``0/0``; in a documentation build the pages before it run in the same process (page 08
+# compiles ``nn.Linear`` layers too). The operators only one run has, and the GPU work
+# per step:
 
 comparison = compare(eager.trace, compiled.trace)
 for label, ops in (
