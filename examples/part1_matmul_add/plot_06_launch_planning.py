@@ -374,8 +374,9 @@ if first_call is not None:
 
 # %%
 # The planning calls of the first step on the timeline, with the overhead lane below the
-# CPU lane. The occupancy queries are marked together, as one band, and each planning call
-# longer than 20 µs on its own. Printed with the picture: how long the occupancy queries
+# CPU lane. The occupancy queries are marked together, as one band from the first to the
+# last (other calls can fall between them), and each planning call longer than 20 µs on
+# its own. Printed with the picture: how long the occupancy queries
 # took, and how much of each long planning call the overhead lane shows the driver loading
 # code (*Runtime Triggered Module Loading*, *Lazy Function Loading*):
 
@@ -393,7 +394,7 @@ if first_call is not None and gemm_launches[0].planning_calls:
             Highlight(
                 queries[0].start,
                 queries[-1].end,
-                f"{len(queries)} occupancy queries",
+                f"{len(queries)} occupancy queries, first to last",
                 lane=launch.op.lane,
             )
         )
@@ -410,8 +411,8 @@ if first_call is not None and gemm_launches[0].planning_calls:
     )
     if queries:
         print(
-            f"{len(queries)} occupancy queries: median "
-            f"{statistics.median(c.dur for c in queries):.2f} µs, longest "
+            f"{len(queries)} occupancy queries: {sum(c.dur for c in queries):.1f} µs in "
+            f"all, median {statistics.median(c.dur for c in queries):.2f} µs, longest "
             f"{max(c.dur for c in queries):.2f} µs"
         )
 
