@@ -232,7 +232,29 @@ plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name
 
 # %%
 # Now the GPU lane is full: the CPU queued the kernels and moved on, and the GPU works
-# through them after the step has ended on the CPU.
+# through them after the step has ended on the CPU. The work drawn before the highlighted
+# GEMM may be the previous step's, still running when this step began on the CPU:
+
+if large.has_gpu:
+    launched_in = {
+        work.id: large.trace.step_of(launch)
+        for work in large.trace.gpu_work
+        if (launch := large.trace.launch_of(work)) is not None
+    }
+    before = [
+        work
+        for work in large.trace.gpu_work
+        if work.end > last.start
+        and work.start < gemm.start
+        and work.id in launched_in
+        and launched_in[work.id] is not last
+    ]
+    claim(
+        "the GPU was still running the previous step's work when this step began",
+        bool(before),
+        otherwise="the GPU had finished the previous step's work when this step began",
+        earlier_activities=len(before),
+    )
 #
 # What the cheatsheet says
 # ------------------------
