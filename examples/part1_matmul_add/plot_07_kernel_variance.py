@@ -487,7 +487,7 @@ if shared is not None:
         "beside the neighbour, launched work waited on an idle lane at least 10x longer "
         "than in the run alone",
         stalled_us >= 10 * max(alone_us, 1.0),
-        otherwise="beside the neighbour, launched work waited on an idle lane no 10x "
+        otherwise="beside the neighbour, no launched work waited on an idle lane 10x "
         "longer than in the run alone",
         shared_us=stalled_us,
         alone_us=alone_us,
