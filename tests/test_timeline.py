@@ -605,6 +605,42 @@ def test_no_name_goes_into_a_range_highlighted_on_another_lane(make_trace) -> No
     assert not [t for t in ax.texts if "cudaLaunch" in t.get_text()]
 
 
+def test_no_name_goes_into_a_range_highlighted_on_its_own_lane(make_trace) -> None:
+    # Page 02: "cuLaunchKernelEx ▸" sat in the dead window's band on the CPU lane, next to a
+    # claim that nothing is recorded there.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+        complete_event("aten::mm", "cpu_op", 5, 990),
+        complete_event("cuLaunchKernelEx", "cuda_runtime", 200, 20),
+    ]
+    trace = load_trace(make_trace(events))
+    (launch,) = trace.find("cuLaunchKernelEx")
+    plain = _axes(plot_timeline(trace, window=(0.0, 1000.0)))
+    (beside,) = _texts(plain, "span-name-beside")  # just right of the box...
+    band = Highlight(225.0, 600.0, "dead window", lane=launch.lane)
+    marked = _axes(plot_timeline(trace, window=(0.0, 1000.0), highlights=[band]))
+    names = [t for gid in NAME_GIDS[1:] for t in _texts(marked, gid) if "cuLaunch" in t.get_text()]
+    marked.figure.canvas.draw()
+    to_data = marked.transData.inverted()
+    for name in names:  # ...but not into the band, on the box's own lane
+        extent = name.get_window_extent()
+        (left, _), (right, _) = to_data.transform([(extent.x0, 0), (extent.x1, 0)])
+        assert right <= band.start or left >= band.end, name.get_text()
+    assert beside.get_text().startswith(BESIDE_MARK)
+
+
+def test_names_outside_boxes_sit_on_their_lanes_colour(cold: Trace) -> None:
+    # A step line or a band's edge crossing "◂ aten::add" made it hard to read (page 01).
+    ax = _axes(plot_timeline(cold, step=cold.steps[-1].number))
+    outside = [t for gid in NAME_GIDS[1:] for t in _texts(ax, gid)]
+    assert outside
+    for text in outside:
+        patch = text.get_bbox_patch()
+        assert patch is not None and patch.get_edgecolor()[3] == 0
+    lane_colours = {matplotlib.colors.to_hex(t.get_bbox_patch().get_facecolor()) for t in outside}
+    assert lane_colours <= {"#f1f2f4", "#ffffff"}
+
+
 def test_a_name_beside_its_box_stays_out_from_under_other_boxes_above(make_trace) -> None:
     # Page 05: "◂ aten::view", after a view inside aten::matmul, ran under aten::bmm on the
     # row above and read as bmm's child. Here the launch's name would run under aten::add.

@@ -263,7 +263,7 @@ if has_gpu:
     margin = 0.15 * (hi - lo)
     plot_timeline(
         trace,
-        window=(lo - margin, hi + margin),
+        window=(lo - margin, hi + 3 * margin),  # room after the add's launch for its name
         highlights=[highlight_between(first_gap.before, first_gap.after, "GPU idle")],
         title=f"First session, ProfilerStep#{first.number}: after the request",
     )

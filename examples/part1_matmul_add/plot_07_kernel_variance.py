@@ -409,10 +409,11 @@ if shared_findings:
     )
 
 # %%
-# The picture starts where that step starts on the CPU, and the dashed lines after it are
-# the edges of later steps. The CPU runs ahead of the GPU, so the CPU lane above the
-# kernel need not be the kernel's step: the lines above say which steps, if any, the CPU
-# started while the slow kernel ran, and which runtime calls it made. A
+# The picture starts just before that step starts on the CPU, and the dashed lines are
+# the edges of the steps, that one's and later ones'. The CPU runs ahead of the GPU, so
+# the CPU lane above the kernel need not be the kernel's step: the lines above say which
+# steps, if any, the CPU started while the slow kernel ran, and which runtime calls it
+# made. A
 # ``cudaDeviceSynchronize`` among them, after the last step, is the profiler waiting at
 # the end of the recording for the GPU to finish what the CPU queued (page 01 met it).
 #

@@ -243,15 +243,15 @@ def plot_timeline(
     crowd of hairlines, which it could point at any of), else (not on a GPU stream, and for a box
     wide enough to see, not cut by the window's edge and twice as wide as each box of its row that
     the name runs under) on the row below after a ``▴``, where that row is free; a lane's last row
-    gets one more row for such names. No name is written outside its box within a highlighted range
-    on a GPU stream (mostly the GPU's idle time on these pages), or on a lane other than the
-    highlight's own. Otherwise the name is shortened with an ellipsis, or left out. The wider boxes
-    are named first. A kernel's name is tried in shorter forms before it is shortened: without the
-    namespaces, then as the kernel and the functor it applies
-    (``vectorized_elementwise_kernel<…MulFunctor…>``), then as the functor alone, or the kernel
-    without template arguments. A box that the window's edge cuts has a white triangle at
-    that edge, pointing the way it goes on. Lanes without spans in the window are left out, and
-    ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines labelled with the step.
+    gets one more row for such names. No name is written outside its box within a highlighted range,
+    and one written outside its box has the lane's colour behind it, so that no line runs through
+    it. Otherwise the name is shortened with an ellipsis, or left out. The wider boxes are named
+    first. A kernel's name is tried in shorter forms before it is shortened: without the namespaces,
+    then as the kernel and the functor it applies (``vectorized_elementwise_kernel<…MulFunctor…>``),
+    then as the functor alone, or the kernel without template arguments. A box that the window's
+    edge cuts has a white triangle at that edge, pointing the way it goes on. Lanes without spans in
+    the window are left out, and ``ProfilerStep#N`` boundaries are drawn as dashed vertical lines
+    labelled with the step.
 
     Args:
         trace: The loaded trace.
@@ -590,7 +590,7 @@ def _cut_sides(span: Span, x0: float, x1: float, pt_per_us: float) -> tuple[bool
     enough in the window to show a mark there (each mark takes :data:`_CUT_MARK_PT`)."""
     left, right = span.start < x0, span.end > x1
     if (left or right) and (min(span.end, x1) - max(span.start, x0)) * pt_per_us < (
-        2 + left + right
+        1 + left + right
     ) * _CUT_MARK_PT:
         return False, False
     return left, right
@@ -706,10 +706,9 @@ def _place_names(
 ) -> tuple[list[_PlacedName], set[int]]:
     """Name each box: inside it, else beside it on its row, else under it, else shortened.
 
-    No name is written outside its box within a highlighted range on a GPU stream (the
-    ranges a page highlights there are mostly where the GPU is idle) or on a lane other than
-    the highlight's own (page 04's buffer request, during which the CPU thread waits): a
-    name there would read as work in the range.
+    No name is written outside its box within a highlighted range, on any lane: a name there
+    would read as work in the range (page 01's "GPU idle", page 04's buffer request, during
+    which the CPU thread waits, page 02's dead window).
 
     Returns the names and the lanes that need one more row for the names written under the
     boxes of their last row.
@@ -734,9 +733,12 @@ def _place_names(
             )  # fmt: skip
     for lane, placed in enumerate(layout.lanes):
         for h in highlights:
-            if placed.lane.kind == "gpu" or h.lane not in (None, placed.lane):
-                for row in range(placed.rows):
-                    space.take(lane, row, max(h.start, x0), min(h.end, x1))
+            # Less a name's padding at each end: a name beside a box that ends at a range's
+            # edge starts outside the range (page 04's launch, ending as the GPU idle does).
+            start, end = max(h.start, x0) + pad_us, min(h.end, x1) - pad_us
+            for row in range(placed.rows + 1):  # and the row a name under the last may take
+                if start < end:
+                    space.take(lane, row, start, end)
     row_boxes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
     for box in sorted(boxes, key=lambda b: b.left):
         lefts, rights = row_boxes.setdefault((box.lane, box.row), ([], []))
@@ -904,6 +906,10 @@ def _draw_names(ax: Axes, layout: _Layout, names: list[_PlacedName]) -> None:
         name = _name(ax, placed.x, y, placed.text, align, _NAME_GIDS[placed.where])
         name.set_color(_MUTED_TEXT)
         name.set_fontstyle("italic")
+        # On the lane's own colour, so that a step line or grid line does not cross it (it
+        # lies in free space, never in a highlighted range: nothing else is hidden).
+        shade = _LANE_SHADE if placed.lane % 2 == 0 else "white"
+        name.set_bbox({"facecolor": shade, "edgecolor": "none", "pad": 0.5})
 
 
 def _name(ax: Axes, x: float, y: float, text: str, align: str, gid: str) -> Text:
@@ -1062,6 +1068,8 @@ def _draw_highlights(ax: Axes, placed: list[_PlacedHighlight], layout: _Layout) 
             color=_HIGHLIGHT,
             parse_math=False,
             zorder=6,
+            # Another range's edge, rising to its own label, must not run through this one.
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
         )
         label.set_gid("highlight-label")
 
