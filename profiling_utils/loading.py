@@ -106,6 +106,29 @@ _OTHER_EVENT_TYPES = tuple(
 )
 
 
+class _NameArgs(msgspec.Struct, gc=False):
+    name: Any = None
+
+
+class _MetadataEvent(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    name: str = ""
+    pid: int | str = ""
+    tid: int | str = ""
+    args: _NameArgs | None = None
+
+
+class _AnyCompleteEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    pass
+
+
+# The second pass of RawTrace.thread_names: metadata events decoded, every other event a marker.
+_THREAD_NAME_PASS_TYPES = (
+    _MetadataEvent,
+    _AnyCompleteEvent,
+    *(marker for marker in _OTHER_EVENT_TYPES if marker.__struct_config__.tag != "M"),
+)
+_THREAD_NAMES = msgspec.json.Decoder(list[Union[_THREAD_NAME_PASS_TYPES]])  # noqa: UP007
+
 E = TypeVar("E", bound=Event)
 
 
@@ -135,6 +158,8 @@ class RawTrace(Generic[E]):
     """``distributedInfo`` as written (also in :attr:`metadata`), when present."""
     _metadata: dict[str, Any] | None = field(default=None, repr=False)
     _source: Buffer | None = field(default=None, repr=False)
+    _events_source: Buffer | msgspec.Raw | None = field(default=None, repr=False)
+    _thread_names: dict[tuple[int | str, int | str], str] | None = field(default=None, repr=False)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -146,6 +171,28 @@ class RawTrace(Generic[E]):
             self._metadata = _metadata_of(_TOP_LEVEL.decode(self._source or b"{}"), self.path)
             self._source = None
         return self._metadata
+
+    @property
+    def thread_names(self) -> dict[tuple[int | str, int | str], str]:
+        """The names Kineto gives threads and streams in ``thread_name`` metadata events, by
+        ``(pid, tid)``: ``"thread 879 (pt_autograd_0)"``. Read on first use, in a second pass
+        over the events: loading decodes complete events only, and a picture needs these."""
+        if self._thread_names is None:
+            source, self._events_source = self._events_source, None
+            names: dict[tuple[int | str, int | str], str] = {}
+            try:
+                if source is not None and not isinstance(source, msgspec.Raw):
+                    source = _TOP_LEVEL.decode(source).get("traceEvents")  # the whole file
+                events = _THREAD_NAMES.decode(source) if source is not None else []
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                events = []  # the events decoded once; a name of an odd shape is no name
+            for event in events:
+                if type(event) is _MetadataEvent and event.name == "thread_name":
+                    name = event.args.name if event.args is not None else None
+                    if isinstance(name, str) and name.strip():
+                        names[event.pid, event.tid] = name.strip()
+            self._thread_names = names
+        return self._thread_names
 
 
 _KNOWN_KEYS = {
@@ -394,7 +441,7 @@ def _fast_decode(
     events = document.traceEvents
     if events is _UNSET:
         return None
-    trace = RawTrace(path=Path(path), events=events, _source=data)
+    trace = RawTrace(path=Path(path), events=events, _source=data, _events_source=data)
     written = {
         key: raw
         for key in (*_KNOWN_KEYS, *_ALSO_READ)
@@ -580,6 +627,7 @@ def decode_trace(
         raise TraceError(path, problem) from None
 
     trace = RawTrace(path=Path(path), events=events, repaired=repaired)
+    trace._events_source = raw_events
     _set_known(trace, top)
     trace._metadata = _metadata_of(top, path)
     return trace

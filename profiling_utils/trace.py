@@ -207,6 +207,8 @@ class Lane:
 
 
 _UNASSIGNED_LANE = Lane("", "", "other", "")
+# Kineto names a thread "thread <tid> (<name>)".
+_KINETO_THREAD_NAME = re.compile(r"thread \S+ \((.+)\)")
 
 
 class Span(Event, gc=False, eq=False):
@@ -655,6 +657,19 @@ class Trace:
         """Every other top-level key of the file (``schemaVersion``, ``traceName``...), read
         on first use."""
         return self._raw.metadata
+
+    def thread_name(self, lane: Lane) -> str | None:
+        """What the trace calls ``lane``'s thread, from its ``thread_name`` metadata event
+        (read on first use): ``"pt_autograd_0"`` for Kineto's ``"thread 879
+        (pt_autograd_0)"``, autograd's backward thread. ``None`` for a lane that is not a CPU
+        thread, or a thread without a name."""
+        if lane.kind != "cpu":
+            return None
+        name = self._raw.thread_names.get((lane.pid, lane.tid))
+        if name is None:
+            return None
+        match = _KINETO_THREAD_NAME.fullmatch(name)
+        return match[1] if match else name
 
     # -- building ---------------------------------------------------------------------------
 

@@ -187,6 +187,39 @@ def test_invalid_utf8_is_replaced_and_the_file_loads(tmp_path: Path, name: str) 
     assert "aten::mm\ufffd" in [event.name for event in raw.events if isinstance(event, Event)]
 
 
+@pytest.mark.parametrize("repaired", [False, True])
+def test_thread_names_are_read_from_metadata_events_on_demand(make_trace, repaired) -> None:
+    events = [
+        *minimal_gpu_events(),
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": 429, "tid": 880,
+         "args": {"name": "thread 880 (pt_autograd_0)"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": 5}},
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2},
+        {"name": "process_name", "ph": "M", "pid": 429, "tid": 0, "args": {"name": "python"}},
+        complete_event("aten::mul", "cpu_op", 1010, 5, tid=880),
+    ]  # fmt: skip
+    text = json.dumps(trace_document(events))
+    if repaired:  # the second decoding path: a bare NaN the first pass cannot read
+        text = text.replace('"bytes": 4096', '"bytes": NaN', 1)
+    raw = load_raw_trace(make_trace(text.encode()))
+    assert raw.repaired is repaired
+    assert raw.thread_names == {
+        (429, 429): "thread 429 (python3)",
+        (429, 880): "thread 880 (pt_autograd_0)",
+        (0, 7): "stream 7",
+    }
+    trace = load_trace(make_trace(text.encode(), name="again.json"))
+    names = {lane.tid: trace.thread_name(lane) for lane in trace.lanes}
+    assert names[429] == "python3" and names[880] == "pt_autograd_0"
+    assert names[7] is None, "a GPU stream's lane is not a thread"
+
+
+def test_a_trace_without_metadata_events_names_no_thread(make_trace) -> None:
+    trace = load_trace(make_trace([complete_event("aten::mm", "cpu_op", 0, 5)]))
+    assert [trace.thread_name(lane) for lane in trace.lanes] == [None]
+
+
 def test_well_formed_files_are_not_repaired(make_trace) -> None:
     assert not load_raw_trace(make_trace(minimal_gpu_events())).repaired
 

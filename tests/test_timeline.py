@@ -100,7 +100,7 @@ def test_buffer_request_trace_draws_it_on_the_overhead_lane() -> None:
     trace = load_trace(gpu_fixture("64_bf16_warm_eager_w0a3"))
     assert [s.name for s in trace.overhead] == ["Activity Buffer Request"]
     fig = plot_timeline(trace)
-    assert _lane_titles(fig) == ["CPU thread 429", "GPU 0 · stream 7", "CUPTI overhead"]
+    assert _lane_titles(fig) == ["CPU thread 429\npython3", "GPU 0 · stream 7", "CUPTI overhead"]
     names = [t.get_text() for t in _texts(_axes(fig), "span-name")]
     assert "Activity Buffer Request" in names
 
@@ -108,7 +108,7 @@ def test_buffer_request_trace_draws_it_on_the_overhead_lane() -> None:
 def test_lanes_without_spans_in_the_window_are_left_out(cold: Trace) -> None:
     first_gpu = min(s.start for s in cold.gpu_work)
     fig = plot_timeline(cold, window=(0.0, first_gpu - 1.0))
-    assert _lane_titles(fig) == ["CPU thread 429"]
+    assert _lane_titles(fig) == ["CPU thread 429\npython3"]
 
 
 def test_lanes_argument_selects_lanes(cold: Trace) -> None:
@@ -853,7 +853,12 @@ def test_training_trace_draws_every_span_in_one_collection(training: Trace) -> N
     assert len(_boxes(ax).get_paths()) == len(drawn)
     assert len(ax.patches) < 5, "spans are not added one Rectangle at a time"
     assert len(_texts(ax, "span-name")) < 200, "only the few wide boxes get a name"
-    assert _lane_titles(fig) == ["CPU thread 429", "CPU thread 503", "GPU 0 · stream 7"]
+    # Each CPU lane says which thread it is: the backward pass runs on autograd's own.
+    assert _lane_titles(fig) == [
+        "CPU thread 429\npython3",
+        "CPU thread 503\npt_autograd_0",
+        "GPU 0 · stream 7",
+    ]
     fig.canvas.draw()
 
 

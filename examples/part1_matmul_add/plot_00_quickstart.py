@@ -91,7 +91,9 @@ profiler_table(run)
 # name has it written beside it in grey italics, with a small triangle pointing at the box:
 # after it (◂), before it (▸) or under it (▴). That is a label, not an event, in what may
 # be an idle stretch. A box that goes on past the picture's edge has a white triangle at
-# that edge, pointing the way it goes on: the picture cut it, not the event.
+# that edge, pointing the way it goes on: the picture cut it, not the event. Under a CPU
+# lane's title is the name the trace gives its thread (in a training step, autograd's
+# backward pass runs on a thread of its own, ``pt_autograd_0``).
 
 plot_timeline(run.trace, step=recorded[-1], title=f"{run.name}, one step")
 

@@ -39,6 +39,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from profiling_utils.tables import cut
 from profiling_utils.trace import LAUNCH_CATEGORIES, Lane, Span, Trace
 
 __all__ = [
@@ -85,6 +86,7 @@ _TIER_ROWS = 1.0
 # Text, in points (a point is FIGURE_DPI / 72 pixels: 9 pt is 12.5 px).
 _NAME_PT = 9.0
 _LANE_LABEL_PT = 9.0
+_THREAD_NAME_CHARS = 24  # a thread's name under its lane's title is cut to this
 _TITLE_PT = 11.0
 _MIN_TITLE_PT = 8.0  # a longer title is shrunk to fit the figure, down to this size
 _TEXT_PAD_PT = 2.5
@@ -294,10 +296,18 @@ def plot_timeline(
         )
     _check_highlights(highlights, layout, x0, x1)
 
-    lane_titles = [_lane_title(placed.lane) for placed in layout.lanes]
+    lane_titles = [_lane_title(trace, placed.lane) for placed in layout.lanes]
     categories = _categories_drawn(layout)
     if ax is None:
-        left_in = max(_text_width_pt(t, _LANE_LABEL_PT) for t in lane_titles) / 72 + 0.3
+        left_in = (
+            max(
+                _text_width_pt(line, _LANE_LABEL_PT)
+                for title in lane_titles
+                for line in title.split("\n")
+            )
+            / 72
+            + 0.3
+        )
         width_pt = (_FIGURE_WIDTH_IN - left_in - _RIGHT_MARGIN_IN) * 72
     else:
         width_pt = ax.bbox.width * 72 / ax.figure.dpi
@@ -1240,7 +1250,10 @@ def _format_duration(duration_us: float) -> str:
     return f"{duration_us:.3g} µs"
 
 
-def _lane_title(lane: Lane) -> str:
+def _lane_title(trace: Trace, lane: Lane) -> str:
+    if lane.kind == "cpu" and (name := trace.thread_name(lane)) is not None:
+        # Which thread it is (pt_autograd_0: the backward pass), not only its number.
+        return f"{lane.label}\n{cut(name, _THREAD_NAME_CHARS)}"
     if lane.kind == "gpu":
         return f"GPU {lane.device} · stream {lane.stream}"
     if lane.kind == "overhead":
