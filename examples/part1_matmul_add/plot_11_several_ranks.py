@@ -46,6 +46,7 @@ import profiling_utils
 from profiling_utils import diagnose, load_trace
 from profiling_utils.claims import claim
 from profiling_utils.comm import collectives, comm_overlap
+from profiling_utils.measures import kernel_launches
 from profiling_utils.ranks import cross_rank, rank_profile, trace_files
 from profiling_utils.render import (
     findings_table,
@@ -516,6 +517,41 @@ for trace, balanced_trace in zip(overlapped, traces["balanced"], strict=True):
 # still runs with no compute beside it, which is why ``exposed-communication`` still fires;
 # the overlapped traces below show where, the NCCL stream's kernels beside the compute
 # stream's.
+#
+# Overlap is not free: a product that runs beside the ``all_reduce`` shares the GPU with
+# NCCL's kernel, which keeps some of the SMs busy for as long as it runs. The products'
+# kernels of each rank, those that ran beside a collective against those that ran alone:
+
+for trace in overlapped:
+    beside_comm = [(k.start, k.end) for k in trace.kernels if k.is_communication]
+    products = [
+        k.kernel
+        for k in kernel_launches(trace)
+        if k.op is not None and k.op.name == "aten::mm"
+    ]
+    overlapping = [
+        k for k in products if any(s < k.end and k.start < e for s, e in beside_comm)
+    ]
+    beside = Distribution.of([k.dur for k in overlapping], unit="µs")
+    alone = Distribution.of(
+        [k.dur for k in products if k not in overlapping], unit="µs"
+    )
+    print(f"rank {trace.rank}: product beside a collective {beside}")
+    print(f"        product alone               {alone}")
+    claim(
+        f"on rank {trace.rank}, a product beside the all_reduce took clearly longer than "
+        "one alone",
+        clearly_greater(beside, alone),
+        otherwise=f"on rank {trace.rank}, products beside the all_reduce and alone took "
+        "alike, within the spread",
+        beside=beside,
+        alone=alone,
+    )
+
+# %%
+# Where the checks above found the products slower beside it, the time compute hides is
+# not all gained: the step saves the exposed communication it no longer waits for, and
+# pays for the products that ran slower beside it.
 #
 # The traces
 # ----------
