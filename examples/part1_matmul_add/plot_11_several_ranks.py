@@ -387,7 +387,9 @@ claim(
 # large part of their time in collectives, but the later rank is not always the same one:
 # each reaches some collectives last, and ``collective-skew`` reads the waits as jitter
 # between the ranks rather than one late rank. What names a straggler is arriving last
-# again and again.
+# again and again. ``rank-step-spread``, an ``info`` finding, says how uneven single steps
+# were across the ranks: steps of half a millisecond differ by tens of microseconds from
+# host jitter alone, and with no straggler named it points at no rank.
 #
 # The same from the command line
 # ------------------------------
