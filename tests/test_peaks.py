@@ -99,33 +99,27 @@ def test_a_measurement_is_the_median_with_its_interquartile_range() -> None:
     assert "SM clock" not in burst.conditions()  # none was read
 
 
-def test_sustained_conditions_name_the_samples_and_the_clock() -> None:
-    sustained = _measurement(
+def _sustained_copy(calls: int, clocks: tuple[int, ...]):
+    """A sustained 1 GiB copy peak over 2.01 s, every call 720 µs, half of them kept."""
+    return _measurement(
         "1 GiB device-to-device copy",
         "GB/s",
         lambda us: achieved_gb_s(2**30, us),
         sustained=True,
         method="back to back over 2.01 s, timed with CUDA events",
-        samples=[720.0] * 1400,
-        calls=2800,
+        samples=[720.0] * (calls // 2),
+        calls=calls,
         elapsed_s=2.01,
-        clocks=(1980, 1890, 1755),
+        clocks=clocks,
     )
-    text = sustained.conditions()
+
+
+def test_sustained_conditions_name_the_samples_and_the_clock() -> None:
+    text = _sustained_copy(2800, (1980, 1890, 1755)).conditions()
     assert text.startswith("median of the last 1,400 of 2,800 calls back to back over 2.01 s")
     assert "interquartile range 1,491-1,491 GB/s" in text
     assert "SM clock read at a median of 1890 MHz (1755-1980 MHz, 3 readings)" in text
-    steady = _measurement(
-        "1 GiB device-to-device copy",
-        "GB/s",
-        lambda us: achieved_gb_s(2**30, us),
-        sustained=True,
-        method="back to back over 2.01 s, timed with CUDA events",
-        samples=[720.0] * 4,
-        calls=8,
-        elapsed_s=2.01,
-        clocks=(1980, 1980),
-    )
+    steady = _sustained_copy(8, (1980, 1980))
     assert steady.conditions().endswith("; SM clock 1980 MHz at each of 2 readings")
 
 
