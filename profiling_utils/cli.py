@@ -89,7 +89,6 @@ still reported, and the exit status is 2. The JSON of several traces is describe
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -100,6 +99,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from . import comm, measures
 from .errors import TraceError
@@ -416,7 +417,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "has_gpu": trace.has_gpu,
         "gpu_work": trace.describe_gpu_work(),
         "devices": [
-            {**dataclasses.asdict(device), "description": device.describe()}
+            {**msgspec.structs.asdict(device), "description": device.describe()}
             for device in trace.devices
         ],
         "cuda_runtime_version": trace.cuda_runtime_version,

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
+
+import msgspec
 
 from .trace import Span, Trace, _as_int, input_shapes
 
@@ -163,8 +164,7 @@ def _tensor_bytes(op: Span) -> tuple[int | None, str | None]:
     return best
 
 
-@dataclass(frozen=True, slots=True)
-class Collective:
+class Collective(msgspec.Struct, frozen=True, gc=False):
     """One collective or point-to-point transfer, as its GPU kernel ran on this rank.
 
     The bandwidths follow nccl-tests (see the module's docstring).
@@ -304,8 +304,7 @@ def collectives(trace: Trace) -> list[Collective]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Overlap:
+class Overlap(msgspec.Struct, frozen=True, gc=False):
     """Communication and compute time on the GPU(s), and how much of one the other hid."""
 
     step: int | None
@@ -331,8 +330,7 @@ class Overlap:
         return self.overlapped_us / self.communication_us
 
 
-@dataclass(frozen=True, slots=True)
-class CommOverlap:
+class CommOverlap(msgspec.Struct, frozen=True, gc=False):
     """:func:`comm_overlap`'s answer: the whole trace and each step."""
 
     total: Overlap

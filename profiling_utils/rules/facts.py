@@ -10,10 +10,11 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from typing import Any
+
+import msgspec
 
 from .. import comm, measures
 from ..measures import Launch
@@ -124,8 +125,7 @@ def step_label(number: int) -> str:
     return f"ProfilerStep#{number}"
 
 
-@dataclass(frozen=True, slots=True)
-class Copy:
+class Copy(msgspec.Struct, frozen=True, gc=False):
     """A memcpy or memset on the GPU, as measured, and the launch that issued it."""
 
     measured: measures.MemoryCopy
@@ -154,8 +154,7 @@ class Copy:
         return self.measured.bandwidth_gb_s
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(msgspec.Struct, frozen=True, gc=False):
     """One row of the profiler table, rebuilt from the trace: every span of one name."""
 
     calls: int

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..tables import byte_size
 from ..trace import Span, input_shapes
@@ -80,8 +81,7 @@ kernel replaces; a cast then a copy is not reported."""
 _REPORTED = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Chain:
+class Chain(msgspec.Struct, frozen=True, gc=False):
     """Consecutive elementwise kernels of one step over tensors of one shape."""
 
     step: int

@@ -7,7 +7,6 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -259,8 +258,7 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency, by_step)
 
 
-@dataclass(frozen=True, slots=True)
-class _Idle:
+class _Idle(msgspec.Struct, frozen=True, gc=False):
     """A stretch in which no stream of a device ran, between two activities of one step."""
 
     step: int
@@ -284,8 +282,7 @@ class _Idle:
         return self.launch.end - self.idle_from
 
 
-@dataclass(frozen=True, slots=True)
-class _Cause:
+class _Cause(msgspec.Struct, frozen=True, gc=False):
     """What the trace shows while the GPU idled."""
 
     sync: Span | None = None
