@@ -42,12 +42,10 @@ import math
 import os
 import re
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from itertools import chain, compress, count, islice, repeat
+from itertools import chain, compress, count, islice
 from operator import attrgetter, eq, is_, methodcaller, not_
 from pathlib import Path
 from typing import Any, Literal
@@ -184,8 +182,7 @@ def is_communication(name: str) -> bool:
     return COMMUNICATION_KERNEL_PATTERN.match(name) is not None
 
 
-@dataclass(frozen=True, slots=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True, gc=False):
     """One timeline row: a CPU thread, a GPU stream, the profiler's overhead track, or other."""
 
     pid: int | str
@@ -364,8 +361,7 @@ def _loose_correlation(span: Span) -> int | None:
     return _as_int(value)
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(msgspec.Struct, frozen=True, gc=False):
     """One ``ProfilerStep#N`` window: the CPU annotation and the GPU work launched inside it."""
 
     number: int
@@ -384,8 +380,7 @@ class Step:
 Vendor = Literal["nvidia", "amd", "unknown"]
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     """An accelerator as ``deviceProperties`` describes it (or as the GPU work shows it)."""
 
     id: int
@@ -648,7 +643,6 @@ class Trace:
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
-        self._by_name: dict[str, list[Span]] | None = None
         events, raw.events = raw.events, []
         self._build_spans(events)
 
@@ -674,33 +668,21 @@ class Trace:
     # -- building ---------------------------------------------------------------------------
 
     def _build_spans(self, events: list[Span]) -> None:
-        # C-level passes: keep the complete events, then drop "Record Window End" (an instant
-        # event that some writers make a complete one, far in the future).
+        # A C-level pass keeps the complete events.
         spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
         events.clear()  # the last reference: free the other events before building
-        if _RECORD_WINDOW_END in map(_NAME, spans):
-            spans = [span for span in spans if span.name != _RECORD_WINDOW_END]
         self._check_times(spans)
-        origin = min(map(_START, spans)) if spans else 0.0
-        self.origin_us = origin
-        for span in spans:
-            span.start -= origin
+        # Sorted by the times as written: shifting them all by the origin keeps their order.
         spans.sort(key=_START)
         _longest_first_at_equal_starts(spans)
+        self.origin_us = 0.0
+        by_lane, by_cat, by_name = self._number_and_group(spans)
+        if _RECORD_WINDOW_END in by_name:
+            # An instant event that some writers make a complete one, far in the future.
+            spans = [span for span in spans if span.name != _RECORD_WINDOW_END]
+            by_lane, by_cat, by_name = self._number_and_group(spans)
         self.spans = spans
-
-        deque(map(setattr, spans, repeat("id"), count()), maxlen=0)  # ids, at C speed
-        by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
-        by_cat: dict[str, list[Span]] = {}
-        for span in spans:  # a handful of lanes and categories: a miss is rare
-            try:
-                by_lane[span.pid, span.tid].append(span)
-            except KeyError:
-                by_lane[span.pid, span.tid] = [span]
-            try:
-                by_cat[span.cat].append(span)
-            except KeyError:
-                by_cat[span.cat] = [span]
+        self._by_name = by_name
         self.renamed_categories = _normalise_categories(by_cat)
 
         lane_categories = {key: set(map(_CAT, on_lane)) for key, on_lane in by_lane.items()}
@@ -745,6 +727,37 @@ class Trace:
         self._add_unlisted_devices()
         self._link_launches()
         self._build_steps(by_cat.get("user_annotation", []))
+
+    def _number_and_group(
+        self, spans: list[Span]
+    ) -> tuple[
+        dict[tuple[int | str, int | str], list[Span]], dict[str, list[Span]], dict[str, list[Span]]
+    ]:
+        """Shift the sorted ``spans`` so that the first starts at 0.0 (adding the shift to
+        :attr:`origin_us`), number them, and group them by lane (``(pid, tid)``), by category
+        and by name, each group in start order. One Python pass does it all: on a large trace,
+        each pass over the spans costs about as much in cache misses as in work."""
+        origin = spans[0].start if spans else 0.0
+        self.origin_us += origin
+        by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
+        by_cat: dict[str, list[Span]] = {}
+        by_name: dict[str, list[Span]] = {}
+        for index, span in enumerate(spans):  # a few lanes, categories, names: a miss is rare
+            span.id = index
+            span.start -= origin
+            try:
+                by_lane[span.pid, span.tid].append(span)
+            except KeyError:
+                by_lane[span.pid, span.tid] = [span]
+            try:
+                by_cat[span.cat].append(span)
+            except KeyError:
+                by_cat[span.cat] = [span]
+            try:
+                by_name[span.name].append(span)
+            except KeyError:
+                by_name[span.name] = [span]
+        return by_lane, by_cat, by_name
 
     def _runtime_vendor(self, by_cat: dict[str, list[Span]]) -> Vendor:
         """The GPU vendor its launch API shows: HIP calls on AMD, CUDA calls on NVIDIA."""
@@ -1081,15 +1094,7 @@ class Trace:
     @property
     def by_name(self) -> dict[str, list[Span]]:
         """Every span grouped by name, each list in start order, the names in the order they
-        first occur (built on first use; do not modify)."""
-        if self._by_name is None:
-            by_name: dict[str, list[Span]] = {}
-            for span in self.spans:  # a few hundred names: a miss is rare
-                try:
-                    by_name[span.name].append(span)
-                except KeyError:
-                    by_name[span.name] = [span]
-            self._by_name = by_name
+        first occur (do not modify)."""
         return self._by_name
 
     def find(
