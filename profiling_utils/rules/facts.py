@@ -172,7 +172,6 @@ class Row(msgspec.Struct, frozen=True, gc=False):
 _COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup")
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
-_UNSEEN: list[Any] = []
 _CALL_ID = attrgetter("call.id")
 
 
@@ -289,35 +288,37 @@ class Facts:
         # The time each span's children cover (their union, from the model): overlapping
         # children must not be counted twice, or self time goes negative.
         covered = trace.children_cover_us
-        # Per name: [calls, total, self, category], or None for a name that is not a row.
-        # One pass in span order (by name, the spans would be visited in scattered memory).
-        sums: dict[str, list[Any] | None] = {}
+        # Per name, [calls, total, self]: the names in the order they first occur, each with
+        # the category of its first span, which stands for the name's. Spans of another
+        # category under a row's name (the GPU lane's copy of a record_function label, the
+        # kernel of a compiled region) are not the row's.
+        sums: dict[str, dict[str, list[Any]]] = {category: {} for category in _ROW_CATEGORIES}
+        order: dict[str, list[Any]] = {}
+        for name, same in trace.by_name.items():
+            category = same[0].cat
+            if category in sums and not name.startswith("ProfilerStep#"):
+                order[name] = sums[category][name] = [0, 0.0, 0.0, category]
         nested_in_own_name: list[Span] = []
-        for span in spans:
-            name = span.name
-            row = sums.get(name, _UNSEEN)
-            if row is _UNSEEN:
-                # A name's first span's category stands for the name's.
-                is_row = span.cat in _ROW_CATEGORIES and not name.startswith("ProfilerStep#")
-                row = sums[name] = [0, 0.0, 0.0, span.cat] if is_row else None
-            if row is None or span.cat != row[3]:
-                # Another kind of span under a row's name: the GPU lane's copy of a
-                # record_function label, or the kernel of a compiled region (triton_*).
-                continue
-            dur = span.dur
-            parent = span.parent
-            if parent is None or spans[parent].name != name:
-                row[1] += dur
-            else:  # nested in itself: its total counted once
-                nested_in_own_name.append(span)
-            row[2] += dur - covered[span.id]
-            row[0] += 1
+        # One pass per category, each in span order (by name, the spans would be visited in
+        # scattered memory), over the spans of that category only.
+        for category, rows in sums.items():
+            for span in trace.find(cat=category) if category != "cpu_op" else trace.cpu_ops:
+                name = span.name
+                row = rows.get(name)
+                if row is None:
+                    continue
+                dur = span.dur
+                parent = span.parent
+                if parent is None or spans[parent].name != name:
+                    row[1] += dur
+                else:  # nested in itself: its total counted once
+                    nested_in_own_name.append(span)
+                row[2] += dur - covered[span.id]
+                row[0] += 1
         for folded in measures.folded_calls(trace, nested_in_own_name):
-            sums[spans[folded].name][0] -= 1  # type: ignore[index]
+            order[spans[folded].name][0] -= 1
         return {
-            name: Row(row[0], row[1], row[2], row[3] == "cpu_op")
-            for name, row in sums.items()
-            if row is not None
+            name: Row(row[0], row[1], row[2], row[3] == "cpu_op") for name, row in order.items()
         }
 
     @cached_property
