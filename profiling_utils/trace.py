@@ -671,10 +671,14 @@ class Trace:
         # A C-level pass keeps the complete events.
         spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
         events.clear()  # the last reference: free the other events before building
-        self._check_times(spans)
+        # The one pass that reads every span's times: the checks and the sort use the lists.
+        starts, durations = list(map(_START, spans)), list(map(_DUR, spans))
+        self._check_times(spans, starts, durations)
         # Sorted by the times as written: shifting them all by the origin keeps their order.
-        spans.sort(key=_START)
-        _longest_first_at_equal_starts(spans)
+        order = sorted(range(len(spans)), key=starts.__getitem__)  # stable, as list.sort
+        spans = list(map(spans.__getitem__, order))
+        _longest_first_at_equal_starts(spans, list(map(starts.__getitem__, order)))
+        del starts, durations, order
         self.origin_us = 0.0
         by_lane, by_cat, by_name = self._number_and_group(spans)
         if _RECORD_WINDOW_END in by_name:
@@ -833,12 +837,12 @@ class Trace:
                 )
         self.devices.sort(key=attrgetter("id"))
 
-    def _check_times(self, spans: list[Span]) -> None:
+    def _check_times(self, spans: list[Span], starts: list[float], durations: list[float]) -> None:
+        """Refuse a span without a start, with a negative duration or one that ends past the
+        largest float; ``starts`` and ``durations`` are the spans', in their order."""
         if not spans:
             return
-        if math.isfinite(sum(map(_START, spans)) + sum(map(_DUR, spans))) and (
-            min(map(_DUR, spans)) >= 0
-        ):
+        if math.isfinite(sum(starts) + sum(durations)) and min(durations) >= 0:
             return
         for index, span in enumerate(spans):
             where = f"complete event {span.name!r} (#{index})"
@@ -1152,7 +1156,7 @@ def _enclosing_first(span: Span) -> tuple[float, bool]:
     return -span.dur, span.cat != "python_function"
 
 
-def _longest_first_at_equal_starts(spans: list[Span]) -> None:
+def _longest_first_at_equal_starts(spans: list[Span], starts: list[float]) -> None:
     """Order spans that share a start longest first (an enclosing span before what it holds).
 
     Of spans with the same start and duration, a ``python_function`` comes first: the Python
@@ -1160,10 +1164,10 @@ def _longest_first_at_equal_starts(spans: list[Span]) -> None:
     in whole µs the two often coincide; the op then nests in the frame, not the frame in the
     op (which would leave the op no self time). Others keep their file order.
 
-    ``spans`` is sorted by start; equal starts are rare, so they are found with one C-level
-    comparison pass and only those runs are re-sorted, instead of a second full sort.
+    ``spans`` is sorted by start (``starts``, their starts); equal starts are rare, so they
+    are found with one C-level comparison pass and only those runs are re-sorted, instead of a
+    second full sort.
     """
-    starts = list(map(_START, spans))
     ties = list(compress(count(), map(eq, starts, islice(starts, 1, None))))
     index = 0
     while index < len(ties):
