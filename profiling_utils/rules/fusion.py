@@ -143,6 +143,9 @@ def _first_type(op: Span) -> str:
     return shapes.types[0]
 
 
+_SHORTEST_CHAIN = min(MIN_CHAIN_KERNELS, MIN_COMPUTING_KERNELS)
+
+
 def _long_enough(ops: list[Span]) -> bool:
     computing = sum(op.name != "aten::copy_" for op in ops)
     return len(ops) >= MIN_CHAIN_KERNELS or computing >= MIN_COMPUTING_KERNELS
@@ -183,6 +186,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     runs.extend(open_runs.values())
     chains = []
     for run in runs:
+        if len(run) < _SHORTEST_CHAIN:  # most runs: one elementwise kernel between others
+            continue
         if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) is None:
             continue
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
