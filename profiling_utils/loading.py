@@ -235,7 +235,7 @@ _CONTROL_TO_SPACE = bytes.maketrans(
     bytes(b for b in range(32) if b not in (9, 10, 13)),
     b" " * (32 - 3),
 )
-_UTF8_CHUNK = 1 << 20
+_UTF8_CHUNK = 1 << 16  # a piece that stays in cache and in the heap (1 MB ones are mapped)
 _VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
 
 
