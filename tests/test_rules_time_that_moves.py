@@ -221,6 +221,53 @@ def test_silent_without_gpu_work(make_trace: Any) -> None:
     assert diagnose(path, select=["intra-step-gap", "kernel-variance"]) == []
 
 
+def _recording(name: str) -> Any:
+    return load_trace(Path(__file__).parent / "fixtures/gpu" / f"{name}.json.gz")
+
+
+def test_idle_stretches_read_as_the_rule_reads_them() -> None:
+    trace = _recording(ITEM_SYNC)
+    (finding,) = diagnose(trace, select=["intra-step-gap"])
+    facts = Facts(trace)
+    floor = max(gpu_lane.GAP_MIN_US, gpu_lane.GAP_MIN_LAUNCH_LATENCIES * facts.launch_latency_us)
+    stretches = gpu_lane.idle_stretches(trace, floor)
+    synced = [idle for idle in stretches if idle.cause == "host sync"]
+    # The steps the rule reports are those of the stretches read as a host sync, and the
+    # longest of them is the one its evidence names.
+    assert sorted({idle.step for idle in synced}) == finding.evidence["steps_with_gap"]
+    longest = max(synced, key=lambda idle: idle.gap_us)
+    assert longest.gap_us == pytest.approx(finding.evidence["gap_us"], abs=1e-3)
+    assert longest.sync is not None and longest.sync.name == "cudaStreamSynchronize"
+    # Every stretch is time the GPU ran nothing, ended by a launch the trace holds; only a
+    # host sync names a sync, and a stretch is held back exactly when its launch came before.
+    for idle in gpu_lane.idle_stretches(trace):
+        assert idle.gap_us > 0 and trace.launch_of(idle.after) is idle.launch
+        assert (idle.sync is not None) == (idle.cause == "host sync")
+        assert (idle.cause == "held back") == (idle.launched_late_us <= 0)
+        assert idle.request is None  # no buffer request landed in this recording
+
+
+def test_idle_stretches_name_the_buffer_request_and_plain_cpu_time() -> None:
+    (finding,) = findings(TRAIN_BUFFER, "intra-step-gap")
+    stretches = gpu_lane.idle_stretches(_recording(TRAIN_BUFFER))
+    (during,) = [idle for idle in stretches if idle.cause == "buffer request"]
+    assert during.request is not None and during.request.name == "Activity Buffer Request"
+    assert (during.step, during.gap_us) == (
+        finding.evidence["step"],
+        pytest.approx(finding.evidence["gap_us"], abs=1e-3),
+    )
+    # An overhead-bound loop idles the GPU between launches in every step: CPU time, which
+    # the rule leaves to the CPU lane's rows, and it reports nothing.
+    overhead_bound = _recording("64_bf16_warm_eager")
+    assert {idle.cause for idle in gpu_lane.idle_stretches(overhead_bound)} == {"CPU time"}
+    assert diagnose(overhead_bound, select=["intra-step-gap"]) == []
+
+
+def test_idle_stretches_of_a_cpu_only_trace_are_none() -> None:
+    trace = load_trace(FOREIGN / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert not trace.has_gpu and gpu_lane.idle_stretches(trace) == []
+
+
 # -- kernel-variance ---------------------------------------------------------------------------
 
 

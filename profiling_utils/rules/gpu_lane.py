@@ -8,13 +8,13 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Step
+from ..trace import Span, Step, Trace
 from .facts import (
     BIAS_MATMUL_OPS,
     MATMUL_OPS,
@@ -360,6 +360,72 @@ def _cause_of(facts: Facts, idle: _Idle, syncs: _HostSyncs, requests: list[Span]
         return _Cause(sync=sync)
     request = next((r for r in requests if r.start < end and r.end > start), None)
     return _NO_CAUSE if request is None else _Cause(request=request)
+
+
+class IdleStretch(msgspec.Struct, frozen=True, gc=False):
+    """A stretch in which no stream of a GPU ran, between two activities of one step, and the
+    cause the trace shows for it, as ``intra-step-gap`` reads it."""
+
+    step: int
+    """N in ``ProfilerStep#N``."""
+    before: Span
+    """The activity that ended last before the stretch."""
+    after: Span
+    """The activity that ended it."""
+    launch: Span
+    """``after``'s launch call."""
+    gap_us: float
+    """``after.start`` minus the end of ``before``: the GPU's idle time."""
+    launched_late_us: float
+    """How long after the GPU ran dry ``launch`` returned; negative when it was queued
+    before."""
+    cause: Literal["host sync", "buffer request", "held back", "CPU time"]
+    """``"host sync"``: a sync on the launching thread returned as the GPU ran dry
+    (:attr:`sync`); ``"buffer request"``: launched after the GPU ran dry while the profiler's
+    Activity Buffer Request ran (:attr:`request`); ``"held back"``: launched before the GPU
+    went idle, so something outside the trace held it back; ``"CPU time"``: launched late
+    with none of those in the trace, CPU time between launches, which the rule leaves to the
+    CPU lane's rows."""
+    sync: Span | None
+    """The host sync, for ``"host sync"``."""
+    request: Span | None
+    """The buffer request, for ``"buffer request"``."""
+
+
+def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
+    """Every idle stretch of at least ``min_gap_us`` inside a step whose next activity's
+    launch is in the trace, in the order the GPU ran, each with the cause ``intra-step-gap``
+    reads from the trace (the rule also needs a stretch to stand out, or to recur after a
+    sync, before it reports one)."""
+    facts = Facts(trace)
+    idles, _ = _idle_stretches(facts, min_gap_us)
+    syncs = _HostSyncs(trace)
+    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
+    found = []
+    for idle in idles:
+        cause = _cause_of(facts, idle, syncs, requests)
+        if cause.sync is not None:
+            reading = "host sync"
+        elif cause.request is not None:
+            reading = "buffer request"
+        elif cause.held_back(idle):
+            reading = "held back"
+        else:
+            reading = "CPU time"
+        found.append(
+            IdleStretch(
+                idle.step,
+                idle.before,
+                idle.after,
+                idle.launch,
+                idle.gap_us,
+                idle.launched_late_us,
+                reading,
+                cause.sync,
+                cause.request,
+            )
+        )
+    return found
 
 
 def _idle_evidence(idle: _Idle) -> dict[str, Any]:
