@@ -46,6 +46,7 @@ from profiling_utils.rules.gpu_lane import (
     GAP_MIN_LAUNCH_LATENCIES,
     GAP_MIN_US,
     GAP_REQUEST_RATIO,
+    idle_stretches,
 )
 from profiling_utils.stats import Distribution
 
@@ -281,7 +282,7 @@ if one_off is not None:
         title=f"ProfilerStep#{one_off.evidence['step']} against the other steps",
     )
 elif train.has_gpu:
-    # The rule's own measure (an idle stretch between two activities of a step), per step.
+    # An idle stretch between two activities of a step, no stream of the GPU running.
     longest_by_step: dict[int, float] = {}
     for g in gpu_gaps(train.trace):
         longest_by_step[g.step] = max(longest_by_step.get(g.step, 0.0), g.gap_us)
@@ -294,6 +295,40 @@ elif train.has_gpu:
     )
 else:
     print("No GPU here: no GPU idle to plot.")
+
+# %%
+# A step can stand out in that chart without a finding. The rule names a cause only where
+# the trace shows one: a host sync that returned as the GPU ran dry, the profiler's buffer
+# request, or work launched in time and held back. A stretch that ends because the CPU
+# launched the next kernel late, with none of those in it, is CPU time between launches,
+# which the rule leaves to the CPU lane's rows. The run's longest idle stretch, how the rule
+# reads it (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), and the operators the
+# launching thread ran during it:
+
+if train.has_gpu:
+    longest_gap = max(idle_stretches(train.trace), key=lambda idle: idle.gap_us)
+    idle_from, idle_to = longest_gap.before.end, longest_gap.after.start
+    print(
+        f"ProfilerStep#{longest_gap.step}: the GPU idled {longest_gap.gap_us:,.1f} µs, "
+        f"from {idle_from:,.1f} to {idle_to:,.1f} µs"
+    )
+    print(f"How intra-step-gap reads it: {longest_gap.cause}")
+    launch = longest_gap.launch
+    print(
+        f"The next kernel's {launch.name} returned {longest_gap.launched_late_us:,.1f} µs "
+        "after the GPU ran dry"
+    )
+    ran = sorted(
+        (
+            (min(op.end, idle_to) - max(op.start, idle_from), op)
+            for op in train.trace.lane_spans(launch.lane)
+            if op.cat == "cpu_op" and op.start < idle_to and op.end > idle_from
+        ),
+        key=lambda pair: -pair[0],
+    )
+    print("The operators of the launching thread that ran longest in it:")
+    for overlap, op in ran[:3]:
+        print(f"  {op.name}: {overlap:,.1f} µs of it (the call took {op.dur:,.1f} µs)")
 
 # %%
 # The rule reports a step as a one-off only against the other steps: the idle stretch
@@ -417,6 +452,9 @@ if train.has_gpu:
 #   :doc:`plot_07_kernel_variance`.
 # - **Every step, without a sync**: CPU launch time, the overhead-bound row's business
 #   (:doc:`plot_01_overhead_vs_compute`).
+# - **Once, without a sync or a request, the next launch late**: the CPU took longer than
+#   usual between two launches, in an operator or in Python between operators; the CPU lane
+#   shows which. The rule reports nothing: a trace shows no cause for it to name.
 #
 # The traces
 # ----------
