@@ -318,17 +318,22 @@ if train.has_gpu:
         f"The next kernel's {launch.name} returned {longest_gap.launched_late_us:,.1f} µs "
         "after the GPU ran dry"
     )
-    ran = sorted(
-        (
-            (min(op.end, idle_to) - max(op.start, idle_from), op)
-            for op in train.trace.lane_spans(launch.lane)
-            if op.cat == "cpu_op" and op.start < idle_to and op.end > idle_from
-        ),
-        key=lambda pair: -pair[0],
-    )
+    ops = [
+        op
+        for op in train.trace.lane_spans(launch.lane)
+        if op.cat == "cpu_op" and op.start < idle_to and op.end > idle_from
+    ]
+    inside = {op: min(op.end, idle_to) - max(op.start, idle_from) for op in ops}
     print("The operators of the launching thread that ran longest in it:")
-    for overlap, op in ran[:3]:
-        print(f"  {op.name}: {overlap:,.1f} µs of it (the call took {op.dur:,.1f} µs)")
+    for op in sorted(ops, key=inside.__getitem__, reverse=True)[:3]:
+        print(f"  {op.name}: {inside[op]:,.1f} µs of it (the call took {op.dur:,.1f} µs)")
+    running, reached = 0.0, idle_from  # the union of the operators' time in the stretch
+    for op in ops:  # in start order
+        if min(op.end, idle_to) > reached:
+            running += min(op.end, idle_to) - max(op.start, reached)
+            reached = min(op.end, idle_to)
+    idle_without_op = longest_gap.gap_us - running
+    print(f"No operator of that thread was running for {idle_without_op:,.1f} µs of it.")
 
 # %%
 # The rule reports a step as a one-off only against the other steps: the idle stretch
