@@ -32,6 +32,21 @@ def test_one_bar_per_step_and_the_median_labelled():
         plt.close(fig)
 
 
+@pytest.mark.parametrize("steps", [list(range(20)), list(range(11, 33)), [5], [3, 4]])
+def test_the_step_axis_ticks_whole_steps_that_were_recorded(steps: list[int]) -> None:
+    fig = plot_per_step(steps, {"step width": [1.0 + step for step in steps]})
+    try:
+        (ax,) = fig.axes
+        ticks = list(ax.get_xticks())
+        assert ticks and all(tick == int(tick) for tick in ticks)
+        # No tick past the first or the last step: it would read as a step without a bar.
+        assert min(steps) <= min(ticks) and max(ticks) <= max(steps)
+        low, high = ax.get_xlim()
+        assert low < min(steps) - 0.4 and max(steps) + 0.4 < high
+    finally:
+        plt.close(fig)
+
+
 def test_linear_axes_on_request():
     fig = plot_per_step([0, 1, 2], {"gap": [0.0, 3.0, 4.0]}, log=False, unit="ms", title="t")
     try:

@@ -101,7 +101,12 @@ def plot_per_step(
         ax.set_axisbelow(True)
     bottom = axes[-1, 0]
     bottom.set_xlabel("ProfilerStep#", fontsize=_TEXT_PT)
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
+    # Whole step numbers, none outside the steps shown: a tick at a step that was not
+    # recorded reads as a step without a bar.
+    first, last = min(steps), max(steps)
+    ticks = MaxNLocator(integer=True, nbins=12).tick_values(first, last)
+    bottom.set_xticks([int(tick) for tick in ticks if first <= tick <= last])
+    bottom.set_xlim(first - 0.6, last + 0.6)
     if title:  # a row of its own: the panels' titles on the right hold their medians
         fig.suptitle(title, x=0.01, ha="left", fontsize=_TITLE_PT)
     return fig
