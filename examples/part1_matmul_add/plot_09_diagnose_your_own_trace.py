@@ -177,12 +177,18 @@ ops = [
     for op in trace.cpu_ops
     if inside(op, optimizer) and op.depth == optimizer.depth + 1
 ]
+
+
+def launched_a_kernel(call):
+    return any(work.cat == "kernel" for work in trace.gpu_work_of(call))
+
+
 launches = [
-    call for call in trace.runtime_calls if call.is_launch and inside(call, optimizer)
+    call for call in trace.runtime_calls if launched_a_kernel(call) and inside(call, optimizer)
 ]
 # The backward pass runs on a thread of its own: count the step's launches on every thread.
 step_launches = [
-    c for c in trace.runtime_calls if c.is_launch and trace.step_of(c) is step
+    c for c in trace.runtime_calls if launched_a_kernel(c) and trace.step_of(c) is step
 ]
 share = optimizer.dur / step.span.dur
 print(f"{optimizer.name}: {optimizer.dur:,.1f} µs, {share:.0%} of the step's CPU time;")
