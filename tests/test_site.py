@@ -238,9 +238,11 @@ def test_site_has_every_section_and_the_gallery(site: Build) -> None:
     api = (site.html / "reference" / "api.html").read_text()
     assert 'id="profiling_utils.capture.capture"' in api
     assert 'id="profiling_utils.render.html.profiler_table"' in api
-    # An attribute's docstring is shown as written: its first words are not taken for a type.
-    call = api.split('id="profiling_utils.measures.Launch.call"', 1)[1].split("</dd>", 1)[0]
-    assert "The call:" in call and ">Type<" not in call, call
+    # An attribute's or a constant's docstring is shown as written, not split into a type.
+    for documented in ("measures.Launch.call", "trace.TraceContent"):
+        text = api.split(f'id="profiling_utils.{documented}"', 1)[1].split("</dd>", 1)[0]
+        assert ">Type<" not in text, text
+    assert "The call:" in api.split('id="profiling_utils.measures.Launch.call"', 1)[1][:600]
 
 
 def test_every_page_loads_without_console_errors_and_every_image_loads(

@@ -10,8 +10,8 @@ reads anything, and pulled into the reference pages with MyST's ``{include}``:
 - ``cli.md``: the ``--help`` of ``python -m profiling_utils`` and of each of its commands,
   from ``profiling_utils.cli.build_parser()``.
 
-Attribute docstrings are shown as written: napoleon would read the words before the first
-colon of their first line as a type.
+Attribute, constant and property docstrings are shown as written: napoleon would read the
+words before the first colon of their first line as a type.
 
 A file is rewritten only when its text changes, so an unchanged build re-reads nothing.
 
@@ -136,24 +136,25 @@ def _generate(app: Sphinx) -> None:
     write_if_changed(out / "cli.md", cli_markdown())
 
 
-# Napoleon reads the first line of an attribute's docstring as Google style's "type:
-# description" and shows the words before its first colon as the attribute's type ("Type: The
-# call"). Ours are prose, with the type in the annotation: each is kept as written, by saving
-# it before napoleon's handler (priority 500) and putting it back after.
+# Napoleon reads the first line of an attribute's, a module constant's or a property's
+# docstring as Google style's "type: description" and shows the words before its first colon
+# as a type ("Type: The call"). Ours are prose, with the type in the annotation: each is kept
+# as written, by saving it before napoleon's handler (priority 500) and putting it back after.
+_AS_WRITTEN = ("attribute", "data", "property")
 _ATTRIBUTE_DOCSTRINGS: dict[str, list[str]] = {}
 
 
 def _save_attribute_docstring(
     app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
 ) -> None:
-    if what == "attribute":
+    if what in _AS_WRITTEN:
         _ATTRIBUTE_DOCSTRINGS[name] = list(lines)
 
 
 def _restore_attribute_docstring(
     app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
 ) -> None:
-    if what == "attribute" and name in _ATTRIBUTE_DOCSTRINGS:
+    if what in _AS_WRITTEN and name in _ATTRIBUTE_DOCSTRINGS:
         lines[:] = _ATTRIBUTE_DOCSTRINGS.pop(name)
 
 
