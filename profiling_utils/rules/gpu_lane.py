@@ -393,10 +393,17 @@ class IdleStretch(msgspec.Struct, frozen=True, gc=False):
 
 
 def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
-    """Every idle stretch of at least ``min_gap_us`` inside a step whose next activity's
-    launch is in the trace, in the order the GPU ran, each with the cause ``intra-step-gap``
-    reads from the trace (the rule also needs a stretch to stand out, or to recur after a
-    sync, before it reports one)."""
+    """The GPU's idle stretches inside the steps, each with the cause ``intra-step-gap`` reads
+    from the trace.
+
+    A stretch is time in which no stream of a device ran, between two activities launched in
+    the same step, at least ``min_gap_us`` long; it is listed when the launch call of the
+    activity that ends it is in the trace. They come in the order of the activities that end
+    them (by start, all devices together). The rule reports only some of them: those after a
+    host sync, and one-offs that stand out against the other steps, each at least
+    :data:`GAP_MIN_US` and :data:`GAP_MIN_LAUNCH_LATENCIES` launch latencies long; with the
+    default ``min_gap_us`` of 0 the shorter ones come too.
+    """
     facts = Facts(trace)
     idles, _ = _idle_stretches(facts, min_gap_us)
     syncs = _HostSyncs(trace)
