@@ -27,6 +27,7 @@ profiler may ask for a buffer mid-run, and read both with the ``intra-step-gap``
 # queued before. For comparison, the same step without the ``item()``.
 
 import collections
+import statistics
 
 import torch
 
@@ -297,13 +298,15 @@ else:
     print("No GPU here: no GPU idle to plot.")
 
 # %%
-# A step can stand out in that chart without a finding. The rule names a cause only where
-# the trace shows one: a host sync that returned as the GPU ran dry, the profiler's buffer
-# request, or work launched in time and held back. A stretch that ends because the CPU
-# launched the next kernel late, with none of those in it, is CPU time between launches,
-# which the rule leaves to the CPU lane's rows. The run's longest idle stretch, how the rule
-# reads it (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), and the operators the
-# launching thread ran during it:
+# A step can stand out in that chart without a finding. The rule reports an idle stretch
+# only for a cause the trace shows: a host sync that returned as the GPU ran dry, the
+# profiler's buffer request, or work launched in time and held back. A stretch that ends
+# because the CPU launched the next kernel late, with none of those in it, is CPU time
+# between launches, which it leaves to the CPU lane's rows. The run's longest idle stretch,
+# how the rule reads it (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), and what
+# the launching thread did meanwhile: the operators it ran (the outermost ones), how long
+# no operator ran at all (Python between operators, or anything else the profiler does not
+# record as an operator), and the labels open during it:
 
 if train.has_gpu:
     longest_gap = max(idle_stretches(train.trace), key=lambda idle: idle.gap_us)
@@ -314,32 +317,34 @@ if train.has_gpu:
     )
     print(f"How intra-step-gap reads it: {longest_gap.cause}")
     launch = longest_gap.launch
+    thread = train.trace.thread_name(launch.lane) or launch.lane.label
     print(
-        f"The next kernel's {launch.name} returned {longest_gap.launched_late_us:,.1f} µs "
-        "after the GPU ran dry"
+        fold_lines(
+            f"The call that launched the next kernel, {launch.name} on thread {thread}, "
+            f"began {launch.start - idle_from:,.1f} µs after the GPU ran dry."
+        )
     )
-    ops = [
-        op
-        for op in train.trace.lane_spans(launch.lane)
-        if op.cat == "cpu_op" and op.start < idle_to and op.end > idle_from
+    during = [
+        span
+        for span in train.trace.lane_spans(launch.lane)
+        if span.start < idle_to and span.end > idle_from
     ]
-    inside = {op: min(op.end, idle_to) - max(op.start, idle_from) for op in ops}
-    print("The operators of the launching thread that ran longest in it:")
-    for op in sorted(ops, key=inside.__getitem__, reverse=True)[:3]:
-        print(f"  {op.name}: {inside[op]:,.1f} µs of it (the call took {op.dur:,.1f} µs)")
-    running, reached = 0.0, idle_from  # the union of the operators' time in the stretch
-    for op in ops:  # in start order
-        if min(op.end, idle_to) > reached:
-            running += min(op.end, idle_to) - max(op.start, reached)
-            reached = min(op.end, idle_to)
-    idle_without_op = longest_gap.gap_us - running
-    print(f"No operator of that thread was running for {idle_without_op:,.1f} µs of it.")
+    ops = [op for op in during if op.cat == "cpu_op"]
+    outermost = [op for op in ops if not any(other.id == op.parent for other in ops)]
+    inside = {op: min(op.end, idle_to) - max(op.start, idle_from) for op in outermost}
+    print("Its outermost operators that ran longest in the stretch:")
+    for op in sorted(outermost, key=inside.__getitem__, reverse=True)[:3]:
+        print(f"  {op.name}: {inside[op]:,.1f} µs of it")
+    covered = sum(inside.values())  # outermost operators do not overlap one another
+    print(f"No operator ran for {longest_gap.gap_us - covered:,.1f} µs of it.")
+    labels = [span.name for span in during if span.cat == "user_annotation"]
+    print(fold_lines(f"Labels open during it: {' > '.join(labels) or 'none'}."))
 
 # %%
 # The rule reports a step as a one-off only against the other steps: the idle stretch
 # during the request must be at least ``GAP_REQUEST_RATIO`` times the median of the other
-# steps' longest idle stretch (the ratio is printed below), in at most a third of the
-# steps.
+# steps' longest idle stretch (the ratio is printed below), and such stretches must show in
+# at most a third of the steps (in more, they are the code's, not a one-off).
 # Zoomed to that stretch, with the request on the overhead row; when no step stood out,
 # zoomed to the request itself, to see what the GPU did meanwhile:
 
@@ -397,15 +402,32 @@ if train.has_gpu:
         request = max(in_steps, key=lambda r: r.dur)
         busy = gpu_busy_us(train.trace, window=(request.start, request.end))
         idle_during = request.dur - busy
+        number = train.trace.step_of(request).number
         print(
             fold_lines(
-                f"The request in ProfilerStep#{train.trace.step_of(request).number} lasted "
-                f"{request.dur:.1f} µs, and the GPU was idle for {idle_during:.1f} µs of "
-                "it. But no step's longest GPU idle stretch stood out against the "
-                "others' (the rule's test), so the rule cannot tell this one from the "
-                "idle of every step."
+                f"The request in ProfilerStep#{number} lasted {request.dur:.1f} µs, and the "
+                f"GPU was idle for {idle_during:.1f} µs of it."
             )
         )
+        overlapping = [
+            idle
+            for idle in idle_stretches(train.trace)
+            if idle.before.end < request.end and idle.after.start > request.start
+        ]
+        if overlapping:
+            stretch = max(overlapping, key=lambda idle: idle.gap_us)
+            others = statistics.median(
+                gap for step_number, gap in longest_by_step.items() if step_number != number
+            )
+            print(
+                fold_lines(
+                    f"The longest idle stretch overlapping it lasted {stretch.gap_us:.1f} µs "
+                    f"(read as {stretch.cause}): {stretch.gap_us / others:.2f} times the "
+                    f"median of the other steps' longest, {others:.1f} µs."
+                )
+            )
+        else:
+            print("No idle stretch of the GPU overlapped it: work was queued throughout.")
     claim(
         "the GPU was idle for more than half of the median recorded step",
         idle_share.median > 50,
@@ -458,8 +480,9 @@ if train.has_gpu:
 # - **Every step, without a sync**: CPU launch time, the overhead-bound row's business
 #   (:doc:`plot_01_overhead_vs_compute`).
 # - **Once, without a sync or a request, the next launch late**: the CPU took longer than
-#   usual between two launches, in an operator or in Python between operators; the CPU lane
-#   shows which. The rule reports nothing: a trace shows no cause for it to name.
+#   usual between two launches, in an operator or outside any (Python between operators).
+#   The CPU lane shows the operators, and the time none ran; the rule reports nothing, the
+#   trace showing no cause for it to name.
 #
 # The traces
 # ----------
