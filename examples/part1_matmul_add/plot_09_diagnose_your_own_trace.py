@@ -213,8 +213,8 @@ if run.has_gpu:
     )
 
 # %%
-# Each of those calls has its own CPU cost and, with a GPU, its own launch. The step on a
-# timeline, the optimizer's part highlighted:
+# Each of those calls has its own CPU cost, and with a GPU the kernel launches counted above
+# come with them. The step on a timeline, the optimizer's part highlighted:
 
 plot_timeline(
     trace,
@@ -375,7 +375,7 @@ for label, side, capture_run in (
         )
 if run.has_gpu:
     claim(
-        "the fused optimizer's step makes fewer launches than the loop's",
+        "a training step with the fused optimizer makes fewer launches than with the loop",
         comparison.trace.launches_per_step < comparison.baseline.launches_per_step,
         loop=comparison.baseline.launches_per_step,
         fused=comparison.trace.launches_per_step,
@@ -383,7 +383,7 @@ if run.has_gpu:
     # The optimizer's own time, not the whole step's: the step also holds the forward and
     # backward passes, whose spread from step to step can be as large as the saving.
     claim(
-        "the fused optimizer's step costs the CPU less than the loop's",
+        "the fused optimizer's Optimizer.step costs the CPU less than the loop's",
         clearly_greater(optimizer_cpu["loop"], optimizer_cpu["fused"]),
         loop=optimizer_cpu["loop"],
         fused=optimizer_cpu["fused"],
