@@ -335,7 +335,11 @@ if train.has_gpu:
     print("Its outermost operators that ran longest in the stretch:")
     for op in sorted(outermost, key=inside.__getitem__, reverse=True)[:3]:
         print(f"  {op.name}: {inside[op]:,.1f} µs of it")
-    covered = sum(inside.values())  # outermost operators do not overlap one another
+    covered, reached = 0.0, idle_from  # their union: siblings may overlap a little
+    for op in outermost:  # in start order
+        if min(op.end, idle_to) > reached:
+            covered += min(op.end, idle_to) - max(op.start, reached)
+            reached = min(op.end, idle_to)
     print(f"No operator ran for {longest_gap.gap_us - covered:,.1f} µs of it.")
     labels = [span.name for span in during if span.cat == "user_annotation"]
     print(fold_lines(f"Labels open during it: {' > '.join(labels) or 'none'}."))
