@@ -152,3 +152,7 @@ def test_findings_table_escapes_and_keeps_order() -> None:
 
 def test_no_findings_says_so() -> None:
     assert "No cheatsheet row matched" in findings_table([])._repr_html_()
+    # When only some rules ran, the note names them rather than the whole cheatsheet.
+    note = findings_table([], rules=["intra-step-gap", "a<b"])._repr_html_()
+    assert "cheatsheet" not in note
+    assert "<code>intra-step-gap</code>, <code>a&lt;b</code>" in note

@@ -265,12 +265,12 @@ if large.has_gpu:
 
 TABLE_RULES = ["overhead-bound", "compute-bound", "hotspot", "cost-in-children"]
 small_findings = diagnose(small.trace, select=TABLE_RULES)
-findings_table(small_findings, caption=small.name)
+findings_table(small_findings, caption=small.name, rules=TABLE_RULES)
 
 # %%
 
 large_findings = diagnose(large.trace, select=TABLE_RULES)
-findings_table(large_findings, caption=large.name)
+findings_table(large_findings, caption=large.name, rules=TABLE_RULES)
 
 # %%
 # The small run should be flagged **overhead-bound**, a warning, and the large one

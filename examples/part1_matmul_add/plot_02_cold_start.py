@@ -262,8 +262,9 @@ print(
     f"dead-window: at least {cpu_lane.DEAD_WINDOW_MIN_RATIO}x the quickest other "
     f"and {cpu_lane.DEAD_WINDOW_MIN_EXCESS_LAUNCHES:g} launch latencies more"
 )
-findings = diagnose(cold, select=["cold-start", "dead-window"])
-findings_table(findings, caption=cold.path.name)
+cold_rules = ["cold-start", "dead-window"]
+findings = diagnose(cold, select=cold_rules)
+findings_table(findings, caption=cold.path.name, rules=cold_rules)
 
 # %%
 

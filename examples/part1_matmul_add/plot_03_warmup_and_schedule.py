@@ -232,13 +232,13 @@ if has_gpu:
 
 FIRST_STEP_RULES = ["cold-start", "dead-window", "buffer-request"]
 raw_findings = diagnose(raw, select=FIRST_STEP_RULES)
-findings_table(raw_findings, caption="nothing hidden")
+findings_table(raw_findings, caption="nothing hidden", rules=FIRST_STEP_RULES)
 
 # %%
 
 warmed = traces["post's schedule, warmed up"]
 warmed_findings = diagnose(warmed, select=FIRST_STEP_RULES)
-findings_table(warmed_findings, caption="post's schedule, warmed up")
+findings_table(warmed_findings, caption="post's schedule, warmed up", rules=FIRST_STEP_RULES)
 
 # %%
 

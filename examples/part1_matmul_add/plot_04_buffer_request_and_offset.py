@@ -373,7 +373,7 @@ value_table(["recording", "sync (µs)", "GPU busy in it (µs)", "share"], rows)
 flush = diagnose(big.trace, select=["sync-flush"]) if has_gpu else []
 if has_gpu:
     claim("sync-flush fires on the 8192 recording", bool(flush), findings=len(flush))
-findings_table(flush, caption=big.trace.path.name if has_gpu else None)
+findings_table(flush, caption=big.trace.path.name if has_gpu else None, rules=["sync-flush"])
 
 # %%
 # At 64 the sync has next to nothing to wait for; at 8192 the GPU is busy for most of it,
@@ -419,13 +419,14 @@ if has_gpu:
 #
 # The cheatsheet's rules about the profiler's footprint, on the fifty-step recording:
 
-findings = diagnose(trace, select=["buffer-request", "cold-start", "intra-step-gap"])
+request_rules = ["buffer-request", "cold-start", "intra-step-gap"]
+findings = diagnose(trace, select=request_rules)
 if has_gpu:
     claim(
         "intra-step-gap stays silent on this recording",
         not any(f.rule == "intra-step-gap" for f in findings),
     )
-findings_table(findings, caption=trace.path.name)
+findings_table(findings, caption=trace.path.name, rules=request_rules)
 
 # %%
 # ``buffer-request`` reports the request, the step and the op it fell in, and how much of

@@ -390,7 +390,9 @@ plot_timeline(
 # dispatch-chain rules, on the batched run:
 
 chain_rules = ["call-chain", "mm-dispatch", "bmm-dispatch", "cost-in-children"]
-findings_table(diagnose(batched.trace, select=chain_rules), caption=batched.name)
+findings_table(
+    diagnose(batched.trace, select=chain_rules), caption=batched.name, rules=chain_rules
+)
 
 # %%
 # ``call-chain`` follows the launch with the most GPU time in the trace; where the bias

@@ -458,7 +458,9 @@ elif first_call is not None:
 
 launch_rules = ["planned-launch", "plain-launch", "driver-launch", "gemm-kernel"]
 large_fp32 = runs[-1]
-findings_table(diagnose(large_fp32.trace, select=launch_rules), caption=large_fp32.name)
+findings_table(
+    diagnose(large_fp32.trace, select=launch_rules), caption=large_fp32.name, rules=launch_rules
+)
 
 # %%
 
@@ -467,7 +469,7 @@ if first_call is not None:
 else:
     first_findings = []
     print("No GPU here, so there is no first-call trace to diagnose.")
-findings_table(first_findings, caption="first GEMM of a process")
+findings_table(first_findings, caption="first GEMM of a process", rules=launch_rules)
 
 # %%
 # What to take from this

@@ -337,7 +337,7 @@ if device == "cuda":
     shared_findings = diagnose(shared.trace, select=["kernel-variance"])
 else:
     print("No GPU here: there is no GPU to share, so this part is skipped.")
-findings_table(shared_findings, caption="the GEMM beside a neighbour")
+findings_table(shared_findings, caption="the GEMM beside a neighbour", rules=["kernel-variance"])
 
 # %%
 # The finding compares each step's kernel with the same kernel in the other steps (same

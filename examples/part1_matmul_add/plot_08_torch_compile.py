@@ -401,7 +401,9 @@ compile_rules = [
     "hidden-memcpy",
     "memset-before-gemm",
 ]
-findings_table(diagnose(compiled.trace, select=compile_rules), caption=compiled.name)
+findings_table(
+    diagnose(compiled.trace, select=compile_rules), caption=compiled.name, rules=compile_rules
+)
 
 # %%
 # Rules that compare two traces run in :func:`~profiling_utils.compare.compare`; against
@@ -413,7 +415,7 @@ findings_table(comparison.findings, caption=f"{compiled.name} against {eager.nam
 # And on the ``reduce-overhead`` run, the row about CUDA graphs:
 
 ro_findings = diagnose(ro.trace, select=["cuda-graph"]) if ro is not None else []
-findings_table(ro_findings, caption=ro.name if ro is not None else None)
+findings_table(ro_findings, caption=ro.name if ro is not None else None, rules=["cuda-graph"])
 
 # %%
 # The traces

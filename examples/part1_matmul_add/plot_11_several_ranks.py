@@ -224,11 +224,11 @@ claim(
 
 comm_rules = ["exposed-communication", "comm-overlap", "collective-bandwidth"]
 alone = {t.rank: diagnose(t, select=comm_rules) for t in (rank0, rank1)}
-findings_table(alone[0], caption="stalled, rank 0")
+findings_table(alone[0], caption="stalled, rank 0", rules=comm_rules)
 
 # %%
 
-findings_table(alone[1], caption="stalled, rank 1")
+findings_table(alone[1], caption="stalled, rank 1", rules=comm_rules)
 
 # %%
 # ``exposed-communication`` fires on rank 0: communication with no compute beside it
@@ -459,9 +459,11 @@ claim(
 # The products run on the compute stream while the ``all_reduce`` runs on NCCL's.
 
 overlapped = traces["overlapped"]
+overlap_rules = ["comm-overlap", "exposed-communication"]
 findings_table(
-    diagnose(overlapped[0], select=["comm-overlap", "exposed-communication"]),
+    diagnose(overlapped[0], select=overlap_rules),
     caption="overlapped, rank 0",
+    rules=overlap_rules,
 )
 
 # %%

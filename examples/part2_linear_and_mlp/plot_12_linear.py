@@ -316,12 +316,9 @@ else:
 # calling it. A single small layer is *launch-bound*; the cheatsheet's rules say the
 # same:
 
+linear_rules = ["overhead-bound", "addmm-fusion", "gemm-kernel", "hotspot"]
 findings_table(
-    diagnose(
-        eager.trace,
-        select=["overhead-bound", "addmm-fusion", "gemm-kernel", "hotspot"],
-    ),
-    caption=eager.name,
+    diagnose(eager.trace, select=linear_rules), caption=eager.name, rules=linear_rules
 )
 
 # %%

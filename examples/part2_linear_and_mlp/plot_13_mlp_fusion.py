@@ -382,7 +382,11 @@ else:
 # elementwise kernels over one shape, one after another or with only GEMMs between them,
 # and the bytes a fused kernel would save:
 
-findings_table(diagnose(eager.trace, select=["elementwise-chain"]), caption=eager.name)
+findings_table(
+    diagnose(eager.trace, select=["elementwise-chain"]),
+    caption=eager.name,
+    rules=["elementwise-chain"],
+)
 
 # %%
 # A hand-written kernel: Liger

@@ -192,13 +192,20 @@ class _Column:
     value: Callable[[Any], str]
 
 
-def findings_table(findings: Iterable[FindingLike], *, caption: str | None = None) -> HtmlFragment:
+def findings_table(
+    findings: Iterable[FindingLike],
+    *,
+    caption: str | None = None,
+    rules: Iterable[str] | None = None,
+) -> HtmlFragment:
     """The cheatsheet findings of a trace as a compact HTML table, one row per finding.
 
     Args:
         findings: Objects with ``rule``, ``table``, ``severity`` and ``message`` attributes, such
             as the ``Finding`` objects ``profiling_utils.rules.diagnose`` returns.
         caption: A caption above the table.
+        rules: The ids of the rules that were run, when not all of them were (``diagnose``'s
+            ``select``): the note for no finding then names them rather than the cheatsheet.
 
     Returns:
         An :class:`HtmlFragment` holding a ``<table class="pu-findings-table">``; with no
@@ -206,9 +213,12 @@ def findings_table(findings: Iterable[FindingLike], *, caption: str | None = Non
     """
     findings = list(findings)
     if not findings:
-        return HtmlFragment(
-            '<p class="pu-findings-empty">No cheatsheet row matched this trace.</p>'
-        )
+        if rules is None:
+            note = "No cheatsheet row matched this trace."
+        else:
+            ran = ", ".join(f"<code>{html.escape(rule)}</code>" for rule in rules)
+            note = f"No finding on this trace from the rules run here: {ran}."
+        return HtmlFragment(f'<p class="pu-findings-empty">{note}</p>')
     parts = ['<div class="pu-table-scroll"><table class="pu-table pu-findings-table">']
     if caption:
         parts.append(f"<caption>{html.escape(caption)}</caption>")
