@@ -462,11 +462,11 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
     steps = len(facts.steps)
     return (
         f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
-        f"{median(gaps):.1f} µs ({median(gaps) / latency:.0f} launch latencies of "
+        f"{median(gaps):.1f} µs ({median(gaps) / latency:.1f} launch latencies of "
         f"{latency:.1f} µs); the longest, {idle.gap_us:.1f} µs in {step_label(idle.step)}, "
         f"follows {short_name(idle.before.name, 40)}: the CPU thread waited in "
-        f"{sync.name}{under} until the GPU ran dry, then took that long to launch "
-        f"{short_name(idle.after.name, 40)}.",
+        f"{sync.name}{under} until the GPU ran dry, and the call launching "
+        f"{short_name(idle.after.name, 40)} returned {idle.launched_late_us:.1f} µs after that.",
         {
             **_idle_evidence(idle),
             "cause": "host sync",
