@@ -79,7 +79,7 @@ free = capture(
 )
 synced_gaps = diagnose(synced.trace, select=["intra-step-gap"])
 free_gaps = diagnose(free.trace, select=["intra-step-gap"])
-findings_table(synced_gaps, caption=synced.name)
+findings_table(synced_gaps, caption=synced.name, rules=["intra-step-gap"])
 
 # %%
 # What the finding rests on. The rule scans each device's GPU work in time order for
@@ -268,7 +268,7 @@ if not requests:
     print("No Activity Buffer Request in this run", end="")
     print(": without a GPU there is no CUPTI." if not train.has_gpu else ".")
 train_gaps = diagnose(train.trace, select=["intra-step-gap"])
-findings_table(train_gaps, caption=train.name)
+findings_table(train_gaps, caption=train.name, rules=["intra-step-gap"])
 
 # %%
 # Each step's longest idle stretch of the GPU, as the rule measured it:
@@ -298,15 +298,16 @@ else:
     print("No GPU here: no GPU idle to plot.")
 
 # %%
-# A step can stand out in that chart without a finding. The rule reports an idle stretch
-# only for a cause the trace shows: a host sync that returned as the GPU ran dry, the
-# profiler's buffer request, or work launched in time and held back. A stretch that ends
-# because the CPU launched the next kernel late, with none of those in it, is CPU time
-# between launches, which it leaves to the CPU lane's rows. The run's longest idle stretch,
-# how the rule reads it (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), and what
-# the launching thread did meanwhile: the operators it ran (the outermost ones), how long
-# no operator ran at all (Python between operators, or anything else the profiler does not
-# record as an operator), and the labels open during it:
+# The tallest bar is not necessarily the request's: the rule reports an idle stretch only
+# for a cause the trace shows, a host sync that returned as the GPU ran dry, the profiler's
+# buffer request, or work launched in time and held back. A stretch that ends because the
+# CPU launched the next kernel late, with none of those in it, is CPU time between
+# launches, which it leaves to the rows about CPU time (``overhead-bound``,
+# ``cold-start``). The run's longest idle stretch, how the rule reads it
+# (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), whether the request overlaps
+# it, and what the launching thread did meanwhile: the operators it ran (the outermost
+# ones), how long no operator ran at all (Python between operators, or anything else the
+# profiler does not record as an operator), and the labels open during it:
 
 if train.has_gpu:
     longest_gap = max(idle_stretches(train.trace), key=lambda idle: idle.gap_us)
@@ -316,6 +317,8 @@ if train.has_gpu:
         f"from {idle_from:,.1f} to {idle_to:,.1f} µs"
     )
     print(f"How intra-step-gap reads it: {longest_gap.cause}")
+    overlapped = any(r.start < idle_to and r.end > idle_from for r in requests)
+    print("A buffer request overlaps it." if overlapped else "No buffer request overlaps it.")
     launch = longest_gap.launch
     thread = train.trace.thread_name(launch.lane) or launch.lane.label
     print(
@@ -427,7 +430,8 @@ if train.has_gpu:
                 fold_lines(
                     f"The longest idle stretch overlapping it lasted {stretch.gap_us:.1f} µs "
                     f"(read as {stretch.cause}): {stretch.gap_us / others:.2f} times the "
-                    f"median of the other steps' longest, {others:.1f} µs."
+                    f"median of the other steps' longest idle stretch, {others:.1f} µs, "
+                    f"{'shorter' if stretch.gap_us < others else 'longer'} than a typical step's."
                 )
             )
         else:
@@ -448,7 +452,7 @@ if train.has_gpu:
         "intra-step-gap reports the buffer request's step as a one-off",
         one_off is not None,
         otherwise="intra-step-gap does not single out a step with a buffer request in this run",
-        requests_in_steps=len(in_steps),
+        buffer_request_findings=int(one_off is not None),
     )
     if one_off is not None:
         late_us = one_off.evidence["launched_after_idle_us"]
