@@ -466,7 +466,8 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
         f"{latency:.1f} µs); the longest, {idle.gap_us:.1f} µs in {step_label(idle.step)}, "
         f"follows {short_name(idle.before.name, 40)}: the CPU thread waited in "
         f"{sync.name}{under} until the GPU ran dry, and the call launching "
-        f"{short_name(idle.after.name, 40)} returned {idle.launched_late_us:.1f} µs after that.",
+        f"{short_name(idle.after.name, 40)} began {idle.launch.start - idle.idle_from:.1f} µs "
+        "after that.",
         {
             **_idle_evidence(idle),
             "cause": "host sync",
