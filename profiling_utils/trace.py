@@ -739,8 +739,8 @@ class Trace:
     ]:
         """Shift the sorted ``spans`` so that the first starts at 0.0 (adding the shift to
         :attr:`origin_us`), number them, and group them by lane (``(pid, tid)``), by category
-        and by name, each group in start order. One Python pass does it all: on a large trace,
-        each pass over the spans costs about as much in cache misses as in work."""
+        and by name, each group in start order, in one Python pass (the numbering, the shift
+        and the by-name index each took a pass of their own before)."""
         origin = spans[0].start if spans else 0.0
         self.origin_us += origin
         by_lane: dict[tuple[int | str, int | str], list[Span]] = {}
