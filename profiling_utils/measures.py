@@ -18,6 +18,8 @@ start_us, dur_us).
 - :func:`memory_copies`: memcpy and memset activities with bytes and achieved bandwidth.
 - :func:`compiled_regions`: ``torch.compile`` regions and CUDA graph launches.
 - :func:`graph_launches`: the calls that replay a captured graph (CUDA or HIP).
+- :func:`thread_activity`: what a CPU thread ran in a time window: its operators, the time no
+  operator ran, the labels open.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "MemoryCopy",
     "CompileInfo",
     "OpStats",
+    "ThreadActivity",
     "gpu_busy_us",
     "lane_busy_us",
     "step_times",
@@ -69,6 +72,7 @@ __all__ = [
     "compiled_regions",
     "graph_launches",
     "op_stats",
+    "thread_activity",
     "folded_calls",
     "span_dict",
 ]
@@ -892,6 +896,65 @@ class OpStats(_Result, msgspec.Struct, frozen=True, gc=False):
     total_us: float
     """Sum of the calls' durations (a call nested in a call of the same op counts twice, as in
     ``key_averages()``)."""
+
+
+class ThreadActivity(_Result, msgspec.Struct, frozen=True, gc=False):
+    """What one CPU thread recorded in a time window (:func:`thread_activity`)."""
+
+    lane: Lane
+    """The thread."""
+    start_us: float
+    """Start of the window."""
+    end_us: float
+    """End of the window."""
+    ops: tuple[tuple[Span, float], ...]
+    """The outermost ``cpu_op`` spans that overlap the window (those not inside another one
+    that does), each with its time inside the window, µs, the longest first."""
+    op_us: float
+    """How long at least one operator ran in the window: the union of :attr:`ops`' times."""
+    labels: tuple[Span, ...]
+    """The ``user_annotation`` spans (``record_function`` labels, ``ProfilerStep#N``) open
+    during the window, in start order."""
+
+    @property
+    def no_op_us(self) -> float:
+        """How long no operator ran in the window: Python between operators, or anything else
+        the profiler does not record as an operator."""
+        return self.end_us - self.start_us - self.op_us
+
+
+def thread_activity(trace: Trace, lane: Lane, start_us: float, end_us: float) -> ThreadActivity:
+    """What the CPU thread ``lane`` ran from ``start_us`` to ``end_us``: its outermost
+    operators and their time in the window, the time no operator ran, the labels open.
+
+    For a window of interest, such as a stretch in which the GPU sat idle (the page on gaps
+    inside a step reads the longest one with it). The thread's spans that start before the
+    window's end are scanned once.
+    """
+    on_lane = trace.lane_spans(lane)
+    during = [
+        span
+        for span in on_lane[: bisect_left(on_lane, end_us, key=_START)]
+        if span.start + span.dur > start_us
+    ]
+    ops = [span for span in during if span.cat == "cpu_op"]
+    ids = {op.id for op in ops}
+    outermost = [op for op in ops if op.parent not in ids]  # in start order
+    inside = [(op, min(op.start + op.dur, end_us) - max(op.start, start_us)) for op in outermost]
+    covered, reached = 0.0, start_us  # their union: siblings may overlap a little
+    for op in outermost:
+        op_end = min(op.start + op.dur, end_us)
+        if op_end > reached:
+            covered += op_end - max(op.start, reached)
+            reached = op_end
+    return ThreadActivity(
+        lane=lane,
+        start_us=start_us,
+        end_us=end_us,
+        ops=tuple(sorted(inside, key=lambda pair: -pair[1])),
+        op_us=covered,
+        labels=tuple(span for span in during if span.cat == "user_annotation"),
+    )
 
 
 def folded_calls(trace: Trace, nested_in_own_name: Iterable[Span] | None = None) -> dict[int, int]:

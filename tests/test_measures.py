@@ -32,6 +32,7 @@ from profiling_utils.measures import (
     queued_idle,
     span_dict,
     step_times,
+    thread_activity,
 )
 
 ALL_MEASURES = [
@@ -728,3 +729,37 @@ def test_a_deep_chain_of_only_children_folds_into_its_outermost_call(make_trace)
     (stats,) = [s for s in op_stats(trace) if s.name == "f"]
     # One call, the outermost, whose children are the innermost call's (the two g calls).
     assert (stats.calls, stats.total_us, stats.self_us) == (1, chain[0].dur, chain[0].dur - 2)
+
+
+def test_thread_activity_lists_the_outermost_operators_and_the_time_none_ran(make_trace) -> None:
+    # A label around two ops, one of which holds a child; another thread's op in the window.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+        complete_event("outer", "cpu_op", 10, 30),
+        complete_event("inner", "cpu_op", 12, 5),
+        complete_event("late", "cpu_op", 50, 40),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 55, 3),
+        complete_event("elsewhere", "cpu_op", 20, 60, tid=7),
+    ]
+    trace = load_trace(make_trace(events))
+    lane = next(span.lane for span in trace.spans if span.name == "outer")
+    activity = thread_activity(trace, lane, 20.0, 70.0)
+    # outer runs 20-40 (20 us of the window), late 50-70 (20 us): inner is inside outer, and
+    # the other thread's op and the runtime call are not operators of this thread.
+    assert [(op.name, inside) for op, inside in activity.ops] == [("outer", 20.0), ("late", 20.0)]
+    assert activity.op_us == 40.0 and activity.no_op_us == 10.0
+    assert [label.name for label in activity.labels] == ["ProfilerStep#1"]
+    # A window before every op: nothing ran, the label was open.
+    before = thread_activity(trace, lane, 1.0, 5.0)
+    assert (before.ops, before.op_us, before.no_op_us) == ((), 0.0, 4.0)
+    assert activity.to_dict()["ops"][0][0]["name"] == "outer"
+
+
+def test_thread_activity_counts_overlapping_siblings_once(make_trace) -> None:
+    # Two top-level ops that overlap (rounded times): their union, not their sum.
+    events = [complete_event("a", "cpu_op", 0, 30), complete_event("b", "cpu_op", 20, 30)]
+    trace = load_trace(make_trace(events))
+    lane = trace.spans[0].lane
+    activity = thread_activity(trace, lane, 0.0, 60.0)
+    assert sorted(op.name for op, _ in activity.ops) == ["a", "b"]
+    assert activity.op_us == 50.0 and activity.no_op_us == 10.0
