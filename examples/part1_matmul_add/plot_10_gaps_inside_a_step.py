@@ -33,7 +33,7 @@ import torch
 
 from profiling_utils import capture, diagnose
 from profiling_utils.claims import claim
-from profiling_utils.measures import gpu_busy_us, gpu_gaps, step_times
+from profiling_utils.measures import gpu_busy_us, gpu_gaps, step_times, thread_activity
 from profiling_utils.render import (
     Highlight,
     findings_table,
@@ -305,7 +305,8 @@ else:
 # launches, which it leaves to the rows about CPU time (``overhead-bound``,
 # ``cold-start``). The run's longest idle stretch, how the rule reads it
 # (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), whether the request overlaps
-# it, and what the launching thread did meanwhile: the operators it ran (the outermost
+# it, and what the launching thread did meanwhile
+# (:func:`~profiling_utils.measures.thread_activity`): the operators it ran (the outermost
 # ones), how long no operator ran at all (Python between operators, or anything else the
 # profiler does not record as an operator), and the labels open during it:
 
@@ -327,25 +328,13 @@ if train.has_gpu:
             f"began {launch.start - idle_from:,.1f} µs after the GPU ran dry."
         )
     )
-    during = [
-        span
-        for span in train.trace.lane_spans(launch.lane)
-        if span.start < idle_to and span.end > idle_from
-    ]
-    ops = [op for op in during if op.cat == "cpu_op"]
-    outermost = [op for op in ops if not any(other.id == op.parent for other in ops)]
-    inside = {op: min(op.end, idle_to) - max(op.start, idle_from) for op in outermost}
+    activity = thread_activity(train.trace, launch.lane, idle_from, idle_to)
     print("Its outermost operators that ran longest in the stretch:")
-    for op in sorted(outermost, key=inside.__getitem__, reverse=True)[:3]:
-        print(f"  {op.name}: {inside[op]:,.1f} µs of it")
-    covered, reached = 0.0, idle_from  # their union: siblings may overlap a little
-    for op in outermost:  # in start order
-        if min(op.end, idle_to) > reached:
-            covered += min(op.end, idle_to) - max(op.start, reached)
-            reached = min(op.end, idle_to)
-    print(f"No operator ran for {longest_gap.gap_us - covered:,.1f} µs of it.")
-    labels = [span.name for span in during if span.cat == "user_annotation"]
-    print(fold_lines(f"Labels open during it: {' > '.join(labels) or 'none'}."))
+    for op, inside in activity.ops[:3]:
+        print(f"  {op.name}: {inside:,.1f} µs of it")
+    print(f"No operator ran for {activity.no_op_us:,.1f} µs of it.")
+    labels = " > ".join(label.name for label in activity.labels) or "none"
+    print(fold_lines(f"Labels open during it: {labels}."))
 
 # %%
 # The rule reports a step as a one-off only against the other steps: the idle stretch
