@@ -224,14 +224,11 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
         return
     latency = facts.launch_latency_us
     floor = max(GAP_MIN_US, GAP_MIN_LAUNCH_LATENCIES * latency)
-    idles, longest = _idle_stretches(facts, floor)
+    idles, longest = _read_idle_stretches(facts, floor)
     if not idles:
         return
-    syncs = _HostSyncs(trace)
-    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
-    causes = [_cause_of(facts, idle, syncs, requests) for idle in idles]
 
-    after_sync = [(idle, cause) for idle, cause in zip(idles, causes, strict=True) if cause.sync]
+    after_sync = [idle for idle in idles if idle.cause == "host sync"]
     if after_sync:
         yield _host_sync_hit(facts, after_sync, latency)
 
@@ -239,127 +236,23 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     steps = [step.number for step in facts.steps if len(step.gpu_work) > 1]
     if len(steps) < GAP_MIN_STEPS:
         return
-    standing_out: dict[int, tuple[_Idle, _Cause, float]] = {}
-    for idle, cause in zip(idles, causes, strict=True):
-        if cause.sync is not None or not (cause.request is not None or cause.held_back(idle)):
+    standing_out: dict[int, tuple[IdleStretch, float]] = {}
+    for idle in idles:
+        if idle.cause not in _ONE_OFF_CAUSES:
             continue  # plain CPU time: the CPU lane's rows (cold-start, overhead-bound)
         others = median(longest.get(number, 0.0) for number in steps if number != idle.step)
-        ratio = GAP_REQUEST_RATIO if cause.request is not None else GAP_STANDOUT_RATIO
+        ratio = GAP_REQUEST_RATIO if idle.cause == "buffer request" else GAP_STANDOUT_RATIO
         if idle.gap_us < ratio * others:
             continue
         known = standing_out.get(idle.step)
         if known is None or idle.gap_us > known[0].gap_us:
-            standing_out[idle.step] = (idle, cause, others)
+            standing_out[idle.step] = (idle, others)
     if not standing_out or len(standing_out) > max(1, int(len(steps) * GAP_MAX_STEP_SHARE)):
         return
     by_step = [[number, us(longest.get(number, 0.0))] for number in steps]
     for number in sorted(standing_out):
-        idle, cause, others = standing_out[number]
-        yield _one_off_hit(facts, idle, cause, others, sorted(standing_out), latency, by_step)
-
-
-class _Idle(msgspec.Struct, frozen=True, gc=False):
-    """A stretch in which no stream of a device ran, between two activities of one step."""
-
-    step: int
-    before: Span
-    """The activity that ended last before the stretch."""
-    after: Span
-    """The activity that ended it."""
-    launch: Span
-    """``after``'s launch call."""
-    idle_from: float
-    """End of ``before``: when the GPU ran dry (µs)."""
-
-    @property
-    def gap_us(self) -> float:
-        return self.after.start - self.idle_from
-
-    @property
-    def launched_late_us(self) -> float:
-        """How long after the GPU ran dry ``after``'s launch call returned (negative: it was
-        queued before)."""
-        return self.launch.end - self.idle_from
-
-
-class _Cause(msgspec.Struct, frozen=True, gc=False):
-    """What the trace shows while the GPU idled."""
-
-    sync: Span | None = None
-    """A host sync on the launching thread that returned when the GPU ran dry."""
-    request: Span | None = None
-    """The profiler's Activity Buffer Request, overlapping the stretch."""
-
-    def held_back(self, idle: _Idle) -> bool:
-        return idle.launched_late_us <= 0
-
-
-def _idle_stretches(facts: Facts, floor_us: float) -> tuple[list[_Idle], dict[int, float]]:
-    """Every stretch of at least ``floor_us`` in which no stream of a device ran, between two
-    activities launched in the same step; and each step's longest such stretch, of any length.
-
-    One pass over the GPU work of each device, in start order, keeping the activity that ends
-    last. Not :func:`profiling_utils.measures.gpu_gaps`: that one looks at each step's work
-    alone, so when the GPU runs several steps behind the CPU it counts the other steps' work
-    as idle time.
-    """
-    trace = facts.trace
-    found = []
-    longest: dict[int, float] = {}
-    latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
-    step_of = facts.step_of_gpu_work  # facts.step_number_of, for GPU work: one lookup
-    launch_of = trace.launch_of_id
-    for work in trace.gpu_work:
-        device = work.lane.device
-        end = work.start + work.dur
-        previous = latest.get(device)
-        if previous is None or end > previous[1]:
-            latest[device] = (work, end)
-        if previous is None or work.start <= previous[1]:
-            continue
-        before, before_end = previous
-        number = step_of(work.id)
-        if number is None or number != step_of(before.id):
-            continue
-        gap = work.start - before_end
-        if gap > longest.get(number, 0.0):
-            longest[number] = gap
-        launch = launch_of(work.id)
-        if gap >= floor_us and launch is not None:
-            found.append(_Idle(number, before, work, launch, before_end))
-    return found, longest
-
-
-class _HostSyncs:
-    """The trace's host sync calls (:data:`HOST_SYNC_CALLS`), searchable by their end."""
-
-    def __init__(self, trace: Any) -> None:
-        calls = [call for call in trace.runtime_calls if call.name in HOST_SYNC_CALLS]
-        self.calls = sorted(calls, key=lambda call: call.end)
-        self.ends = [call.end for call in self.calls]
-
-    def returning_between(self, start: float, end: float, lane: Any) -> Span | None:
-        """A sync on ``lane`` that began before ``start`` and returned in [start, end]."""
-        for index in range(bisect_left(self.ends, start), bisect_right(self.ends, end)):
-            call = self.calls[index]
-            if call.lane == lane and call.start <= start:
-                return call
-        return None
-
-
-_NO_CAUSE = _Cause()
-
-
-def _cause_of(facts: Facts, idle: _Idle, syncs: _HostSyncs, requests: list[Span]) -> _Cause:
-    if idle.launched_late_us <= 0:
-        return _NO_CAUSE
-    start, end = idle.idle_from, idle.launch.start
-    # A sync returns once the GPU has run dry, which the CPU learns a little later.
-    sync = syncs.returning_between(start - facts.launch_latency_us, end, idle.launch.lane)
-    if sync is not None:
-        return _Cause(sync=sync)
-    request = next((r for r in requests if r.start < end and r.end > start), None)
-    return _NO_CAUSE if request is None else _Cause(request=request)
+        idle, others = standing_out[number]
+        yield _one_off_hit(facts, idle, others, sorted(standing_out), latency, by_step)
 
 
 class IdleStretch(msgspec.Struct, frozen=True, gc=False):
@@ -392,6 +285,94 @@ class IdleStretch(msgspec.Struct, frozen=True, gc=False):
     """The buffer request, for ``"buffer request"``."""
 
 
+_ONE_OFF_CAUSES = ("buffer request", "held back")
+
+
+def _read_idle_stretches(
+    facts: Facts, floor_us: float
+) -> tuple[list[IdleStretch], dict[int, float]]:
+    """Every stretch of at least ``floor_us`` in which no stream of a device ran, between two
+    activities launched in the same step, whose closing activity's launch is in the trace,
+    with its cause; and each step's longest such stretch, of any length.
+
+    One pass over the GPU work of each device, in start order, keeping the activity that ends
+    last. Not :func:`profiling_utils.measures.gpu_gaps`: that one looks at each step's work
+    alone, so when the GPU runs several steps behind the CPU it counts the other steps' work
+    as idle time.
+    """
+    trace = facts.trace
+    syncs = _HostSyncs(trace)
+    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
+    found = []
+    longest: dict[int, float] = {}
+    latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
+    step_of = facts.step_of_gpu_work  # facts.step_number_of, for GPU work: one lookup
+    launch_of = trace.launch_of_id
+    for work in trace.gpu_work:
+        device = work.lane.device
+        end = work.start + work.dur
+        previous = latest.get(device)
+        if previous is None or end > previous[1]:
+            latest[device] = (work, end)
+        if previous is None or work.start <= previous[1]:
+            continue
+        before, before_end = previous
+        number = step_of(work.id)
+        if number is None or number != step_of(before.id):
+            continue
+        gap = work.start - before_end
+        if gap > longest.get(number, 0.0):
+            longest[number] = gap
+        launch = launch_of(work.id)
+        if gap >= floor_us and launch is not None:
+            found.append(_read(facts, number, before, before_end, work, launch, syncs, requests))
+    return found, longest
+
+
+class _HostSyncs:
+    """The trace's host sync calls (:data:`HOST_SYNC_CALLS`), searchable by their end."""
+
+    def __init__(self, trace: Any) -> None:
+        calls = [call for call in trace.runtime_calls if call.name in HOST_SYNC_CALLS]
+        self.calls = sorted(calls, key=lambda call: call.end)
+        self.ends = [call.end for call in self.calls]
+
+    def returning_between(self, start: float, end: float, lane: Any) -> Span | None:
+        """A sync on ``lane`` that began before ``start`` and returned in [start, end]."""
+        for index in range(bisect_left(self.ends, start), bisect_right(self.ends, end)):
+            call = self.calls[index]
+            if call.lane == lane and call.start <= start:
+                return call
+        return None
+
+
+def _read(
+    facts: Facts,
+    step: int,
+    before: Span,
+    idle_from: float,
+    after: Span,
+    launch: Span,
+    syncs: _HostSyncs,
+    requests: list[Span],
+) -> IdleStretch:
+    """The stretch from ``idle_from`` (``before``'s end) to ``after``'s start, with its cause."""
+    launched_late = launch.end - idle_from
+    sync = request = None
+    if launched_late <= 0:
+        cause = "held back"
+    else:
+        start, end = idle_from, launch.start
+        # A sync returns once the GPU has run dry, which the CPU learns a little later.
+        sync = syncs.returning_between(start - facts.launch_latency_us, end, launch.lane)
+        if sync is None:
+            request = next((r for r in requests if r.start < end and r.end > start), None)
+        cause = "host sync" if sync else "buffer request" if request else "CPU time"
+    return IdleStretch(
+        step, before, after, launch, after.start - idle_from, launched_late, cause, sync, request
+    )
+
+
 def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     """The GPU's idle stretches inside the steps, each with the cause ``intra-step-gap`` reads
     from the trace.
@@ -404,38 +385,10 @@ def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     :data:`GAP_MIN_US` and :data:`GAP_MIN_LAUNCH_LATENCIES` launch latencies long; with the
     default ``min_gap_us`` of 0 the shorter ones come too.
     """
-    facts = Facts(trace)
-    idles, _ = _idle_stretches(facts, min_gap_us)
-    syncs = _HostSyncs(trace)
-    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
-    found = []
-    for idle in idles:
-        cause = _cause_of(facts, idle, syncs, requests)
-        if cause.sync is not None:
-            reading = "host sync"
-        elif cause.request is not None:
-            reading = "buffer request"
-        elif cause.held_back(idle):
-            reading = "held back"
-        else:
-            reading = "CPU time"
-        found.append(
-            IdleStretch(
-                idle.step,
-                idle.before,
-                idle.after,
-                idle.launch,
-                idle.gap_us,
-                idle.launched_late_us,
-                reading,
-                cause.sync,
-                cause.request,
-            )
-        )
-    return found
+    return _read_idle_stretches(Facts(trace), min_gap_us)[0]
 
 
-def _idle_evidence(idle: _Idle) -> dict[str, Any]:
+def _idle_evidence(idle: IdleStretch) -> dict[str, Any]:
     return {
         "step": idle.step,
         "gap_us": us(idle.gap_us),
@@ -446,15 +399,15 @@ def _idle_evidence(idle: _Idle) -> dict[str, Any]:
     }
 
 
-def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency: float) -> Hit:
+def _host_sync_hit(facts: Facts, after_sync: list[IdleStretch], latency: float) -> Hit:
     trace = facts.trace
-    by_step: dict[int, tuple[_Idle, _Cause]] = {}
-    for idle, cause in after_sync:
-        if idle.step not in by_step or idle.gap_us > by_step[idle.step][0].gap_us:
-            by_step[idle.step] = (idle, cause)
-    gaps = [idle.gap_us for idle, _ in by_step.values()]
-    idle, cause = max(by_step.values(), key=lambda pair: pair[0].gap_us)
-    sync = cause.sync
+    by_step: dict[int, IdleStretch] = {}
+    for idle in after_sync:
+        if idle.step not in by_step or idle.gap_us > by_step[idle.step].gap_us:
+            by_step[idle.step] = idle
+    gaps = [idle.gap_us for idle in by_step.values()]
+    idle = max(by_step.values(), key=lambda idle: idle.gap_us)
+    sync = idle.sync
     assert sync is not None
     ops = [span for span in trace.ancestors(sync) if span.cat == "cpu_op"]
     outermost = ops[-1] if ops else None  # aten::item rather than _local_scalar_dense
@@ -466,7 +419,7 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
         f"{latency:.1f} µs); the longest, {idle.gap_us:.1f} µs in {step_label(idle.step)}, "
         f"follows {short_name(idle.before.name, 40)}: the CPU thread waited in "
         f"{sync.name}{under} until the GPU ran dry, and the call launching "
-        f"{short_name(idle.after.name, 40)} began {idle.launch.start - idle.idle_from:.1f} µs "
+        f"{short_name(idle.after.name, 40)} began {idle.launch.start - idle.before.end:.1f} µs "
         "after that.",
         {
             **_idle_evidence(idle),
@@ -476,9 +429,7 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
             "steps_with_gap": sorted(by_step),
             "steps": steps,
             "median_gap_us": us(median(gaps)),
-            "gap_by_step_us": [
-                [number, us(by_step[number][0].gap_us)] for number in sorted(by_step)
-            ],
+            "gap_by_step_us": [[number, us(by_step[number].gap_us)] for number in sorted(by_step)],
             "launch_latency_us": us(latency),
         },
     )
@@ -486,8 +437,7 @@ def _host_sync_hit(facts: Facts, after_sync: list[tuple[_Idle, _Cause]], latency
 
 def _one_off_hit(
     facts: Facts,
-    idle: _Idle,
-    cause: _Cause,
+    idle: IdleStretch,
     others_us: float,
     standing_out: list[int],
     latency: float,
@@ -507,7 +457,7 @@ def _one_off_hit(
         f"{short_name(idle.before.name, 40)} and {short_name(idle.after.name, 40)}, against a "
         f"median of {others_us:.1f} µs for the other steps' longest idle"
     )
-    if cause.held_back(idle):
+    if idle.cause == "held back":
         evidence["cause"] = "held back"
         tail = (
             f"; the latter was launched {-idle.launched_late_us:.1f} µs before the GPU went "
@@ -515,14 +465,15 @@ def _one_off_hit(
             "back (another process, the driver)"
         )
     else:
-        assert cause.request is not None
+        request = idle.request
+        assert request is not None
         evidence["cause"] = "buffer request"
-        evidence["request"] = span_ref(cause.request)
-        op = facts.innermost_cpu_op_at(cause.request.start, idle.launch.lane)
+        evidence["request"] = span_ref(request)
+        op = facts.innermost_cpu_op_at(request.start, idle.launch.lane)
         during = f" during {op.name}" if op is not None else ""
         tail = (
             f"; the latter was launched {idle.launched_late_us:.1f} µs after the GPU ran dry, "
-            f"while the profiler's {BUFFER_REQUEST} ({cause.request.dur:.1f} µs{during}) held "
+            f"while the profiler's {BUFFER_REQUEST} ({request.dur:.1f} µs{during}) held "
             "the CPU thread: the profiler, not your code"
         )
     return head + tail + f" ({len(standing_out)} of {steps} steps stand out).", evidence
