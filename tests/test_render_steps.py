@@ -47,6 +47,33 @@ def test_the_step_axis_ticks_whole_steps_that_were_recorded(steps: list[int]) ->
         plt.close(fig)
 
 
+@pytest.mark.parametrize(
+    ("values", "labels"),
+    [
+        # Two decades and more: the decades only, written out.
+        ([3000.0, 180.0, 65.0, 60.0], {"100", "1,000"}),
+        # Under a decade and a half: the 2x and 5x ticks too, never "2x10^1".
+        ([180.0, 27.0, 15.0, 13.0], {"20", "50", "100", "200"}),
+        # Under a factor of three: every tick.
+        ([55.0, 60.0, 62.0, 70.0], {"60", "70"}),
+    ],
+)
+def test_log_axes_are_labelled_with_plain_numbers(values: list[float], labels: set[str]):
+    fig = plot_per_step(list(range(len(values))), {"gap": values})
+    try:
+        (ax,) = fig.axes
+        fig.canvas.draw()
+        low, high = ax.get_ylim()
+        shown = {
+            tick.label1.get_text()
+            for tick in [*ax.yaxis.get_major_ticks(), *ax.yaxis.get_minor_ticks()]
+            if low <= tick.get_loc() <= high and tick.label1.get_text()
+        }
+        assert shown == labels
+    finally:
+        plt.close(fig)
+
+
 def test_linear_axes_on_request():
     fig = plot_per_step([0, 1, 2], {"gap": [0.0, 3.0, 4.0]}, log=False, unit="ms", title="t")
     try:
@@ -70,6 +97,13 @@ def test_bars_from_the_median_keep_the_values_on_the_axis():
         assert ax.get_title(loc="right") == "dashed line: median 170.0 µs"
         low, high = ax.get_ylim()
         assert low > 100  # not from zero: a 3% difference stays visible
+        # A step equal to the median (170.0) has a bar of no height: a line marks each value.
+        (marks,) = [c for c in ax.collections if c.get_gid() == "step-values"]
+        segments = marks.get_segments()
+        assert [segment[0][1] for segment in segments] == pytest.approx(values)
+        assert [x for segment in segments for x in (segment[0][0], segment[1][0])] == (
+            pytest.approx([x for b in bars for x in (b.get_x(), b.get_x() + b.get_width())])
+        )
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match="log=False"):

@@ -17,12 +17,14 @@ Example::
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 __all__ = ["plot_per_step"]
 
@@ -33,6 +35,34 @@ _TEXT_PT = 10.0
 _TITLE_PT = 11.0
 _BAR = "#0072b2"  # Okabe-Ito blue, as in the timelines
 _MEDIAN = "#d55e00"
+_VALUE_MARK_PT = 2.0  # the line at each value of a from-median bar
+# On a log axis spanning less than this ratio, the decades alone leave one label or none: the
+# minor ticks at 2x and 5x each decade are labelled too; under the second, every minor tick.
+_LABEL_MINOR_BELOW_RATIO = 30.0
+_LABEL_EVERY_MINOR_BELOW_RATIO = 3.0
+
+
+def _plain(value: float, _position: object = None) -> str:
+    """A tick's value as a reader writes it: ``200``, ``1,000``, ``0.5`` (not ``2x10^2``)."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:.2g}"
+
+
+def _plain_minor(value: float, position: object = None) -> str:
+    leading = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    return _plain(value) if round(leading) in (2, 5) else ""
+
+
+def _label_log_axis(ax: Axes) -> None:
+    """Label a logarithmic value axis with plain numbers, its 2x and 5x ticks too when it
+    spans under a decade and a half, every tick when it spans less than a factor of three."""
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    low, high = ax.get_ylim()
+    if high / low < _LABEL_EVERY_MINOR_BELOW_RATIO:
+        ax.yaxis.set_minor_formatter(FuncFormatter(_plain))
+    elif high / low < _LABEL_MINOR_BELOW_RATIO:
+        ax.yaxis.set_minor_formatter(FuncFormatter(_plain_minor))
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_per_step(
@@ -48,7 +78,8 @@ def plot_per_step(
 
     Each panel's dashed line is the median of all its steps (its value is written above the
     panel), so a step many times the median stands out at once. With ``log`` the value axes
-    are logarithmic, so a step a hundred times the others does not flatten them to nothing.
+    are logarithmic, so a step a hundred times the others does not flatten them to nothing;
+    their ticks are written as plain numbers (``200``, ``1,000``).
 
     Args:
         steps: The step numbers (N of ``ProfilerStep#N``), one per value.
@@ -57,7 +88,8 @@ def plot_per_step(
         log: Logarithmic value axes (values must then be positive; zeros are left out).
         from_median: Draw each bar from the median line up or down to its value instead of
             from zero, on linear axes: for steps that differ by a few percent, which bars
-            from zero would show as equal. The axis keeps the values' own scale.
+            from zero would show as equal. The axis keeps the values' own scale, and a line
+            marks each value (a step equal to the median has a bar of no height).
         title: Title above the chart.
 
     Returns:
@@ -85,6 +117,12 @@ def plot_per_step(
         if from_median:
             heights = [value - median for value in values]
             ax.bar(steps, heights, bottom=median, color=_BAR, width=0.8)
+            # A line at each value: a bar of a step equal to the median has no height.
+            marks = ax.hlines(
+                values, [s - 0.4 for s in steps], [s + 0.4 for s in steps], color=_BAR,
+                linewidth=_VALUE_MARK_PT, zorder=3,
+            )  # fmt: skip
+            marks.set_gid("step-values")
         else:
             ax.bar(steps, values, color=_BAR, width=0.8)
         ax.axhline(median, color=_MEDIAN, linestyle="--", linewidth=1.2)
@@ -95,6 +133,7 @@ def plot_per_step(
         )  # fmt: skip
         if log:
             ax.set_yscale("log")
+            _label_log_axis(ax)
         ax.set_ylabel(f"{name} ({unit})", fontsize=_TEXT_PT)
         ax.tick_params(labelsize=_TEXT_PT)
         ax.grid(axis="y", color="#dcdcdc", linewidth=0.6)
