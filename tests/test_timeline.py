@@ -629,6 +629,27 @@ def test_no_name_goes_into_a_range_highlighted_on_its_own_lane(make_trace) -> No
     assert beside.get_text().startswith(BESIDE_MARK)
 
 
+def test_a_box_inside_a_highlighted_range_is_named_beside_itself_there(make_trace) -> None:
+    # Page 02: the 6.9 ms cudaLaunchKernel inside the highlighted first aten::mm went unnamed:
+    # the range kept out every name, though this one says what ran in it. A box outside the
+    # range still keeps its name out of it.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
+        complete_event("aten::mm", "cpu_op", 5, 800),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 200, 20),
+        complete_event("cudaMemcpyAsync", "cuda_runtime", 810, 20),
+        complete_event("aten::copy_", "cpu_op", 900, 95),
+    ]
+    trace = load_trace(make_trace(events))
+    (mm,) = trace.find("aten::mm")
+    band = highlight_span(mm, "first aten::mm")
+    ax = _axes(plot_timeline(trace, window=(0.0, 1000.0), highlights=[band]))
+    beside = [t.get_text() for t in _texts(ax, "span-name-beside")]
+    assert BESIDE_MARK + "cudaLaunchKernel" in beside
+    # The copy's name fits after it, outside the range; nothing goes before it, into the range.
+    assert not _texts(ax, "span-name-before")
+
+
 def test_names_outside_boxes_sit_on_their_lanes_colour(cold: Trace) -> None:
     # A step line or a band's edge crossing "◂ aten::add" made it hard to read (page 01).
     ax = _axes(plot_timeline(cold, step=cold.steps[-1].number))

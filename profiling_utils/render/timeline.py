@@ -716,9 +716,11 @@ def _place_names(
 ) -> tuple[list[_PlacedName], set[int]]:
     """Name each box: inside it, else beside it on its row, else under it, else shortened.
 
-    No name is written outside its box within a highlighted range, on any lane: a name there
-    would read as work in the range (page 01's "GPU idle", page 04's buffer request, during
-    which the CPU thread waits, page 02's dead window).
+    No name is written outside its box within a highlighted range, on any lane, unless the
+    box lies in the range too: the name of a box outside it would read as work in the range
+    (page 01's "GPU idle", page 04's buffer request, during which the CPU thread waits, page
+    02's dead window), while the name of a box inside says what ran there (page 02's 6.9 ms
+    ``cudaLaunchKernel`` within the first ``aten::mm``).
 
     Returns the names and the lanes that need one more row for the names written under the
     boxes of their last row.
@@ -741,14 +743,22 @@ def _place_names(
                     left + cut_left * mark_us, right - cut_right * mark_us,
                 )
             )  # fmt: skip
-    for lane, placed in enumerate(layout.lanes):
-        for h in highlights:
-            # Less a name's padding at each end: a name beside a box that ends at a range's
-            # edge starts outside the range (page 04's launch, ending as the GPU idle does).
-            start, end = max(h.start, x0) + pad_us, min(h.end, x1) - pad_us
-            for row in range(placed.rows + 1):  # and the row a name under the last may take
-                if start < end:
-                    space.take(lane, row, start, end)
+    # Less a name's padding at each end: a name beside a box that ends at a range's edge
+    # starts outside the range (page 04's launch, ending as the GPU idle does).
+    ranges = [
+        (h.start, h.end, start, end)
+        for h in highlights
+        if (start := max(h.start, x0) + pad_us) < (end := min(h.end, x1) - pad_us)
+    ]
+
+    def closed_ranges(box: _Box) -> list[tuple[float, float]]:
+        """The highlighted ranges (padded) that ``box``'s names must stay out of."""
+        return [
+            (start, end)
+            for low, high, start, end in ranges
+            if not (low <= box.span.start and box.drawn_end <= high)
+        ]
+
     row_boxes: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
     for box in sorted(boxes, key=lambda b: b.left):
         lefts, rights = row_boxes.setdefault((box.lane, box.row), ([], []))
@@ -762,8 +772,9 @@ def _place_names(
 
     # A name beside its box runs on the box's row, under the row above, where the box's
     # parent is: passing under another box there, it would read as that box's child.
-    def free_after(lane: int, row: int, x: float) -> float:
-        limit = space.free_after(lane, row, x)
+    def free_after(box: _Box, row: int, x: float) -> float:
+        lane = box.lane
+        limit = _out_of_ranges_after(space.free_after(lane, row, x), x, closed_ranges(box))
         if row == 0:
             return limit
         lefts = row_boxes.get((lane, row - 1), ((), ()))[0]
@@ -772,8 +783,14 @@ def _place_names(
             limit = min(limit, lefts[index])
         return limit
 
-    def free_before(lane: int, row: int, x: float) -> float:
+    def free_before(box: _Box, row: int, x: float) -> float:
+        lane = box.lane
         limit = space.free_before(lane, row, x)
+        for start, end in closed_ranges(box):
+            if start < x < end:
+                return x
+            if end <= x:
+                limit = max(limit, end)
         if row == 0:
             return limit
         lefts, rights = row_boxes.get((lane, row - 1), ((), ()))
@@ -810,8 +827,8 @@ def _place_names(
             put(_PlacedName(lane, row, middle, text, "inside"), box.left)
             continue
         # A whole name beside the box reads better than a shortened one inside it.
-        after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
-        before_pt = (span.start - free_before(lane, row, span.start)) * pt_per_us
+        after_pt = (free_after(box, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        before_pt = (span.start - free_before(box, row, span.start)) * pt_per_us
         # A mark before the first of a crowd of hairlines would point at any of them; and on
         # a GPU stream the stretch before a kernel is the GPU's idle time, which pages study.
         may_go_before = layout.lanes[lane].lane.kind != "gpu" and not (
@@ -839,7 +856,9 @@ def _place_names(
         width_pt = (box.right - left) * pt_per_us
         # Under a box cut by the window's edge, the name would point at part of a box.
         if _may_go_below(layout.lanes[lane].lane, width_pt) and _whole(box, x0, x1):
-            below_end = space.free_after(lane, row + 1, left)
+            below_end = _out_of_ranges_after(
+                space.free_after(lane, row + 1, left), left, closed_ranges(box)
+            )
             form = next(
                 (
                     f
@@ -861,7 +880,7 @@ def _place_names(
             middle = (box.text_left + box.text_right) / 2
             put(_PlacedName(lane, row, middle, text, "inside"), left)
             continue
-        after_pt = (free_after(lane, row, box.drawn_end) - box.drawn_end) * pt_per_us
+        after_pt = (free_after(box, row, box.drawn_end) - box.drawn_end) * pt_per_us
         free_pt = after_pt - 2 * _TEXT_PAD_PT - _text_width_pt(BESIDE_MARK, _NAME_PT)
         if (
             _whole(box, x0, x1)
@@ -874,6 +893,17 @@ def _place_names(
                 name = _PlacedName(lane, row, box.drawn_end + pad_us, BESIDE_MARK + text, "after")
                 put(name, box.drawn_end, _outside_pt(BESIDE_MARK, text))
     return names, label_rows
+
+
+def _out_of_ranges_after(limit: float, x: float, ranges: list[tuple[float, float]]) -> float:
+    """``limit``, the end of the free stretch from ``x``, brought back to the first of
+    ``ranges`` it would enter (``x`` itself when ``x`` is inside one)."""
+    for start, end in ranges:
+        if start < x < end:
+            return x
+        if x <= start < limit:
+            limit = start
+    return limit
 
 
 def _stands_out(box: _Box, row: tuple[list[float], list[float]], until: float) -> bool:
