@@ -575,7 +575,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
         idles most, when it idles over 1.25 times the median of the others),
-        ``rank-step-spread`` (step time uneven across ranks).
+        ``rank-step-spread`` (step time uneven across ranks). None of them when no trace
+        records a rank (``distributedInfo.rank``) and no collective is matched across them:
+        nothing then says the traces are one run's ranks, and they are only tabled.
     """
     profiles = sorted(profiles, key=lambda p: (p.rank is None, p.rank or 0, p.file))
     labels = _labels(profiles)
@@ -642,6 +644,15 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             "no step number is in two traces: their steps are not compared (are they from one run?)"
         )
+    if len(profiles) >= 2 and not ranks and not matched:
+        # Nothing says these are one run's ranks: several unrelated traces given together
+        # (``summary *.json.gz``) would name one of them the straggler for being another
+        # program with longer steps.
+        notes.append(
+            "no trace records a rank and no collective lines them up: they are shown side by "
+            "side, not judged as the ranks of one run (no straggler, idle or spread finding)"
+        )
+        return CrossRank(rows, spreads, matched, None, [], notes)
     straggler = _straggler(rows, waits.caused, matched, spreads)
     findings = _findings(rows, spreads, straggler)
     return CrossRank(rows, spreads, matched, straggler, findings, notes)

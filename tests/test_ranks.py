@@ -188,6 +188,21 @@ def test_traces_without_a_common_step_name_no_straggler(tmp_path: Path) -> None:
     assert any("no step number is in two traces" in note for note in report.notes)
 
 
+def test_traces_that_record_no_rank_and_share_no_collective_are_only_tabled(
+    tmp_path: Path,
+) -> None:
+    # ``summary`` over a page's three unrelated traces named the longest-stepped one the
+    # straggler and its GPU the idlest rank's. The same steps with ranks recorded are
+    # judged (above); without them and without a collective, nothing says they are one run.
+    for name, step_us in (("a", 1000.0), ("b", 1300.0)):
+        write_trace(tmp_path / f"{name}.json", trace_document(steps_only(0, step_us)))
+    report = cross_rank(profiles(tmp_path))
+    assert [row.label for row in report.ranks] == ["a.json", "b.json"]
+    assert len(report.steps) == 3  # the table is kept
+    assert report.straggler is None and report.findings == []
+    assert any("shown side by side" in note for note in report.notes)
+
+
 def test_ranks_line_up_on_base_time_plus_ts(tmp_path: Path) -> None:
     # Rank 1's profiler started 1 ms later: its ts are 1000 µs smaller for the same moments.
     write_rank(tmp_path, 0, rank_events(0, late_us=300))
