@@ -120,6 +120,10 @@ to that launch."""
 OUTLIER_MIN_DEVIATION_FRACTION = 0.10
 """An outlier kernel instance must also differ from the median by at least this fraction, so
 that nanosecond jitter of a very stable kernel is not reported."""
+OUTLIER_MIN_DEVIATION_US = 1.0
+"""And by at least this many µs: a training step runs dozens of µs-long elementwise kernels,
+whose jitter of a few tenths of a µs (1.6 µs one step, 1.9 µs the next) is over 10% of them
+and, over so many instances, would mark nearly every step."""
 
 
 def span_dict(span: Span | None) -> dict[str, Any] | None:
@@ -543,8 +547,14 @@ class KernelStats(_Result, msgspec.Struct, frozen=True, gc=False):
     spread: float
     """``(max_us - min_us) / median_us``: 0 for a perfectly steady kernel."""
     outlier_steps: tuple[int, ...]
-    """Steps holding an instance outside Tukey's fences (1.5 IQR beyond the quartiles) that
-    also differs from the median by at least :data:`OUTLIER_MIN_DEVIATION_FRACTION`."""
+    """Steps holding an instance that stands out from its **role**: the same kernel at the
+    same place in the other steps (the k-th instance of the name among the work launched in
+    each step, in start order), over at least four steps. It stands out when it lies outside
+    the role's Tukey fences (1.5 IQR beyond the quartiles) and differs from the role's median
+    by at least :data:`OUTLIER_MIN_DEVIATION_FRACTION` and :data:`OUTLIER_MIN_DEVIATION_US`.
+    By role, not by name: one name run
+    at several sizes in every step (a reduction over each layer) would otherwise put every
+    step outside the fences of its mixed durations."""
     communication: bool
     """Whether it is a collective or point-to-point communication kernel
     (:func:`~profiling_utils.trace.is_communication`): its time includes waiting for the other
@@ -557,20 +567,11 @@ def kernel_stats(trace: Trace) -> list[KernelStats]:
     for kernel in trace.kernels:
         by_name.setdefault(kernel.name, []).append(kernel)
     communication = {kernel.name for kernel in trace.communication}
+    outliers = _outlier_steps(trace)
     results = []
     for name, kernels in by_name.items():
         durations = sorted(k.dur for k in kernels)
         median = statistics.median(durations)
-        outliers: set[int] = set()
-        if len(durations) >= 4:
-            q1, _, q3 = statistics.quantiles(durations, n=4)
-            low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
-            for kernel in kernels:
-                far = abs(kernel.dur - median) >= OUTLIER_MIN_DEVIATION_FRACTION * median
-                if far and not low <= kernel.dur <= high:
-                    step = trace.step_of(kernel)
-                    if step is not None:
-                        outliers.add(step.number)
         results.append(
             KernelStats(
                 name=name,
@@ -581,12 +582,44 @@ def kernel_stats(trace: Trace) -> list[KernelStats]:
                 mean_us=statistics.fmean(durations),
                 max_us=durations[-1],
                 spread=(durations[-1] - durations[0]) / median if median > 0 else 0.0,
-                outlier_steps=tuple(sorted(outliers)),
+                outlier_steps=tuple(sorted(outliers.get(name, ()))),
                 communication=name in communication,
             )
         )
     results.sort(key=lambda s: (-s.total_us, s.name))
     return results
+
+
+def _outlier_steps(trace: Trace) -> dict[str, set[int]]:
+    """Per kernel name, the steps holding an instance that stands out from its role (see
+    :attr:`KernelStats.outlier_steps`)."""
+    step_of = trace.gpu_work_steps.get
+    roles: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    rank_in_step: dict[tuple[str, int], int] = {}
+    for kernel in trace.kernels:
+        step = step_of(kernel.id)
+        if step is None:
+            continue
+        name = kernel.name
+        rank = rank_in_step.get((name, step), 0)
+        rank_in_step[name, step] = rank + 1
+        roles.setdefault((name, rank), []).append((step, kernel.dur))
+    outliers: dict[str, set[int]] = {}
+    for (name, _), instances in roles.items():
+        if len(instances) < 4:
+            continue
+        durations = [dur for _, dur in instances]
+        median = statistics.median(durations)
+        q1, _, q3 = statistics.quantiles(durations, n=4)
+        low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
+        for step, dur in instances:
+            deviation = abs(dur - median)
+            far = deviation >= OUTLIER_MIN_DEVIATION_US and (
+                deviation >= OUTLIER_MIN_DEVIATION_FRACTION * median
+            )
+            if far and not low <= dur <= high:
+                outliers.setdefault(name, set()).add(step)
+    return outliers
 
 
 class KernelFootprint(_Result, msgspec.Struct, frozen=True, gc=False):

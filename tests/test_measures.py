@@ -369,6 +369,46 @@ def test_kernel_stats_outlier_steps(make_trace) -> None:
     assert stats.spread == pytest.approx((20.0 - 10.0) / stats.median_us)
 
 
+def _steps_of_kernels(durations_per_step: list[list[float]]) -> list[dict]:
+    """One step per list, each kernel ``k`` launched in it, with the durations given."""
+    events = []
+    for step, durations in enumerate(durations_per_step):
+        t = 1000.0 * step
+        events.append(complete_event(f"ProfilerStep#{step}", "user_annotation", t, 900))
+        for index, dur in enumerate(durations):
+            correlation = 100 * step + index
+            start = t + 10 + 60 * index
+            events += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", start, 5,
+                               correlation=correlation),
+                complete_event("k", "kernel", start + 10, dur, pid=0, tid=7,
+                               correlation=correlation),
+            ]  # fmt: skip
+    return events
+
+
+def test_kernel_stats_outliers_are_judged_by_role(make_trace) -> None:
+    # One name at two sizes in every step (a reduction over a small and a large layer): the
+    # mixed durations put every step outside the name's fences; each role alone is steady,
+    # and the one slow small instance (step 4) is the outlier.
+    sizes = [[5.0 + 0.01 * step, 40.0 + 0.01 * step] for step in range(8)]
+    sizes[4][0] = 9.0
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(sizes))))
+    assert stats.count == 16
+    assert stats.outlier_steps == (4,)
+
+
+def test_kernel_stats_sub_microsecond_jitter_is_no_outlier(make_trace) -> None:
+    # A 1.6 µs kernel at 1.9 µs is 19% off, outside tight fences, and still jitter.
+    short = [[1.6 + 0.001 * step] for step in range(8)]
+    short[2][0] = 1.9
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(short))))
+    assert stats.outlier_steps == ()
+    short[2][0] = 2.7  # over a µs slower: an outlier
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(short), name="t2.json")))
+    assert stats.outlier_steps == (2,)
+
+
 def test_kernel_stats_mark_the_collectives(capsys, make_trace) -> None:
     events = [
         complete_event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",

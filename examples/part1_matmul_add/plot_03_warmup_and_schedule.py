@@ -238,7 +238,9 @@ findings_table(raw_findings, caption="nothing hidden", rules=FIRST_STEP_RULES)
 
 warmed = traces["post's schedule, warmed up"]
 warmed_findings = diagnose(warmed, select=FIRST_STEP_RULES)
-findings_table(warmed_findings, caption="post's schedule, warmed up", rules=FIRST_STEP_RULES)
+findings_table(
+    warmed_findings, caption="post's schedule, warmed up", rules=FIRST_STEP_RULES
+)
 
 # %%
 

@@ -263,7 +263,10 @@ if has_gpu:
     margin = 0.15 * (hi - lo)
     plot_timeline(
         trace,
-        window=(lo - margin, hi + 3 * margin),  # room after the add's launch for its name
+        window=(
+            lo - margin,
+            hi + 3 * margin,
+        ),  # room after the add's launch for its name
         highlights=[highlight_between(first_gap.before, first_gap.after, "GPU idle")],
         title=f"First session, ProfilerStep#{first.number}: after the request",
     )
@@ -373,7 +376,9 @@ value_table(["recording", "sync (µs)", "GPU busy in it (µs)", "share"], rows)
 flush = diagnose(big.trace, select=["sync-flush"]) if has_gpu else []
 if has_gpu:
     claim("sync-flush fires on the 8192 recording", bool(flush), findings=len(flush))
-findings_table(flush, caption=big.trace.path.name if has_gpu else None, rules=["sync-flush"])
+findings_table(
+    flush, caption=big.trace.path.name if has_gpu else None, rules=["sync-flush"]
+)
 
 # %%
 # At 64 the sync has next to nothing to wait for; at 8192 the GPU is busy for most of it,

@@ -459,7 +459,9 @@ elif first_call is not None:
 launch_rules = ["planned-launch", "plain-launch", "driver-launch", "gemm-kernel"]
 large_fp32 = runs[-1]
 findings_table(
-    diagnose(large_fp32.trace, select=launch_rules), caption=large_fp32.name, rules=launch_rules
+    diagnose(large_fp32.trace, select=launch_rules),
+    caption=large_fp32.name,
+    rules=launch_rules,
 )
 
 # %%

@@ -116,9 +116,11 @@ plot_per_step(
 # %%
 # :func:`~profiling_utils.measures.kernel_stats` gives the same statistics for every kernel
 # of a trace, and flags *outlier steps*: steps holding an instance outside Tukey's fences
-# (1.5 interquartile ranges beyond the quartiles) that is also at least 10% away from the
-# median, so that nanosecond jitter is not reported. The spread is max minus min over the
-# median.
+# (1.5 interquartile ranges beyond the quartiles) that is also at least 10% and 1 µs away
+# from the median, so that jitter is not reported. An instance is set against its *role*,
+# the same kernel at the same place in the other steps (here each step runs the GEMM once),
+# so that one kernel run at several sizes per step is not judged against its own mix. The
+# spread is max minus min over the median.
 
 stats_rows = [
     [
@@ -337,7 +339,9 @@ if device == "cuda":
     shared_findings = diagnose(shared.trace, select=["kernel-variance"])
 else:
     print("No GPU here: there is no GPU to share, so this part is skipped.")
-findings_table(shared_findings, caption="the GEMM beside a neighbour", rules=["kernel-variance"])
+findings_table(
+    shared_findings, caption="the GEMM beside a neighbour", rules=["kernel-variance"]
+)
 
 # %%
 # The finding compares each step's kernel with the same kernel in the other steps (same

@@ -410,7 +410,9 @@ compile_rules = [
     "memset-before-gemm",
 ]
 findings_table(
-    diagnose(compiled.trace, select=compile_rules), caption=compiled.name, rules=compile_rules
+    diagnose(compiled.trace, select=compile_rules),
+    caption=compiled.name,
+    rules=compile_rules,
 )
 
 # %%
@@ -423,7 +425,9 @@ findings_table(comparison.findings, caption=f"{compiled.name} against {eager.nam
 # And on the ``reduce-overhead`` run, the row about CUDA graphs:
 
 ro_findings = diagnose(ro.trace, select=["cuda-graph"]) if ro is not None else []
-findings_table(ro_findings, caption=ro.name if ro is not None else None, rules=["cuda-graph"])
+findings_table(
+    ro_findings, caption=ro.name if ro is not None else None, rules=["cuda-graph"]
+)
 
 # %%
 # The traces

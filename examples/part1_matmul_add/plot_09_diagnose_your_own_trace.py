@@ -184,7 +184,9 @@ def launched_a_kernel(call):
 
 
 launches = [
-    call for call in trace.runtime_calls if launched_a_kernel(call) and inside(call, optimizer)
+    call
+    for call in trace.runtime_calls
+    if launched_a_kernel(call) and inside(call, optimizer)
 ]
 # The backward pass runs on a thread of its own: count the step's launches on every thread.
 step_launches = [

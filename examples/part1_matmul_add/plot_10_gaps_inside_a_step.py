@@ -319,7 +319,11 @@ if train.has_gpu:
     )
     print(f"How intra-step-gap reads it: {longest_gap.cause}")
     overlapped = any(r.start < idle_to and r.end > idle_from for r in requests)
-    print("A buffer request overlaps it." if overlapped else "No buffer request overlaps it.")
+    print(
+        "A buffer request overlaps it."
+        if overlapped
+        else "No buffer request overlaps it."
+    )
     launch = longest_gap.launch
     thread = train.trace.thread_name(launch.lane) or launch.lane.label
     print(
@@ -413,7 +417,9 @@ if train.has_gpu:
         if overlapping:
             stretch = max(overlapping, key=lambda idle: idle.gap_us)
             others = statistics.median(
-                gap for step_number, gap in longest_by_step.items() if step_number != number
+                gap
+                for step_number, gap in longest_by_step.items()
+                if step_number != number
             )
             print(
                 fold_lines(
@@ -424,7 +430,9 @@ if train.has_gpu:
                 )
             )
         else:
-            print("No idle stretch of the GPU overlapped it: work was queued throughout.")
+            print(
+                "No idle stretch of the GPU overlapped it: work was queued throughout."
+            )
     claim(
         "the GPU was idle for more than half of the median recorded step",
         idle_share.median > 50,
