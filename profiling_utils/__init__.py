@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import measures
-    from .capture import Capture, capture, run_name
+    from .capture import Capture, capture, run_name, time_per_call
     from .compare import Comparison, compare
     from .errors import TraceError
     from .peaks import Peaks, achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
@@ -28,6 +28,7 @@ _HOMES = {
     "Capture": "capture",
     "capture": "capture",
     "run_name": "capture",
+    "time_per_call": "capture",
     "Comparison": "compare",
     "compare": "compare",
     "TraceError": "errors",
@@ -75,6 +76,7 @@ __all__ = [
     "measures",
     "roofline",
     "run_name",
+    "time_per_call",
 ]
 
 

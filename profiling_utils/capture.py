@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .stats import Distribution
     from .trace import Trace
 
 
@@ -187,6 +188,63 @@ def capture(
         },
         key_averages=averages,
     )
+
+
+def time_per_call(
+    step: Callable[[], Any], *, calls: int = 20, repeats: int = 30, warmup_iters: int = 3
+) -> Distribution:
+    """Time ``step`` without the profiler: what a call costs end to end, as a user's loop
+    would see it.
+
+    ``repeats`` batches of ``calls`` back-to-back calls, after ``warmup_iters`` calls and a
+    device synchronisation. With CUDA, each batch runs between two CUDA events recorded on
+    an idle GPU, so a batch's time is the wall time the GPU took to finish the calls: its
+    kernels, and the gaps in which it waited for the CPU to launch them (a CPU-bound step
+    is timed at the CPU's pace). Without CUDA, each batch is timed with
+    :func:`time.perf_counter`.
+
+    A profiled step's CPU time includes the profiler's own overhead (more with
+    ``record_shapes``); this is the time to compare variants of a step by.
+
+    Args:
+        step: The code to time, called with no arguments.
+        calls: Calls per batch: enough that the batch is long against the events' resolution
+            and the launch of the first call.
+        repeats: Batches: the samples of the returned distribution.
+        warmup_iters: Calls before the first batch (compilation, cuBLAS's choice of kernel
+            and the caching allocator settle in them).
+
+    Returns:
+        The time per call of each batch, µs (:class:`~profiling_utils.stats.Distribution`).
+    """
+    import time
+
+    import torch
+
+    from .stats import Distribution
+
+    if calls < 1 or repeats < 1 or warmup_iters < 0:
+        raise ValueError("calls and repeats must be at least 1, warmup_iters at least 0")
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup_iters):
+        step()
+    samples = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            for _ in range(calls):
+                step()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3 / calls)  # ms to µs
+        else:
+            began = time.perf_counter()
+            for _ in range(calls):
+                step()
+            samples.append((time.perf_counter() - began) * 1e6 / calls)
+    return Distribution.of(samples, unit="µs")
 
 
 def export_trace(prof: Any, path: str | os.PathLike[str]) -> Path:

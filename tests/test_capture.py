@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from profiling_utils import capture
+from profiling_utils import capture, time_per_call
 from profiling_utils.capture import export_trace
 
 
@@ -82,3 +83,22 @@ def test_paths_into_the_temporary_directory_start_with_tmpdir(tmp_path: Path) ->
     assert export_trace(_Exported([kernel]), tmp_path / "compiled.json.gz").read_bytes() == (
         path.read_bytes()
     )
+
+
+def test_time_per_call_times_batches_of_calls_after_the_warm_up() -> None:
+    calls: list[float] = []
+
+    def step() -> None:
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+
+    timed = time_per_call(step, calls=4, repeats=5, warmup_iters=2)
+    assert len(calls) == 2 + 4 * 5
+    assert timed.unit == "µs" and timed.n == 5
+    # Each sample is one call's share of its batch: about the 2 ms sleep, never the batch.
+    assert all(1_900 <= sample < 8_000 for sample in timed.samples)
+
+
+def test_time_per_call_refuses_empty_batches() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        time_per_call(lambda: None, calls=0)
