@@ -3,6 +3,7 @@ copies and memsets around them."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -506,16 +507,38 @@ def kernel_variance(facts: Facts) -> Iterator[Hit]:
     """
     latency = facts.launch_latency_us
     communication = facts.communication_ids
+    in_steps = [
+        [work for work in step.gpu_work if work.cat == "kernel" and work.id not in communication]
+        for step in facts.steps
+    ]
+    # A name whose slowest instance is under VARIANCE_MIN_RATIO times its fastest, or within
+    # VARIANCE_MIN_LAUNCH_LATENCIES launch latencies of it, has no slow instance in any role
+    # (a role's median is at least the fastest): its launch configurations are not read.
+    fastest: dict[str, float] = {}
+    slowest: dict[str, float] = {}
+    for kernels in in_steps:
+        for kernel in kernels:
+            name, dur = kernel.name, kernel.dur
+            if dur < fastest.get(name, math.inf):
+                fastest[name] = dur
+            if dur > slowest.get(name, -math.inf):
+                slowest[name] = dur
+    least_spread = VARIANCE_MIN_LAUNCH_LATENCIES * latency
+    candidates = {
+        name
+        for name, low in fastest.items()
+        if slowest[name] >= VARIANCE_MIN_RATIO * low and slowest[name] - low >= least_spread
+    }
     # A role: the same kernel, launch configuration and rank among its like in the step (the
     # third bf16 GEMM of grid g), so that one name reused by layers of different sizes is
     # compared with itself step by step, not with the other layers.
     roles: dict[tuple[str, str, int], list[Span]] = {}
     configs: dict[tuple[bytes, bytes], str] = {}  # _launch_config by the raw grid and block
     launch_of = facts.trace.launch_of
-    for step in facts.steps:
+    for kernels in in_steps if candidates else ():
         seen: dict[tuple[str, str], int] = {}
-        for work in step.gpu_work:
-            if work.cat != "kernel" or work.id in communication:
+        for work in kernels:
+            if work.name not in candidates:
                 continue
             name, config = kind = (work.name, _launch_config(work, configs, launch_of))
             rank = seen.get(kind, 0)
