@@ -7,6 +7,7 @@ a few passes in total, never one per rule.
 
 from __future__ import annotations
 
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
@@ -351,13 +352,16 @@ class Facts:
         busy_until: dict[Any, float] = {}
         delays = []
         launch_of = trace.launch_of_id
+        never = -math.inf
         for work in trace.gpu_work:
             device = work.lane.device
+            until = busy_until.get(device, never)
+            start = work.start
             launch = launch_of(work.id)
-            if launch is not None and launch.start >= busy_until.get(device, float("-inf")):
-                delays.append(work.start - launch.start)
-            end = work.start + work.dur
-            if end > busy_until.get(device, float("-inf")):
+            if launch is not None and launch.start >= until:
+                delays.append(start - launch.start)
+            end = start + work.dur
+            if end > until:
                 busy_until[device] = end
         typical = median(delays) if delays else 0.0
         return typical if typical > 0 else DEFAULT_LAUNCH_LATENCY_US
