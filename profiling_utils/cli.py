@@ -16,7 +16,8 @@ Commands:
       why there is none (no GPU, host activities only, an accelerator whose own events are not
       analysed).
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
-      compute_capability, description}]``;
+      compute_capability, shared_memory_per_sm_bytes, registers_per_sm, threads_per_sm,
+      description}]``;
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` is

@@ -24,6 +24,7 @@ start_us, dur_us).
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from bisect import bisect_left
@@ -35,7 +36,15 @@ from typing import Any
 
 import msgspec
 
-from .trace import GPU_WORK_CATEGORIES, LAUNCH_CATEGORIES, Lane, Span, Step, Trace
+from .trace import (
+    GPU_WORK_CATEGORIES,
+    LAUNCH_CATEGORIES,
+    DeviceInfo,
+    Lane,
+    Span,
+    Step,
+    Trace,
+)
 
 __all__ = [
     "GRAPH_LAUNCH_CALLS",
@@ -68,6 +77,7 @@ __all__ = [
     "launches",
     "kernel_launches",
     "kernel_footprint",
+    "resident_blocks_per_sm",
     "memory_copies",
     "compiled_regions",
     "graph_launches",
@@ -683,6 +693,30 @@ def kernel_footprint(kernel: Span, launch: Span | None = None) -> KernelFootprin
         warps_per_sm=_number(args.get("warps per SM")),
         occupancy_pct=_number(args.get("est. achieved occupancy %")),
     )
+
+
+def resident_blocks_per_sm(footprint: KernelFootprint, device: DeviceInfo) -> int | None:
+    """The most blocks of a kernel one SM can hold at once: what each block takes of the SM's
+    shared memory, registers and threads (:attr:`KernelFootprint.shared_memory_bytes`,
+    :attr:`~KernelFootprint.registers_per_thread` and the block's size) against what the SM
+    has (:class:`~profiling_utils.trace.DeviceInfo`'s per-SM figures). ``None`` where the
+    trace records none of the pairs.
+
+    Not CUPTI's ``blocks per SM`` (:attr:`KernelFootprint.blocks_per_sm`), which is the
+    grid's blocks over the SMs. An upper bound: CUDA's occupancy calculator also rounds
+    registers and shared memory up to their allocation units and caps the blocks per SM,
+    which the trace does not record, so the true number can be lower, never higher. A grid
+    of more blocks than the SMs it gets times this number runs in more than one wave.
+    """
+    threads = math.prod(footprint.block) if footprint.block else None
+    limits = []
+    if footprint.shared_memory_bytes and device.shared_memory_per_sm_bytes:
+        limits.append(device.shared_memory_per_sm_bytes // footprint.shared_memory_bytes)
+    if footprint.registers_per_thread and threads and device.registers_per_sm:
+        limits.append(device.registers_per_sm // (footprint.registers_per_thread * threads))
+    if threads and device.threads_per_sm:
+        limits.append(device.threads_per_sm // threads)
+    return min(limits) if limits else None
 
 
 class KernelLaunch(_Result, msgspec.Struct, frozen=True, gc=False):

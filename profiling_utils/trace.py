@@ -402,6 +402,14 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     compute_capability: tuple[int, int] | None
     """``(computeMajor, computeMinor)``, e.g. ``(9, 0)``. AMD writes its GFX major and minor
     here (``(9, 0)`` for an MI250): use :attr:`arch` there."""
+    shared_memory_per_sm_bytes: int | None = None
+    """Shared memory of one SM (``sharedMemPerMultiprocessor``; ROCm writes
+    ``maxSharedMemoryPerMultiProcessor``, a CU's LDS), which the blocks resident on it share:
+    233,472 bytes (228 KiB) on an H100."""
+    registers_per_sm: int | None = None
+    """32-bit registers of one SM (``regsPerMultiprocessor``): 65,536 on an H100."""
+    threads_per_sm: int | None = None
+    """Most threads resident on one SM (``maxThreadsPerMultiprocessor``): 2,048 on an H100."""
 
     def describe(self) -> str:
         """The device for humans: ``"NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"``,
@@ -488,6 +496,11 @@ def _device_info(
         compute_units=_as_int(props.get("numSms", props.get("multiProcessorCount"))),
         total_memory_bytes=_as_int(props.get("totalGlobalMem")),
         compute_capability=capability,
+        shared_memory_per_sm_bytes=_as_int(
+            props.get("sharedMemPerMultiprocessor", props.get("maxSharedMemoryPerMultiProcessor"))
+        ),
+        registers_per_sm=_as_int(props.get("regsPerMultiprocessor")),
+        threads_per_sm=_as_int(props.get("maxThreadsPerMultiprocessor")),
     )
 
 

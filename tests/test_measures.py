@@ -10,8 +10,16 @@ from __future__ import annotations
 import gzip
 import json
 
+import msgspec
 import pytest
-from conftest import FOREIGN, complete_event, gpu_fixture, gpu_fixture_names, minimal_gpu_events
+from conftest import (
+    FIXTURES,
+    FOREIGN,
+    complete_event,
+    gpu_fixture,
+    gpu_fixture_names,
+    minimal_gpu_events,
+)
 
 from profiling_utils import Trace, cli, diagnose, load_trace
 from profiling_utils.measures import (
@@ -30,6 +38,7 @@ from profiling_utils.measures import (
     memory_copies,
     op_stats,
     queued_idle,
+    resident_blocks_per_sm,
     span_dict,
     step_times,
     thread_activity,
@@ -803,3 +812,24 @@ def test_thread_activity_counts_overlapping_siblings_once(make_trace) -> None:
     activity = thread_activity(trace, lane, 0.0, 60.0)
     assert sorted(op.name for op, _ in activity.ops) == ["a", "b"]
     assert activity.op_us == 50.0 and activity.no_op_us == 10.0
+
+
+def test_resident_blocks_per_sm_of_a_gemm_and_an_all_reduce_on_an_h200() -> None:
+    # The overlapped NCCL recording: the GEMM's blocks take 213,188 bytes of the SM's
+    # 233,472 of shared memory, the all_reduce's 544 threads x 96 registers 52,224 of its
+    # 65,536 registers: one block of either per SM, and no GEMM block beside an NCCL one.
+    trace = load_trace(FIXTURES / "nccl" / "overlapped" / "rank0.json.gz")
+    (device,) = [d for d in trace.devices if d.id == 0]
+    assert (device.shared_memory_per_sm_bytes, device.registers_per_sm) == (233_472, 65_536)
+    assert device.threads_per_sm == 2048
+    gemm = next(k for k in trace.kernels if k.name.startswith("nvjet"))
+    nccl = next(k for k in trace.kernels if k.name.startswith("ncclDevKernel_AllReduce_Sum_bf16"))
+    gemm_fp, nccl_fp = kernel_footprint(gemm), kernel_footprint(nccl)
+    assert resident_blocks_per_sm(gemm_fp, device) == 1  # by shared memory (and registers)
+    assert resident_blocks_per_sm(nccl_fp, device) == 1  # by registers: 2 x 52,224 > 65,536
+    unknown = msgspec.structs.replace(device, shared_memory_per_sm_bytes=None)
+    assert resident_blocks_per_sm(nccl_fp, unknown) == 1  # registers still tell
+    bare = msgspec.structs.replace(
+        device, shared_memory_per_sm_bytes=None, registers_per_sm=None, threads_per_sm=None
+    )
+    assert resident_blocks_per_sm(gemm_fp, bare) is None

@@ -74,6 +74,8 @@ def test_top_level_fields(eager: Trace) -> None:
     assert device.describe() == "NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"
     assert device.compute_capability == (9, 0)
     assert device.total_memory_bytes == 85017493504
+    assert (device.shared_memory_per_sm_bytes, device.registers_per_sm) == (233472, 65536)
+    assert device.threads_per_sm == 2048
     assert eager.metadata["schemaVersion"] == 1
     assert "traceEvents" not in eager.metadata
     assert "baseTimeNanoseconds" not in eager.metadata
@@ -362,6 +364,8 @@ def test_amd_trace_is_described_in_compute_units_and_gfx_arch() -> None:
     for device in trace.devices:
         assert (device.vendor, device.arch, device.compute_units) == ("amd", "gfx90a", 104)
         assert device.describe() == "AMD Radeon Graphics, 104 CUs, gfx90a"
+        # ROCm's own key for a CU's LDS; no register count per CU is written.
+        assert (device.shared_memory_per_sm_bytes, device.registers_per_sm) == (65536, None)
     gpu_lanes = [lane for lane in trace.lanes if lane.kind == "gpu"]
     assert {lane.device for lane in gpu_lanes} <= {device.id for device in trace.devices}
     assert all(lane.label.startswith(f"GPU {lane.device} ") for lane in gpu_lanes)
