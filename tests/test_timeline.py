@@ -541,6 +541,24 @@ def test_no_name_goes_after_the_last_of_a_crowd_of_hairlines(make_trace, crowd: 
     assert named == ([] if crowd else [BESIDE_MARK + "cudaMalloc"])
 
 
+@pytest.mark.parametrize(("dur", "shown"), [(30.0, "nvjet"), (12.0, None)])
+def test_a_library_kernel_too_narrow_for_a_cut_name_shows_its_family(
+    make_trace, dur: float, shown: str | None
+) -> None:
+    # Page 14: the two GEMMs between other kernels had no name at all; "nvje…" did not fit,
+    # "nvjet" does. Narrower still, nothing.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 400),
+        _kernel("before_kernel_with_a_long_name", 0, 100),
+        _kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", 100, dur),
+        _kernel("after_kernel_with_a_long_name", 100 + dur, 300 - dur),
+    ]
+    ax = _axes(plot_timeline(load_trace(make_trace(events)), window=(0.0, 400.0)))
+    texts = [t.get_text() for t in ax.texts]
+    assert ("nvjet" in texts) == (shown is not None)
+    assert not [t for t in texts if t.startswith("nvje") and t != "nvjet"]
+
+
 def test_no_name_goes_before_a_kernel_into_the_gpus_idle_time(make_trace) -> None:
     # Page 1: a name left of the add kernel sat in the highlighted "GPU idle" stretch, read
     # as work there. The same layout on a CPU lane (above) gets its name before the box.

@@ -876,6 +876,11 @@ def _place_names(
                 continue
         room_pt = (box.text_right - box.text_left) * pt_per_us - 2 * _TEXT_PAD_PT
         text = _fit(box.forms[-1], room_pt) if room_pt >= shortest_name_pt else None
+        if text is None and box.span.cat == "kernel":
+            # Too narrow for a cut name: a library kernel's family, whole (page 14's GEMMs).
+            family = _kernel_family(box.forms[-1])
+            if family and _text_width_pt(family, _NAME_PT) <= room_pt:
+                text = family
         if text is not None:
             middle = (box.text_left + box.text_right) / 2
             put(_PlacedName(lane, row, middle, text, "inside"), left)
@@ -1258,6 +1263,17 @@ def _kernel_name_forms(name: str) -> tuple[str, ...]:
         else:
             forms.append(base)
     return tuple(dict.fromkeys(forms))
+
+
+def _kernel_family(name: str) -> str | None:
+    """The first word of a kernel name made of words joined by ``_``, such as a GEMM
+    library's (``nvjet`` of ``nvjet_sm90_tst_256x128_…``, ``cutlass``, ``ncclDevKernel``,
+    ``triton``): a name for a box too narrow for four letters and an ellipsis. ``None`` for
+    a name without one of at least :data:`_MIN_KEPT_CHARS` letters."""
+    if "<" in name or "::" in name:
+        return None
+    family = name.split("_", 1)[0]
+    return family if len(family) >= _MIN_KEPT_CHARS and family != name else None
 
 
 def _without_signature(name: str) -> str:
