@@ -36,6 +36,7 @@ from Python and from the command line, and find the rank the others wait for.
 
 import collections
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -46,7 +47,11 @@ import profiling_utils
 from profiling_utils import diagnose, load_trace
 from profiling_utils.claims import claim
 from profiling_utils.comm import collectives, comm_overlap
-from profiling_utils.measures import kernel_launches
+from profiling_utils.measures import (
+    kernel_footprint,
+    kernel_launches,
+    resident_blocks_per_sm,
+)
 from profiling_utils.ranks import cross_rank, rank_profile, trace_files
 from profiling_utils.render import (
     findings_table,
@@ -163,9 +168,10 @@ claim(
 # One step of both ranks on one clock
 # -----------------------------------
 #
-# Ranks of one host share a clock, and the traces record it
-# (``baseTimeNanoseconds``), so :func:`~profiling_utils.ranks.rank_profile` can put both
-# ranks on one time axis. :func:`~profiling_utils.render.plot_rank_step` draws one step:
+# Each trace counts its times from its own ``baseTimeNanoseconds``; that base plus a
+# span's ``ts`` is the host's clock, which the ranks of one host share, so
+# :func:`~profiling_utils.ranks.rank_profile` can put both ranks on one time axis.
+# :func:`~profiling_utils.render.plot_rank_step` draws one step:
 
 profiles = {
     run: [rank_profile(t) for t in traces[run]] for run in ("balanced", "stalled")
@@ -233,7 +239,10 @@ findings_table(alone[1], caption="stalled, rank 1", rules=comm_rules)
 # %%
 # ``exposed-communication`` fires on rank 0: communication with no compute beside it
 # fills most of its step. On rank 1 it stays silent. ``collective-bandwidth`` reports the
-# bandwidth each rank's 32 MiB ``all_reduce`` reached: on rank 0 it is that of a kernel
+# bandwidth each rank's 32 MiB ``all_reduce`` reached: its *algorithm bandwidth*, the
+# tensor's bytes over the kernel's time (NCCL's *bus bandwidth* scales it by
+# 2(n-1)/n for an all_reduce of n ranks, which is 1 for two, so the findings show the two
+# equal). On rank 0 it is that of a kernel
 # that mostly waited, far below rank 1's, which is that of the transfer alone. Read alone,
 # rank 0 looks communication-bound and rank 1 looks healthy: the opposite of where the
 # time is lost.
@@ -378,8 +387,9 @@ claim(
 
 # %%
 # In the stalled run, rank 1's collectives are all transfer, and it arrived last at every
-# one; rank 0's are almost all wait. The straggler's steps are not longer than the
-# others': the time it loses is paid by the others, inside their collectives. So look at
+# one; rank 0's are almost all wait. The straggler's steps are about as long as the
+# others' (the table's median steps): the time it loses is paid by the others, inside
+# their collectives. So look at
 # the rank with the *short* collectives, and at what it does before them (here, the
 # ``host_stall``).
 #
@@ -523,9 +533,10 @@ for trace, balanced_trace in zip(overlapped, traces["balanced"], strict=True):
 # stream's.
 #
 # Overlap is not free: a product that runs beside the ``all_reduce`` shares the GPU with
-# NCCL's kernel, which keeps some of the SMs busy for as long as it runs. The products'
-# kernels of each rank, those that ran beside a collective against those that ran alone:
+# NCCL's kernel, which holds SMs for as long as it runs. The products' kernels of each
+# rank, those that ran beside a collective against those that ran alone:
 
+beside, alone = {}, {}
 for trace in overlapped:
     beside_comm = [(k.start, k.end) for k in trace.kernels if k.is_communication]
     products = [
@@ -536,26 +547,137 @@ for trace in overlapped:
     overlapping = [
         k for k in products if any(s < k.end and k.start < e for s, e in beside_comm)
     ]
-    beside = Distribution.of([k.dur for k in overlapping], unit="µs")
-    alone = Distribution.of(
+    beside[trace.rank] = Distribution.of([k.dur for k in overlapping], unit="µs")
+    alone[trace.rank] = Distribution.of(
         [k.dur for k in products if k not in overlapping], unit="µs"
     )
-    print(f"rank {trace.rank}: product beside a collective {beside}")
-    print(f"        product alone               {alone}")
+    print(f"rank {trace.rank}: product beside a collective {beside[trace.rank]}")
+    print(f"        product alone               {alone[trace.rank]}")
     claim(
         f"on rank {trace.rank}, a product beside the all_reduce took clearly longer than "
         "one alone",
-        clearly_greater(beside, alone),
+        clearly_greater(beside[trace.rank], alone[trace.rank]),
         otherwise=f"on rank {trace.rank}, products beside the all_reduce and alone took "
         "alike, within the spread",
-        beside=beside,
-        alone=alone,
+        beside=beside[trace.rank],
+        alone=alone[trace.rank],
     )
 
 # %%
-# Where the checks above found the products slower beside it, the time compute hides is
-# not all gained: the step saves the exposed communication it no longer waits for, and
-# pays for the products that ran slower beside it.
+# How much slower, and why? Each kernel records its grid, its block, and the shared
+# memory and registers each block takes; the trace's device properties give what one SM
+# has (:func:`~profiling_utils.measures.resident_blocks_per_sm` sets one against the
+# other). An SM that holds one of NCCL's blocks has no room left for a product's block
+# when the two blocks together need more shared memory or registers than the SM has:
+
+
+def blocks(kernel):
+    footprint = kernel_footprint(kernel)
+    return footprint, math.prod(footprint.grid) if footprint.grid else None
+
+
+first = overlapped[0]
+device = first.devices[0]
+product = next(
+    k.kernel
+    for k in kernel_launches(first)
+    if k.op is not None and k.op.name == "aten::mm"
+)
+all_reduce = max(first.communication, key=lambda k: k.dur)
+(product_fp, product_blocks), (nccl_fp, nccl_blocks) = (
+    blocks(product),
+    blocks(all_reduce),
+)
+per_sm = {
+    "product": resident_blocks_per_sm(product_fp, device),
+    "all_reduce": resident_blocks_per_sm(nccl_fp, device),
+}
+for name, (fp, grid_blocks) in (
+    ("product", (product_fp, product_blocks)),
+    ("all_reduce", (nccl_fp, nccl_blocks)),
+):
+    print(
+        f"{name}: {grid_blocks} blocks of {math.prod(fp.block)} threads, each with "
+        f"{fp.shared_memory_bytes:,} B of shared memory\n    and "
+        f"{fp.registers_per_thread} registers per thread: at most {per_sm[name]} per SM"
+    )
+print(
+    f"one SM of the {device.name}: {device.shared_memory_per_sm_bytes:,} B of shared "
+    f"memory, {device.registers_per_sm:,} registers; {device.compute_units} SMs"
+)
+side_by_side = (
+    product_fp.shared_memory_bytes + nccl_fp.shared_memory_bytes
+    <= device.shared_memory_per_sm_bytes
+    and product_fp.registers_per_thread * math.prod(product_fp.block)
+    + nccl_fp.registers_per_thread * math.prod(nccl_fp.block)
+    <= device.registers_per_sm
+)
+print(f"one block of each fits on an SM together: {'yes' if side_by_side else 'no'}")
+held = 0 if side_by_side else math.ceil(nccl_blocks / per_sm["all_reduce"])
+waves_alone = math.ceil(product_blocks / (device.compute_units * per_sm["product"]))
+waves_beside = math.ceil(
+    product_blocks / ((device.compute_units - held) * per_sm["product"])
+)
+print(
+    f"SMs NCCL's blocks hold: {held}; the product's waves alone: {waves_alone}, "
+    f"beside the all_reduce: {waves_beside}"
+)
+claim(
+    "beside the all_reduce, the product's blocks need two waves of the SMs left to them, "
+    "where alone they need one",
+    (waves_alone, waves_beside) == (1, 2),
+    otherwise="beside the all_reduce, the product's blocks need no more waves than alone",
+    alone=waves_alone,
+    beside=waves_beside,
+)
+claim(
+    "on both ranks, a product beside the all_reduce takes 1.5 to 2.5 times as long as "
+    "one alone, about what a second wave costs",
+    all(1.5 <= beside[rank].median / alone[rank].median <= 2.5 for rank in beside),
+    **{
+        f"rank_{rank}_ratio": round(beside[rank].median / alone[rank].median, 2)
+        for rank in beside
+    },
+)
+
+# %%
+# Alone, the product fills the GPU in one wave, one block per SM. Beside the
+# ``all_reduce``, an SM that holds one of NCCL's blocks has no room for one of the
+# product's, the SMs left are fewer than the product's blocks, and the blocks left over
+# wait for a second wave: the product takes about twice as long (the last claim). The
+# collective's blocks hold their SMs by the shared memory and registers they take, for
+# as long as the collective runs.
+#
+# Did the overlap pay? The median step of each run, per rank:
+
+step_medians = {
+    run: [
+        Distribution.of([s.cpu_us for s in rank_profile(t).steps], unit="µs")
+        for t in traces[run]
+    ]
+    for run in ("balanced", "overlapped")
+}
+for run, per_rank in step_medians.items():
+    for rank, steps in enumerate(per_rank):
+        print(f"{run:10s} rank {rank}: step {steps}")
+claim(
+    "on both ranks, a step of the overlapped run is clearly shorter than a step of the "
+    "balanced run",
+    all(
+        clearly_greater(balanced, overlapped_steps)
+        for balanced, overlapped_steps in zip(
+            step_medians["balanced"], step_medians["overlapped"], strict=True
+        )
+    ),
+    otherwise="on some rank, a step of the overlapped run is not clearly shorter than a "
+    "step of the balanced run",
+)
+
+# %%
+# The time compute hides is not all gained where the products run slower beside the
+# collective: the step saves the exposed communication it no longer waits for, and pays
+# for the products' second waves. The claim above says whether the overlapped run's
+# steps came out shorter on this recording.
 #
 # The traces
 # ----------

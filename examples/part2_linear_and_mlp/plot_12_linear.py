@@ -21,13 +21,21 @@ how the transpose reaches the kernel, and compile the layer.
 # The post's layer, with a bias, in bf16, under ``torch.no_grad()`` (no autograd
 # bookkeeping). ``record_shapes=True`` makes the profiler write each operator's input
 # sizes and strides into the trace; we use them below. Three unprofiled calls first, then
-# twenty recorded steps.
+# twenty recorded steps (the profiler's schedule waits one step and warms up on another
+# before it records, so they are numbered from 2).
 
 import textwrap
 
 import torch
 
-from profiling_utils import capture, compare, diagnose, roofline, run_name
+from profiling_utils import (
+    capture,
+    compare,
+    diagnose,
+    roofline,
+    run_name,
+    time_per_call,
+)
 from profiling_utils.claims import claim
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
@@ -47,13 +55,17 @@ layer = torch.nn.Linear(32, 64, device=device, dtype=torch.bfloat16)
 x = torch.randn(1024, 32, device=device, dtype=torch.bfloat16)
 
 
-def profile(fn, how):
+def step_of(fn):
     def step():
         with torch.no_grad():
             return fn(x)
 
+    return step
+
+
+def profile(fn, how):
     return capture(
-        step,
+        step_of(fn),
         name="linear_" + run_name((1024, 32, 64), "bf16", warm=True, compiled=how),
         label="linear_fwd",
         active=20,
@@ -193,7 +205,8 @@ else:
 # The same layer, compiled (``torch.compile`` compiles it in the first of the unprofiled
 # calls). One compiled step:
 
-compiled = profile(torch.compile(layer), True)
+compiled_layer = torch.compile(layer)
+compiled = profile(compiled_layer, True)
 compiled_step = compiled.trace.steps[-1]
 print(span_tree(compiled.trace, compiled_step.span, width=80))
 
@@ -207,8 +220,9 @@ print(span_tree(compiled.trace, compiled_step.span, width=80))
 # compilation (0 the first, higher a recompilation). They are assigned in the running
 # process, so code compiled earlier in it can raise them: this script run alone shows
 # ``0/0``; in a documentation build the pages before it run in the same process (page 08
-# compiles ``nn.Linear`` layers too). The operators only one run has, and the GPU work
-# per step:
+# compiles ``nn.Linear`` layers too), and the numbers printed above then count those
+# earlier compilations as well: above 0, they need not mean this layer was compiled
+# twice. The operators only one run has, and the GPU work per step:
 
 comparison = compare(eager.trace, compiled.trace)
 for label, ops in (
@@ -275,7 +289,40 @@ if eager.has_gpu:
 # ``clearly_greater`` compares the medians only where the interquartile ranges do not
 # overlap, so a difference inside the step-to-step spread is reported as none. On its
 # A100 the post found the same kernel and the same ``aten::addmm`` in the compiled
-# layer, with the compile rows added around them.
+# layer, with the compile rows added around them, and a compiled step that cost the CPU
+# a few microseconds less.
+#
+# These CPU times were taken under the profiler, which adds its own work to each
+# operator and call it records (more with ``record_shapes``, on here), and the compiled
+# step records other rows than the eager one. Timed without the profiler
+# (:func:`~profiling_utils.capture.time_per_call`: thirty batches of twenty
+# back-to-back calls, each batch between two CUDA events, so that a call is timed at the
+# CPU's pace when the GPU waits for it), what a call of each costs:
+
+wall = {
+    name: time_per_call(lambda fn=fn: step_of(fn)())
+    for name, fn in (("eager", layer), ("compiled", compiled_layer))
+}
+for name, times in wall.items():
+    print(f"{name:9s} per call, unprofiled {times}")
+if eager.has_gpu:
+    claim(
+        "without the profiler, a compiled call takes longer than an eager one",
+        clearly_greater(wall["compiled"], wall["eager"]),
+        otherwise=(
+            "without the profiler, a compiled call takes less time than an eager one"
+            if clearly_greater(wall["eager"], wall["compiled"])
+            else "without the profiler, compiled and eager calls take the same time, "
+            "within the spread"
+        ),
+        eager=wall["eager"],
+        compiled=wall["compiled"],
+    )
+
+# %%
+# Its kernel is short against the call (under a tenth of a step's CPU time: a claim
+# below), so the GPU waits for each call, and these times are the CPU's pace without the
+# profiler's share; the last claim compares them.
 #
 # How busy is the GPU?
 # --------------------
@@ -313,8 +360,8 @@ else:
 # against the GPU's *ridge point* (peak FLOP/s over memory bandwidth): below it, memory
 # is the ceiling. A product this small does few FLOPs per byte either way, and it ends
 # far below its ceiling: the kernel is short, and the step's time is the CPU's work of
-# calling it. A single small layer is *launch-bound*; the cheatsheet's rules say the
-# same:
+# calling it. A single small layer is bound by the CPU's overhead (the operators'
+# dispatch and the launch together); the cheatsheet's rules say the same:
 
 linear_rules = ["overhead-bound", "addmm-fusion", "gemm-kernel", "hotspot"]
 findings_table(

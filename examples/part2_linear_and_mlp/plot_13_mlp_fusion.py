@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
-from profiling_utils import capture, diagnose, roofline
+from profiling_utils import capture, diagnose, roofline, time_per_call
 from profiling_utils.claims import claim
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
@@ -139,9 +139,9 @@ print(span_tree(eager.trace, eager.trace.steps[-1].span, width=80))
 # and ``aten::matmul`` flattens the [batch, seq, 768] input into a matrix of
 # ``batch·seq`` rows (``reshape``, ``view``), multiplies (``aten::mm``), and gives the
 # result its three dimensions back (``_unsafe_view``). These views change a tensor's
-# shape and strides, never its memory. Under the label's † row, the table's first rows
-# by device time are the ops that do work; the views come further down, and the line and
-# the claim after the table check that none of them launches GPU work.
+# shape and strides, never its memory. The table sorts by device time, so the views,
+# which have none, come last, most of them past its fourteen rows; the line and the claim
+# after the table list them and check that none launches GPU work.
 
 profiler_table(eager, row_limit=14)
 
@@ -192,7 +192,7 @@ for shape, entries in by_shape.items():
     print(textwrap.fill(text, 88, subsequent_indent="    "))
 (
     value_table(
-        ["A x B", "GFLOP", "kernel time (µs)", "TFLOP/s", "of peak"],
+        ["A x B", "GFLOP", "aten::mm GPU time (µs)", "TFLOP/s", "of peak"],
         rows,
         caption=f"The GEMMs of {eager.name}, medians over {steps} steps",
     )
@@ -207,7 +207,9 @@ for shape, entries in by_shape.items():
 # the same problem: gate and up make a wide output from a short inner dimension (``k`` = 768),
 # down a narrow output from a long one (``k`` = 3072). The GEMM library picks a kernel
 # per problem shape, from heuristics NVIDIA does not publish, so the two shapes can get
-# different tile sizes. On this run:
+# different tile sizes. The table's GPU time is all the GPU work each ``aten::mm``
+# launched, its memset included where it has one, so the rate is a little under the
+# kernel's own. On this run:
 
 if eager.has_gpu:
     names = {
@@ -354,8 +356,9 @@ if memory_peak is not None:
 # %%
 # On a GPU, per step: the GELU reads the gate and writes its output (two tensors of 48
 # MiB), the multiply reads that and ``up`` and writes the product (three), five in all.
-# The fused kernel moves three. The rates are GB/s over each kernel's time, against the
-# datasheet's memory bandwidth printed on the last line.
+# The fused kernel moves three. The rates above are GB/s over each kernel's time in the
+# first recorded step, against the datasheet's memory bandwidth printed on the last line;
+# the times below are medians over every step.
 
 if eager.has_gpu:
     for how in ("eager", "compiled"):
@@ -499,32 +502,56 @@ if eager.has_gpu:
         eager=busy["eager"],
         compiled=busy["compiled"],
     )
+
+# %%
+# The GEMMs hold most of a forward's GPU busy time. Fusion replaces the elementwise
+# kernels and keeps the three GEMMs (the same three per forward in every variant, as the
+# listings show), but their time need not stay the same: a compiled graph calls them
+# from its own code, on tensors it laid out itself. The GEMM kernels' time per forward
+# (the kernels ``aten::mm`` launched, medians over the steps), and how the busy time
+# compiling saves splits:
+
+
+def gemm_time(run):
+    """The time of the GEMM kernels per step (those ``aten::mm`` launched), µs."""
+    per_step = {}
+    for k in kernel_launches(run.trace):
+        if k.step is not None and k.op is not None and k.op.name == "aten::mm":
+            per_step[k.step] = per_step.get(k.step, 0.0) + k.kernel.dur
+    return Distribution.of(per_step.values(), "µs") if per_step else None
+
+
+gemm_times = {how: gemm_time(run) for how, run in runs.items()}
+if eager.has_gpu:
+    for how, g in gemm_times.items():
+        print(f"{how:9s} GEMM kernels per forward {g}")
+    gemm_eager, gemm_compiled = gemm_times["eager"], gemm_times["compiled"]
+    claim(
+        "compiling leaves the GEMM kernels' time per forward as it was, within their "
+        "spread (the two IQRs added)",
+        abs(gemm_compiled.median - gemm_eager.median)
+        <= gemm_eager.iqr + gemm_compiled.iqr,
+        otherwise="compiling moves the GEMM kernels' time per forward by more than their "
+        "spread (the two IQRs added)",
+        eager=gemm_eager,
+        compiled=gemm_compiled,
+    )
     busy_saved = busy["eager"].median - busy["compiled"].median
     elementwise_saved = time["eager"].median - time["compiled"].median
-    spread = busy["eager"].iqr + busy["compiled"].iqr
+    gemm_added = gemm_compiled.median - gemm_eager.median
     print(
-        f"saved by compiling, per forward: GPU busy {busy_saved:.1f} µs, "
-        f"elementwise kernels {elementwise_saved:.1f} µs"
-    )
-    claim(
-        "the GPU busy time compiling saves is the elementwise kernel time it saves, "
-        "within the spread of the busy times (their IQRs added)",
-        abs(busy_saved - elementwise_saved) <= spread,
-        otherwise="the GPU busy time compiling saves differs from the elementwise kernel "
-        "time it saves by more than the spread of the busy times",
-        busy_saved_us=busy_saved,
-        elementwise_saved_us=elementwise_saved,
-        spread_us=spread,
+        f"saved by compiling, per forward (medians): GPU busy {busy_saved:.1f} µs = "
+        f"elementwise kernels {elementwise_saved:.1f} µs - GEMM kernels {gemm_added:+.1f} µs "
+        f"- the rest {elementwise_saved - gemm_added - busy_saved:+.1f} µs"
     )
 
 # %%
-# The GEMMs hold most of a forward's GPU busy time, and fusion does not touch them, so in
-# busy time the forward gains only about what the elementwise kernels lose; the last
-# claim above compares the two on this run. Busy time leaves out the gaps between
-# kernels, and a forward timed from outside (CUDA events around whole calls) holds them.
-# Where the CPU takes longer to launch a forward than the GPU takes to run it, those gaps
-# are the CPU's launches, and the CPU time per step sets the pace. Per step, as the CPU
-# saw it, against the GPU's busy time:
+# In GPU busy time, then, a compiled forward gains what its fused kernel saves over the
+# GELU and the multiply, less whatever its GEMMs lost (the rest: memsets, and medians
+# taken apart). Busy time leaves out the gaps between kernels. Where the CPU takes longer
+# to launch a forward than the GPU takes to run it, those gaps are the CPU's launches,
+# and the CPU time per step sets the pace. Per step, as the CPU saw it, against the GPU's
+# busy time:
 
 step_cpu = {
     how: Distribution.of([t.cpu_us for t in step_times(run.trace)], "µs")
@@ -542,10 +569,62 @@ if eager.has_gpu:
     )
 
 # %%
-# Where that claim holds, compiling can save more than the elementwise kernels' time, or
-# less: it changes what the CPU does per step (fewer launches, and the compiled region's
-# own guard checks and wrappers; :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`
-# weighs them), and that is the time that counts.
+# These CPU times were taken under the profiler, which adds its own work to every
+# operator it records, more with ``record_shapes`` (on here): they overstate what a
+# step costs the CPU, and by how much differs between variants that run different code
+# (a compiled forward runs its guard checks and wrappers, :doc:`page 08
+# <../part1_matmul_add/plot_08_torch_compile>`; Liger's, an autograd ``Function``). What
+# a user's loop sees is the time per forward without the profiler:
+# :func:`~profiling_utils.capture.time_per_call` runs thirty batches of twenty
+# back-to-back forwards, each batch between two CUDA events, so a forward the CPU cannot
+# launch fast enough is timed at the CPU's pace.
+
+
+def forward(model):
+    def call():
+        with torch.no_grad():
+            return model(x)
+
+    return call
+
+
+models = {"eager": mlp, "compiled": compiled_mlp}
+if liger is not None:
+    models["Liger"] = liger_mlp
+wall = {how: time_per_call(forward(model)) for how, model in models.items()}
+for how, w in wall.items():
+    print(f"{how:9s} per forward, unprofiled {w}")
+if eager.has_gpu:
+    for how in wall:
+        if how == "eager":
+            continue
+        claim(
+            f"without the profiler, a {how} forward takes less time than an eager one",
+            clearly_greater(wall["eager"], wall[how]),
+            otherwise=(
+                f"without the profiler, a {how} forward takes longer than an eager one"
+                if clearly_greater(wall[how], wall["eager"])
+                else f"without the profiler, {how} and eager forwards take the same time, "
+                "within the spread"
+            ),
+            eager=wall["eager"],
+            **{how: wall[how]},
+        )
+    claim(
+        "without the profiler, an eager forward takes about its GPU busy time (within 10%):"
+        " the GPU sets the pace",
+        wall["eager"].median <= 1.1 * busy["eager"].median,
+        otherwise="without the profiler, an eager forward takes over 10% longer than its "
+        "GPU busy time: the gaps between its kernels count",
+        unprofiled=wall["eager"],
+        busy=busy["eager"],
+    )
+
+# %%
+# The last claims give this run's answer. Where the GPU sets the pace without the
+# profiler, a forward takes its GPU busy time, the CPU's work hides behind it however
+# much the profiler made of it, and a fused forward gains what its busy time saves.
+# Where the CPU sets the pace, the CPU's time per forward is what counts.
 #
 # The rule again, on each run: it fires on the eager run only when the GELU and the
 # multiply are separate kernels.

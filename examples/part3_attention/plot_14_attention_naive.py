@@ -230,8 +230,29 @@ if last.gpu_work:
         otherwise="the last naive step's GPU work starts before its CPU side ends",
         lag_us=round(gpu_start - last.end, 1),
     )
+    gpu_end = max(w.end for w in last.gpu_work)
+    meanwhile = sorted(
+        {
+            s.name
+            for s in naive.trace.spans
+            if s.lane.kind == "cpu"
+            and s.depth == 0
+            and s.start < gpu_end
+            and s.end > gpu_start
+        }
+    )
+    print(
+        "on the CPU while this step's GPU work ran:", ", ".join(meanwhile) or "nothing"
+    )
 
 # %%
+# Where the claim holds, the CPU lane above the kernels holds none of this step's calls:
+# the CPU issued them earlier, and the line above names what it did while they ran. A
+# ``cudaDeviceSynchronize`` there, after the last step, waits for the GPU to finish what
+# the CPU queued (:doc:`page 01 <../part1_matmul_add/plot_01_overhead_vs_compute>` counts
+# that wait in torch's table). A kernel box too narrow for a shortened name shows the
+# first word of it, the kernel's family (the GEMMs' ``nvjet``, on an H100).
+#
 # How fast is the copy?
 # ---------------------
 # The scores are ``[batch, heads, L, L]`` in bf16, 2 bytes an element; the first two

@@ -32,7 +32,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
-from profiling_utils import capture, diagnose
+from profiling_utils import capture, diagnose, time_per_call
 from profiling_utils.claims import claim
 from profiling_utils.datasheet import datasheet_peak
 from profiling_utils.measures import kernel_launches, step_times
@@ -279,7 +279,9 @@ gpu = {
 # (:mod:`profiling_utils.roofline`): ``4·B·H·L²·D`` FLOPs for ``QKᵀ`` and ``PV``, the
 # softmax not counted, halved for a causal mask, which leaves about half of the products
 # out. Its rate is set against the datasheet's dense bf16 tensor-core peak (no sparsity),
-# the inputs' dtype:
+# the inputs' dtype. Not for the math backend: it computes the whole ``L×L`` products,
+# masked entries too, in fp32 on the CUDA cores (its operators, below), so neither the
+# causal count nor the bf16 peak applies to it, and its row leaves the rate out:
 
 flops = 4 * batch * heads * length * length * head_dim // 2
 device_name = runs["auto"].trace.devices[0].name if on_gpu else None
@@ -292,7 +294,7 @@ print(
 )
 rows = []
 for name in runs:
-    tflops = flops / gpu[name].median / 1e6 if on_gpu else None
+    tflops = flops / gpu[name].median / 1e6 if on_gpu and name != "math" else None
     share = f"{tflops / peak.value:.0%}" if peak and tflops else None
     rows.append([name, cpu[name], gpu[name], tflops, share])
 value_table(
@@ -318,7 +320,7 @@ if on_gpu:
         all(c == {flops} for c in counted.values()),
         flops=flops,
     )
-    for name in runs:
+    for name in (name for name in runs if name != "math"):
         rate = flops / gpu[name].median / 1e6
         claim(
             f"{name} stays below the datasheet's bf16 peak",
@@ -373,7 +375,8 @@ else:
 # %%
 # The CPU time of a call is the dispatcher, the backend's checks and the launch. Where a
 # call costs the CPU more than its kernel costs the GPU, a model made of such calls keeps
-# the GPU waiting, unless the CPU runs ahead of it. Per call, for the fused backends:
+# the GPU waiting, unless other calls have queued enough work ahead of it. Per call, for
+# the fused backends:
 
 if on_gpu:
     for name in ("efficient", "flash", "cudnn"):
@@ -388,11 +391,55 @@ if on_gpu:
             f"per call: {verdict}"
         )
     claim(
-        "cuDNN's call costs the CPU more than its kernel costs the GPU",
+        "the pinned cuDNN call costs the CPU more than its kernel costs the GPU",
         clearly_greater(cpu["cudnn"], gpu["cudnn"]),
         cpu=cpu["cudnn"],
         gpu=gpu["cudnn"],
-        otherwise="cuDNN's call does not cost the CPU clearly more than its GPU time",
+        otherwise="the pinned cuDNN call does not cost the CPU clearly more than its GPU "
+        "time",
+    )
+    claim(
+        "auto's call, which runs the same cuDNN operators and kernel, costs the CPU "
+        "clearly less than the pinned one",
+        clearly_greater(cpu["cudnn"], cpu["auto"]),
+        otherwise="auto's call, which runs the same cuDNN operators and kernel, does not "
+        "cost the CPU clearly less than the pinned one",
+        pinned=cpu["cudnn"],
+        auto=cpu["auto"],
+    )
+
+# %%
+# These CPU times were taken under the profiler (with ``record_shapes``, which adds to
+# every operator it records), and the pinned runs enter ``sdpa_kernel`` around every
+# call; where the last claim holds, the same operators cost the CPU less in the ``auto``
+# run than in the pinned one, and the pinned runs' CPU times say more about the
+# profiled, pinned setting than about a call in a model. Timed without the profiler
+# (:func:`~profiling_utils.capture.time_per_call`: thirty batches of twenty back-to-back
+# calls, each batch between two CUDA events, so a call the CPU cannot issue fast enough
+# is timed at the CPU's pace), each backend as pinned above:
+
+wall = {
+    name: time_per_call(lambda backend=backend: attention(backend))
+    for name, backend in PINNED.items()
+}
+for name, times in wall.items():
+    verdict = ""
+    if on_gpu:
+        ratio = times.median / gpu[name].median
+        verdict = f", {ratio:.2f}x its profiled GPU time"
+    print(f"{name:9s} per call, unprofiled {times}{verdict}")
+if on_gpu:
+    claim(
+        "without the profiler, a cuDNN call takes less time than a flash one",
+        clearly_greater(wall["flash"], wall["cudnn"]),
+        otherwise=(
+            "without the profiler, a cuDNN call takes longer than a flash one"
+            if clearly_greater(wall["cudnn"], wall["flash"])
+            else "without the profiler, cuDNN and flash calls take the same time, within "
+            "the spread"
+        ),
+        cudnn=wall["cudnn"],
+        flash=wall["flash"],
     )
 
 # %%
@@ -643,6 +690,37 @@ if on_gpu:
     )
 
 # %%
+# Where the math backend's GPU time goes, in the call shown above: the GPU work each of
+# its operators launched (the operators listed above, each with what it calls):
+
+if on_gpu:
+    gpu_by_op = Counter()
+    for launched in kernel_launches(math_run.trace):
+        if launched.launch is None or launched.launch.start >= math_op.end:
+            continue
+        outer = next(
+            (
+                a
+                for a in math_run.trace.ancestors(launched.launch)
+                if a.parent == math_op.id
+            ),
+            None,
+        )
+        if outer is not None:
+            gpu_by_op[outer.name] += launched.kernel.dur
+    call_gpu_us = sum(gpu_by_op.values())
+    for name, us in gpu_by_op.most_common(6):
+        print(f"{name:24s} {us:8.1f} µs  {us / call_gpu_us:4.0%}")
+    gemm_share = gpu_by_op["aten::matmul"] / call_gpu_us
+    claim(
+        "the two GEMMs take less than half of the math backend's kernel time: the passes "
+        "over the whole fp32 score matrix (mask, softmax, casts) take the rest",
+        gemm_share < 0.5,
+        otherwise="the two GEMMs take at least half of the math backend's kernel time",
+        gemm_share=f"{gemm_share:.0%}",
+    )
+
+# %%
 # The post found the math backend 3.7 times slower than its own in-place attention on the
 # A100 (7.239 ms against 1.955 ms); here compare the table above with the in-place step
 # of :doc:`the previous page <plot_14_attention_naive>`. The math backend's GEMMs also
@@ -722,7 +800,10 @@ auto_findings = diagnose(runs["auto"].trace)
 findings_table(auto_findings, caption=runs["auto"].name)
 
 # %%
-# Each run's backend as the rule names it:
+# A ``dead-window`` row, where the table has one, is about the time between the step's
+# label and the call in one step, not about attention (:doc:`page 02
+# <../part1_matmul_add/plot_02_cold_start>` reads that rule). Each run's backend as the
+# rule names it:
 
 expected = {
     "math": "math",
