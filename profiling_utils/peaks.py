@@ -44,7 +44,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .capture import Capture, capture, run_name
 from .measures import memory_copies
@@ -195,19 +195,24 @@ class Peaks:
     trace_paths: tuple[Path, ...] = ()
     """The two burst traces, when :func:`measure_peaks` was given an ``out_dir``."""
 
-    def summary(self, width: int = 88) -> str:
-        """Each peak with its conditions, in lines of at most ``width`` characters."""
+    def summary(self, width: int = 88, *, only: Literal["matmul", "copy"] | None = None) -> str:
+        """Each peak with its conditions, in lines of at most ``width`` characters; with
+        ``only``, the matmul's or the copy's alone (a page that rates a copy need not print
+        a matmul peak that a product of another size may pass)."""
+        if only not in (None, "matmul", "copy"):
+            raise ValueError(f"only must be 'matmul', 'copy' or None, not {only!r}")
         lines = textwrap.wrap(
             f"Measured peaks of {self.device} (GB = 10^9 bytes; a copy's GB/s counts the "
             "bytes copied, each once):",
             width,
             break_on_hyphens=False,
         )
+        measurements = {
+            "matmul": (self.matmul_burst, self.matmul_sustained),
+            "copy": (self.copy_burst, self.copy_sustained),
+        }
         for measurement in (
-            self.matmul_burst,
-            self.matmul_sustained,
-            self.copy_burst,
-            self.copy_sustained,
+            m for kind, pair in measurements.items() if only in (None, kind) for m in pair
         ):
             kind = "sustained" if measurement.sustained else "burst"
             lines += textwrap.wrap(

@@ -135,3 +135,13 @@ def test_summary_states_every_peak_with_the_copy_convention() -> None:
     assert peaks.copy_burst.rate == pytest.approx(2**30 / 716e-6 / 1e9)
     with pytest.raises(AttributeError):
         peaks.matmul_burst = peaks.matmul_sustained  # type: ignore[misc]
+
+
+def test_summary_of_one_operation_leaves_the_other_out() -> None:
+    peaks = h100_like_peaks()
+    copy = " ".join(peaks.summary(only="copy").split())
+    assert "device-to-device copy" in copy and "matmul" not in copy
+    matmul = " ".join(peaks.summary(only="matmul").split())
+    assert "matmul" in matmul and "device-to-device copy" not in matmul
+    with pytest.raises(ValueError, match="only must be"):
+        peaks.summary(only="gemm")  # type: ignore[arg-type]

@@ -154,9 +154,11 @@ for name in ("eager", "compiled"):
     print(f"{name}:\n{gpu_work_listing(runs[name].trace.steps[-1])}")
 
 # %%
-# ``addmm`` writes ``b + x @ w`` into an output that must first hold ``b``. PyTorch's CUDA
-# ``addmm`` copies the bias there (the device-to-device copy above), then runs a GEMM that
-# adds its product to what the output holds. So the add kernel is gone, but the bias still
+# ``addmm`` writes ``b + x @ w`` into an output that must first hold ``b``. Here ``b`` is a
+# full ``n × n`` addend, and PyTorch's CUDA ``addmm`` copies it there (the device-to-device
+# copy above), then runs a GEMM that adds its product to what the output holds. (The
+# one-row bias of an ``nn.Linear`` takes another path, which :doc:`page 12
+# <../part2_linear_and_mlp/plot_12_linear>` profiles.) So the add kernel is gone, but the bias still
 # crosses memory, now as a copy. A memset of a few bytes next to a GEMM, where the listing
 # shows one, is cuBLAS's own. Counted over the twenty steps, with the GEMM kernels' names:
 
@@ -217,7 +219,8 @@ else:
 # The bias copy against the peaks
 # -------------------------------
 # How fast is that copy? :func:`~profiling_utils.peaks.measure_peaks` measures this GPU's
-# peaks first (printed with the conditions they were measured under); then
+# peaks first (its copy peaks are printed, with the conditions they were measured under);
+# then
 # :func:`~profiling_utils.rates.rate_report` puts the copy's rate, in bytes copied per
 # second, next to the datasheet's memory bandwidth and the measured copy peaks:
 
@@ -225,7 +228,9 @@ if compiled.has_gpu:
     copy_us = Distribution.of([c.span.dur for c in bias_copies], "µs")
     copy_bytes = bias_copies[0].bytes
     peaks = measure_peaks()
-    print(f"{peaks.summary()}\n\nbias copy of {byte_size(copy_bytes)}: {copy_us}")
+    print(
+        f"{peaks.summary(only='copy')}\n\nbias copy of {byte_size(copy_bytes)}: {copy_us}"
+    )
     report = rate_report(
         copy_bytes / copy_us.median / 1e3,
         "copy",
