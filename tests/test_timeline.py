@@ -940,6 +940,19 @@ def test_the_legend_lies_within_the_figure(name: str) -> None:
         plt.close(fig)
 
 
+def test_the_legend_names_the_dashed_step_boundaries_where_there_are_any(
+    cold: Trace, make_trace
+) -> None:
+    # Readers of pages 08 and 13 took the dashed lines for events: the legend names them.
+    def labels(fig) -> list[str]:
+        (legend,) = [c for c in _axes(fig).get_children() if c.get_gid() == "category-legend"]
+        return [t.get_text() for t in legend.get_texts()]
+
+    assert labels(plot_timeline(cold, step=cold.steps[-1].number))[-1] == "ProfilerStep boundary"
+    no_steps = load_trace(make_trace([complete_event("aten::mm", "cpu_op", 0, 10)]))
+    assert "ProfilerStep boundary" not in labels(plot_timeline(no_steps))
+
+
 def _dead(trace: Trace) -> Highlight:
     return highlight_between(
         _inside(trace, "matmul_add", 2), _inside(trace, "aten::matmul", 2), "d"

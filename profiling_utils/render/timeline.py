@@ -35,6 +35,7 @@ from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
@@ -145,6 +146,8 @@ _LEGEND_ORDER = [
     _CATEGORIES["python_function"],
     _OTHER,
 ]
+_STEP_BOUNDARY_LEGEND = "ProfilerStep boundary"
+_STEP_BOUNDARY_DASHES = (0, (3, 2))
 _LEGEND_HANDLE_EM = 1.2
 _LEGEND_HANDLE_PAD_EM = 0.6
 _LEGEND_SPACING_EM = 1.4
@@ -311,8 +314,12 @@ def plot_timeline(
         width_pt = (_FIGURE_WIDTH_IN - left_in - _RIGHT_MARGIN_IN) * 72
     else:
         width_pt = ax.bbox.width * 72 / ax.figure.dpi
-    legend_columns = _legend_columns(categories, width_pt)
-    legend_rows = math.ceil(len(categories) / legend_columns)
+    boundaries_shown = any(x0 <= x <= x1 for step in trace.steps for x in (step.start, step.end))
+    legend_labels = [c.legend for c in categories]
+    if boundaries_shown:
+        legend_labels.append(_STEP_BOUNDARY_LEGEND)
+    legend_columns = _legend_columns(legend_labels, width_pt)
+    legend_rows = math.ceil(len(legend_labels) / legend_columns)
     pt_per_us = width_pt / (x1 - x0)
     names, label_rows = _place_names(layout, x0, x1, pt_per_us, highlights)
     layout = _with_label_rows(layout, label_rows)
@@ -346,7 +353,7 @@ def plot_timeline(
     _draw_steps(ax, trace, layout, x0, x1, pt_per_us)
     _draw_highlights(ax, placed_highlights, layout)
     _format_time_axis(ax, x0, x1)
-    _draw_legend(ax, categories, legend_columns)
+    _draw_legend(ax, categories, legend_columns, step_boundaries=boundaries_shown)
     if title:
         # A title longer than the axes and the right margin is set smaller, not cut off.
         room_pt = width_pt + _RIGHT_MARGIN_IN * 72 - _TEXT_PAD_PT
@@ -1015,7 +1022,7 @@ def _draw_steps(
             lanes_bottom,
             colors=_MUTED_TEXT,
             linewidths=0.8,
-            linestyles=(0, (3, 2)),
+            linestyles=_STEP_BOUNDARY_DASHES,
             zorder=2.5,  # over the boxes, under their names
         )
         lines.set_gid("step-boundaries")
@@ -1138,11 +1145,11 @@ def _format_time_axis(ax: Axes, x0: float, x1: float) -> None:
     ax.set_axisbelow(True)
 
 
-def _legend_columns(categories: list[_Category], width_pt: float) -> int:
+def _legend_columns(labels: list[str], width_pt: float) -> int:
     """The most legend entries per row that fit in ``width_pt``."""
     handle_pt = (_LEGEND_HANDLE_EM + _LEGEND_HANDLE_PAD_EM + _LEGEND_SPACING_EM) * _NAME_PT
-    entries_pt = [_text_width_pt(c.legend, _NAME_PT) + handle_pt for c in categories]
-    for columns in range(len(categories), 1, -1):
+    entries_pt = [_text_width_pt(label, _NAME_PT) + handle_pt for label in labels]
+    for columns in range(len(labels), 1, -1):
         # Matplotlib fills the columns in order, the first ``extra`` of them one entry longer
         # (``numpy.array_split``); a column is as wide as its widest entry.
         rows, extra = divmod(len(entries_pt), columns)
@@ -1156,8 +1163,19 @@ def _legend_columns(categories: list[_Category], width_pt: float) -> int:
     return 1
 
 
-def _draw_legend(ax: Axes, categories: list[_Category], columns: int) -> None:
-    handles = [Patch(facecolor=c.colour, edgecolor="none", label=c.legend) for c in categories]
+def _draw_legend(
+    ax: Axes, categories: list[_Category], columns: int, *, step_boundaries: bool
+) -> None:
+    handles: list[Patch | Line2D] = [
+        Patch(facecolor=c.colour, edgecolor="none", label=c.legend) for c in categories
+    ]
+    if step_boundaries:  # the dashed lines: without an entry, readers took them for events
+        handles.append(
+            Line2D(
+                [], [], color=_MUTED_TEXT, linewidth=0.8, linestyle=_STEP_BOUNDARY_DASHES,
+                label=_STEP_BOUNDARY_LEGEND,
+            )
+        )  # fmt: skip
     below_axis_labels = transforms.offset_copy(
         ax.transAxes, fig=ax.figure, y=-_AXIS_LABELS_IN * 72 + 6, units="points"
     )
