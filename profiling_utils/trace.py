@@ -1241,36 +1241,33 @@ def _nest(lane: Lane, on_lane: list[Span], covered: list[float]) -> None:
     therefore lies within its parent; siblings may overlap, so a parent's self time is its
     duration minus the union of its children, never their sum, and never negative.
     """
-    open_ids: list[int] = []
-    open_ends: list[float] = []
-    covered_until: list[float] = []  # per open span: how far its children's union reaches
+    # The open spans, innermost last: [end, id, how far its children's union reaches].
+    stack: list[list[Any]] = []
+    tolerance = _NEST_TOLERANCE_US
     next_starts = chain(map(_START, islice(on_lane, 1, None)), (math.inf,))
-    for span, next_start in zip(on_lane, next_starts, strict=True):
+    for span, next_start in zip(on_lane, next_starts, strict=False):  # equally long
         span.lane = lane
         start = span.start
         end = start + span.dur
-        must_reach = end - _NEST_TOLERANCE_US
-        while open_ends:
-            top = open_ends[-1]
-            if top > start and top >= must_reach:
-                parent = open_ids[-1]
+        must_reach = end - tolerance
+        while stack:
+            top = stack[-1]
+            top_end = top[0]
+            if top_end > start and top_end >= must_reach:
+                parent = top[1]
                 span.parent = parent
-                span.depth = len(open_ids)
-                reached = covered_until[-1]
-                inside = end if end < top else top  # within the parent despite rounding
+                span.depth = len(stack)
+                reached = top[2]
+                inside = end if end < top_end else top_end  # within the parent despite rounding
                 if inside > reached:
                     covered[parent] += inside - (start if start > reached else reached)
-                    covered_until[-1] = inside
+                    top[2] = inside
                 break
-            open_ends.pop()
-            open_ids.pop()
-            covered_until.pop()
+            stack.pop()
         # A span that ends before the next one starts can hold no later span: left off the
         # stack (most spans are leaves), as it would be popped at the next span anyway.
         if next_start < end:
-            open_ids.append(span.id)
-            open_ends.append(end)
-            covered_until.append(start)
+            stack.append([end, span.id, start])
 
 
 def load_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
