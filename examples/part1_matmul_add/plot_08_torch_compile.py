@@ -280,6 +280,11 @@ plot_timeline(
 )
 
 # %%
+# The picture spans the step on the CPU. On the GPU lane, work that starts before the
+# step's first launch is an earlier step's, still running when this one began; the
+# highlighted bands run through every lane to mark a time,
+# not an event on each lane.
+#
 # What a step costs the CPU
 # -------------------------
 # The post's compiled step cost its A100's CPU more than the eager one: 0.2 ms against

@@ -211,11 +211,14 @@ compiled_step = compiled.trace.steps[-1]
 print(span_tree(compiled.trace, compiled_step.span, width=80))
 
 # %%
-# Inductor traced ``aten::linear`` down to the ``addmm`` it makes and calls that directly;
-# the generated code builds the transposed view of the weight itself, without an operator
-# the profiler records. Around it come the rows of a compiled call (met on
-# :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`: the guard check, the
-# compiled region, AOTAutograd's wrapper, the generated ``call``). The two numbers after
+# The compiler traced the layer's ``forward`` and decomposed ``aten::linear`` into the
+# ``addmm`` it makes; Inductor's generated code calls that ``addmm`` directly and builds
+# the transposed view of the weight itself, without an operator the profiler records.
+# Around it come the rows of a compiled call (met on
+# :doc:`page 08 <../part1_matmul_add/plot_08_torch_compile>`): the guard check (``TorchDynamo
+# Cache Lookup``), the compiled region, ``Pregraph bytecode`` (the part of the frame
+# TorchDynamo rewrote that runs before the graph), AOTAutograd's wrapper, and the generated
+# ``call``. The two numbers after
 # ``Torch-Compiled Region`` are TorchDynamo's ids for the compiled frame and for its
 # compilation (0 the first, higher a recompilation). They are assigned in the running
 # process, so code compiled earlier in it can raise them: this script run alone shows
