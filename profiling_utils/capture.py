@@ -28,8 +28,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .stats import Distribution, clearly_greater
+
 if TYPE_CHECKING:  # pragma: no cover
-    from .stats import Distribution
     from .trace import Trace
 
 
@@ -190,61 +191,85 @@ def capture(
     )
 
 
+@dataclass(frozen=True)
+class CallTimes:
+    """What :func:`time_per_call` measured: a call's time end to end, and the CPU's part."""
+
+    end_to_end: Distribution
+    """Per call, µs: the wall time from the batch's start to the end of its GPU work."""
+    issue: Distribution
+    """Per call, µs: the CPU's time to make the call, until it returns (with CUDA, before
+    the GPU has finished the work it queued). Clearly under :attr:`end_to_end`, the GPU
+    sets the pace and the CPU's time hides behind it; about equal, the GPU waits for the
+    CPU."""
+
+    @property
+    def gpu_sets_the_pace(self) -> bool:
+        """Whether a call takes clearly longer end to end than the CPU takes to make it
+        (:func:`~profiling_utils.stats.clearly_greater`): the CPU then waits for the GPU,
+        and CPU time saved or added does not change the time per call."""
+        return clearly_greater(self.end_to_end, self.issue)
+
+
 def time_per_call(
     step: Callable[[], Any], *, calls: int = 20, repeats: int = 30, warmup_iters: int = 3
-) -> Distribution:
+) -> CallTimes:
     """Time ``step`` without the profiler: what a call costs end to end, as a user's loop
-    would see it.
+    would see it, and the CPU's part of it.
 
     ``repeats`` batches of ``calls`` back-to-back calls, after ``warmup_iters`` calls and a
     device synchronisation. With CUDA, each batch runs between two CUDA events recorded on
     an idle GPU, so a batch's time is the wall time the GPU took to finish the calls: its
     kernels, and the gaps in which it waited for the CPU to launch them (a CPU-bound step
-    is timed at the CPU's pace). Without CUDA, each batch is timed with
-    :func:`time.perf_counter`.
+    is timed at the CPU's pace); the CPU's own time to make the calls is read with
+    :func:`time.perf_counter` before it waits for the GPU. Without CUDA, both are the
+    :func:`time.perf_counter` time of the batch.
 
     A profiled step's CPU time includes the profiler's own overhead (more with
-    ``record_shapes``); this is the time to compare variants of a step by.
+    ``record_shapes``); these are the times to compare variants of a step by.
 
     Args:
         step: The code to time, called with no arguments.
         calls: Calls per batch: enough that the batch is long against the events' resolution
-            and the launch of the first call.
-        repeats: Batches: the samples of the returned distribution.
+            and the launch of the first call, and few enough that the CPU never waits for
+            room in the GPU's launch queue.
+        repeats: Batches: the samples of each distribution.
         warmup_iters: Calls before the first batch (compilation, cuBLAS's choice of kernel
             and the caching allocator settle in them).
 
     Returns:
-        The time per call of each batch, µs (:class:`~profiling_utils.stats.Distribution`).
+        The time per call of each batch, end to end and the CPU's (:class:`CallTimes`).
     """
     import time
 
     import torch
-
-    from .stats import Distribution
 
     if calls < 1 or repeats < 1 or warmup_iters < 0:
         raise ValueError("calls and repeats must be at least 1, warmup_iters at least 0")
     cuda = torch.cuda.is_available()
     for _ in range(warmup_iters):
         step()
-    samples = []
+    end_to_end, issue = [], []
     for _ in range(repeats):
         if cuda:
             torch.cuda.synchronize()
             start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             start.record()
+            began = time.perf_counter()
             for _ in range(calls):
                 step()
+            issued = time.perf_counter()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / calls)  # ms to µs
+            end_to_end.append(start.elapsed_time(end) * 1e3 / calls)  # ms to µs
         else:
             began = time.perf_counter()
             for _ in range(calls):
                 step()
-            samples.append((time.perf_counter() - began) * 1e6 / calls)
-    return Distribution.of(samples, unit="µs")
+            issued = time.perf_counter()
+            end_to_end.append((issued - began) * 1e6 / calls)
+        issue.append((issued - began) * 1e6 / calls)
+    return CallTimes(Distribution.of(end_to_end, unit="µs"), Distribution.of(issue, unit="µs"))
 
 
 def export_trace(prof: Any, path: str | os.PathLike[str]) -> Path:

@@ -94,9 +94,23 @@ def test_time_per_call_times_batches_of_calls_after_the_warm_up() -> None:
 
     timed = time_per_call(step, calls=4, repeats=5, warmup_iters=2)
     assert len(calls) == 2 + 4 * 5
-    assert timed.unit == "µs" and timed.n == 5
-    # Each sample is one call's share of its batch: about the 2 ms sleep, never the batch.
-    assert all(1_900 <= sample < 8_000 for sample in timed.samples)
+    for times in (timed.end_to_end, timed.issue):
+        assert times.unit == "µs" and times.n == 5
+        # Each sample is one call's share of its batch: about the 2 ms sleep, never the batch.
+        assert all(1_900 <= sample < 8_000 for sample in times.samples)
+    # Without CUDA, the CPU's time is the time end to end: the CPU sets the pace.
+    assert timed.issue.samples == timed.end_to_end.samples
+    assert not timed.gpu_sets_the_pace
+
+
+def test_the_gpu_sets_the_pace_when_a_call_outlasts_the_cpus_part() -> None:
+    from profiling_utils.capture import CallTimes
+    from profiling_utils.stats import Distribution
+
+    waits = CallTimes(Distribution.of([200, 201, 203, 199, 202]), Distribution.of([40] * 5))
+    assert waits.gpu_sets_the_pace
+    busy = CallTimes(Distribution.of([50, 52, 51, 49, 50]), Distribution.of([49, 51, 50, 48, 50]))
+    assert not busy.gpu_sets_the_pace
 
 
 def test_time_per_call_refuses_empty_batches() -> None:
