@@ -191,6 +191,11 @@ def capture(
     )
 
 
+PACE_MARGIN = 0.2
+"""How much longer than the CPU's part a call must take end to end for the GPU to be said to
+set the pace (:attr:`CallTimes.gpu_sets_the_pace`): a fifth."""
+
+
 @dataclass(frozen=True)
 class CallTimes:
     """What :func:`time_per_call` measured: a call's time end to end, and the CPU's part."""
@@ -206,9 +211,15 @@ class CallTimes:
     @property
     def gpu_sets_the_pace(self) -> bool:
         """Whether a call takes clearly longer end to end than the CPU takes to make it
-        (:func:`~profiling_utils.stats.clearly_greater`): the CPU then waits for the GPU,
-        and CPU time saved or added does not change the time per call."""
-        return clearly_greater(self.end_to_end, self.issue)
+        (:func:`~profiling_utils.stats.clearly_greater`), and by at least
+        :data:`PACE_MARGIN`: the CPU then waits for the GPU, and CPU time saved or added
+        does not change the time per call. Under the margin, the CPU sets the pace: a batch
+        always ends a little after the CPU's last call returns (that call's GPU work, shared
+        among the batch's calls), so the two are never equal."""
+        return (
+            clearly_greater(self.end_to_end, self.issue)
+            and self.end_to_end.median >= (1 + PACE_MARGIN) * self.issue.median
+        )
 
 
 def time_per_call(

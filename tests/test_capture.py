@@ -111,6 +111,9 @@ def test_the_gpu_sets_the_pace_when_a_call_outlasts_the_cpus_part() -> None:
     assert waits.gpu_sets_the_pace
     busy = CallTimes(Distribution.of([50, 52, 51, 49, 50]), Distribution.of([49, 51, 50, 48, 50]))
     assert not busy.gpu_sets_the_pace
+    # Clearly longer, but by 5%: the last call's GPU tail, not a GPU the CPU waits for.
+    tail = CallTimes(Distribution.of([44, 44.2, 43.9, 44.1, 44]), Distribution.of([42] * 5))
+    assert not tail.gpu_sets_the_pace
 
 
 def test_time_per_call_refuses_empty_batches() -> None:

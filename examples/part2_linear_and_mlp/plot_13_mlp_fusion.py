@@ -619,11 +619,13 @@ if eager.has_gpu:
         )
     for how, times in timed.items():
         claim(
-            f"without the profiler, the CPU makes a{'n' if how == 'eager' else ''} {how} "
-            "forward in clearly less time than the forward takes: the GPU sets the pace",
+            f"without the profiler, a{'n' if how == 'eager' else ''} {how} forward takes "
+            "clearly longer, by a fifth at least, than the CPU takes to make it: the GPU "
+            "sets the pace",
             times.gpu_sets_the_pace,
             otherwise=f"without the profiler, a{'n' if how == 'eager' else ''} {how} "
-            "forward takes about as long as the CPU takes to make it: the CPU sets the pace",
+            "forward takes less than a fifth longer than the CPU takes to make it: the CPU "
+            "sets the pace",
             end_to_end=times.end_to_end,
             cpu=times.issue,
         )
