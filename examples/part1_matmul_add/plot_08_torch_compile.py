@@ -381,8 +381,8 @@ if compiled.has_gpu:
 
 # %%
 # Where the GPU sets the pace of both, the compiled call's extra CPU work is hidden
-# behind the GEMM, and the two take the same time; the claims above say how it went on
-# this run.
+# behind the GPU's, and the two calls differ by their GPU work alone (a copy and one
+# GEMM against a GEMM and an add); the claims above say how it went on this run.
 #
 # Beyond the post: ``mode="reduce-overhead"``
 # -------------------------------------------
