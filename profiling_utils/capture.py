@@ -213,9 +213,10 @@ class CallTimes:
         """Whether a call takes clearly longer end to end than the CPU takes to make it
         (:func:`~profiling_utils.stats.clearly_greater`), and by at least
         :data:`PACE_MARGIN`: the CPU then waits for the GPU, and CPU time saved or added
-        does not change the time per call. Under the margin, the CPU sets the pace: a batch
-        always ends a little after the CPU's last call returns (that call's GPU work, shared
-        among the batch's calls), so the two are never equal."""
+        does not change the time per call. Under the margin, the CPU's time is most of a
+        call's, and CPU time saved or added shows in it (a batch always ends a little after
+        the CPU's last call returns, that call's GPU work shared among the batch's calls,
+        so the two are never equal)."""
         return (
             clearly_greater(self.end_to_end, self.issue)
             and self.end_to_end.median >= (1 + PACE_MARGIN) * self.issue.median

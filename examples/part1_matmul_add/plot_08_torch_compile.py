@@ -297,7 +297,7 @@ if step.gpu_work:
 
 # %%
 # The picture runs from the step's start on the CPU to the end of the GPU work it
-# launched. The GPU can run behind the CPU: the line above says how far, and how much of
+# launched. The GPU can run behind the CPU: the line above says whether, and how much of
 # what the GPU lane shows before the step's own work was launched by earlier steps. The
 # highlighted bands run through every lane to mark a time, not an event on each lane.
 #
@@ -373,16 +373,17 @@ if compiled.has_gpu:
             "sets the pace",
             timed[name].gpu_sets_the_pace,
             otherwise=f"without the profiler, a{'n' if name == 'eager' else ''} {name} "
-            "call takes less than a fifth longer than the CPU takes to make it: the CPU "
-            "sets the pace",
+            "call takes less than a fifth longer than the CPU takes to make it: the CPU's "
+            "time is most of it",
             end_to_end=timed[name].end_to_end,
             cpu=timed[name].issue,
         )
 
 # %%
-# Where the GPU sets the pace of both, the compiled call's extra CPU work is hidden
-# behind the GPU's, and the two calls differ by their GPU work alone (a copy and one
-# GEMM against a GEMM and an add); the claims above say how it went on this run.
+# Where the GPU sets the pace of both, the compiled call's extra CPU work can hide
+# behind the GPU's, and what each call takes comes from the GPU: its work (a copy and one
+# GEMM against a GEMM and an add) and the gaps between it. The claims above say how the
+# two compared on this run.
 #
 # Beyond the post: ``mode="reduce-overhead"``
 # -------------------------------------------

@@ -711,9 +711,9 @@ claim(
 # idles between them, waiting for the host, which the overlapped run changes too (it
 # launches its work in another order). Where the last claim holds, the overlapped steps
 # are shorter than the exposed communication alone explains, the GPU idles less in them,
-# and the products' second waves are paid out of that. Two runs of one program differ by
-# a few tens of µs (rank 0's idle times spread widely), so read these medians as sizes,
-# not as exact sums.
+# and the products' second waves are paid out of that. Steps vary within a run (the
+# IQRs above, a hundred µs wide for some), so read these medians as sizes, not as exact
+# sums.
 #
 # The traces
 # ----------

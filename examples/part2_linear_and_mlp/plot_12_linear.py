@@ -326,7 +326,7 @@ if eager.has_gpu:
     )
     claim(
         "without the profiler, an eager call takes less than a fifth longer than the CPU "
-        "takes to make it: the CPU sets the pace",
+        "takes to make it: the CPU's time is most of it",
         not timed["eager"].gpu_sets_the_pace,
         otherwise="without the profiler, an eager call takes clearly longer, by a fifth at "
         "least, than the CPU takes to make it: the GPU sets the pace",
@@ -335,8 +335,8 @@ if eager.has_gpu:
     )
 
 # %%
-# Where the CPU sets the pace, a call's time is the CPU's work of making it, and the
-# compiled call's extra work is paid in full; the claims above say how it went here.
+# Where the CPU's time is most of a call's, the compiled call's extra CPU work is paid
+# in full; the claims above say how it went here.
 #
 # How busy is the GPU?
 # --------------------

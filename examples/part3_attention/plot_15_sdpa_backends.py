@@ -447,16 +447,19 @@ if on_gpu:
         "least, than the CPU takes to make it: the GPU sets the pace",
         timed["cudnn"].gpu_sets_the_pace,
         otherwise="without the profiler, a pinned cuDNN call takes less than a fifth longer "
-        "than the CPU takes to make it: the CPU sets the pace",
+        "than the CPU takes to make it: the CPU's time is most of it",
         end_to_end=timed["cudnn"].end_to_end,
         cpu=timed["cudnn"].issue,
     )
 
 # %%
-# Set the CPU's part above against the table's CPU column: the difference is what the
-# profiler added to the call. The last claim says who sets a cuDNN call's pace once the
-# profiler is off: where the CPU does, calls of it keep the GPU waiting, as the profiled
-# comparison suggested; where the GPU does, that comparison was the profiler's doing.
+# The CPU's part above is the whole call, ``sdpa_kernel``'s context included for the
+# pinned backends; the table's CPU column is the operator alone, under the profiler. For
+# ``auto``, which enters no context, the two cover the same work, and their difference is
+# about what the profiler added to it. The last claim says how a pinned cuDNN call
+# stands once the profiler is off: where the CPU's time is most of it, calls of it keep
+# the GPU waiting, as the profiled comparison suggested; where the GPU sets the pace,
+# that comparison was the profiler's doing.
 #
 # What the profiler does not see
 # ------------------------------
