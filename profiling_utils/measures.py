@@ -562,9 +562,8 @@ class KernelStats(_Result, msgspec.Struct, frozen=True, gc=False):
     each step, in start order), over at least four steps. It stands out when it lies outside
     the role's Tukey fences (1.5 IQR beyond the quartiles) and differs from the role's median
     by at least :data:`OUTLIER_MIN_DEVIATION_FRACTION` and :data:`OUTLIER_MIN_DEVIATION_US`.
-    By role, not by name: one name run
-    at several sizes in every step (a reduction over each layer) would otherwise put every
-    step outside the fences of its mixed durations."""
+    By role, not by name: one name run at several sizes in every step (a reduction over each
+    layer) would otherwise put every step outside the fences of its mixed durations."""
     communication: bool
     """Whether it is a collective or point-to-point communication kernel
     (:func:`~profiling_utils.trace.is_communication`): its time includes waiting for the other
