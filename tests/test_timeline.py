@@ -648,9 +648,9 @@ def test_no_name_goes_into_a_range_highlighted_on_its_own_lane(make_trace) -> No
 
 
 def test_a_box_inside_a_highlighted_range_is_named_beside_itself_there(make_trace) -> None:
-    # Page 02: the 6.9 ms cudaLaunchKernel inside the highlighted first aten::mm went unnamed:
-    # the range kept out every name, though this one says what ran in it. A box outside the
-    # range still keeps its name out of it.
+    # Page 02: the Activity Buffer Request during the highlighted first aten::mm went
+    # unnamed: the range kept out every name, though this one says what ran in it. A box
+    # outside the range still keeps its name out of it.
     events = [
         complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
         complete_event("aten::mm", "cpu_op", 5, 800),

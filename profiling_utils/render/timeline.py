@@ -726,8 +726,8 @@ def _place_names(
     No name is written outside its box within a highlighted range, on any lane, unless the
     box lies in the range too: the name of a box outside it would read as work in the range
     (page 01's "GPU idle", page 04's buffer request, during which the CPU thread waits, page
-    02's dead window), while the name of a box inside says what ran there (page 02's 6.9 ms
-    ``cudaLaunchKernel`` within the first ``aten::mm``).
+    02's dead window), while the name of a box inside says what ran there (page 02's
+    ``Activity Buffer Request``, during its first ``aten::mm``).
 
     Returns the names and the lanes that need one more row for the names written under the
     boxes of their last row.
