@@ -22,7 +22,8 @@ Commands:
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` is
       :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
-      copies and memsets, never its annotations).
+      copies and memsets; on a CPU thread, of its operators and runtime calls; never labels
+      such as ``ProfilerStep#N``).
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_fraction,
       gpu_activities, lane_offset_us, dead_window_us, launch_delay_median_us,
       launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us}]``; values that do

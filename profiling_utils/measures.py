@@ -38,6 +38,7 @@ import msgspec
 
 from .trace import (
     GPU_WORK_CATEGORIES,
+    LABEL_CATEGORIES,
     LAUNCH_CATEGORIES,
     DeviceInfo,
     Lane,
@@ -252,11 +253,16 @@ def gpu_busy_us(
 
 
 def lane_busy_us(trace: Trace, lane: Lane) -> float:
-    """The busy time of one lane: :func:`gpu_busy_us` for a GPU lane, the union of the
-    lane's spans for any other (CPU thread, overhead track)."""
+    """The busy time of one lane: :func:`gpu_busy_us` for a GPU lane; for any other (a CPU
+    thread, the profiler's overhead track), the union of its spans that are work: operators,
+    runtime and driver calls, syncs. Labels (``ProfilerStep#N`` and other ``record_function``
+    ranges, the Python frames of a ``with_stack`` trace, the profiler's span over the whole
+    trace) are left out: they cover a main thread nearly end to end, whatever it does inside
+    them."""
     if lane.kind == "gpu":
         return gpu_busy_us(trace, lane)
-    return _union_us(trace.lane_spans(lane), in_start_order=True)
+    work = [span for span in trace.lane_spans(lane) if span.cat not in LABEL_CATEGORIES]
+    return _union_us(work, in_start_order=True)
 
 
 def step_times(trace: Trace) -> list[StepTime]:

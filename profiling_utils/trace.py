@@ -112,6 +112,12 @@ CPU_CATEGORIES = frozenset(
 )
 """Categories recorded on host threads."""
 
+LABEL_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation", "python_function", "Trace"})
+"""Categories that name a stretch of the program rather than work done in it: a
+``record_function`` label or ``ProfilerStep#N`` (and its copy on a GPU lane), a Python frame
+of a ``with_stack`` trace, the profiler's own span over the whole trace. They are never busy
+time: a thread inside a label may be idle, or running code the profiler does not record."""
+
 SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 

@@ -674,15 +674,19 @@ def test_gpu_busy_counts_overlapping_streams_once(make_trace) -> None:
     assert gpu_busy_us(trace, window=(15.0, 30.0)) == 0.0  # the GPU idle all through it
 
 
-def test_cpu_lane_busy_is_the_union_of_its_spans(make_trace) -> None:
+def test_cpu_lane_busy_is_the_union_of_its_work_not_its_labels(make_trace) -> None:
     events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1000),
         complete_event("frame", "python_function", 0, 100),
         complete_event("aten::mm", "cpu_op", 50, 100),  # outlives the frame: not nested
+        complete_event("cudaLaunchKernel", "cuda_runtime", 120, 20),  # inside aten::mm
         complete_event("aten::add", "cpu_op", 200, 10),
+        complete_event("cudaDeviceSynchronize", "cuda_runtime", 300, 40),
     ]
     trace = load_trace(make_trace(events))
     (lane,) = trace.lanes
-    assert lane_busy_us(trace, lane) == 160.0
+    # aten::mm (50-150) with its launch, aten::add, the sync: not the step or the frame.
+    assert lane_busy_us(trace, lane) == 150.0
 
 
 def test_busy_of_a_cpu_only_trace_is_zero(make_trace) -> None:

@@ -260,8 +260,10 @@ cli("summary", "--top", "3", run.trace_path.name)
 
 # %%
 # ``summary`` is the overview: the device and CUDA versions; the lanes, each with its busy
-# time (on a GPU lane, the time its kernels, copies and memsets ran); a line per step (CPU
-# time, GPU busy time and idle share, lane offset, dead window, launch delays, GPU gaps);
+# time (on a GPU lane, the time its kernels, copies and memsets ran; on a CPU thread, the
+# time it spent in operators and runtime calls, labels such as the step left out); a line
+# per step (CPU time, GPU busy time and idle share, lane offset, dead window, launch delays,
+# GPU gaps);
 # the kernels with the most total time and how they were launched; the CPU operators with
 # the most self time; the copies and memsets; the collective kernels of a distributed run
 # (NCCL, RCCL: none in this one-GPU run) and how much of their time compute hides; and
