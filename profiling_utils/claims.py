@@ -42,9 +42,13 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .stats import Distribution, clearly_greater
 from .tables import PAGE_WIDTH
+
+if TYPE_CHECKING:  # capture imports torch; a claim only reads the result
+    from .capture import CallTimes
 
 __all__ = [
     "CLAIMS_FILE_ENV",
@@ -56,6 +60,8 @@ __all__ = [
     "format_number",
     "mode",
     "read_claims",
+    "which_is_greater",
+    "who_sets_the_pace",
 ]
 
 CLAIMS_MODE_ENV = "PROFILING_UTILS_CLAIMS"
@@ -201,6 +207,64 @@ def at_least_times(statement: str, factor: float, **two_numbers: float) -> Claim
     value, baseline = two_numbers.values()
     ratio = value / baseline if baseline else math.inf
     return claim(statement, value >= factor * baseline, **two_numbers, ratio=ratio)
+
+
+def which_is_greater(greater: str, less: str, alike: str, **two: Distribution) -> Claim:
+    """Say which of two measured timings is the greater, worded by this run's outcome.
+
+    The first named distribution is compared with the second by
+    :func:`~profiling_utils.stats.clearly_greater`, both ways: the claim reads ``greater``
+    when the first is clearly the greater, ``less`` when the second is, and ``alike`` when
+    the middle halves of the two overlap (a difference the run cannot tell from its noise).
+    Like a claim with ``otherwise``, it always holds, and shows both distributions::
+
+        which_is_greater(
+            "a compiled step costs the CPU more than an eager one",
+            "a compiled step costs the CPU less than an eager one",
+            "compiled and eager steps cost the CPU alike, within the spread",
+            compiled=cpu["compiled"],
+            eager=cpu["eager"],
+        )
+
+    Raises:
+        TypeError: When not given exactly two named distributions.
+        ValueError: As :func:`~profiling_utils.stats.clearly_greater` does (too few samples
+            on a side, or units that differ).
+    """
+    if len(two) != 2:
+        raise TypeError(f"which_is_greater() takes exactly two named timings, not {len(two)}")
+    first, second = two.values()
+    if clearly_greater(first, second):
+        statement = greater
+    elif clearly_greater(second, first):
+        statement = less
+    else:
+        statement = alike
+    return claim(statement, True, **two)
+
+
+def who_sets_the_pace(what: str, times: CallTimes) -> Claim:
+    """Say whether the GPU or the CPU sets the pace of a call timed without the profiler.
+
+    ``what`` names the call (``"an eager call"``, ``"a pinned cuDNN call"``) and ``times`` is
+    what :func:`~profiling_utils.capture.time_per_call` measured of it; the claim reads by
+    :attr:`~profiling_utils.capture.CallTimes.gpu_sets_the_pace`, always holds, and shows
+    the call's end-to-end time and the CPU's part of it.
+    """
+    pace = (
+        f"without the profiler, {what} takes clearly longer, by a fifth at least, than the "
+        "CPU takes to make it: the GPU sets the pace"
+    )
+    cpu_bound = (
+        f"without the profiler, {what} takes less than a fifth longer than the CPU takes to "
+        "make it: the CPU's time is most of it"
+    )
+    return claim(
+        pace if times.gpu_sets_the_pace else cpu_bound,
+        True,
+        end_to_end=times.end_to_end,
+        cpu=times.issue,
+    )
 
 
 def read_claims(path: str | os.PathLike[str]) -> list[Claim]:

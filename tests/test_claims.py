@@ -17,7 +17,10 @@ from profiling_utils.claims import (
     claim,
     format_number,
     read_claims,
+    which_is_greater,
+    who_sets_the_pace,
 )
+from profiling_utils.stats import Distribution
 from profiling_utils.tables import PAGE_WIDTH
 
 
@@ -134,6 +137,50 @@ def test_at_least_times_compares_the_first_number_with_the_second() -> None:
         at_least_times("5x the median", 5, first_us=360.0, median_us=90.0)
     with pytest.raises(TypeError, match="exactly two"):
         at_least_times("5x", 5, first_us=1.0)
+
+
+@pytest.mark.parametrize(
+    ("compiled", "eager", "shown"),
+    [
+        ([20.0, 21.0, 22.0, 23.0, 24.0], [10.0, 11.0, 12.0, 13.0, 14.0], "more"),
+        ([10.0, 11.0, 12.0, 13.0, 14.0], [20.0, 21.0, 22.0, 23.0, 24.0], "less"),
+        # Medians 12 and 13, but the middle halves (11-13, 12-14) overlap: noise.
+        ([10.0, 11.0, 12.0, 13.0, 14.0], [11.0, 12.0, 13.0, 14.0, 15.0], "alike"),
+    ],
+)
+def test_which_is_greater_words_the_claim_by_the_outcome(
+    compiled: list[float], eager: list[float], shown: str
+) -> None:
+    made = which_is_greater(
+        "more",
+        "less",
+        "alike",
+        compiled=Distribution.of(compiled, "µs"),
+        eager=Distribution.of(eager, "µs"),
+    )
+    assert (made.statement, made.holds) == (shown, True)
+    assert list(made.numbers) == ["compiled", "eager"]
+
+
+def test_which_is_greater_takes_two_timings_of_one_unit() -> None:
+    timing = Distribution.of([1.0, 2.0, 3.0, 4.0, 5.0], "µs")
+    with pytest.raises(TypeError, match="exactly two"):
+        which_is_greater("a", "b", "c", only=timing)
+    with pytest.raises(ValueError, match="cannot compare"):
+        which_is_greater("a", "b", "c", t=timing, n=Distribution.of([1.0] * 5, "ns"))
+
+
+def test_who_sets_the_pace_reads_the_timed_call() -> None:
+    from profiling_utils.capture import CallTimes
+
+    waits = CallTimes(Distribution.of([200, 201, 203, 199, 202]), Distribution.of([40] * 5))
+    made = who_sets_the_pace("an eager call", waits)
+    assert made.holds and made.statement.endswith("the GPU sets the pace")
+    assert made.statement.startswith("without the profiler, an eager call takes clearly longer")
+    assert made.numbers == {"end_to_end": waits.end_to_end, "cpu": waits.issue}
+    busy = CallTimes(Distribution.of([50, 52, 51, 49, 50]), Distribution.of([49, 51, 50, 48, 50]))
+    made = who_sets_the_pace("a compiled call", busy)
+    assert made.holds and made.statement.endswith("the CPU's time is most of it")
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from profiling_utils import (
     run_name,
     time_per_call,
 )
-from profiling_utils.claims import claim
+from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import (
     compiled_regions,
     kernel_launches,
@@ -314,19 +314,15 @@ if compiled.has_gpu:
     for name, run in runs.items():
         busy = Distribution.of([t.gpu_busy_us for t in step_times(run.trace)], "µs")
         print(f"{name:16s} GPU busy {busy}")
-    claim(
+    # Timings move from run to run: where the middle halves of the two overlap, the run
+    # says so rather than what other runs showed.
+    which_is_greater(
         "a compiled step costs the CPU more than an eager one",
-        clearly_greater(cpu["compiled"], cpu["eager"]),
-        # Timings move from run to run: where the middle halves of the two overlap, the run
-        # says so rather than what other runs showed.
-        otherwise=(
-            "an eager step costs the CPU more than a compiled one"
-            if clearly_greater(cpu["eager"], cpu["compiled"])
-            else "this run cannot tell a compiled step's CPU cost from an eager one's: the "
-            "middle halves of their steps overlap"
-        ),
-        eager=cpu["eager"],
+        "an eager step costs the CPU more than a compiled one",
+        "this run cannot tell a compiled step's CPU cost from an eager one's: the middle "
+        "halves of their steps overlap",
         compiled=cpu["compiled"],
+        eager=cpu["eager"],
     )
 
 # %%
@@ -352,32 +348,16 @@ for name, times in timed.items():
     print(f"{name:16s} per call, unprofiled: end to end {times.end_to_end}")
     print(f"{'':16s} the CPU's part {times.issue}")
 if compiled.has_gpu:
-    eager_t, compiled_t = timed["eager"].end_to_end, timed["compiled"].end_to_end
-    claim(
+    which_is_greater(
+        "without the profiler, a compiled call takes longer than an eager one",
+        "without the profiler, a compiled call takes less time than an eager one",
         "without the profiler, a compiled call takes as long as an eager one, within the "
         "spread",
-        not clearly_greater(compiled_t, eager_t)
-        and not clearly_greater(eager_t, compiled_t),
-        otherwise=(
-            "without the profiler, a compiled call takes longer than an eager one"
-            if clearly_greater(compiled_t, eager_t)
-            else "without the profiler, a compiled call takes less time than an eager one"
-        ),
-        eager=eager_t,
-        compiled=compiled_t,
+        compiled=timed["compiled"].end_to_end,
+        eager=timed["eager"].end_to_end,
     )
-    for name in ("eager", "compiled"):
-        claim(
-            f"without the profiler, a{'n' if name == 'eager' else ''} {name} call takes "
-            "clearly longer, by a fifth at least, than the CPU takes to make it: the GPU "
-            "sets the pace",
-            timed[name].gpu_sets_the_pace,
-            otherwise=f"without the profiler, a{'n' if name == 'eager' else ''} {name} "
-            "call takes less than a fifth longer than the CPU takes to make it: the CPU's "
-            "time is most of it",
-            end_to_end=timed[name].end_to_end,
-            cpu=timed[name].issue,
-        )
+    who_sets_the_pace("an eager call", timed["eager"])
+    who_sets_the_pace("a compiled call", timed["compiled"])
 
 # %%
 # Where the GPU sets the pace of both, the compiled call's extra CPU work can hide
@@ -418,17 +398,12 @@ else:
 # again, in the GPU busy time per step printed above. Did the replay save CPU time here?
 
 if ro is not None:
-    ro_cpu, default_cpu = cpu["reduce-overhead"], cpu["compiled"]
-    claim(
+    which_is_greater(
         "for one GEMM, reduce-overhead costs the CPU more than the default mode",
-        clearly_greater(ro_cpu, default_cpu),
-        otherwise=(
-            "for one GEMM, reduce-overhead costs the CPU less than the default mode"
-            if clearly_greater(default_cpu, ro_cpu)
-            else "for one GEMM, reduce-overhead and the default mode cost the CPU alike"
-        ),
-        reduce_overhead=ro_cpu,
-        default=default_cpu,
+        "for one GEMM, reduce-overhead costs the CPU less than the default mode",
+        "for one GEMM, reduce-overhead and the default mode cost the CPU alike",
+        reduce_overhead=cpu["reduce-overhead"],
+        default=cpu["compiled"],
     )
 
 # %%

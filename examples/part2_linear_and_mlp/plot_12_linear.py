@@ -36,7 +36,7 @@ from profiling_utils import (
     run_name,
     time_per_call,
 )
-from profiling_utils.claims import claim
+from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
@@ -47,7 +47,7 @@ from profiling_utils.render import (
     trace_dir,
     trace_links,
 )
-from profiling_utils.stats import Distribution, clearly_greater
+from profiling_utils.stats import Distribution
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -275,25 +275,20 @@ for name, times in cpu.items():
 if eager.has_gpu:
     for name, run in (("eager", eager), ("compiled", compiled)):
         print(f"{name:9s} GPU busy {per_step(run, 'gpu_busy_us')}")
-    faster = clearly_greater(cpu["eager"], cpu["compiled"])
-    claim(
+    which_is_greater(
         "a compiled step costs the CPU more than an eager one",
-        clearly_greater(cpu["compiled"], cpu["eager"]),
-        otherwise=(
-            "a compiled step costs the CPU less than an eager one"
-            if faster
-            else "compiled and eager steps cost the CPU alike, within the spread"
-        ),
-        eager=cpu["eager"],
+        "a compiled step costs the CPU less than an eager one",
+        "compiled and eager steps cost the CPU alike, within the spread",
         compiled=cpu["compiled"],
+        eager=cpu["eager"],
     )
 
 # %%
-# ``clearly_greater`` compares the medians only where the interquartile ranges do not
-# overlap, so a difference inside the step-to-step spread is reported as none. On its
-# A100 the post found the same kernel and the same ``aten::addmm`` in the compiled
-# layer, with the compile rows added around them, and a compiled step that cost the CPU
-# a few microseconds less.
+# ``which_is_greater`` words the claim by what this run measured: it calls one side greater
+# only where the interquartile ranges of the two do not overlap, so a difference inside
+# the step-to-step spread is reported as none. On its A100 the post found the same
+# kernel and the same ``aten::addmm`` in the compiled layer, with the compile rows added
+# around them, and a compiled step that cost the CPU a few microseconds less.
 #
 # These CPU times were taken under the profiler, which adds its own work to each
 # operator and call it records (more with ``record_shapes``, on here), and the compiled
@@ -311,28 +306,15 @@ for name, times in timed.items():
     print(f"{name:9s} per call, unprofiled: end to end {times.end_to_end}")
     print(f"{'':9s} the CPU's part {times.issue}")
 if eager.has_gpu:
-    eager_t, compiled_t = timed["eager"].end_to_end, timed["compiled"].end_to_end
-    claim(
+    which_is_greater(
         "without the profiler, a compiled call takes longer than an eager one",
-        clearly_greater(compiled_t, eager_t),
-        otherwise=(
-            "without the profiler, a compiled call takes less time than an eager one"
-            if clearly_greater(eager_t, compiled_t)
-            else "without the profiler, compiled and eager calls take the same time, "
-            "within the spread"
-        ),
-        eager=eager_t,
-        compiled=compiled_t,
+        "without the profiler, a compiled call takes less time than an eager one",
+        "without the profiler, compiled and eager calls take the same time, within the "
+        "spread",
+        compiled=timed["compiled"].end_to_end,
+        eager=timed["eager"].end_to_end,
     )
-    claim(
-        "without the profiler, an eager call takes less than a fifth longer than the CPU "
-        "takes to make it: the CPU's time is most of it",
-        not timed["eager"].gpu_sets_the_pace,
-        otherwise="without the profiler, an eager call takes clearly longer, by a fifth at "
-        "least, than the CPU takes to make it: the GPU sets the pace",
-        end_to_end=timed["eager"].end_to_end,
-        cpu=timed["eager"].issue,
-    )
+    who_sets_the_pace("an eager call", timed["eager"])
 
 # %%
 # Where the CPU's time is most of a call's, the compiled call's extra CPU work is paid

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
 from profiling_utils import capture, diagnose, roofline, time_per_call
-from profiling_utils.claims import claim
+from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
@@ -448,15 +448,10 @@ if liger is not None:
         moved["Liger"] == moved["compiled"],
         liger=byte_size(moved["Liger"]),
     )
-    faster_liger = clearly_greater(time["compiled"], time["Liger"])
-    claim(
+    which_is_greater(
         "Liger's kernel is faster than Inductor's",
-        faster_liger,
-        otherwise=(
-            "Inductor's kernel is faster than Liger's"
-            if clearly_greater(time["Liger"], time["compiled"])
-            else "Liger's and Inductor's kernels take the same time, within the spread"
-        ),
+        "Inductor's kernel is faster than Liger's",
+        "Liger's and Inductor's kernels take the same time, within the spread",
         inductor=time["compiled"],
         liger=time["Liger"],
     )
@@ -568,15 +563,10 @@ step_cpu = {
 for how, cpu_time in step_cpu.items():
     print(f"{how:9s} CPU per step {cpu_time}")
 if eager.has_gpu:
-    claim(
+    which_is_greater(
         "an eager step takes the CPU longer than the GPU is busy",
-        clearly_greater(step_cpu["eager"], busy["eager"]),
-        otherwise=(
-            "an eager step keeps the GPU busy longer than it takes the CPU"
-            if clearly_greater(busy["eager"], step_cpu["eager"])
-            else "an eager step takes the CPU about as long as the GPU is busy, within the "
-            "spread"
-        ),
+        "an eager step keeps the GPU busy longer than it takes the CPU",
+        "an eager step takes the CPU about as long as the GPU is busy, within the spread",
         cpu=step_cpu["eager"],
         busy=busy["eager"],
     )
@@ -614,30 +604,16 @@ if eager.has_gpu:
     for how in timed:
         if how == "eager":
             continue
-        claim(
+        which_is_greater(
             f"without the profiler, a {how} forward takes less time than an eager one",
-            clearly_greater(eager_t, timed[how].end_to_end),
-            otherwise=(
-                f"without the profiler, a {how} forward takes longer than an eager one"
-                if clearly_greater(timed[how].end_to_end, eager_t)
-                else f"without the profiler, {how} and eager forwards take the same time, "
-                "within the spread"
-            ),
+            f"without the profiler, a {how} forward takes longer than an eager one",
+            f"without the profiler, {how} and eager forwards take the same time, within the "
+            "spread",
             eager=eager_t,
             **{how: timed[how].end_to_end},
         )
     for how, times in timed.items():
-        claim(
-            f"without the profiler, a{'n' if how == 'eager' else ''} {how} forward takes "
-            "clearly longer, by a fifth at least, than the CPU takes to make it: the GPU "
-            "sets the pace",
-            times.gpu_sets_the_pace,
-            otherwise=f"without the profiler, a{'n' if how == 'eager' else ''} {how} "
-            "forward takes less than a fifth longer than the CPU takes to make it: the "
-            "CPU's time is most of it",
-            end_to_end=times.end_to_end,
-            cpu=times.issue,
-        )
+        who_sets_the_pace(f"a{'n' if how == 'eager' else ''} {how} forward", times)
 
 # %%
 # The last claims give this run's answer. Where the GPU sets the pace without the

@@ -33,7 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 from profiling_utils import capture, diagnose, time_per_call
-from profiling_utils.claims import claim
+from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.datasheet import datasheet_peak
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
@@ -429,28 +429,14 @@ for name, times in timed.items():
     print(f"{name:9s} per call, unprofiled: end to end {times.end_to_end}{against}")
     print(f"{'':9s} the CPU's part {times.issue}")
 if on_gpu:
-    cudnn_t, flash_t = timed["cudnn"].end_to_end, timed["flash"].end_to_end
-    claim(
+    which_is_greater(
+        "without the profiler, a cuDNN call takes longer than a flash one",
         "without the profiler, a cuDNN call takes less time than a flash one",
-        clearly_greater(flash_t, cudnn_t),
-        otherwise=(
-            "without the profiler, a cuDNN call takes longer than a flash one"
-            if clearly_greater(cudnn_t, flash_t)
-            else "without the profiler, cuDNN and flash calls take the same time, within "
-            "the spread"
-        ),
-        cudnn=cudnn_t,
-        flash=flash_t,
+        "without the profiler, cuDNN and flash calls take the same time, within the spread",
+        cudnn=timed["cudnn"].end_to_end,
+        flash=timed["flash"].end_to_end,
     )
-    claim(
-        "without the profiler, a pinned cuDNN call takes clearly longer, by a fifth at "
-        "least, than the CPU takes to make it: the GPU sets the pace",
-        timed["cudnn"].gpu_sets_the_pace,
-        otherwise="without the profiler, a pinned cuDNN call takes less than a fifth longer "
-        "than the CPU takes to make it: the CPU's time is most of it",
-        end_to_end=timed["cudnn"].end_to_end,
-        cpu=timed["cudnn"].issue,
-    )
+    who_sets_the_pace("a pinned cuDNN call", timed["cudnn"])
 
 # %%
 # The CPU's part above is the whole call, ``sdpa_kernel``'s context included for the
