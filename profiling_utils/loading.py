@@ -33,6 +33,7 @@ decode the first time are never rewritten.
 from __future__ import annotations
 
 import codecs
+import functools
 import math
 import mmap
 import os
@@ -40,12 +41,15 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 
 import msgspec
 
 from .errors import TraceError
 from .tables import byte_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decimal import Decimal
 
 __all__ = [
     "Event",
@@ -193,6 +197,38 @@ class RawTrace(Generic[E]):
                         names[event.pid, event.tid] = name.strip()
             self._thread_names = names
         return self._thread_names
+
+    def exact_times(self) -> list[Decimal | None]:
+        """Every event's ``ts`` exactly as written, in file order (``None`` where an event has
+        none), read in a second pass over the events; ``[]`` once :attr:`thread_names` has
+        been read (the source is then freed).
+
+        A float holds about 16 significant digits: a time written as absolute epoch µs with
+        nanosecond decimals (``1712195495505881.623``, as some torch 2.x versions write them)
+        is rounded to a quarter of a µs on decoding, and spans a few ns long lose their order.
+        The model reads these times here for such traces, and subtracts the origin exactly.
+        """
+        source = self._events_source
+        if source is None:
+            return []
+        events_decoder, document_decoder = _exact_time_decoders()
+        try:
+            if isinstance(source, msgspec.Raw):
+                return [event.ts for event in events_decoder.decode(source)]
+            return [event.ts for event in document_decoder.decode(source).traceEvents]
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return []  # the events decoded once; a time of another shape is not read twice
+
+
+@functools.cache
+def _exact_time_decoders() -> tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
+    """Decoders of the events' ``ts`` as :class:`~decimal.Decimal`, built on first use (few
+    traces need them, and ``decimal`` is not imported otherwise)."""
+    from decimal import Decimal
+
+    event = msgspec.defstruct("_ExactTime", [("ts", Decimal | None, None)], gc=False)
+    document = msgspec.defstruct("_ExactTimes", [("traceEvents", list[event], [])], gc=False)
+    return msgspec.json.Decoder(list[event]), msgspec.json.Decoder(document)
 
 
 _KNOWN_KEYS = {

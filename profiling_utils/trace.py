@@ -53,7 +53,7 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import TraceError
-from .loading import Event, RawTrace, load_raw_trace
+from .loading import Event, OtherEvent, RawTrace, load_raw_trace
 
 __all__ = [
     "LaneKind",
@@ -177,6 +177,9 @@ _IS_COMMUNICATION = COMMUNICATION_KERNEL_PATTERN.match
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
+# Kineto writes times to the ns. Floats near today's epoch in µs (1.7e15) are spaced 0.25 µs
+# apart; near the offsets from baseTimeNanoseconds that torch >= 2.4 writes (4e12), 0.001.
+_EXACT_TIME_SPACING_US = 0.001
 
 
 def is_communication(name: str) -> bool:
@@ -686,17 +689,20 @@ class Trace:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _build_spans(self, events: list[Span]) -> None:
+    def _build_spans(self, events: list[Span | OtherEvent]) -> None:
         # A C-level pass keeps the complete events.
         spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
+        starts = list(map(_START, spans))
+        self._check_times(spans, starts, list(map(_DUR, spans)))
+        self.origin_us = 0.0
+        if _rounded_on_decoding(starts):
+            self._use_exact_times(events, spans)
         events.clear()  # the last reference: free the other events before building
-        self._check_times(spans, list(map(_START, spans)), list(map(_DUR, spans)))
         # Sorted by the times as written: shifting them all by the origin keeps their order.
         # In place, by the spans' own start (stable): sorting indices by a list of the starts
         # and gathering the spans and their starts after took twice as long.
         spans.sort(key=_START)
         _longest_first_at_equal_starts(spans, list(map(_START, spans)))
-        self.origin_us = 0.0
         by_lane, by_cat, by_name = self._number_and_group(spans)
         if _RECORD_WINDOW_END in by_name:
             # An instant event that some writers make a complete one, far in the future.
@@ -748,6 +754,20 @@ class Trace:
         self._add_unlisted_devices()
         self._link_launches()
         self._build_steps(by_cat.get("user_annotation", []))
+
+    def _use_exact_times(self, events: list[Span | OtherEvent], spans: list[Span]) -> None:
+        """Give ``spans`` (the complete events among ``events``, in file order) their times
+        read exactly from the file, less the earliest (:attr:`origin_us`, as a float)."""
+        exact = self._raw.exact_times()
+        if len(exact) != len(events):
+            return
+        times = list(compress(exact, map(_IS_SPAN_TYPE, map(type, events))))
+        if None in times:  # refused by _check_times before: no complete event lacks a ts
+            return
+        origin = min(times)
+        self.origin_us = float(origin)
+        for span, written in zip(spans, times, strict=True):
+            span.start = float(written - origin)
 
     def _number_and_group(
         self, spans: list[Span]
@@ -1161,6 +1181,15 @@ def _calls_of_reused_ids(calls: list[Span]) -> dict[int, tuple[list[float], list
         for correlation, same in by_id.items()
         if len(same) > 1
     }
+
+
+def _rounded_on_decoding(starts: list[float]) -> bool:
+    """Whether the times as decoded may have lost digits the file wrote: floats this large
+    are spaced wider than a ns (:data:`_EXACT_TIME_SPACING_US`), and not all are whole µs."""
+    if not starts:
+        return False
+    largest = max(max(starts), -min(starts))
+    return math.ulp(largest) > _EXACT_TIME_SPACING_US and not all(map(float.is_integer, starts))
 
 
 def _merge(groups: dict[str, list[Span]], keys: Any) -> list[Span]:

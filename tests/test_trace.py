@@ -15,6 +15,7 @@ from conftest import (
     gpu_fixture,
     gpu_fixture_names,
     minimal_gpu_events,
+    trace_document,
     write_trace,
 )
 
@@ -198,6 +199,32 @@ def test_synthetic_trace_times_are_relative_to_the_earliest_span(make_trace) -> 
     assert (kernel.start, kernel.dur, kernel.end) == (50.0, 30.0, 80.0)
     # The Record Window End marker, five thousand seconds later, stretches nothing.
     assert max(span.end for span in trace.spans) == 100.0
+
+
+def test_epoch_times_with_ns_decimals_are_read_exactly(make_trace) -> None:
+    # Absolute epoch µs with ns decimals, as some torch 2.x versions write them (HTA's
+    # ns_resolution trace): a float this large is spaced 0.25 µs apart.
+    written = [
+        ("narrow", "1712195495505881.623", 1.296),  # ends at .919
+        ("slice", "1712195495505881.938", 0.878),  # ends at .816: inside narrow
+        ("result_type", "1712195495505890.132", 0.040),
+        ("result_type", "1712195495505890.374", 0.037),  # after the first: a sibling
+    ]
+    events = [
+        complete_event(name, "cpu_op", f"TS{i}", dur)  # type: ignore[arg-type]
+        for i, (name, _, dur) in enumerate(written)
+    ]
+    text = json.dumps(trace_document(events))
+    for i, (_, ts, _) in enumerate(written):
+        text = text.replace(f'"TS{i}"', ts)
+    trace = load_trace(make_trace(text.encode()))
+    narrow, slice_, first, second = trace.spans
+    assert slice_.parent == narrow.id
+    assert slice_.start == pytest.approx(0.315, abs=1e-9)
+    assert (first.parent, second.parent) == (None, None)
+    assert second.start - first.start == pytest.approx(0.242, abs=1e-9)
+    assert trace.origin_us == 1712195495505881.623
+    assert trace.self_us(narrow) == pytest.approx(1.296 - 0.878, abs=1e-9)
 
 
 def test_span_identity_and_repr(eager: Trace) -> None:
