@@ -409,16 +409,17 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
 
 
 class GpuGap(_Result, msgspec.Struct, frozen=True, gc=False):
-    """An idle stretch of a GPU between two activities of the same step."""
+    """A stretch in which a GPU ran nothing, between two activities of one step."""
 
     step: int
     """N in ``ProfilerStep#N``."""
     device: int | None
     """The GPU."""
     before: Span
-    """The activity that ended last before the gap."""
+    """The activity, on any stream of the device and of any step, that ended last before
+    the gap."""
     after: Span
-    """The activity that starts the gap's end."""
+    """The activity that starts at the gap's end (of any step)."""
     gap_us: float
     """``after.start - before.end``: no stream of the device ran in it."""
 
@@ -431,35 +432,58 @@ _PARENT = attrgetter("parent")
 
 
 def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
-    """Idle stretches between consecutive GPU activities of each step, per device, longer than
-    ``min_gap_us`` (and than 1 ns: back-to-back activities whose times differ by a float's
-    rounding hold no gap).
+    """Stretches in which a GPU ran nothing, on any stream, inside a step: after one of the
+    step's activities ended and before another of them started; longer than ``min_gap_us``
+    (and than 1 ns: back-to-back activities whose times differ by a float's rounding hold
+    no gap).
 
-    A gap is time in which no stream of the device ran anything, this step's work or any
-    other's: where the CPU runs ahead, the work of neighbouring steps can fill the time
-    between two activities of one step, and that time is not idle.
+    Work of a neighbouring step that runs in between (a GPU that runs behind the CPU, or
+    several streams) is not idle time: it splits the time between two of the step's
+    activities into the stretches around it. Where the GPU work of two steps interleaves,
+    a stretch inside both is listed for each.
+
+    Returns:
+        The gaps, step by step, each step's in time order.
     """
-    busy_by_device: dict[int | None, tuple[list[float], list[float]]] = {}
-    for device, work in _work_by_device(trace.gpu_work).items():
-        busy_by_device[device] = _merged_intervals(work)
+    idle = _idle_stretches(trace.gpu_work)
     results = []
     for step in trace.steps:
         for device, work in _work_by_device(step.gpu_work).items():
-            starts, ends = busy_by_device[device]
-            latest = work[0]
-            latest_end = latest.start + latest.dur
-            for after in work[1:]:
-                gap = after.start - latest_end
-                if (
-                    gap > _SAME_TIME_US
-                    and gap >= min_gap_us
-                    and not _covered(starts, ends, latest_end)
-                ):
-                    results.append(GpuGap(step.number, device, latest, after, gap))
-                end = after.start + after.dur
-                if end > latest_end:
-                    latest, latest_end = after, end
+            stretches = idle.get(device)
+            if not stretches:
+                continue
+            starts, found = stretches
+            first_end = min(span.start + span.dur for span in work)
+            last_start = max(span.start for span in work)
+            for index in range(bisect_left(starts, first_end), len(starts)):
+                before, after = found[index]
+                if after.start > last_start:
+                    break
+                gap = after.start - starts[index]
+                if gap >= min_gap_us:
+                    results.append(GpuGap(step.number, device, before, after, gap))
     return results
+
+
+def _idle_stretches(
+    work: list[Span],
+) -> dict[int | None, tuple[list[float], list[tuple[Span, Span]]]]:
+    """Per device, every stretch of over 1 ns in which none of its streams ran: the stretches'
+    starts, and the activity ending last before each and the one starting at its end. One
+    pass over the work in start order, keeping the activity that ends last."""
+    latest: dict[int | None, tuple[Span, float]] = {}
+    idle: dict[int | None, tuple[list[float], list[tuple[Span, Span]]]] = {}
+    for activity in work:  # in start order
+        device = activity.lane.device
+        end = activity.start + activity.dur
+        previous = latest.get(device)
+        if previous is None or end > previous[1]:
+            latest[device] = (activity, end)
+        if previous is not None and activity.start - previous[1] > _SAME_TIME_US:
+            starts, found = idle.setdefault(device, ([], []))
+            starts.append(previous[1])
+            found.append((previous[0], activity))
+    return idle
 
 
 class QueuedIdle(_Result, msgspec.Struct, frozen=True, gc=False):
@@ -518,26 +542,6 @@ def _work_by_device(work: list[Span] | tuple[Span, ...]) -> dict[int | None, lis
     for spans in by_device.values():
         spans.sort(key=_SPAN_ID)  # ids follow start order (Trace.spans is sorted)
     return by_device
-
-
-def _merged_intervals(work: list[Span]) -> tuple[list[float], list[float]]:
-    """The union of the spans' intervals as sorted, disjoint (starts, ends)."""
-    starts: list[float] = []
-    ends: list[float] = []
-    for span in work:  # in start order
-        end = span.start + span.dur
-        if ends and span.start <= ends[-1]:
-            ends[-1] = max(ends[-1], end)
-        else:
-            starts.append(span.start)
-            ends.append(end)
-    return starts, ends
-
-
-def _covered(starts: list[float], ends: list[float], time: float) -> bool:
-    """Whether some activity of the device runs on at ``time`` (past its own end there)."""
-    index = bisect_left(starts, time, hi=len(starts)) - 1
-    return index >= 0 and ends[index] > time
 
 
 # -- kernels ----------------------------------------------------------------------------------

@@ -244,6 +244,26 @@ def test_back_to_back_kernels_hold_no_gap_and_no_idle_time(make_trace) -> None:
     assert step_times(trace)[0].gpu_idle_fraction > 0
 
 
+def test_gpu_gaps_leave_out_other_steps_work_on_other_streams(make_trace) -> None:
+    # Step 1's a (0-10) and b (100-110) on stream 7; step 2's c (30-60) runs between them
+    # on stream 8, the GPU behind the CPU. Step 1's GPU idles 10-30 and 60-100, not 10-100.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 1, 2, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 2, correlation=2),
+        complete_event("ProfilerStep#2", "user_annotation", 20, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 21, 2, correlation=3),
+        _gpu_kernel("a", 0, 10, 1),
+        _gpu_kernel("b", 100, 10, 2),
+        _gpu_kernel("c", 30, 30, 3, stream=8),
+    ]
+    gaps = gpu_gaps(load_trace(make_trace(events)))
+    assert [(g.step, g.before.name, g.after.name, g.gap_us) for g in gaps] == [
+        (1, "a", "c", 20.0),
+        (1, "c", "b", 40.0),
+    ]
+
+
 def test_queued_idle_is_the_wait_of_launched_work_on_an_idle_gpu(make_trace) -> None:
     # a runs 10-100; b, launched at 20-25, starts only at 400: 300 µs with b waiting and
     # nothing running, as when another process holds the GPU. c, on a second stream of the

@@ -292,41 +292,23 @@ _ONE_OFF_CAUSES = ("buffer request", "held back")
 def _read_idle_stretches(
     facts: Facts, floor_us: float
 ) -> tuple[list[IdleStretch], dict[int, float]]:
-    """Every stretch of at least ``floor_us`` in which no stream of a device ran, between two
-    activities launched in the same step, whose closing activity's launch is in the trace,
-    with its cause; and each step's longest such stretch, of any length.
-
-    One pass over the GPU work of each device, in start order, keeping the activity that ends
-    last. Not :func:`profiling_utils.measures.gpu_gaps`: that one looks at each step's work
-    alone, so when the GPU runs several steps behind the CPU it counts the other steps' work
-    as idle time.
-    """
+    """Every gap (:func:`profiling_utils.measures.gpu_gaps`: no stream of a device ran,
+    between two activities launched in the same step) of at least ``floor_us`` whose
+    closing activity's launch is in the trace, with its cause; and each step's longest gap,
+    of any length."""
     trace = facts.trace
     syncs = _HostSyncs(trace)
     requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
     found = []
     longest: dict[int, float] = {}
-    latest: dict[Any, tuple[Span, float]] = {}  # per device: the activity ending last, its end
-    step_of = facts.step_of_gpu_work  # facts.step_number_of, for GPU work: one lookup
     launch_of = trace.launch_of_id
-    for work in trace.gpu_work:
-        device = work.lane.device
-        end = work.start + work.dur
-        previous = latest.get(device)
-        if previous is None or end > previous[1]:
-            latest[device] = (work, end)
-        if previous is None or work.start <= previous[1]:
-            continue
-        before, before_end = previous
-        number = step_of(work.id)
-        if number is None or number != step_of(before.id):
-            continue
-        gap = work.start - before_end
-        if gap > longest.get(number, 0.0):
-            longest[number] = gap
+    for gap in measures.gpu_gaps(trace):
+        number, before, work = gap.step, gap.before, gap.after
+        if gap.gap_us > longest.get(number, 0.0):
+            longest[number] = gap.gap_us
         launch = launch_of(work.id)
-        if gap >= floor_us and launch is not None:
-            found.append(_read(facts, number, before, before_end, work, launch, syncs, requests))
+        if gap.gap_us >= floor_us and launch is not None:
+            found.append(_read(facts, number, before, before.end, work, launch, syncs, requests))
     return found, longest
 
 
