@@ -314,7 +314,8 @@ class Overlap(msgspec.Struct, frozen=True, gc=False):
     compute_us: float
     """Time during which at least one compute kernel ran, µs."""
     overlapped_us: float
-    """Communication time during which a compute kernel also ran on the same GPU, µs."""
+    """Communication time during which a compute kernel also ran on the same GPU, µs (for a
+    step, its communication beside any compute kernel, the next step's included)."""
 
     @property
     def exposed_us(self) -> float:
@@ -373,18 +374,29 @@ def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) ->
     return total
 
 
-def _overlap(step: int | None, comm: list[Span], compute: list[Span]) -> Overlap:
+def _by_device(comm: list[Span], compute: list[Span]) -> dict[Any, tuple[list, list]]:
     by_device: dict[Any, tuple[list[Span], list[Span]]] = {}
     for span in comm:
         by_device.setdefault(span.lane.device, ([], []))[0].append(span)
     for span in compute:
         by_device.setdefault(span.lane.device, ([], []))[1].append(span)
+    return by_device
+
+
+def _overlap(
+    step: int | None,
+    comm: list[Span],
+    compute: list[Span],
+    all_compute: dict[Any, list[tuple[float, float]]],
+) -> Overlap:
+    """The overlap of ``comm`` with the compute kernels of its GPU: ``compute`` is the work
+    counted as the step's, ``all_compute`` every compute kernel's intervals, per device."""
     comm_us = compute_us = overlapped = 0.0
-    for device_comm, device_compute in by_device.values():
-        comm_intervals, compute_intervals = _merged(device_comm), _merged(device_compute)
+    for device, (device_comm, device_compute) in _by_device(comm, compute).items():
+        comm_intervals = _merged(device_comm)
         comm_us += _length(comm_intervals)
-        compute_us += _length(compute_intervals)
-        overlapped += _intersection(comm_intervals, compute_intervals)
+        compute_us += _length(_merged(device_compute))
+        overlapped += _intersection(comm_intervals, all_compute.get(device, []))
     return Overlap(step, comm_us, compute_us, overlapped)
 
 
@@ -394,7 +406,9 @@ def comm_overlap(trace: Trace) -> CommOverlap:
     Communication is the time at least one collective kernel runs on a GPU; it is *overlapped*
     where a compute kernel runs on the same GPU at the same time (on another stream), and
     *exposed* elsewhere. A kernel counts in the step its launch lies in (it may run after the
-    step's CPU window). Memcpys and memsets are neither communication nor compute here.
+    step's CPU window); a step's communication is overlapped by any compute kernel, the
+    next step's too where the GPU runs them side by side. Memcpys and memsets are neither
+    communication nor compute here.
 
     Args:
         trace: A loaded trace (one rank).
@@ -410,7 +424,12 @@ def comm_overlap(trace: Trace) -> CommOverlap:
             step = trace.step_of(kernel)
             if step is not None:
                 per_step.setdefault(step.number, ([], []))[slot].append(kernel)
+    all_compute = {
+        device: _merged(kernels) for device, (_, kernels) in _by_device([], compute).items()
+    }
     return CommOverlap(
-        total=_overlap(None, comm, compute),
-        steps=tuple(_overlap(number, *per_step[number]) for number in sorted(per_step)),
+        total=_overlap(None, comm, compute, all_compute),
+        steps=tuple(
+            _overlap(number, *per_step[number], all_compute) for number in sorted(per_step)
+        ),
     )

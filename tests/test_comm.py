@@ -102,6 +102,28 @@ def test_comm_overlap_per_step_and_total(two_steps: Any, overlap: bool, overlapp
     assert result.total.overlap_fraction == pytest.approx(overlapped / 500.0)
 
 
+def test_a_steps_communication_is_hidden_by_the_next_steps_compute(make_trace: Any) -> None:
+    # Step 1 launches GEMM a (30-60) and an all_reduce (70-370); step 2's GEMM b runs at
+    # 200-300 on the compute stream, beside 100 µs of step 1's collective.
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=2),
+        complete_event("ProfilerStep#2", "user_annotation", 100, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 110, 5, correlation=3),
+        complete_event("a", "kernel", 30, 30, pid=0, tid=7, correlation=1),
+        complete_event(nccl, "kernel", 70, 300, pid=0, tid=COMM_STREAM, correlation=2),
+        complete_event("b", "kernel", 200, 100, pid=0, tid=7, correlation=3),
+    ]
+    result = comm_overlap(load_trace(make_trace(events)))
+    first, second = result.steps
+    assert (first.step, first.communication_us, first.compute_us) == (1, 300.0, 30.0)
+    assert (first.overlapped_us, first.exposed_us) == (100.0, 200.0)
+    assert (second.communication_us, second.compute_us) == (0.0, 100.0)
+    assert result.total.overlapped_us == 100.0
+
+
 def test_the_kernel_name_is_the_last_resort(make_trace: Any) -> None:
     events = [
         complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
