@@ -43,7 +43,9 @@ class RunSummary:
     """Whether the trace holds GPU work, only an accelerator's events that are not read, only
     host events, or no event at all."""
     steps: int
-    """``ProfilerStep#N`` windows in the trace."""
+    """``ProfilerStep#N`` windows in the trace, less any that recorded nothing while others
+    did (:attr:`profiling_utils.rules.facts.Facts.steps`); the medians and per-step counts
+    are over these."""
     median_step_cpu_us: float | None
     """Median CPU duration of a step."""
     median_step_gpu_busy_us: float | None
@@ -240,7 +242,7 @@ def _median(values: list[float]) -> float | None:
 def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
     times = facts.step_times
-    steps = len(trace.steps)
+    steps = len(facts.steps)
     in_steps = [
         launch for launch in facts.launches if facts.step_number_of(launch.call) is not None
     ]
@@ -254,7 +256,7 @@ def _summary(facts: Facts) -> RunSummary:
     communication = exposed = None
     if trace.communication and steps:
         by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
-        per_step = [by_step.get(step.number) for step in trace.steps]
+        per_step = [by_step.get(step.number) for step in facts.steps]
         communication = _median([o.communication_us if o else 0.0 for o in per_step])
         exposed = _median([o.exposed_us if o else 0.0 for o in per_step])
     return RunSummary(

@@ -404,7 +404,7 @@ def test_cold_start_says_how_much_runs_outside_every_op(make_trace) -> None:
     (finding,) = diagnose(make_trace(cold_steps(50.0, 500.0)), select=["cold-start"])
     assert finding.evidence["outside_ops_us"] == 510.0
     assert finding.evidence["median_other_outside_ops_us"] == 20.0
-    assert "; 510.0 µs of it runs outside every op (20.0 µs in the other steps);" in (
+    assert "; 510.0 µs of it runs outside every op of its thread (20.0 µs in the other steps);" in (
         finding.message
     )
     assert finding.message.endswith(
@@ -1035,15 +1035,41 @@ def test_amd_bias_copy_kernel_is_not_a_gemm() -> None:
     assert "ATen kernel + GEMM kernel" in fusion.message
 
 
-def test_cold_start_threshold_follows_the_traces_launch_latency() -> None:
-    trace = load_trace(FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    latency = Facts(trace).launch_latency_us
+def test_cold_start_threshold_follows_the_traces_launch_latency(make_trace) -> None:
+    mi250 = load_trace(FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     h100 = Facts(load_trace(gpu_fixture("4096_fp32_warm_eager"))).launch_latency_us
-    assert latency > h100 > 0
-    evidence = foreign_findings("hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")[
-        "cold-start"
-    ].evidence
-    assert evidence["min_excess_us"] == pytest.approx(3 * latency, abs=1e-3)
+    assert Facts(mi250).launch_latency_us > h100 > 0
+    for kernel_delay in (20.0, 200.0):  # from the launch's start: the latency
+        events = cold_steps(50.0, 500.0)
+        for event in events:
+            if event["cat"] == "kernel":
+                event["ts"] += kernel_delay - 20.0
+        path = make_trace(events)
+        latency = Facts(load_trace(path)).launch_latency_us
+        assert latency == pytest.approx(kernel_delay - 5.0)
+        found = diagnose(path, select=["cold-start"])
+        # The first step is 490 µs wider than the others: more than three latencies of
+        # 15 µs, fewer than three of 195.
+        if latency < 490 / 3:
+            assert found[0].evidence["min_excess_us"] == pytest.approx(3 * latency)
+        else:
+            assert found == []
+
+
+def test_steps_that_recorded_nothing_are_no_sample(make_trace) -> None:
+    # The MI250 trace's second step holds no op and launched nothing: the step the profiler
+    # opens as it stops. The first is no cold start against it, nor the median step.
+    mi250 = load_trace(FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert [step.number for step in mi250.steps] == [1, 2]
+    assert [step.number for step in Facts(mi250).steps] == [1]
+    fired = {f.rule: f for f in diagnose(mi250)}
+    assert "cold-start" not in fired
+    assert fired["overhead-bound"].evidence["median_step"] == 1
+    # The synthetic steps plus an empty fifth: the same finding as without it.
+    events = cold_steps(50.0, 500.0)
+    with_empty = [*events, complete_event("ProfilerStep#4", "user_annotation", 40_000.0, 49.0)]
+    (finding,) = diagnose(make_trace(with_empty), select=["cold-start"])
+    assert finding.evidence["other_steps"] == {"1": 70.0, "2": 70.0, "3": 70.0}
 
 
 HIP_NAMES = {

@@ -136,7 +136,7 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     evidence["median_other_outside_ops_us"] = us(usual_outside)
     if outside[first.number] - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         message += (
-            f"; {outside[first.number]:.1f} µs of it runs outside every op "
+            f"; {outside[first.number]:.1f} µs of it runs outside every op of its thread "
             f"({usual_outside:.1f} µs in the other steps)"
         )
     if slowest is not None:

@@ -189,13 +189,20 @@ class Facts:
 
     @cached_property
     def steps(self) -> list[Step]:
-        """The steps, ordered by number."""
-        return self.trace.steps
+        """The steps, ordered by number, less any that recorded nothing while others did: a
+        step with no span inside it on its thread and no GPU work launched from it (as the
+        step that opens when the profiler stops often is) is no sample of the program, and
+        the rules and comparisons over steps leave it out."""
+        covered = self.trace.children_cover_us
+        steps = self.trace.steps
+        recorded = [step for step in steps if step.gpu_work or covered[step.span.id]]
+        return recorded or steps
 
     @cached_property
     def step_times(self) -> list[measures.StepTime]:
-        """:func:`profiling_utils.measures.step_times`."""
-        return measures.step_times(self.trace)
+        """:func:`profiling_utils.measures.step_times` of :attr:`steps`."""
+        kept = {step.number for step in self.steps}
+        return [times for times in measures.step_times(self.trace) if times.step in kept]
 
     @cached_property
     def _launch_index(
