@@ -806,6 +806,24 @@ def test_addmm_fusion_with_and_without_a_bias_copy() -> None:
     assert linear["parents"] == {"aten::linear": linear["count"]}
 
 
+def test_addmm_nested_in_itself_is_called_by_its_callers_caller(make_trace) -> None:
+    # torch ~1.9 records aten::addmm re-entered by its dispatch inside aten::addmm; called
+    # from a step directly, each step names itself.
+    events = []
+    for n in range(3):
+        t = 1000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500),
+            complete_event("aten::addmm", "cpu_op", t + 10, 100),
+            complete_event("aten::addmm", "cpu_op", t + 20, 80),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 30, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 50, 40, pid=0, tid=7, correlation=n + 1),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["addmm-fusion"])
+    assert finding.evidence["parents"] == {"ProfilerStep#N": 3}
+    assert "(under ProfilerStep#N)" in finding.message
+
+
 # -- torch.compile -----------------------------------------------------------------------------
 
 

@@ -133,9 +133,7 @@ def bmm_dispatch(facts: Facts) -> Iterator[Hit]:
     if not bmms:
         return
     spans = facts.trace.spans
-    parents = Counter(
-        spans[bmm.parent].name if bmm.parent is not None else "(top level)" for bmm in bmms
-    )
+    parents = Counter(_caller(spans, bmm) for bmm in bmms)
     bmm_ids = {bmm.id for bmm in bmms}
     calls = Counter(
         call.name
@@ -183,9 +181,7 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
     if not addmms:
         return
     spans = facts.trace.spans
-    parents = Counter(
-        spans[op.parent].name if op.parent is not None else "(top level)" for op in addmms
-    )
+    parents = Counter(_caller(spans, op) for op in addmms)
     activities: Counter[str] = Counter()
     kernels: Counter[str] = Counter()
     with_copy = 0
@@ -209,6 +205,19 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
             "steps": facts.step_numbers(addmms),
         },
     )
+
+
+def _caller(spans: list[Span], op: Span) -> str:
+    """The name of the span ``op`` is nested in, past any of its own name (older torch
+    records an op re-entered by its dispatch, ``aten::addmm`` in ``aten::addmm``):
+    ``"ProfilerStep#N"`` for any step, ``"(top level)"`` for none."""
+    parent = op.parent
+    while parent is not None and spans[parent].name == op.name:
+        parent = spans[parent].parent
+    if parent is None:
+        return "(top level)"
+    name = spans[parent].name
+    return "ProfilerStep#N" if name.startswith("ProfilerStep#") else name
 
 
 def _activity(work: Span) -> str:
