@@ -509,7 +509,10 @@ def _device_info(
             props.get("sharedMemPerMultiprocessor", props.get("maxSharedMemoryPerMultiProcessor"))
         ),
         registers_per_sm=_as_int(props.get("regsPerMultiprocessor")),
-        threads_per_sm=_as_int(props.get("maxThreadsPerMultiprocessor")),
+        threads_per_sm=_as_int(
+            # torch ~1.8's computeProperties spell it with a capital P.
+            props.get("maxThreadsPerMultiprocessor", props.get("maxThreadsPerMultiProcessor"))
+        ),
     )
 
 

@@ -334,6 +334,10 @@ def test_torch_1_8_trace_reads_its_legacy_categories_and_string_tids() -> None:
     for kernel in trace.kernels:
         assert trace.launch_of(kernel).name == "cudaLaunchKernel"
         assert trace.step_of(kernel) is trace.steps[0]
+    # computeProperties, with keys of their own ("major", "maxThreadsPerMultiProcessor").
+    device = trace.devices[0]
+    assert (device.compute_units, device.compute_capability) == (80, (7, 0))
+    assert (device.threads_per_sm, device.registers_per_sm) == (2048, 65536)
 
 
 def test_current_traces_rename_nothing(eager: Trace) -> None:
