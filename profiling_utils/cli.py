@@ -726,6 +726,7 @@ JSON (--json): one object
                    collectives counts the NCCL/RCCL kernels, the medians are per step
                    (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE
+  devices_differ   whether the two ran on GPUs of different names
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,

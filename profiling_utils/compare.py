@@ -123,6 +123,13 @@ class Comparison:
     """Findings of the rules that need a baseline (``compile-cpu-tax``)."""
 
     @property
+    def devices_differ(self) -> bool:
+        """Whether the two ran on GPUs of different names (both named): their times and
+        kernel names then differ with the hardware as well as with the code."""
+        a, b = self.baseline.device, self.trace.device
+        return a is not None and b is not None and a != b
+
+    @property
     def cpu_ratio(self) -> float | None:
         """Median step CPU time of the trace over the baseline's."""
         a, b = self.baseline.median_step_cpu_us, self.trace.median_step_cpu_us
@@ -134,6 +141,7 @@ class Comparison:
             "baseline": asdict(self.baseline),
             "trace": asdict(self.trace),
             "cpu_ratio": self.cpu_ratio,
+            "devices_differ": self.devices_differ,
             "steps": [asdict(pair) for pair in self.steps],
             "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
             "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
@@ -149,6 +157,11 @@ class Comparison:
         if a.device or b.device:
             devices = a.device if a.device == b.device else f"{a.device or '-'} | {b.device or '-'}"
             out.append(f"device:   {devices}")
+            if self.devices_differ:
+                out.append(
+                    "          (different GPUs: times and kernels differ with the hardware "
+                    "too, not only with the code)"
+                )
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
         out.append("")
@@ -187,6 +200,7 @@ class Comparison:
             for label, left, right in rows
         ]
         out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
+        out.append("launches: runtime and driver calls whose GPU work is in the trace")
         out.append(f"launch APIs, baseline: {_counts(a.launch_apis)}")
         out.append(f"             trace:    {_counts(b.launch_apis)}")
         if self.steps:

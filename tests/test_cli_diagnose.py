@@ -113,6 +113,7 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
         "baseline",
         "trace",
         "cpu_ratio",
+        "devices_differ",
         "steps",
         "ops_only_in_baseline",
         "ops_only_in_trace",
@@ -122,6 +123,7 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
     }
     assert [f["rule"] for f in data["findings"]] == ["compile-cpu-tax"]
     assert len(data["steps"]) == 3
+    assert data["devices_differ"] is False
 
 
 def test_help_documents_the_json_and_the_rule_ids(capsys: pytest.CaptureFixture) -> None:

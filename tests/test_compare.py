@@ -187,6 +187,20 @@ def test_an_unnamed_device_is_described_as_summary_describes_it() -> None:
     assert "device:   unknown AMD GPU, gfx942\n" in comparison.to_text()
 
 
+def test_runs_on_different_gpus_are_said_to_differ_in_hardware() -> None:
+    h100 = gpu_fixture("4096_bf16_warm_eager")
+    v100 = (
+        Path(__file__).parent
+        / "fixtures/foreign/kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
+    )
+    comparison = compare(h100, v100)
+    assert comparison.devices_differ
+    assert "(different GPUs: times and kernels differ with the hardware too" in (
+        comparison.to_text()
+    )
+    assert not compare(h100, h100).devices_differ
+
+
 def test_collectives_are_counted_apart_from_compute() -> None:
     # Rank 0 of a run where rank 1 stalls on the host before each all_reduce: rank 0's GPU is
     # "busy" waiting in the collective, which the compare table must show as such.
