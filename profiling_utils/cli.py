@@ -26,8 +26,10 @@ Commands:
       such as ``ProfilerStep#N``).
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_fraction,
       gpu_activities, lane_offset_us, dead_window_us, launch_delay_median_us,
-      launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us}]``; values that do
-      not apply (no GPU work in the step, no label around it) are ``null``.
+      launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us, end_recorded}]``;
+      values that do not apply (no GPU work in the step, no label around it) are ``null``;
+      ``end_recorded`` is false for a step that ends after the profiler's recording window
+      (:attr:`profiling_utils.trace.Trace.recording_end_us`).
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
       min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
       planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
@@ -282,9 +284,12 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     gaps: dict[int, list[float]] = {}
     for gap in measures.gpu_gaps(trace):
         gaps.setdefault(gap.step, []).append(gap.gap_us)
+    window_end = trace.recording_end_us
+    ends = {step.number: step.end for step in trace.steps}
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
+        row["end_recorded"] = window_end is None or ends[timing.step] <= window_end
         step_delays, step_gaps = delays.get(timing.step, []), gaps.get(timing.step, [])
         row.update(
             lane_offset_us=offsets.get(timing.step),
@@ -529,6 +534,12 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
+        for s in summary["steps"]:
+            if not s["end_recorded"]:
+                out += [
+                    f"  step {s['step']} ends after the profiler's recording window: its end was",
+                    "  not recorded, and diagnose leaves it out of its step comparisons",
+                ]
     else:
         out.append("  no ProfilerStep#N annotations")
 

@@ -1141,6 +1141,14 @@ class Trace:
         first occur (do not modify)."""
         return self._by_name
 
+    @property
+    def recording_end_us(self) -> float | None:
+        """When the profiler's own span over its recording window (category ``Trace``,
+        ``"PyTorch Profiler (0)"``) ends, µs; ``None`` in a trace without one. GPU work
+        launched inside the window may run after it; a step annotation ending after it did
+        not have its end recorded."""
+        return max((span.end for span in self.find(cat="Trace")), default=None)
+
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None
     ) -> list[Span]:

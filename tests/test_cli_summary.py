@@ -23,6 +23,7 @@ from conftest import (
 from profiling_utils import cli, load_trace
 from profiling_utils.comm import collectives, comm_overlap
 from profiling_utils.measures import kernel_stats, step_times
+from profiling_utils.rules.facts import Facts
 
 SUMMARY_KEYS = {
     "file",
@@ -496,3 +497,23 @@ def test_summary_without_collectives_says_none(capsys, make_trace) -> None:
     assert cli.main(["summary", str(path)]) == 0
     assert "\nCommunication (collective kernels" in (out := capsys.readouterr().out)
     assert out.split("\nCommunication (", 1)[1].splitlines()[1] == "  none"
+
+
+def test_a_step_ending_after_the_recording_window_is_marked(capsys, make_trace) -> None:
+    # The HTA Triton example's shape: the profiler's window (category Trace) ends at 1,000
+    # µs; step 2's annotation ends 13 s later, its end never recorded.
+    events = [
+        complete_event("PyTorch Profiler (0)", "Trace", 0, 1000, pid="Spans", tid="Profiler"),
+        complete_event("ProfilerStep#1", "user_annotation", 10, 400),
+        complete_event("aten::add", "cpu_op", 20, 50),
+        complete_event("ProfilerStep#2", "user_annotation", 410, 13_000_000),
+        complete_event("aten::add", "cpu_op", 420, 50),
+    ]
+    path = make_trace(events)
+    status, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    assert status == 0
+    steps = json.loads(out)["steps"]
+    assert [(s["step"], s["end_recorded"]) for s in steps] == [(1, True), (2, False)]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "step 2 ends after the profiler's recording window" in text
+    assert [step.number for step in Facts(load_trace(path)).steps] == [1]

@@ -189,14 +189,17 @@ class Facts:
 
     @cached_property
     def steps(self) -> list[Step]:
-        """The steps, ordered by number, less any that recorded nothing while others did: a
-        step with no span inside it on its thread and no GPU work launched from it (as the
-        step that opens when the profiler stops often is) is no sample of the program, and
-        the rules and comparisons over steps leave it out."""
+        """The steps the rules and comparisons over steps take as samples of the program, by
+        number. Left out: a step that ends after the profiler's own span over its recording
+        window (category ``Trace``) ended, as no complete step does (its end was not
+        recorded: the HTA Triton example's step runs 13 s past every event); and a step with
+        no span inside it on its thread and no GPU work launched from it, while others have
+        some (as the step that opens when the profiler stops often is)."""
         covered = self.trace.children_cover_us
-        steps = self.trace.steps
-        recorded = [step for step in steps if step.gpu_work or covered[step.span.id]]
-        return recorded or steps
+        window_end = self.trace.recording_end_us
+        ended = [step for step in self.trace.steps if window_end is None or step.end <= window_end]
+        recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
+        return recorded or ended
 
     @cached_property
     def step_times(self) -> list[measures.StepTime]:

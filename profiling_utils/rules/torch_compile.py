@@ -25,8 +25,9 @@ _GRAPH_HASH = re.compile(r"## Call CompiledFxGraph (\S+)")
 
 
 def _per_step(facts: Facts, spans: tuple[Span, ...] | list[Span]) -> dict[str, int]:
+    """How many of ``spans`` each step holds, over the steps of :attr:`Facts.steps`."""
     counts = Counter(facts.step_number_of(span) for span in spans)
-    return {str(n): counts[n] for n in sorted(n for n in counts if n is not None)}
+    return {str(step.number): counts[step.number] for step in facts.steps if step.number in counts}
 
 
 def _step_cpu(facts: Facts) -> float | None:
@@ -96,7 +97,10 @@ def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
     message = f"TorchDynamo Cache Lookup {len(lookups)}× (median {typical:.1f} µs"
     if step_cpu:
         message += f", {percent(typical / step_cpu)} of a median step's CPU time"
-    message += f"), in {len(per_step)} of {len(facts.steps)} steps."
+    message += ")"
+    if facts.steps:
+        message += f", in {len(per_step)} of {len(facts.steps)} steps"
+    message += "."
     yield (
         message,
         {
