@@ -181,7 +181,10 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
         "trace", "content", "steps", "median step", "GPU busy", "GPU idle",
         "collectives", "in collectives", "wait", "transfer", "last",
     ]  # fmt: skip
-    out += ["  (µs; wait: for a late rank to arrive; last: collectives it reached last)"]
+    out += [
+        "  (µs; wait: for a late rank to arrive, and transfer: the rest, both of the matched",
+        "  collectives only; last: matched collectives it reached last)",
+    ]
     out.append(text_table(headers, rows))
     if report.steps:
         out += ["", "  Steps across ranks (µs)"]
@@ -226,8 +229,10 @@ _CROSS_RANK_KEYS = """\
                  or "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
-                 split into wait_us (waiting for the last rank to arrive: skew) and
-                 transfer_us (the rest), both null when no collective could be matched;
+                 the matched collectives' part of it split into wait_us (waiting for the
+                 last rank to arrive: skew) and transfer_us (the rest), both null when no
+                 collective could be matched (their sum is less than collective_us when
+                 some collectives are left out, see notes);
                  last_arrivals counts the matched collectives this rank reached last.
     steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
                  of each step number that two traces or more have; spread = (max - min) /

@@ -780,13 +780,26 @@ def _findings(
                 if len(others) == 1
                 else f"a median of {_us(median)} on the other {len(others)} ranks"
             )
+            message = f"{most.label}'s GPU idles {_us(most.gpu_idle_us)}, against {against}"
+            # A rank waiting in a collective keeps its GPU "busy" in the collective's kernel:
+            # the others' low idle may be their wait for this very rank.
+            others_wait = sum(r.wait_us or 0.0 for r in idle if r is not most)
+            if others_wait >= 0.5 * ((most.gpu_idle_us or 0.0) - median):
+                whose = "the other rank's" if len(others) == 1 else "the other ranks'"
+                message += (
+                    f"; {_us(others_wait)} of {whose} GPU busy time is waiting in collectives "
+                    "for a late rank (busy, not working)"
+                )
             findings.append(
                 Finding(
                     "rank-gpu-idle",
                     _TABLE,
                     "info",
-                    f"{most.label}'s GPU idles {_us(most.gpu_idle_us)}, against {against}.",
-                    {"gpu_idle_us": {r.label: r.gpu_idle_us for r in idle}},
+                    message + ".",
+                    {
+                        "gpu_idle_us": {r.label: r.gpu_idle_us for r in idle},
+                        "others_wait_us": others_wait,
+                    },
                 )
             )
     uneven = [s for s in spreads if s.spread > _STEP_SPREAD_THRESHOLD]

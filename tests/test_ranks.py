@@ -127,14 +127,28 @@ def test_the_rank_whose_gpu_idles_most_is_set_against_the_others_only(tmp_path: 
     idle = {r.label: r.gpu_idle_us for r in three.ranks}
     (finding,) = [f for f in three.findings if f.rule == "rank-gpu-idle"]
     assert idle["rank 1"] > 1.25 * idle["rank 0"] and idle["rank 0"] == idle["rank 2"]
+    # The others' GPUs are busy in the all-reduce, waiting for rank 1: 300 µs a step each.
     assert finding.message == (
         f"rank 1's GPU idles {idle['rank 1']:,.0f} µs, against a median of "
-        f"{idle['rank 0']:,.0f} µs on the other 2 ranks."
+        f"{idle['rank 0']:,.0f} µs on the other 2 ranks; 1,800 µs of the other ranks' GPU "
+        "busy time is waiting in collectives for a late rank (busy, not working)."
     )
     (tmp_path / "rank-2.json").unlink()
     two = cross_rank(profiles(tmp_path))
     (finding,) = [f for f in two.findings if f.rule == "rank-gpu-idle"]
-    assert finding.message.endswith(f"against {idle['rank 0']:,.0f} µs on the other rank.")
+    assert f"against {idle['rank 0']:,.0f} µs on the other rank; 900 µs of the other rank's" in (
+        finding.message
+    )
+
+
+def test_gpu_idle_of_a_rank_that_waits_for_none(tmp_path: Path) -> None:
+    # Rank 1 runs no GEMM, so its GPU idles more, and no rank is late to a collective:
+    # nothing of the other rank's busy time is waiting.
+    write_rank(tmp_path, 0, rank_events(0))
+    write_rank(tmp_path, 1, [e for e in rank_events(1) if e["name"] != "gemm"])
+    (finding,) = [f for f in cross_rank(profiles(tmp_path)).findings if f.rule == "rank-gpu-idle"]
+    assert finding.message.endswith("on the other rank.")
+    assert finding.evidence["others_wait_us"] == 0
 
 
 def test_wait_and_transfer_split_each_rank_collectives(stalled_run: Path) -> None:

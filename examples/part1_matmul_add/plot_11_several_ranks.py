@@ -440,12 +440,20 @@ claim(
     rank1_gpu_idle_us=idle_rank1_us,
     host_stalls_us=stalls_us,
 )
+idle_finding = next(f for f in summary["findings"] if f["rule"] == "rank-gpu-idle")
+claim(
+    "rank-gpu-idle counts rank 0's wait in its all_reduces as busy, not working",
+    "waiting in collectives for a late rank" in idle_finding["message"],
+    rank0_wait_us=idle_finding["evidence"]["others_wait_us"],
+)
 
 # %%
 # Three cross-rank findings, their messages printed above: ``rank-straggler`` names
 # rank 1; ``collective-skew`` sums the wait and the transfer over both ranks; and
 # ``rank-gpu-idle`` names the rank whose GPU idles longest, rank 1, whose GPU has nothing
 # to do while its host sleeps (the claim above sets its idle time against its stalls).
+# Rank 0's GPU idles little for another reason than work: its all_reduce kernels run
+# while they wait for rank 1, and the finding says how much of its busy time that is.
 # ``python -m profiling_utils diagnose stalled/stalled_rank0.json.gz`` gives the
 # single-rank findings above for one trace.
 #
