@@ -528,8 +528,13 @@ def _sort_key(value: int | str) -> tuple[int, int, str]:
     return (0, value, "") if isinstance(value, int) else (1, 0, str(value))
 
 
-def _make_lane(pid: int | str, tid: int | str, categories: set[str], device: int | None) -> Lane:
-    """The lane of ``(pid, tid)``; ``device`` is the GPU index when ``pid`` is a GPU's."""
+def _make_lane(
+    pid: int | str, tid: int | str, categories: set[str], device: int | None, on_host: bool
+) -> Lane:
+    """The lane of ``(pid, tid)``; ``device`` is the GPU index when ``pid`` is a GPU's;
+    ``on_host``: whether another thread of ``pid`` records host events (ops, runtime calls),
+    which makes ``pid`` a host process and any thread of it a CPU thread (an accelerator's
+    runtime calls, such as MTIA's ``mtia_runtime``, on a thread of their own)."""
     if pid == -1 or pid == "-1":
         return Lane(pid, tid, "overhead", "CUPTI overhead")
     if categories & GPU_CATEGORIES:
@@ -551,6 +556,8 @@ def _make_lane(pid: int | str, tid: int | str, categories: set[str], device: int
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if categories == {"overhead"}:
         return Lane(pid, tid, "overhead", "CUPTI overhead")
+    if on_host and device is None:
+        return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if device is not None:
         return Lane(pid, tid, "other", f"device {device} track {tid}", device, None)
     return Lane(pid, tid, "other", f"{pid} {tid}".strip())
@@ -719,12 +726,15 @@ class Trace:
         self.vendor = self._runtime_vendor(by_cat)
         gpu_pids = {pid for (pid, _), cats in lane_categories.items() if cats & GPU_CATEGORIES}
         all_pids = {pid for pid, _ in by_lane}
+        host_pids = {pid for (pid, _), cats in lane_categories.items() if cats & CPU_CATEGORIES}
         device_of_pid = self._device_of_pid(gpu_pids, all_pids, by_cat)
         self._lane_spans: dict[Lane, list[Span]] = {}
         self.children_cover_us = [0.0] * len(spans)
         for key, on_lane in by_lane.items():
             pid, tid = key
-            lane = _make_lane(pid, tid, lane_categories[key], device_of_pid.get(pid))
+            lane = _make_lane(
+                pid, tid, lane_categories[key], device_of_pid.get(pid), pid in host_pids
+            )
             self._lane_spans[lane] = on_lane
             _nest(lane, on_lane, self.children_cover_us)
         self.lanes = sorted(self._lane_spans, key=_lane_order)

@@ -227,6 +227,20 @@ def test_epoch_times_with_ns_decimals_are_read_exactly(make_trace) -> None:
     assert trace.self_us(narrow) == pytest.approx(1.296 - 0.878, abs=1e-9)
 
 
+def test_a_thread_of_a_host_process_is_a_cpu_thread_whatever_it_records(make_trace) -> None:
+    # MTIA's inference trace: thread 1568 of the host process records only mtia_runtime
+    # calls; the accelerator's own events lie on its device pid.
+    events = [
+        complete_event("aten::linear", "cpu_op", 0, 50, pid=865, tid=865),
+        complete_event("gif_merge", "mtia_runtime", 10, 30, pid=865, tid=1568),
+        complete_event("kernel_track", "mtia_ccp_events", 20, 5, pid=17, tid=3),
+    ]
+    trace = load_trace(make_trace(events, deviceProperties=[]))
+    kinds = {(lane.pid, lane.tid): (lane.kind, lane.label) for lane in trace.lanes}
+    assert kinds[865, 1568] == ("cpu", "CPU thread 1568")
+    assert kinds[17, 3][0] == "other"
+
+
 def test_span_identity_and_repr(eager: Trace) -> None:
     span = eager.spans[1]
     assert isinstance(span, Span)
