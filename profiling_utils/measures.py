@@ -68,6 +68,7 @@ __all__ = [
     "ThreadActivity",
     "gpu_busy_us",
     "lane_busy_us",
+    "host_work_us",
     "step_times",
     "launch_delays",
     "lane_offset",
@@ -263,6 +264,31 @@ def lane_busy_us(trace: Trace, lane: Lane) -> float:
         return gpu_busy_us(trace, lane)
     work = [span for span in trace.lane_spans(lane) if span.cat not in LABEL_CATEGORIES]
     return _union_us(work, in_start_order=True)
+
+
+def host_work_us(trace: Trace, window: tuple[float, float]) -> float:
+    """How long, inside ``window`` (``(start, end)``, µs), some CPU thread was in a recorded
+    operator or runtime call: the union over every CPU lane of its spans that are work, as
+    in :func:`lane_busy_us` (labels such as ``ProfilerStep#N`` left out). The rest of the
+    window is host time the profiler does not record (Python between ops, data loading) or
+    no work at all."""
+    start, end = window
+    pieces = []
+    for lane in trace.lanes:
+        if lane.kind != "cpu":
+            continue
+        on_lane = trace.lane_spans(lane)
+        for span in on_lane[: bisect_left(on_lane, end, key=_START)]:
+            span_end = span.start + span.dur
+            if span_end > start and span.cat not in LABEL_CATEGORIES:
+                pieces.append((max(span.start, start), min(span_end, end)))
+    pieces.sort()
+    total, reached = 0.0, start
+    for piece_start, piece_end in pieces:
+        if piece_end > reached:
+            total += piece_end - max(piece_start, reached)
+            reached = piece_end
+    return total
 
 
 def step_times(trace: Trace) -> list[StepTime]:

@@ -362,7 +362,7 @@ def test_overhead_bound_share_comes_from_the_times_not_the_rounded_evidence(make
         ]
     (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
     assert finding.evidence["median_gpu_busy_fraction"] == 0.0
-    assert "of CPU time (<0.01%): the CPU side sets the pace." in finding.message
+    assert "of CPU time (<0.01%): the CPU side sets the pace" in finding.message
 
 
 def test_bound_rules_on_steps_shorter_than_the_evidence_rounds_to(make_trace) -> None:
@@ -414,6 +414,26 @@ def test_cold_start_says_how_much_runs_outside_every_op(make_trace) -> None:
     # The same extra time inside the op: nothing to say about time outside the ops.
     (finding,) = diagnose(make_trace(cold_steps(540.0, 10.0)), select=["cold-start"])
     assert "outside every op" not in finding.message
+
+
+@pytest.mark.parametrize(("op_us", "said"), [(900.0, False), (100.0, True)])
+def test_overhead_bound_says_when_the_step_is_mostly_unrecorded_host_time(
+    make_trace, op_us: float, said: bool
+) -> None:
+    # 1,000 µs steps whose GPU runs 10 µs: the CPU sets the pace. With 900 µs of ops the
+    # step is recorded work; with 100 µs (a sleep, Python, a data loader) it mostly is not.
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000),
+            complete_event("aten::mm", "cpu_op", t + 10, op_us),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 30, 10, pid=0, tid=7, correlation=n + 1),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert finding.evidence["median_step_host_work_us"] == op_us
+    assert ("in recorded ops and runtime calls for 100.0 µs of it (10%)" in finding.message) == said
 
 
 def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) -> None:

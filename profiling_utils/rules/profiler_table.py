@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import measures
 from ..measures import NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import Span
@@ -19,6 +20,11 @@ from .registry import Hit, rule
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
 """``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time
 (CPU time at least ten times the GPU time, "ms against µs")."""
+
+OVERHEAD_BOUND_RECORDED_SHARE = 0.5
+"""``overhead-bound`` says how little of the median step the host spent in recorded ops and
+runtime calls (:func:`profiling_utils.measures.host_work_us`) when it is under this share:
+the CPU time that sets the pace is then mostly time the profiler does not see into."""
 
 COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
 """``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time
@@ -142,6 +148,16 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     evidence, shown = _bound_evidence(rows, ratios)
     if evidence["median_gpu_busy_fraction"] <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
         message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
+        step = next(s for s in facts.steps if s.number == evidence["median_step"])
+        recorded = measures.host_work_us(facts.trace, (step.start, step.end))
+        evidence["median_step_host_work_us"] = us(recorded)
+        if recorded < OVERHEAD_BOUND_RECORDED_SHARE * evidence["median_cpu_us"]:
+            message = (
+                f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
+                f"{recorded:.1f} µs of it ({percent(recorded / evidence['median_cpu_us'])}): "
+                "the rest is host work the profiler does not record (Python between ops, data "
+                "loading) or no work at all."
+            )
         yield message, evidence
 
 
