@@ -261,14 +261,15 @@ cli("summary", "--top", "3", run.trace_path.name)
 # %%
 # ``summary`` is the overview: the device and CUDA versions; the lanes, each with its busy
 # time (on a GPU lane, the time its kernels, copies and memsets ran; on a CPU thread, the
-# time it spent in operators and runtime calls, labels such as the step left out); a line
-# per step (CPU time, GPU busy time and idle share, lane offset, dead window, launch delays,
-# GPU gaps);
-# the kernels with the most total time and how they were launched; the CPU operators with
-# the most self time; the copies and memsets; the collective kernels of a distributed run
-# (NCCL, RCCL: none in this one-GPU run) and how much of their time compute hides; and
-# whether ``torch.compile`` or the profiler's own overhead show up. ``--json`` gives the
-# same as one JSON object.
+# time it spent in operators and runtime calls, labels such as the step left out, so the
+# profiler's own row, which holds only its label over the whole trace, shows 0); a line
+# per step (its CPU time is the step's window, from start to end, whatever the threads did
+# in it; then GPU busy time and idle share, lane offset and dead window as on pages 02 and
+# 04, launch delays, GPU gaps); the kernels with the most total time and how they were
+# launched; the CPU operators with the most self time; the copies and memsets; the
+# collective kernels of a distributed run (NCCL, RCCL: none in this one-GPU run) and how
+# much of their time compute hides; and whether ``torch.compile`` or the profiler's own
+# overhead show up. ``--json`` gives the same as one JSON object.
 
 cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 
@@ -283,8 +284,9 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # What drives ``many-calls``?
 # ---------------------------
 #
-# ``many-calls`` names the operators called 50 times or more per step. Is that the
-# optimizer's loop? For each operator it names, the share of its calls made inside
+# ``many-calls`` names the operators called 50 times or more per step that also take 5% or
+# more of the steps' CPU time (an operator called as often for less is left out). Is that
+# the optimizer's loop? For each operator it names, the share of its calls made inside
 # ``Optimizer.step``:
 
 many = next((f for f in findings if f.rule == "many-calls"), None)
@@ -327,8 +329,9 @@ else:
 # The claims box says how the calls above split on this run (counted per operator, so a
 # cast that goes ``aten::to`` → ``aten::_to_copy`` → ``aten::copy_`` counts once for each
 # of the three it names); the names say the rest (``aten::to``, ``aten::_to_copy`` and
-# ``aten::copy_`` are casts and copies). Either way, the cure is fewer, larger operations:
-# a fused optimizer, or weights kept in bf16 so that nothing needs casting.
+# ``aten::copy_`` are casts and copies: outside the optimizer, autocast's; inside it, the
+# optimizer's own). Either way, the cure is fewer, larger operations: a fused optimizer
+# for the calls inside it, weights kept in bf16 for autocast's casts.
 #
 # Compare two traces
 # ------------------

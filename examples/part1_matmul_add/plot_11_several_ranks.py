@@ -399,8 +399,9 @@ claim(
 # each reaches some collectives last, and ``collective-skew`` reads the waits as jitter
 # between the ranks rather than one late rank. What names a straggler is arriving last
 # again and again. ``rank-step-spread``, an ``info`` finding, says how uneven single steps
-# were across the ranks: steps of half a millisecond differ by tens of microseconds from
-# host jitter alone, and with no straggler named it points at no rank.
+# were across the ranks, and on which rank the longest ran. With no straggler named, that
+# rank is not late: a rank whose step runs longer may spend the difference waiting for the
+# other in their collectives (``collective-skew`` names the rank that waits most).
 #
 # The same from the command line
 # ------------------------------
@@ -452,8 +453,8 @@ claim(
 # rank 1; ``collective-skew`` sums the wait and the transfer over both ranks; and
 # ``rank-gpu-idle`` names the rank whose GPU idles longest, rank 1, whose GPU has nothing
 # to do while its host sleeps (the claim above sets its idle time against its stalls).
-# Rank 0's GPU idles little for another reason than work: its all_reduce kernels run
-# while they wait for rank 1, and the finding says how much of its busy time that is.
+# Rank 0's GPU idles little, not because it works, but because its all_reduce kernels run
+# while they wait for rank 1: the finding says how much of its busy time that is.
 # ``python -m profiling_utils diagnose stalled/stalled_rank0.json.gz`` gives the
 # single-rank findings above for one trace.
 #

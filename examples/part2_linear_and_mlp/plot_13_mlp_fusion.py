@@ -620,7 +620,9 @@ if eager.has_gpu:
 # profiler, the CPU's work hides behind the GPU's however much the profiler made of it,
 # and what a fused forward saves end to end comes from its GPU time: its busy time, and
 # the gaps between its kernels, which busy time leaves out. Where the CPU's time is most
-# of a forward's, CPU time saved or added shows in the forward's time too.
+# of a forward's, the CPU and the GPU take about as long, and either side's saving may
+# or may not show: set each variant's CPU part against its time end to end above, and
+# against the comparisons with eager, to see which one did.
 #
 # The rule again, on each run: it fires on the eager run only when the GELU and the
 # multiply are separate kernels.

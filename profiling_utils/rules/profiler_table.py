@@ -282,7 +282,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         found.sort(key=lambda r: -r["calls"])
         top = found[0]
         yield (
-            f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step; "
+            f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
+            f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each; "
             f"{top['op']}: {top['calls_per_step']:g} calls per step, {top['mean_us']:.1f} µs "
             f"each, {percent(top['cpu_share'])} of the steps' CPU time.",
             {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
