@@ -707,6 +707,7 @@ class Trace:
         self.origin_us = 0.0
         if _rounded_on_decoding(starts):
             self._use_exact_times(events, spans)
+        del starts
         events.clear()  # the last reference: free the other events before building
         # Sorted by the times as written: shifting them all by the origin keeps their order.
         # In place, by the spans' own start (stable): sorting indices by a list of the starts
