@@ -484,6 +484,61 @@ class _Waits:
     point_to_point: int = 0
     """Sends and receives: a send pairs with a receive on another rank, not with the other
     ranks' k-th send, so they are not lined up."""
+    realigned: dict[tuple[int, str, str], tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """The sequences of one group and op lined up calls apart on a rank: (its position, the
+    group, the op) to (the shift, the position of the rank it is lined up with), as
+    :func:`_index_shifts` found them."""
+
+
+_MOST_CALLS_APART = 8
+"""How many calls apart the sequences of one group and op may be lined up across ranks."""
+
+
+def _index_shifts(
+    profiles: Sequence[RankProfile], offsets: list[float]
+) -> dict[tuple[int, str, str], tuple[int, int]]:
+    """Per rank position, group and op, the shift to add to a call's index so that it lines
+    up with the same call on the first rank that has the sequence: the shift, within
+    :data:`_MOST_CALLS_APART` calls, under which the most calls' kernels overlap in time (a
+    trace that starts one collective later has every index one short), with the position of
+    that first rank. Only shifts that line up strictly more calls than none are kept."""
+    sequences: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
+    for position, profile in enumerate(profiles):
+        for call in profile.collectives:  # in index order within each group and op
+            if call.op in _POINT_TO_POINT:
+                continue
+            start = call.start_us + offsets[position]
+            per_rank = sequences.setdefault((call.group, call.op), {})
+            per_rank.setdefault(position, []).append((start, start + call.dur_us))
+    shifts = {}
+    for (group, op), per_rank in sequences.items():
+        reference_position = min(per_rank)
+        reference = per_rank[reference_position]
+        for position, mine in per_rank.items():
+            if position == reference_position:
+                continue
+            best, most = 0, _overlapping(reference, mine, 0)
+            for shift in range(-_MOST_CALLS_APART, _MOST_CALLS_APART + 1):
+                found = _overlapping(reference, mine, shift)
+                if found > most:
+                    best, most = shift, found
+            if best:
+                shifts[position, group, op] = (best, reference_position)
+    return shifts
+
+
+def _overlapping(
+    reference: list[tuple[float, float]], mine: list[tuple[float, float]], shift: int
+) -> int:
+    """How many of ``mine`` overlap in time the call ``shift`` places later in
+    ``reference`` (``mine[i]`` against ``reference[i + shift]``)."""
+    found = 0
+    for index, (start, end) in enumerate(mine):
+        other = index + shift
+        if 0 <= other < len(reference):
+            other_start, other_end = reference[other]
+            found += start < other_end and other_start < end
+    return found
 
 
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
@@ -493,6 +548,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     if not profiles or len({p.clock for p in profiles}) > 1:  # none: every trace was refused
         return result
     offsets = _offsets_us(profiles)
+    shifts = _index_shifts(profiles, offsets)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
     point_to_point = 0
     for position, profile in enumerate(profiles):
@@ -500,7 +556,8 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             if call.op in _POINT_TO_POINT:
                 point_to_point += 1
                 continue
-            key = (call.group, call.index, call.op)
+            index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
+            key = (call.group, index, call.op)
             by_key.setdefault(key, []).append(
                 (position, call.start_us + offsets[position], call.dur_us)
             )
@@ -523,7 +580,12 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             result.transfer[position] += duration - waited
             result.caused[latest_position] += waited
     return dataclasses.replace(
-        result, matched=matched, alone=alone, apart=apart, point_to_point=point_to_point
+        result,
+        matched=matched,
+        alone=alone,
+        apart=apart,
+        point_to_point=point_to_point,
+        realigned=shifts,
     )
 
 
@@ -607,6 +669,12 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"{waits.apart} collective(s) left out: their kernels do not overlap across ranks, "
             "so they are not one call (the traces start at different collectives, or the "
             "hosts' clocks disagree)"
+        )
+    for (position, _, op), (shift, reference) in waits.realigned.items():
+        calls = f"{abs(shift)} {op} call{'s' if abs(shift) > 1 else ''}"
+        notes.append(
+            f"{labels[position]}'s trace starts {calls} {'after' if shift > 0 else 'before'} "
+            f"{labels[reference]}'s: its {op} calls are lined up that many apart"
         )
     if waits.point_to_point:
         notes.append(

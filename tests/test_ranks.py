@@ -561,3 +561,24 @@ def test_a_directory_without_traces_says_so_and_names_subdirectories_that_hold_s
     )
     status, out, _ = run_cli(capsys, "diagnose", str(run / "rank0"), str(run / "rank1"), "--json")
     assert status == 0 and len(json.loads(out)["traces"]) == 2
+
+
+def test_a_trace_that_starts_a_collective_later_is_lined_up(tmp_path: Path) -> None:
+    # Rank 1's trace misses the first all-reduce (recording began after it): its first
+    # call is rank 0's second. By position alone no call would pair with its own.
+    write_rank(tmp_path, 0, rank_events(0, late_us=300))
+    events = rank_events(1, stall_us=300, late_us=300)
+    first_nccl = next(e for e in events if e["name"].startswith("ncclDevKernel"))
+    write_rank(tmp_path, 1, [e for e in events if e is not first_nccl])
+    report = cross_rank(profiles(tmp_path))
+    assert report.matched_collectives == 2
+    rows = {row.rank: row for row in report.ranks}
+    assert rows[0].wait_us == pytest.approx(2 * 300)
+    assert rows[1].last_arrivals == 2
+    assert "rank 1's trace starts 1 all_reduce call after rank 0's" in " ".join(report.notes)
+
+
+def test_sequences_that_line_up_as_written_are_not_shifted(stalled_run: Path) -> None:
+    report = cross_rank(profiles(stalled_run))
+    assert report.matched_collectives == 3
+    assert not any("lined up" in note for note in report.notes)
