@@ -60,6 +60,8 @@ Commands:
       total time; ``total_bytes`` adds up the sizes the trace records (``null`` when none
       does), and the algorithm bandwidth is bytes / kernel time, GB = 10^9 bytes: a lower
       bound, as a collective's kernel also waits for the slowest rank.
+    - ``host_collectives``: collectives the CPU runs itself (Gloo's ``gloo:all_reduce``...
+      labels), ``[{name, count, total_us}]`` by total time; ``[]`` when there are none.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
@@ -412,6 +414,19 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
     }
 
 
+def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
+    """Collectives run on the CPU: the ``gloo:<op>`` ranges the Gloo backend records."""
+    rows = [
+        {"name": name, "count": len(spans), "total_us": sum(span.dur for span in spans)}
+        for name, spans in trace.by_name.items()
+        if name.startswith(_HOST_COLLECTIVE_PREFIX)
+    ]
+    return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
+
+
+_HOST_COLLECTIVE_PREFIX = "gloo:"
+
+
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
@@ -456,6 +471,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "planning_calls": dict(planning.most_common()),
         "memory": _memory(trace),
         "communication": _communication(trace),
+        "host_collectives": _host_collectives(trace),
         "compile": {
             "regions": len(compiled.regions),
             "region_ids": list(compiled.region_ids),
@@ -607,7 +623,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     out += ["", "Communication (collective kernels, µs on the GPU; GB/s: 10^9 bytes per second)"]
     communication = summary["communication"]
     if communication is None:
-        out.append("  none")
+        out.append("  no collective kernels" if summary["host_collectives"] else "  none")
     else:
         hidden = communication["overlap_fraction"]
         out.append(
@@ -628,6 +644,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             for row in communication["by_op"]
         ]
         out.append(text_table(["operation", "count", "total", "bytes", "median algbw"], rows))
+    if summary["host_collectives"]:
+        listed = ", ".join(
+            f"{row['name']} x{row['count']} ({_us(row['total_us'])} µs)"
+            for row in summary["host_collectives"]
+        )
+        out.append(f"  on the CPU (Gloo): {listed}")
 
     c = summary["compile"]
     out += ["", "torch.compile"]

@@ -44,6 +44,7 @@ SUMMARY_KEYS = {
     "planning_calls",
     "memory",
     "communication",
+    "host_collectives",
     "compile",
     "overhead",
     "roofline",
@@ -517,3 +518,17 @@ def test_a_step_ending_after_the_recording_window_is_marked(capsys, make_trace) 
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "step 2 ends after the profiler's recording window" in text
     assert [step.number for step in Facts(load_trace(path)).steps] == [1]
+
+
+def test_collectives_on_the_cpu_are_listed(capsys) -> None:
+    # HTA's CPU-only rank: two threads each run five gloo:all_reduce ranges.
+    path = FOREIGN / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    _, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    data = json.loads(out)
+    assert data["communication"] is None
+    (row,) = data["host_collectives"]
+    assert (row["name"], row["count"]) == ("gloo:all_reduce", 10)
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "  no collective kernels\n  on the CPU (Gloo): gloo:all_reduce x10 (" in text
+    _, out, _ = run_cli(capsys, "summary", "--json", str(gpu_fixture("64_bf16_warm_eager")))
+    assert json.loads(out)["host_collectives"] == []
