@@ -28,6 +28,7 @@ fused ``LigerGEGLUMLP``.
 
 import re
 import textwrap
+from collections import Counter
 from types import SimpleNamespace
 
 import torch
@@ -644,7 +645,9 @@ if eager.has_gpu:
 # ------------------------------------
 # The structure is the post's: five kernels eager, four compiled and with Liger, three of
 # them GEMMs (the claims above check it). The kernels and their times are this GPU's. Side
-# by side, the post's A100 figures (as the post reports them) and this run's medians:
+# by side, the post's A100 figures (as the post reports them) and this run's medians (the
+# post names its two GEMM kernels without saying which product runs which; ours are in
+# launch order, with how many of a forward's three products each runs):
 
 
 def verdict(first: str, second: str) -> str:
@@ -657,13 +660,18 @@ def verdict(first: str, second: str) -> str:
 
 
 if eager.has_gpu and liger is not None:
-    gemm_kernels = sorted(
-        {
-            k.kernel.name
-            for k in kernel_launches(eager.trace)
-            if k.op is not None and k.op.name == "aten::mm"
-        }
+    # In launch order, with how many of a forward's three products each kernel runs: the
+    # post names its two kernels without saying which product runs which.
+    gemm_calls = Counter(
+        k.kernel.name
+        for k in kernel_launches(eager.trace)
+        if k.op is not None and k.op.name == "aten::mm"
     )
+    forwards = len(eager.trace.steps)
+    gemm_kernels = [
+        f"{cut(name, 40)}, {n / forwards:g} per forward"
+        for name, n in gemm_calls.items()
+    ]
     rows = [
         ["GEMM kernels", "…128x128…_tn, …128x256…_tn", gemm_kernels[0]],
         *[["", "", name] for name in gemm_kernels[1:]],
@@ -677,7 +685,7 @@ if eager.has_gpu and liger is not None:
     for row in rows:
         if row[1]:
             print(f"{row[0]:24s} post: {row[1]:34s}")
-        print(f"{'':24s} here: {cut(row[2], 56)}")
+        print(f"{'':24s} {'here:' if row[1] else '     '} {row[2]}")
 else:
     print("No GPU comparison on this machine.")
 
