@@ -660,8 +660,6 @@ def verdict(first: str, second: str) -> str:
 
 
 if eager.has_gpu and liger is not None:
-    # In launch order, with how many of a forward's three products each kernel runs: the
-    # post names its two kernels without saying which product runs which.
     gemm_calls = Counter(
         k.kernel.name
         for k in kernel_launches(eager.trace)
