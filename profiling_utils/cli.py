@@ -29,7 +29,7 @@ Commands:
       launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us, end_recorded}]``;
       values that do not apply (no GPU work in the step, no label around it) are ``null``;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
-      (:attr:`profiling_utils.trace.Trace.recording_end_us`).
+      (:meth:`profiling_utils.trace.Trace.end_recorded`).
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
       min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
       planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
@@ -291,12 +291,11 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     gaps: dict[int, list[float]] = {}
     for gap in measures.gpu_gaps(trace):
         gaps.setdefault(gap.step, []).append(gap.gap_us)
-    window_end = trace.recording_end_us
-    ends = {step.number: step.end for step in trace.steps}
+    recorded = {step.number: trace.end_recorded(step) for step in trace.steps}
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
-        row["end_recorded"] = window_end is None or ends[timing.step] <= window_end
+        row["end_recorded"] = recorded[timing.step]
         step_delays, step_gaps = delays.get(timing.step, []), gaps.get(timing.step, [])
         row.update(
             lane_offset_us=offsets.get(timing.step),

@@ -180,6 +180,7 @@ _NEST_TOLERANCE_US = 0.002
 # Kineto writes times to the ns. Floats near today's epoch in µs (1.7e15) are spaced 0.25 µs
 # apart; near the offsets from baseTimeNanoseconds that torch >= 2.4 writes (4e12), 0.001.
 _EXACT_TIME_SPACING_US = 0.001
+_RECORDING_END_TOLERANCE_US = 1.0
 
 
 def is_communication(name: str) -> bool:
@@ -1159,6 +1160,13 @@ class Trace:
         launched inside the window may run after it; a step annotation ending after it did
         not have its end recorded."""
         return max((span.end for span in self.find(cat="Trace")), default=None)
+
+    def end_recorded(self, step: Step) -> bool:
+        """Whether ``step`` ends inside the profiler's recording window
+        (:attr:`recording_end_us`, within a µs; always, for a trace without one). A step
+        that ends after it did not have its end recorded: its duration is no measurement."""
+        window_end = self.recording_end_us
+        return window_end is None or step.end <= window_end + _RECORDING_END_TOLERANCE_US
 
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None

@@ -196,8 +196,7 @@ class Facts:
         no span inside it on its thread and no GPU work launched from it, while others have
         some (as the step that opens when the profiler stops often is)."""
         covered = self.trace.children_cover_us
-        window_end = self.trace.recording_end_us
-        ended = [step for step in self.trace.steps if window_end is None or step.end <= window_end]
+        ended = [step for step in self.trace.steps if self.trace.end_recorded(step)]
         recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
         return recorded or ended
 
