@@ -336,7 +336,8 @@ else:
 # The post's A100 numbers (CPU / GPU µs per call): memory-efficient 117 / 277.9, flash
 # 138 / 146.8, cuDNN 214 / 186.3; flash was the quickest on the GPU there. On this GPU,
 # each comparison counts only when the two middle halves of the steps do not overlap
-# (:func:`~profiling_utils.stats.clearly_greater`):
+# (:func:`~profiling_utils.stats.clearly_greater`, which
+# :func:`~profiling_utils.claims.which_is_greater` words the claims by):
 
 if on_gpu:
     ranked = sorted((n for n in runs if n != "auto"), key=lambda n: gpu[n].median)
@@ -347,20 +348,20 @@ if on_gpu:
         >= 5 * max(gpu[n].median for n in ("efficient", "flash", "cudnn")),
         math=gpu["math"],
     )
-    claim(
+    which_is_greater(
         "flash is clearly quicker on the GPU than memory-efficient",
-        clearly_greater(gpu["efficient"], gpu["flash"]),
+        "flash is clearly slower on the GPU than memory-efficient",
+        "flash and memory-efficient take the same GPU time, within the spread",
         efficient=gpu["efficient"],
         flash=gpu["flash"],
-        otherwise="flash is not clearly quicker on the GPU than memory-efficient",
     )
-    claim(
+    which_is_greater(
         "cuDNN is clearly quicker on the GPU than flash (the post's A100 had it the "
         "other way round)",
-        clearly_greater(gpu["flash"], gpu["cudnn"]),
+        "cuDNN is clearly slower on the GPU than flash, as on the post's A100",
+        "cuDNN and flash take the same GPU time, within the spread",
         flash=gpu["flash"],
         cudnn=gpu["cudnn"],
-        otherwise="cuDNN is not clearly quicker on the GPU than flash, as on the post's A100",
     )
     which_is_greater(
         "cuDNN's call costs the CPU clearly more than flash's, as on the post's A100",
@@ -399,12 +400,13 @@ if on_gpu:
         cpu=cpu["cudnn"],
         gpu=gpu["cudnn"],
     )
-    claim(
+    which_is_greater(
         "auto's call, which runs the same cuDNN operators and kernel, costs the CPU "
         "clearly less than the pinned one",
-        clearly_greater(cpu["cudnn"], cpu["auto"]),
-        otherwise="auto's call, which runs the same cuDNN operators and kernel, does not "
-        "cost the CPU clearly less than the pinned one",
+        "auto's call, which runs the same cuDNN operators and kernel, costs the CPU "
+        "clearly more than the pinned one",
+        "auto's call, which runs the same cuDNN operators and kernel, costs the CPU about "
+        "what the pinned one does, within the spread",
         pinned=cpu["cudnn"],
         auto=cpu["auto"],
     )
