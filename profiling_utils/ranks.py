@@ -657,6 +657,13 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     ranks = [p.rank for p in profiles if p.rank is not None]
     if len(set(ranks)) < len(ranks):
         notes.append("several traces claim the same rank: are they from one run?")
+    world = max((p.world_size for p in profiles if p.world_size), default=0)
+    if world > len(profiles):
+        notes.append(
+            f"the traces record a world of {world} ranks and {len(profiles)} are given: a "
+            "wait counted here may be for a rank not given, and a straggler named is the "
+            "latest of the ranks given"
+        )
     waits = _waits(profiles)
     matched = waits.matched
     if waits.alone:

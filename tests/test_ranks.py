@@ -582,3 +582,16 @@ def test_sequences_that_line_up_as_written_are_not_shifted(stalled_run: Path) ->
     report = cross_rank(profiles(stalled_run))
     assert report.matched_collectives == 3
     assert not any("lined up" in note for note in report.notes)
+
+
+def test_a_world_larger_than_the_ranks_given_is_noted(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        events = rank_events(rank, stall_us=300 if rank else 0, late_us=300)
+        info = {"backend": "nccl", "rank": rank, "world_size": 128}
+        write_trace(tmp_path / f"rank-{rank}.json", trace_document(events, distributedInfo=info))
+    notes = " ".join(cross_rank(profiles(tmp_path)).notes)
+    assert "the traces record a world of 128 ranks and 2 are given" in notes
+
+
+def test_a_world_of_the_ranks_given_is_not_noted(stalled_run: Path) -> None:
+    assert not any("world of" in note for note in cross_rank(profiles(stalled_run)).notes)
