@@ -436,6 +436,24 @@ def test_overhead_bound_says_when_the_step_is_mostly_unrecorded_host_time(
     assert ("in recorded ops and runtime calls for 100.0 µs of it (10%)" in finding.message) == said
 
 
+def test_overhead_bound_names_a_label_that_holds_the_unrecorded_time(make_trace) -> None:
+    # The stalled NCCL rank's shape: a record_function label around a host sleep holds
+    # most of each step, with no op inside it.
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000),
+            complete_event("host_stall", "user_annotation", t + 5, 800),
+            complete_event("aten::mm", "cpu_op", t + 850, 50),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 860, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 870, 10, pid=0, tid=7, correlation=n + 1),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert "and 800.0 µs lies under the label host_stall with no op inside" in finding.message
+    assert finding.evidence["median_step_label_without_ops"] == {"name": "host_stall", "us": 800.0}
+
+
 def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) -> None:
     # (CPU µs, GPU busy µs) per step: ratios 20, 3, 5, 4 and 20. The median busy time over
     # the median CPU time, taken apart, would be 1200 / 100 = 12x, no step's ratio; the

@@ -154,11 +154,36 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
         if recorded < OVERHEAD_BOUND_RECORDED_SHARE * evidence["median_cpu_us"]:
             message = (
                 f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
-                f"{recorded:.1f} µs of it ({percent(recorded / evidence['median_cpu_us'])}): "
-                "the rest is host work the profiler does not record (Python between ops, data "
-                "loading) or no work at all."
+                f"{recorded:.1f} µs of it ({percent(recorded / evidence['median_cpu_us'])})"
             )
+            label, unseen = _emptiest_label(facts, step)
+            if label is not None and unseen >= 0.5 * (evidence["median_cpu_us"] - recorded):
+                evidence["median_step_label_without_ops"] = {"name": label, "us": us(unseen)}
+                message += (
+                    f", and {unseen:.1f} µs lies under the label {short_name(label, 48)} with no "
+                    "op inside: time the profiler names but does not see into."
+                )
+            else:
+                message += (
+                    ": the rest is host time outside every op and call the profiler records "
+                    "(Python between ops, data loading) or no work at all."
+                )
         yield message, evidence
+
+
+def _emptiest_label(facts: Facts, step: Any) -> tuple[str | None, float]:
+    """The ``record_function`` label inside ``step`` (not a step) with the most time that no
+    op or call nested in it covers, and that time (its self time), µs."""
+    best: tuple[str | None, float] = (None, 0.0)
+    for span in facts.trace.find(cat="user_annotation"):
+        if span.start < step.start or span.end > step.end or span.id == step.span.id:
+            continue
+        if span.name.startswith("ProfilerStep#"):
+            continue
+        unseen = facts.self_us(span)
+        if unseen > best[1]:
+            best = (span.name, unseen)
+    return best
 
 
 @rule(
