@@ -91,6 +91,32 @@ def test_a_host_sync_in_every_step_is_reported_once_with_its_sync() -> None:
     assert statistics.median(by_step.values()) == pytest.approx(evidence["median_gap_us"], abs=1e-3)
 
 
+def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
+    tmp_path: Path,
+) -> None:
+    # item-sync with the GPU work of step 5 from its second kernel on held back 5 ms: the
+    # host syncs' gaps are tens of µs, that stretch a hundred times longer.
+    (plain,) = findings(ITEM_SYNC, "intra-step-gap")
+    assert "not one of them" not in plain.message
+
+    def hold_back(events: list[dict]) -> None:
+        window = _step_window(events, 5)
+        kernels = sorted(
+            (e for e in events if e.get("cat") == "kernel" and e["ts"] > window["ts"]),
+            key=lambda e: e["ts"],
+        )
+        _delay_gpu_work(events, kernels[1]["ts"], 5000.0)
+
+    found = findings(altered(tmp_path, ITEM_SYNC, hold_back), "intra-step-gap")
+    # The held-back stretch is also reported as a one-off of its own.
+    assert found[0].evidence["cause"] == "host sync"
+    assert {f.evidence["cause"] for f in found[1:]} == {"held back"}
+    finding = found[0]
+    assert finding.evidence["longest_idle_step"] == 5
+    assert finding.evidence["longest_idle_us"] > 5000
+    assert "The GPU's longest idle stretch inside a step is not one of them: " in finding.message
+
+
 def test_the_threshold_follows_the_traces_launch_latency(monkeypatch: pytest.MonkeyPatch) -> None:
     # item-sync's gaps are tens of µs against a launch latency of about 5 µs. The floor is a
     # number of the trace's own launch latencies: raised just past the longest gap, as an AMD
