@@ -862,6 +862,31 @@ def test_addmm_nested_in_itself_is_called_by_its_callers_caller(make_trace) -> N
     assert "(under ProfilerStep#N)" in finding.message
 
 
+def test_cublas_helper_kernels_are_no_gemms(make_trace) -> None:
+    # A split-K GEMM: cuBLAS launches the GEMM, then a kernel that adds up its partial sums.
+    events = []
+    for n in range(3):
+        t = 1000.0 * n
+        c = 10 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500),
+            complete_event("aten::linear", "cpu_op", t + 5, 200),
+            complete_event("aten::addmm", "cpu_op", t + 10, 100),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=c + 1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 30, 5, correlation=c + 2),
+            complete_event("volta_sgemm_64x32_sliced1x4_nn", "kernel", t + 40, 50, pid=0, tid=7,
+                           correlation=c + 1),
+            complete_event("void splitKreduce_kernel<float, float, float>(...)", "kernel",
+                           t + 95, 3, pid=0, tid=7, correlation=c + 2),
+        ]  # fmt: skip
+    found = {
+        f.rule: f for f in diagnose(make_trace(events), select=["addmm-fusion", "gemm-kernel"])
+    }
+    assert "on the GPU: GEMM kernel + cuBLAS helper kernel" in found["addmm-fusion"].message
+    assert found["addmm-fusion"].evidence["kernels"] == {"volta_sgemm_64x32_sliced1x4_nn": 3}
+    assert found["gemm-kernel"].evidence["gemm_kernels"] == 1
+
+
 # -- torch.compile -----------------------------------------------------------------------------
 
 

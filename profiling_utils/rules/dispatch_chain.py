@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..trace import Span
-from .facts import Facts, is_aten_kernel, median, short_name, span_ref, us
+from .facts import Facts, is_aten_kernel, is_gemm_helper, median, short_name, span_ref, us
 from .registry import Hit, rule
 
 FOLDING_OPS = frozenset({"aten::reshape", "aten::view", "aten::_unsafe_view", "aten::flatten"})
@@ -188,7 +188,11 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
     for op in addmms:
         work = [w for launch in facts.launches_by_op.get(op.id, []) for w in launch.work]
         activities[" + ".join(_activity(w) for w in sorted(work, key=lambda w: w.start))] += 1
-        kernels.update(w.name for w in work if w.cat == "kernel" and not is_aten_kernel(w))
+        kernels.update(
+            w.name
+            for w in work
+            if w.cat == "kernel" and not is_aten_kernel(w) and not is_gemm_helper(w)
+        )
         with_copy += any(_is_bias_copy(w) for w in work)
     pattern, _ = activities.most_common(1)[0]
     parent_names = ", ".join(short_name(name, 48) for name in parents)
@@ -222,7 +226,9 @@ def _caller(spans: list[Span], op: Span) -> str:
 
 def _activity(work: Span) -> str:
     if work.cat == "kernel":
-        return "ATen kernel" if is_aten_kernel(work) else "GEMM kernel"
+        if is_aten_kernel(work):
+            return "ATen kernel"
+        return "cuBLAS helper kernel" if is_gemm_helper(work) else "GEMM kernel"
     return work.name.split(" (")[0]
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "Row",
     "Facts",
     "is_aten_kernel",
+    "is_gemm_helper",
     "median",
     "us",
     "span_ref",
@@ -98,6 +99,18 @@ def is_aten_kernel(kernel: Span) -> bool:
     """Whether a kernel is one of PyTorch's own (elementwise, reduction, copy: its name holds
     ``at::native::``, on CUDA and ROCm alike) rather than a library's (GEMM, convolution)."""
     return "at::native::" in kernel.name
+
+
+GEMM_HELPER_KERNELS = ("splitKreduce_kernel", "epilogue::impl::")
+"""Name parts of the kernels cuBLAS runs beside a GEMM's own, which are no GEMM: the
+reduction of a split-K GEMM's partial results, and cuBLASLt's separate epilogue (the bias
+added by a kernel of its own)."""
+
+
+def is_gemm_helper(kernel: Span) -> bool:
+    """Whether a kernel launched by a matrix-multiply op is one of cuBLAS's helpers around the
+    GEMM (:data:`GEMM_HELPER_KERNELS`) rather than a GEMM."""
+    return any(part in kernel.name for part in GEMM_HELPER_KERNELS)
 
 
 def median(values: Iterable[float]) -> float:
@@ -268,12 +281,16 @@ class Facts:
     @cached_property
     def gemm_launches(self) -> list[tuple[Launch, Span]]:
         """Kernel launches from a matrix-multiply op (:data:`MATMUL_OPS`), with the kernel,
-        leaving out PyTorch's own kernels (:func:`is_aten_kernel`): on ROCm, addmm copies the
-        bias into its output with an elementwise copy kernel, not a memcpy."""
+        leaving out PyTorch's own kernels (:func:`is_aten_kernel`: on ROCm, addmm copies the
+        bias into its output with an elementwise copy kernel, not a memcpy) and cuBLAS's
+        helpers (:func:`is_gemm_helper`)."""
         return [
             (launch, kernel)
             for launch, kernel in self.kernel_launches
-            if launch.op is not None and launch.op.name in MATMUL_OPS and not is_aten_kernel(kernel)
+            if launch.op is not None
+            and launch.op.name in MATMUL_OPS
+            and not is_aten_kernel(kernel)
+            and not is_gemm_helper(kernel)
         ]
 
     def self_us(self, span: Span) -> float:
