@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from conftest import complete_event
 
-from profiling_utils import load_trace
+from profiling_utils import diagnose, load_trace
 from profiling_utils.comm import collectives, comm_overlap
 
 COMM_STREAM = 20
@@ -174,3 +174,26 @@ def test_index_counts_within_each_group(make_trace: Any) -> None:
     gather = found[1]
     assert gather.busbw_gb_s == pytest.approx(gather.algbw_gb_s * 7 / 8)
     assert found[2].busbw_gb_s == pytest.approx(found[2].algbw_gb_s)
+
+
+def test_exposed_share_is_of_the_step_not_of_overlapping_gpu_windows(make_trace: Any) -> None:
+    # Steps of 100 µs. Each runs 12 µs of all-reduce alone, then a GEMM, and launches a last
+    # kernel that runs only after the next step's work has begun: each step's GPU window is
+    # 150 µs, but a step takes 100. Against 150 the 12 µs would be 8%, under the rule's 10%.
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = []
+    for n in range(4):
+        t, c = 100.0 * n, 10 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 100),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 1, 2, correlation=c + 1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 4, 2, correlation=c + 2),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 7, 2, correlation=c + 3),
+            complete_event(nccl, "kernel", t + 10, 12, pid=0, tid=COMM_STREAM, correlation=c + 1),
+            complete_event("gemm", "kernel", t + 22, 68, pid=0, tid=7, correlation=c + 2),
+            complete_event("late", "kernel", t + 150, 10, pid=0, tid=8, correlation=c + 3),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["exposed-communication"])
+    row = finding.evidence["steps"][0]
+    assert (row["exposed_us"], row["step_us"]) == (12.0, 100.0)
+    assert finding.evidence["median_exposed_share"] == 0.12
