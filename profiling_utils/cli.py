@@ -413,6 +413,10 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
     }
 
 
+_HOST_COLLECTIVE_PREFIX = "gloo:"
+"""The name prefix of the ranges Gloo, c10d's CPU backend, records for its collectives."""
+
+
 def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
     """Collectives run on the CPU: the ``gloo:<op>`` ranges the Gloo backend records."""
     rows = [
@@ -421,9 +425,6 @@ def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
         if name.startswith(_HOST_COLLECTIVE_PREFIX)
     ]
     return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
-
-
-_HOST_COLLECTIVE_PREFIX = "gloo:"
 
 
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:

@@ -208,8 +208,8 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
 def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     """Idle stretches of the GPU inside a step, with the cause the trace shows for them.
 
-    An idle stretch is time in which no stream of a device ran, between two activities
-    launched in the same step, lasting at least :data:`GAP_MIN_US` and
+    An idle stretch is a gap of :func:`profiling_utils.measures.gpu_gaps` (no stream of a
+    device ran, inside the step's GPU work), lasting at least :data:`GAP_MIN_US` and
     :data:`GAP_MIN_LAUNCH_LATENCIES` times the trace's launch latency. Each one is read by
     when the activity after it was launched and what the launching CPU thread was doing:
 
@@ -365,10 +365,11 @@ def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     """The GPU's idle stretches inside the steps, each with the cause ``intra-step-gap`` reads
     from the trace.
 
-    A stretch is time in which no stream of a device ran, between two activities launched in
-    the same step, at least ``min_gap_us`` long; it is listed when the launch call of the
-    activity that ends it is in the trace. They come in the order of the activities that end
-    them (by start, all devices together). The rule reports only some of them: those after a
+    A stretch is a gap of :func:`profiling_utils.measures.gpu_gaps` (no stream of a device
+    ran, after one of the step's activities ended and before another started) at least
+    ``min_gap_us`` long; it is listed when the launch call of the activity that ends it is in
+    the trace. They come step by step, each step's in time order. The rule reports only
+    some of them: those after a
     host sync, and one-offs that stand out against the other steps, each at least
     :data:`GAP_MIN_US` and :data:`GAP_MIN_LAUNCH_LATENCIES` launch latencies long; with the
     default ``min_gap_us`` of 0 the shorter ones come too.
