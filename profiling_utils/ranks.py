@@ -34,14 +34,14 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+import msgspec
 
 from . import comm, measures
 from .errors import TraceError
@@ -129,8 +129,7 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 # -- loading in parallel ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T]):
+class Outcome(msgspec.Struct, Generic[T], frozen=True):
     """What one worker brings back: a value, or the one-line error of a file it could not read."""
 
     files: tuple[str, ...]
@@ -232,8 +231,7 @@ def analyse_files(
 # -- what each rank brings back -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CollectiveCall:
+class CollectiveCall(msgspec.Struct, frozen=True):
     """One collective's kernel on one rank, with its time on the rank's absolute clock."""
 
     group: str
@@ -252,8 +250,7 @@ class CollectiveCall:
     """Duration of the kernel."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankStep:
+class RankStep(msgspec.Struct, frozen=True):
     """One ``ProfilerStep#N`` of one rank."""
 
     step: int
@@ -265,8 +262,7 @@ class RankStep:
     gpu_window_us: float
 
 
-@dataclass(frozen=True, slots=True)
-class RankProfile:
+class RankProfile(msgspec.Struct, frozen=True):
     """The facts of one rank's trace that the cross-rank analysis needs (small and picklable)."""
 
     file: str
@@ -356,8 +352,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
 # -- across ranks -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RankTiming:
+class RankTiming(msgspec.Struct, frozen=True):
     """One row of the per-rank table."""
 
     label: str
@@ -390,8 +385,7 @@ class RankTiming:
     """Matched collectives this rank reached last (the others waited for it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class StepSpread:
+class StepSpread(msgspec.Struct, frozen=True):
     """One step number across the ranks that have it."""
 
     step: int
@@ -408,8 +402,7 @@ class StepSpread:
         return (self.max_us - self.min_us) / self.median_us if self.median_us else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True):
     """The rank the others wait for."""
 
     label: str
@@ -428,8 +421,7 @@ class Straggler:
     """Its median step, to set beside the others' (about equal when the others wait)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CrossRank:
+class CrossRank(msgspec.Struct, frozen=True):
     """What :func:`cross_rank` finds across the ranks of one run."""
 
     ranks: list[RankTiming]
@@ -440,16 +432,16 @@ class CrossRank:
     kernels overlap in time."""
     straggler: Straggler | None
     findings: list[Finding]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     """Caveats on the comparison (clocks, missing or repeated ranks, unmatched collectives)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the ``cross_rank`` key of the CLI's multi-rank ``--json``)."""
         return {
-            "ranks": [asdict(r) for r in self.ranks],
-            "steps": [dict(asdict(s), spread=s.spread) for s in self.steps],
+            "ranks": [msgspec.structs.asdict(r) for r in self.ranks],
+            "steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in self.steps],
             "matched_collectives": self.matched_collectives,
-            "straggler": None if self.straggler is None else asdict(self.straggler),
+            "straggler": None if self.straggler is None else msgspec.structs.asdict(self.straggler),
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
         }
@@ -470,8 +462,7 @@ def _offsets_us(profiles: Sequence[RankProfile]) -> list[float]:
     return [(p.clock_base_ns - reference) / 1000 for p in profiles]
 
 
-@dataclass(frozen=True, slots=True)
-class _Waits:
+class _Waits(msgspec.Struct, frozen=True):
     wait: list[float]
     transfer: list[float]
     last: list[int]
@@ -484,7 +475,7 @@ class _Waits:
     point_to_point: int = 0
     """Sends and receives: a send pairs with a receive on another rank, not with the other
     ranks' k-th send, so they are not lined up."""
-    realigned: dict[tuple[int, str, str], tuple[int, int]] = dataclasses.field(default_factory=dict)
+    realigned: dict[tuple[int, str, str], tuple[int, int]] = msgspec.field(default_factory=dict)
     """The sequences of one group and op lined up calls apart on a rank: (its position, the
     group, the op) to (the shift, the position of the rank it is lined up with), as
     :func:`_index_shifts` found them."""
@@ -579,7 +570,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             result.wait[position] += waited
             result.transfer[position] += duration - waited
             result.caused[latest_position] += waited
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         result,
         matched=matched,
         alone=alone,
@@ -888,7 +879,7 @@ def _findings(
                 f"step time differs across ranks by up to {percent(worst_step.spread)} "
                 f"(step {worst_step.step}: {_us(worst_step.min_us)} to "
                 f"{_us(worst_step.max_us)}, longest on {worst_step.slowest}).",
-                {"steps": [dict(asdict(s), spread=s.spread) for s in uneven]},
+                {"steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in uneven]},
             )
         )
     return findings
