@@ -553,6 +553,48 @@ def test_many_calls_counts_calls_per_step() -> None:
     assert top["calls_per_step"] >= 50
 
 
+def copy_steps(blocking_us: float, cheap_us: float = 4.0) -> list[dict[str, Any]]:
+    """Three 2 ms steps, each with 60 calls of aten::copy_ of ``cheap_us`` and one of
+    ``blocking_us`` (a blocking copy to pageable memory, HTA's negative_queue trace)."""
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000 + blocking_us)
+        )
+        for k in range(60):
+            events.append(complete_event("aten::copy_", "cpu_op", t + 10 + 20 * k, cheap_us))
+        events.append(complete_event("aten::copy_", "cpu_op", t + 1_500, blocking_us))
+    return events
+
+
+def test_many_calls_counts_each_call_at_the_median_length(make_trace) -> None:
+    # 61 calls of 4 µs per step make 244 µs of a 2,000 µs step: 12%.
+    (finding,) = diagnose(make_trace(copy_steps(4.0)), select=["many-calls"])
+    (entry,) = finding.evidence["ops"]
+    assert entry["median_us"] == 4.0 and entry["calls_per_step"] == 61
+    assert entry["cpu_share"] == pytest.approx(61 * 4.0 / 2_004.0, abs=1e-4)
+    assert "4.0 µs for the median call, 12% of the steps' CPU time" in finding.message
+    assert "a few calls take far longer" not in finding.message
+
+
+def test_many_calls_silent_when_one_long_call_per_step_holds_the_time(make_trace) -> None:
+    # One 140 ms copy per step beside 60 cheap ones: 99% of the op's time, but 61 calls of
+    # the median 4 µs are 0.2% of the 142 ms step; the op is not costly for being called often.
+    assert diagnose(make_trace(copy_steps(140_000.0)), select=["many-calls"]) == []
+
+
+def test_many_calls_says_when_a_few_long_calls_hold_most_of_the_time(make_trace) -> None:
+    # 61 calls of the median 4 µs are 244 µs of a 3,000 µs step (8.1%); with the one 1,000 µs
+    # call, the op's calls take 1,240 µs (41%).
+    (finding,) = diagnose(make_trace(copy_steps(1_000.0)), select=["many-calls"])
+    (entry,) = finding.evidence["ops"]
+    assert entry["cpu_share"] == pytest.approx(244 / 3_000, abs=1e-4)
+    assert entry["total_cpu_share"] == pytest.approx(1_240 / 3_000, abs=1e-4)
+    assert "8.1% of the steps' CPU time at that length (all of its calls: 41%" in finding.message
+    assert "a few calls take far longer" in finding.message
+
+
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:
     finding = only("4096_bf16_warm_eager", "cost-in-children")
     path = [link["name"] for link in finding.evidence["drill_down"]]

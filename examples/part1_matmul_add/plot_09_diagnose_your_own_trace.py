@@ -284,10 +284,11 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # What drives ``many-calls``?
 # ---------------------------
 #
-# ``many-calls`` names the operators called 50 times or more per step that also take 5% or
-# more of the steps' CPU time (an operator called as often for less is left out). Is that
-# the optimizer's loop? For each operator it names, the share of its calls made inside
-# ``Optimizer.step``:
+# ``many-calls`` names the operators called 50 times or more per step whose calls, each
+# counted at the length of the operator's median call, take 5% or more of the steps' CPU
+# time (an operator called as often for less is left out, and so is one whose time is a
+# few long calls, such as one blocking copy per step). Is that the optimizer's loop? For
+# each operator it names, the share of its calls made inside ``Optimizer.step``:
 
 many = next((f for f in findings if f.rule == "many-calls"), None)
 optimizer_steps = [s for s in trace.annotations if s.name.startswith("Optimizer.step")]

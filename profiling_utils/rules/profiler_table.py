@@ -37,7 +37,13 @@ MANY_CALLS_MIN_PER_STEP = 50
 """``many-calls``: an op called at least this many times per step..."""
 
 MANY_CALLS_MIN_CPU_SHARE = 0.05
-"""... whose calls together take at least this share of the steps' CPU time."""
+"""... whose calls, each counted at the length of its median call, take at least this share
+of the steps' CPU time. The median rather than the total: a few long calls (one blocking
+copy per step among hundreds of small ones) are not the cost of calling an op often."""
+
+MANY_CALLS_SKEWED = 2.0
+"""``many-calls`` also gives the share of all the op's calls when it is at least this many
+times the share at the median call: a few far longer calls hold the rest."""
 
 COST_IN_CHILDREN_MIN_SHARE = 0.2
 """``cost-in-children``: a row whose total time is at least this share of the steps' CPU
@@ -291,28 +297,51 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     for name, row in facts.rows.items():
         if not row.is_op or row.calls < MANY_CALLS_MIN_PER_STEP * steps:
             continue
-        share = row.total_us / steps_cpu
+        typical = _median_call_us(facts, name)
+        at_median = min(row.total_us, row.calls * typical)
+        share = at_median / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
             found.append(
                 {
                     "op": name,
                     "calls": row.calls,
                     "calls_per_step": round(row.calls / steps, 1),
-                    "total_us": us(row.total_us),
-                    "cpu_share": round(share, 4),
+                    "median_us": us(typical),
                     "mean_us": us(row.total_us / row.calls),
+                    "cpu_share": round(share, 4),
+                    "total_us": us(row.total_us),
+                    "total_cpu_share": round(row.total_us / steps_cpu, 4),
                 }
             )
     if found:
         found.sort(key=lambda r: -r["calls"])
         top = found[0]
+        skewed = ""
+        if top["total_cpu_share"] >= MANY_CALLS_SKEWED * top["cpu_share"]:
+            skewed = (
+                f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
+                f"{top['mean_us']:.1f} µs: a few calls take far longer)"
+            )
         yield (
             f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
-            f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each; "
-            f"{top['op']}: {top['calls_per_step']:g} calls per step, {top['mean_us']:.1f} µs "
-            f"each, {percent(top['cpu_share'])} of the steps' CPU time.",
+            f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
+            f"length of their median call; {top['op']}: {top['calls_per_step']:g} calls per "
+            f"step, {top['median_us']:.1f} µs for the median call, "
+            f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}.",
             {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
         )
+
+
+def _median_call_us(facts: Facts, name: str) -> float:
+    """The median duration of the op's calls (``cpu_op`` spans of the name), a call nested in
+    a call of its own name left out as the profiler table folds it."""
+    spans = facts.trace.spans
+    durations = [
+        span.dur
+        for span in facts.named(name)
+        if span.cat == "cpu_op" and (span.parent is None or spans[span.parent].name != name)
+    ]
+    return median(durations) if durations else 0.0
 
 
 @rule(
