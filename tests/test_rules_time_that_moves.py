@@ -117,6 +117,67 @@ def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
     assert "The GPU's longest idle stretch inside a step is not one of them: " in finding.message
 
 
+def copy_then_launch_steps(call: str, copy: str, returns_after_copy: bool) -> list[dict]:
+    """Three steps: a kernel, a copy whose call ``call`` launches ``copy`` (returning after
+    the copy ends, or at once), and 200 µs after the copy a second kernel."""
+    events = []
+    for n in range(3):
+        t, c = 10_000.0 * n, 10 * n
+        copy_end = t + 130
+        call_end = copy_end + 3 if returns_after_copy else t + 25
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 400),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=c + 1),
+            complete_event("gemm", "kernel", t + 12, 100, pid=0, tid=7, correlation=c + 1),
+            complete_event(call, "cuda_runtime", t + 20, call_end - t - 20, correlation=c + 2),
+            complete_event(copy, "gpu_memcpy", t + 120, 10, pid=0, tid=7, correlation=c + 2),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 320, 5, correlation=c + 3),
+            complete_event("add", "kernel", t + 330, 5, pid=0, tid=7, correlation=c + 3),
+        ]
+    return events
+
+
+@pytest.mark.parametrize(
+    ("call", "copy", "wording"),
+    [
+        ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", "a copy to pageable memory"),
+        ("cudaMemcpyAsync", "Memcpy HtoD (Pageable -> Device)", "a copy from pageable memory"),
+        ("hipMemcpyWithStream", "Memcpy HtoD (Host -> Device)", "hipMemcpyWithStream until"),
+    ],
+)
+def test_a_blocking_copy_is_a_host_sync(
+    make_trace: Any, call: str, copy: str, wording: str
+) -> None:
+    # The copy to or from pageable memory (and ROCm's hipMemcpyWithStream, PyTorch's blocking
+    # copy there) returns once the GPU has run dry: the CPU waited, as in a sync call.
+    path = make_trace(copy_then_launch_steps(call, copy, returns_after_copy=True))
+    (finding,) = findings(path, "intra-step-gap")
+    assert finding.evidence["cause"] == "host sync"
+    assert finding.evidence["sync"]["name"] == call
+    assert finding.evidence["steps_with_gap"] == [0, 1, 2]
+    assert finding.evidence["gap_us"] == pytest.approx(200.0)
+    assert wording in finding.message
+
+
+def test_a_pinned_copy_that_returns_at_once_is_no_host_sync(make_trace: Any) -> None:
+    # The same steps with a copy to pinned memory whose call returns at once: the 200 µs is
+    # CPU time between launches, which the rule leaves to the CPU lane's rows.
+    copy = "Memcpy DtoH (Device -> Pinned)"
+    path = make_trace(copy_then_launch_steps("cudaMemcpyAsync", copy, returns_after_copy=False))
+    assert findings(path, "intra-step-gap") == []
+    stretches = gpu_lane.idle_stretches(load_trace(path), 100.0)
+    assert [idle.cause for idle in stretches] == ["CPU time"] * 3
+
+
+def test_a_host_sync_in_a_single_step_is_no_habit(make_trace: Any) -> None:
+    # One step shows neither a habit of the code nor a one-off.
+    events = copy_then_launch_steps("cudaMemcpy", "Memcpy DtoH (Device -> Pageable)", True)
+    path = make_trace([e for e in events if e["ts"] < 10_000])
+    assert findings(path, "intra-step-gap") == []
+    (idle,) = gpu_lane.idle_stretches(load_trace(path), 100.0)
+    assert idle.cause == "host sync"
+
+
 def test_the_threshold_follows_the_traces_launch_latency(monkeypatch: pytest.MonkeyPatch) -> None:
     # item-sync's gaps are tens of µs against a launch latency of about 5 µs. The floor is a
     # number of the trace's own launch latencies: raised just past the longest gap, as an AMD

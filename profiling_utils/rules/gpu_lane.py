@@ -63,7 +63,8 @@ idle stretch in most steps is a property of the code, not a one-off."""
 
 GAP_MIN_STEPS = 2
 """``intra-step-gap``: steps with GPU work needed to call an idle stretch a one-off (there
-must be other steps to compare it with)."""
+must be other steps to compare it with), or the stretches after host syncs a habit of the
+code."""
 
 HOST_SYNC_CALLS = frozenset(
     {
@@ -81,11 +82,33 @@ HOST_SYNC_CALLS = frozenset(
         "hipDeviceSynchronize",
         "hipEventSynchronize",
         "hipMemcpy",
+        "hipMemcpyWithStream",
     }
 )
 """Runtime and driver calls that block the calling CPU thread until the GPU has finished
-queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy), with the
-per-thread default-stream forms (``_ptsz``, ``_ptds``) of those that take a stream."""
+queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy; on ROCm,
+PyTorch's blocking copies call ``hipMemcpyWithStream``), with the per-thread default-stream
+forms (``_ptsz``, ``_ptds``) of those that take a stream. A ``cudaMemcpyAsync`` blocks too
+when its copy is to or from pageable memory (:func:`is_host_sync`)."""
+
+PAGEABLE = "Pageable"
+"""In the name of a copy to or from pageable (not pinned) host memory, as Kineto writes it:
+``Memcpy DtoH (Device -> Pageable)``."""
+
+
+def is_host_sync(trace: Trace, call: Span) -> bool:
+    """Whether the runtime or driver call ``call`` can block its CPU thread until the GPU has
+    finished the work queued before it: a sync call (:data:`HOST_SYNC_CALLS`), or a call that
+    launched a copy to or from pageable memory, whatever its ``Async`` name says: CUDA
+    documents that a copy to pageable memory returns only once it is done (after the
+    stream's earlier work), and that one from pageable memory may wait for the stream to
+    stage it. ``.to("cpu")`` and ``.cuda()`` of an unpinned tensor make them. The rules that
+    use this count a call only where the trace shows it waiting while the GPU ran dry."""
+    if call.name in HOST_SYNC_CALLS:
+        return True
+    work = trace.gpu_work_of_id(call.id) if "emcpy" in call.name else None
+    return bool(work) and any(copy.cat == "gpu_memcpy" and PAGEABLE in copy.name for copy in work)
+
 
 VARIANCE_MIN_RATIO = 1.5
 """``kernel-variance``: a slow instance takes at least this many times its group's median..."""
@@ -194,7 +217,8 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
     against the trace's own launch latency: after a host sync in every step, or in one step
     (or few) far longer than the other steps' longest idle.""",
     means="""Read the cause from what the trace shows around the idle stretch. After a host
-    sync (.item(), printing a loss, nonzero, a blocking copy) the CPU waited for the GPU to
+    sync (.item(), printing a loss, nonzero, a copy to or from unpinned host memory) the
+    CPU waited for the GPU to
     run dry and the GPU then waits for the CPU's next launch: your code, in every step. A
     one-off whose next work was launched late, while the profiler's Activity Buffer Request
     held the CPU thread: the profiler, not your code (it starves the GPU when the loop is
@@ -213,9 +237,10 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     :data:`GAP_MIN_LAUNCH_LATENCIES` times the trace's launch latency. Each one is read by
     when the activity after it was launched and what the launching CPU thread was doing:
 
-    - **host sync**: a sync call (:data:`HOST_SYNC_CALLS`) that was waiting when the GPU ran
-      dry and returned before the next launch. Reported once for the trace, with every step
-      that shows it: the code syncs, the GPU drains and waits for the CPU.
+    - **host sync**: a sync call (:func:`is_host_sync`: also a copy to or from pageable
+      memory) that was waiting when the GPU ran dry and returned before the next launch.
+      Reported once for the trace, with every step that shows it: the code syncs, the GPU
+      drains and waits for the CPU.
     - **buffer request**: launched after the GPU went idle while the profiler's Activity
       Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
       as one-offs, when the step's stretch stands out against the median of the other steps'
@@ -234,14 +259,15 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     if not idles:
         return
 
+    # Steps to compare: those that ran two GPU activities or more (a gap needs two). Both
+    # reports need two of them: one step shows neither a pattern nor a one-off.
+    steps = [step.number for step in facts.steps if len(step.gpu_work) > 1]
+    if len(steps) < GAP_MIN_STEPS:
+        return
     after_sync = [idle for idle in idles if idle.cause == "host sync"]
     if after_sync:
         yield _host_sync_hit(facts, after_sync, latency, longest)
 
-    # Steps to compare: those that ran two GPU activities or more (a gap needs two).
-    steps = [step.number for step in facts.steps if len(step.gpu_work) > 1]
-    if len(steps) < GAP_MIN_STEPS:
-        return
     standing_out: dict[int, tuple[IdleStretch, float]] = {}
     for idle in idles:
         if idle.cause not in _ONE_OFF_CAUSES:
@@ -318,10 +344,10 @@ def _read_idle_stretches(
 
 
 class _HostSyncs:
-    """The trace's host sync calls (:data:`HOST_SYNC_CALLS`), searchable by their end."""
+    """The trace's host sync calls (:func:`is_host_sync`), searchable by their end."""
 
     def __init__(self, trace: Any) -> None:
-        calls = [call for call in trace.runtime_calls if call.name in HOST_SYNC_CALLS]
+        calls = [call for call in trace.runtime_calls if is_host_sync(trace, call)]
         self.calls = sorted(calls, key=lambda call: call.end)
         self.ends = [call.end for call in self.calls]
 
@@ -405,6 +431,11 @@ def _host_sync_hit(
     ops = [span for span in trace.ancestors(sync) if span.cat == "cpu_op"]
     outermost = ops[-1] if ops else None  # aten::item rather than _local_scalar_dense
     under = f" under {outermost.name}" if outermost is not None else ""
+    if sync.name not in HOST_SYNC_CALLS:  # it launched a copy to or from pageable memory
+        copy = next(w for w in trace.gpu_work_of(sync) or () if PAGEABLE in w.name)
+        direction = "to" if f"-> {PAGEABLE}" in copy.name else "from"
+        waits = "waits" if direction == "to" else "can wait"
+        under += f", a copy {direction} pageable memory (which {waits} for the GPU),"
     steps = len(facts.steps)
     message = (
         f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
