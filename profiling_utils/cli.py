@@ -24,10 +24,14 @@ Commands:
       :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
       copies and memsets; on a CPU thread, of its operators and runtime calls; never labels
       such as ``ProfilerStep#N``).
-    - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_fraction,
-      gpu_activities, lane_offset_us, dead_window_us, launch_delay_median_us,
-      launch_delay_max_us, gpu_gap_count, gpu_gap_total_us, gpu_gap_max_us, end_recorded}]``;
-      values that do not apply (no GPU work in the step, no label around it) are ``null``;
+    - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_us,
+      gpu_idle_fraction, gpu_activities, lane_offset_us, dead_window_us,
+      launch_delay_median_us, launch_delay_max_us, gpu_gap_count, gpu_gap_total_us,
+      gpu_gap_max_us, end_recorded}]`` (:class:`profiling_utils.measures.StepTime` for the
+      GPU window and idle time: a step without GPU work of its own has a GPU window of its
+      CPU window, in which other steps' work may run); values that need the step's own GPU
+      work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
+      without them;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
       (:meth:`profiling_utils.trace.Trace.end_recorded`).
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,

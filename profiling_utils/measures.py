@@ -194,10 +194,16 @@ class StepTime(_Result, msgspec.Struct, frozen=True, gc=False):
     gpu_window_us: float
     """The GPU's share of wall time for this step: from the later of the step's start and the
     end of the GPU work queued before it, to the later of the step's end and its last GPU work's
-    end. Consecutive steps' windows do not overlap."""
+    end, or to the start of the next window of a step with GPU work if that comes earlier (a
+    GPU running behind on several streams runs two steps' work side by side), so that the
+    windows of steps with GPU work do not overlap."""
+    gpu_idle_us: float | None
+    """The time in the window in which no stream ran anything, of this step or another (0 when
+    that is less than 1 ns: float rounding); ``None`` for a trace without GPU work. Where no
+    other step's work runs in the window, as on one stream, ``gpu_window_us - gpu_busy_us``."""
     gpu_idle_fraction: float | None
-    """``1 - gpu_busy_us / gpu_window_us`` (0 when the GPU idles less than 1 ns of the window:
-    float rounding); ``None`` for a trace without GPU work."""
+    """``gpu_idle_us / gpu_window_us`` (0 for an empty window); ``None`` for a trace without
+    GPU work."""
     gpu_activities: int
     """Kernels, copies and memsets launched in the step."""
 
@@ -302,25 +308,73 @@ def step_times(trace: Trace) -> list[StepTime]:
     work_starts = list(map(_START, work))
     # ends_so_far[i]: latest end among work[:i + 1]
     ends_so_far = list(accumulate(map(add, work_starts, map(_DUR, work)), max))
-    results = []
+    busy_starts, busy_before = _busy_intervals(work)
+    windows = []
     for step in trace.steps:
         own = step.gpu_work
         if own:
             first = min(w.start for w in own)
             before = bisect_left(work_starts, first)
             queued_until = ends_so_far[before - 1] if before else float("-inf")
-            window_start = max(step.start, queued_until)
-            window_end = max(step.end, max(w.end for w in own))
+            windows.append([max(step.start, queued_until), max(step.end, max(w.end for w in own))])
         else:
-            window_start, window_end = step.start, step.end
+            windows.append([step.start, step.end])
+    # A GPU that runs behind on several streams runs two steps' work side by side: a window
+    # ends where the next step's with GPU work begins, so that no time is counted for two
+    # steps (a step without GPU work keeps its CPU window).
+    with_work = [window for window, step in zip(windows, trace.steps, strict=True) if step.gpu_work]
+    for window, following in zip(with_work, with_work[1:], strict=False):
+        if window[0] < following[0] < window[1]:
+            window[1] = following[0]
+    results = []
+    for step, (window_start, window_end) in zip(trace.steps, windows, strict=True):
+        own = step.gpu_work
         window = window_end - window_start
         busy = _union_us(own)
-        if not trace.has_gpu:
-            idle = None
-        else:
-            idle = 1.0 - busy / window if window - busy > _SAME_TIME_US else 0.0
-        results.append(StepTime(step.number, step.span.dur, busy, window, idle, len(own)))
+        idle_us = fraction = None
+        if trace.has_gpu:
+            # Idle: no stream ran anything, of this step or another, in the window.
+            ran = _busy_between(busy_starts, busy_before, window_start, window_end)
+            if abs(ran - busy) <= _SAME_TIME_US:  # its own work only: the same, unrounded
+                ran = busy
+            idle_us = window - ran if window - ran > _SAME_TIME_US else 0.0
+            fraction = 1.0 - ran / window if idle_us else 0.0
+        results.append(
+            StepTime(step.number, step.span.dur, busy, window, idle_us, fraction, len(own))
+        )
     return results
+
+
+def _busy_intervals(work: list[Span]) -> tuple[list[list[float]], list[float]]:
+    """The disjoint intervals in which any of ``work`` (in start order) ran, as
+    ``[start, end]`` pairs in order, and the busy time before each."""
+    merged: list[list[float]] = []
+    for span in work:
+        start, end = span.start, span.start + span.dur
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    before = list(accumulate((end - start for start, end in merged), initial=0.0))
+    return merged, before
+
+
+def _busy_between(
+    merged: list[list[float]], before: list[float], start: float, end: float
+) -> float:
+    """Busy time of :func:`_busy_intervals`' ``merged`` intervals within [start, end]."""
+    if end <= start or not merged:
+        return 0.0
+
+    def busy_until(time: float) -> float:
+        index = bisect_left(merged, [time, math.inf]) - 1  # the last interval starting <= time
+        if index < 0:
+            return 0.0
+        interval_start, interval_end = merged[index]
+        return before[index] + min(time, interval_end) - interval_start
+
+    return busy_until(end) - busy_until(start)
 
 
 # -- launches ---------------------------------------------------------------------------------

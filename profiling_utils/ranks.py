@@ -304,7 +304,7 @@ def _gpu_idle_us(trace: Trace, times: list[measures.StepTime], busy: float) -> f
     if not trace.has_gpu:
         return None
     if times:
-        return sum(max(0.0, t.gpu_window_us - t.gpu_busy_us) for t in times)
+        return sum(t.gpu_idle_us or 0.0 for t in times)
     work = trace.gpu_work
     return max(w.end for w in work) - min(w.start for w in work) - busy
 

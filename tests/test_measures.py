@@ -92,6 +92,31 @@ def test_step_times_exact_on_a_synthetic_step(minimal: Trace) -> None:
     assert step.gpu_activities == 2
 
 
+def test_step_windows_of_a_gpu_running_behind_on_two_streams_do_not_overlap(
+    make_trace,
+) -> None:
+    # Step 1 launches a kernel on stream 7 (100-400 µs) and one on stream 8 (600-1000); step 2,
+    # from 300 µs, one on stream 7 (450-900) that starts before step 1's last kernel. The GPU
+    # ran nothing in 0-100 and 400-450: 150 µs idle in all. Windows that each ran to their
+    # step's last kernel would share 400-900 and count 350.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 300),
+        complete_event("ProfilerStep#2", "user_annotation", 300, 300),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=2),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 310, 5, correlation=3),
+        complete_event("a", "kernel", 100, 300, pid=0, tid=7, correlation=1),
+        complete_event("b", "kernel", 600, 400, pid=0, tid=8, correlation=2),
+        complete_event("c", "kernel", 450, 450, pid=0, tid=7, correlation=3),
+    ]
+    first, second = step_times(load_trace(make_trace(events)))
+    assert (first.gpu_busy_us, second.gpu_busy_us) == (700.0, 450.0)  # their own work
+    assert first.gpu_window_us == 400.0  # 0 until step 2's window opens, after kernel a
+    assert second.gpu_window_us == 500.0  # 400-900
+    assert (first.gpu_idle_us, second.gpu_idle_us) == (100.0, 50.0)
+    assert first.gpu_idle_fraction == 0.25 and second.gpu_idle_fraction == pytest.approx(0.1)
+
+
 def test_small_matmul_leaves_the_gpu_idle() -> None:
     for step in step_times(fixture("64_bf16_warm_eager")):
         # One 64x64 GEMM and one add: about 3 µs of work in a step of tens of µs.

@@ -36,19 +36,13 @@ _REPORTED = 5
 
 
 def _step_widths(facts: Facts) -> dict[int, float]:
-    """Per step, the longer of its CPU window and the GPU time it takes, µs: the GPU window
-    of its work, or, when the next step's work starts on the GPU before that window closes
-    (a GPU running behind, work of two steps side by side on several streams), the time
-    until it does. Without that cap the windows of overlapping steps each count the time
-    they share, and a share of one would be read against a step 1.7 times too wide (HTA's
-    negative_queue trace)."""
-    starts = {step.number: step.gpu_work[0].start for step in facts.steps if step.gpu_work}
-    numbers = sorted(starts)
-    until_next = {a: starts[b] - starts[a] for a, b in zip(numbers, numbers[1:], strict=False)}
-    return {
-        t.step: max(t.cpu_us, min(t.gpu_window_us, until_next.get(t.step, t.gpu_window_us)))
-        for t in facts.step_times
-    }
+    """Per step, the longer of its CPU window and its GPU window
+    (:attr:`~profiling_utils.measures.StepTime.gpu_window_us`, which ends where the next
+    step's begins: when a GPU runs behind with two steps' work side by side on several
+    streams, windows that each ran to their own last work would count the time they share
+    twice, and a share of one would be read against a step 1.7 times too wide, as on HTA's
+    negative_queue trace), µs."""
+    return {t.step: max(t.cpu_us, t.gpu_window_us) for t in facts.step_times}
 
 
 def _overlap_row(overlap: Any, width: float | None = None) -> dict[str, Any]:
