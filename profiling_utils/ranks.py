@@ -46,7 +46,7 @@ import msgspec
 from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
-from .rules import Finding
+from .rules import Facts, Finding
 from .tables import percent
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
@@ -282,11 +282,14 @@ class RankProfile(msgspec.Struct, frozen=True):
     clock_base_ns: int
     """Absolute ns that times of this profile count from: ``baseTimeNanoseconds``, or 0."""
     steps: tuple[RankStep, ...]
+    """The steps the single-trace rules take as samples
+    (:attr:`profiling_utils.rules.Facts.steps`: not a step whose end the profiler did not
+    record, nor an empty one beside others)."""
     gpu_busy_us: float
     """Time the GPU ran kernels, copies or memsets (streams' overlaps counted once)."""
     gpu_idle_us: float | None
-    """GPU time in the steps' GPU windows (the whole GPU span without steps) not busy;
-    ``None`` without GPU work."""
+    """GPU time in those steps' GPU windows (the whole GPU span without steps) in which the
+    GPU ran nothing; ``None`` without GPU work."""
     collectives: tuple[CollectiveCall, ...]
 
     @property
@@ -313,7 +316,11 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
     """Take from a loaded trace what :func:`cross_rank` needs (run in a worker process)."""
     base = trace.base_time_ns
     origin = trace.origin_us
-    times = measures.step_times(trace)
+    # The steps the single-trace rules take as samples: not one whose end was not recorded,
+    # nor an empty one beside others (the step the profiler opens as it stops).
+    facts = Facts(trace)
+    kept = facts.steps
+    times = facts.step_times
     busy = measures.gpu_busy_us(trace)
     by_step = {t.step: t for t in times}
     steps = tuple(
@@ -324,7 +331,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
             by_step[s.number].gpu_busy_us,
             by_step[s.number].gpu_window_us,
         )
-        for s in trace.steps
+        for s in kept
     )
     calls = []
     seen: dict[tuple[str, str], int] = {}

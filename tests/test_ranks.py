@@ -595,3 +595,18 @@ def test_a_world_larger_than_the_ranks_given_is_noted(tmp_path: Path) -> None:
 
 def test_a_world_of_the_ranks_given_is_not_noted(stalled_run: Path) -> None:
     assert not any("world of" in note for note in cross_rank(profiles(stalled_run)).notes)
+
+
+def test_the_ranks_steps_are_those_the_rules_take_as_samples(tmp_path: Path) -> None:
+    # The MI250 trace's step 2 is the 49 µs step the profiler opens as it stops (no op, no
+    # GPU work): as two ranks, the median step is step 1's 9,288 µs, not the mean of the two.
+    source = FIXTURES / "foreign" / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    document = json.loads(gzip.decompress(source.read_bytes()))
+    for rank in (0, 1):
+        document["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+        write_trace(tmp_path / f"rank{rank}.json.gz", document)
+    profile = rank_profile(load_trace(tmp_path / "rank0.json.gz"))
+    assert [step.step for step in profile.steps] == [1]
+    assert [step.number for step in load_trace(source).steps] == [1, 2]
+    report = cross_rank([profile, rank_profile(load_trace(tmp_path / "rank1.json.gz"))])
+    assert [row.median_step_us for row in report.ranks] == [pytest.approx(9288.3, abs=0.1)] * 2
