@@ -257,9 +257,8 @@ def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
     times = facts.step_times
     steps = len(facts.steps)
-    in_steps = [
-        launch for launch in facts.launches if facts.step_number_of(launch.call) is not None
-    ]
+    kept = {step.number for step in facts.steps}
+    in_steps = [launch for launch in facts.launches if facts.step_number_of(launch.call) in kept]
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
     devices = list(
         dict.fromkeys(

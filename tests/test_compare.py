@@ -227,3 +227,22 @@ def test_no_collective_rows_without_collectives(eager_vs_compiled: Comparison) -
     assert eager_vs_compiled.baseline.collectives == eager_vs_compiled.trace.collectives == 0
     assert eager_vs_compiled.trace.median_step_communication_us is None
     assert "collective" not in eager_vs_compiled.to_text()
+
+
+def test_per_step_counts_leave_out_the_steps_the_rules_leave_out(make_trace) -> None:
+    # Three steps of two launches each; the profiler's recording window ends inside step 2,
+    # whose end was not recorded: two steps count, and so do only their four launches.
+    events = [complete_event("PyTorch Profiler (0)", "Trace", 0, 2_500)]
+    for n in range(3):
+        t = 1_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900))
+        for k in (1, 2):
+            c = 10 * n + k
+            events += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 100 * k, 5, correlation=c),
+                complete_event("k", "kernel", t + 100 * k + 10, 5, pid=0, tid=7, correlation=c),
+            ]
+    path = make_trace(events)
+    side = compare(path, path).to_dict()["trace"]
+    assert side["steps"] == 2
+    assert side["kernels_per_step"] == 2.0 and side["launches_per_step"] == 2.0
