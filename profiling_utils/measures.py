@@ -977,6 +977,10 @@ class CompileInfo(_Result, msgspec.Struct, frozen=True, gc=False):
     """``TorchDynamo Cache Lookup`` spans (guard checks before each compiled call)."""
     aot_wrappers: tuple[Span, ...]
     """``AOTDispatcher ...`` spans (runtime wrapper prologue/epilogue)."""
+    aot_functions: tuple[Span, ...]
+    """``CompiledFunction`` and ``CompiledFunctionBackward`` calls: AOTAutograd's autograd
+    function around a compiled training graph, the only marker that traces of torch before
+    the ``Torch-Compiled Region`` labels (about 2.1) hold."""
     graph_calls: tuple[Span, ...]
     """``## Call CompiledFxGraph <hash>`` spans."""
     graph_hashes: tuple[str, ...]
@@ -987,7 +991,7 @@ class CompileInfo(_Result, msgspec.Struct, frozen=True, gc=False):
     @property
     def is_compiled(self) -> bool:
         """Whether the trace shows any ``torch.compile`` activity."""
-        return bool(self.regions or self.graph_calls or self.cache_lookups)
+        return bool(self.regions or self.graph_calls or self.cache_lookups or self.aot_functions)
 
     @property
     def cache_lookup_us(self) -> float:
@@ -1017,6 +1021,12 @@ def compiled_regions(trace: Trace) -> CompileInfo:
         region_ids=tuple(region_ids),
         cache_lookups=on_cpu(trace.find("TorchDynamo Cache Lookup")),
         aot_wrappers=on_cpu(trace.find(prefix="AOTDispatcher")),
+        aot_functions=on_cpu(
+            sorted(
+                [*trace.find("CompiledFunction"), *trace.find("CompiledFunctionBackward")],
+                key=_SPAN_ID,
+            )
+        ),
         graph_calls=graph_calls,
         graph_hashes=tuple(hashes),
         cuda_graph_launches=tuple(graph_launches(trace)),

@@ -246,3 +246,31 @@ def test_per_step_counts_leave_out_the_steps_the_rules_leave_out(make_trace) -> 
     side = compare(path, path).to_dict()["trace"]
     assert side["steps"] == 2
     assert side["kernels_per_step"] == 2.0 and side["launches_per_step"] == 2.0
+
+
+def aot_steps(step_us: float, compiled: bool) -> list[dict]:
+    """Three steps of ``step_us``; the compiled side calls AOTAutograd's CompiledFunction and
+    nothing else marks it (torch before the ``Torch-Compiled Region`` labels)."""
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, step_us))
+        name = "CompiledFunction" if compiled else "aten::addmm"
+        events.append(complete_event(name, "cpu_op", t + 10, step_us - 20))
+    return events
+
+
+@pytest.mark.parametrize("different_gpus", [False, True])
+def test_compile_cpu_tax_reads_aotautograds_compiled_function(make_trace, different_gpus) -> None:
+    a100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0}]
+    v100 = [{"id": 0, "name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0}]
+    eager = make_trace(aot_steps(1_000, False), name="eager.json", deviceProperties=a100)
+    compiled = make_trace(
+        aot_steps(1_500, True),
+        name="compiled.json",
+        deviceProperties=v100 if different_gpus else a100,
+    )
+    (finding,) = compare(eager, compiled).findings
+    assert finding.rule == "compile-cpu-tax" and finding.evidence["ratio"] == 1.5
+    assert finding.evidence["devices_differ"] is different_gpus
+    assert ("The two ran on different GPUs" in finding.message) is different_gpus

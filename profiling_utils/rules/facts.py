@@ -183,9 +183,14 @@ class Row(msgspec.Struct, frozen=True, gc=False):
     """Whether the spans are ``cpu_op`` (else ``user_annotation``)."""
 
 
-_COMPILE_MARKERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup")
+_COMPILE_MARKERS = (
+    "Torch-Compiled Region",
+    "## Call CompiledFxGraph",
+    "TorchDynamo Cache Lookup",
+    "CompiledFunction",
+)
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
-_NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), ())
+_NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), (), ())
 _CALL_ID = attrgetter("call.id")
 
 

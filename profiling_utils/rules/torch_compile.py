@@ -202,15 +202,31 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
     ratio = compiled_cpu / eager_cpu
     if ratio < COMPILE_TAX_MIN_RATIO:
         return
-    yield (
+    message = (
         f"The compiled run's median step costs {compiled_cpu:.1f} µs of CPU time against "
-        f"{eager_cpu:.1f} µs eager ({ratio:.1f}×).",
+        f"{eager_cpu:.1f} µs eager ({ratio:.1f}×)."
+    )
+    eager_gpus, compiled_gpus = _gpu_names(eager), _gpu_names(compiled)
+    differ = bool(eager_gpus and compiled_gpus and eager_gpus != compiled_gpus)
+    if differ:
+        message += (
+            f" The two ran on different GPUs ({eager_gpus} eager, {compiled_gpus} compiled), "
+            "most likely on different hosts: part of the difference may be the machines'."
+        )
+    yield (
+        message,
         {
             "eager": _run(eager),
             "compiled": _run(compiled),
             "ratio": round(ratio, 3),
+            "devices_differ": differ,
         },
     )
+
+
+def _gpu_names(facts: Facts) -> str:
+    names = {d.name for d in facts.trace.devices if d.name not in ("", "unknown")}
+    return ", ".join(sorted(names))
 
 
 def _run(facts: Facts) -> dict[str, Any]:
