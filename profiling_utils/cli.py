@@ -50,7 +50,7 @@ Commands:
       is not in the trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
       median_bandwidth_gb_s, ops}``; ``total_bytes`` adds up the sizes the trace records
-      (``null`` when no copy of the kind records one, as in ROCm traces); ``ops`` maps the
+      on the copies or their calls (``null`` when none records one); ``ops`` maps the
       issuing op (``"(no op)"`` for a call outside any op, ``"(launch not in the trace)"``)
       to a count; the bandwidth counts bytes copied (or set) per second, each byte once,
       GB = 10^9 bytes.
@@ -364,8 +364,8 @@ def _issuer(copy: measures.MemoryCopy) -> str:
 
 
 def _total_bytes(items: Sequence[measures.MemoryCopy | comm.Collective]) -> int | None:
-    """The bytes of the copies (or collectives) that record theirs; ``None`` when none does
-    (ROCm traces write no ``bytes`` on copies): an unknown size is not 0 B."""
+    """The bytes of the copies (or collectives) that record theirs; ``None`` when none does:
+    an unknown size is not 0 B."""
     sizes = [item.bytes for item in items if item.bytes is not None]
     return sum(sizes) if sizes else None
 

@@ -916,7 +916,8 @@ class MemoryCopy(_Result, msgspec.Struct, frozen=True, gc=False):
     kind: str
     """``DtoD``, ``HtoD``, ``DtoH``, ``PtoP``... for copies; ``memset`` for memsets."""
     bytes: int | None
-    """Bytes moved or set, as recorded."""
+    """Bytes moved or set, as the activity records them, else as its copy or memset call does
+    (ROCm's ``hipMemcpyWithStream`` records ``size`` on the call only)."""
     bandwidth_gb_s: float | None
     """Bytes copied (or set) per second, ``bytes / dur`` in GB/s (10^9 bytes per second),
     each byte counted once: the profiler's ``memory bandwidth (GB/s)`` and copy benchmarks'
@@ -943,8 +944,10 @@ def memory_copies(trace: Trace) -> list[MemoryCopy]:
         else:
             kind = "memset"
         size = _whole(span.args.get("bytes"))
-        bandwidth = size / span.dur / 1e3 if size is not None and span.dur > 0 else None
         launch = trace.launch_of(span)
+        if size is None and launch is not None:
+            size = _size_on_launch(trace, launch, span)
+        bandwidth = size / span.dur / 1e3 if size is not None and span.dur > 0 else None
         step = trace.step_of(span)
         results.append(
             MemoryCopy(
@@ -958,6 +961,19 @@ def memory_copies(trace: Trace) -> list[MemoryCopy]:
             )
         )
     return results
+
+
+def _size_on_launch(trace: Trace, launch: Span, activity: Span) -> int | None:
+    """The size a copy or memset call records (``args.size``; ROCm's ``hipMemcpyWithStream``
+    writes it as a string of digits), when the call started this activity alone."""
+    if "emcpy" not in launch.name and "emset" not in launch.name:
+        return None
+    if trace.gpu_work_of(launch) != [activity]:
+        return None
+    size = launch.args.get("size")
+    if isinstance(size, str) and size.isdigit():
+        return int(size)
+    return _whole(size)
 
 
 # -- torch.compile ----------------------------------------------------------------------------

@@ -882,3 +882,13 @@ def test_resident_blocks_per_sm_of_a_gemm_and_an_all_reduce_on_an_h200() -> None
         device, shared_memory_per_sm_bytes=None, registers_per_sm=None, threads_per_sm=None
     )
     assert resident_blocks_per_sm(gemm_fp, bare) is None
+
+
+def test_a_rocm_copy_takes_its_size_from_its_call() -> None:
+    # hipMemcpyWithStream records "size": "2560" on the call; the copy records no bytes.
+    trace = load_trace(FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    copies = memory_copies(trace)
+    assert [(c.kind, c.api, c.bytes) for c in copies] == [("HtoD", "hipMemcpyWithStream", 2560)] * 2
+    assert all("bytes" not in c.span.args for c in copies)
+    for copy in copies:
+        assert copy.bandwidth_gb_s == pytest.approx(2560 / copy.span.dur / 1e3)
