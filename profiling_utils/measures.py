@@ -135,7 +135,10 @@ that nanosecond jitter of a very stable kernel is not reported."""
 OUTLIER_MIN_DEVIATION_US = 1.0
 """And by at least this many µs: a training step runs dozens of µs-long elementwise kernels,
 whose jitter of a few tenths of a µs (1.6 µs one step, 1.9 µs the next) is over 10% of them
-and, over so many instances, would mark nearly every step."""
+and, over so many instances, would mark nearly every step. In a trace whose kernel times are
+whole µs (torch before about 1.11), a duration is the difference of two rounded times and
+two durations can differ by up to 2 µs from the rounding alone: there an outlier must differ
+by more than 2 µs."""
 
 
 def span_dict(span: Span | None) -> dict[str, Any] | None:
@@ -703,6 +706,8 @@ def _outlier_steps(trace: Trace) -> dict[str, set[int]]:
         rank = rank_in_step.get((name, step), 0)
         rank_in_step[name, step] = rank + 1
         roles.setdefault((name, rank), []).append((step, kernel.dur))
+    # Whole-µs times: durations 2 µs apart may be equal ones rounded apart.
+    rounding = 2.0 if all(map(float.is_integer, map(_DUR, trace.kernels))) else 0.0
     outliers: dict[str, set[int]] = {}
     for (name, _), instances in roles.items():
         if len(instances) < 4:
@@ -713,8 +718,10 @@ def _outlier_steps(trace: Trace) -> dict[str, set[int]]:
         low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
         for step, dur in instances:
             deviation = abs(dur - median)
-            far = deviation >= OUTLIER_MIN_DEVIATION_US and (
-                deviation >= OUTLIER_MIN_DEVIATION_FRACTION * median
+            far = (
+                deviation >= OUTLIER_MIN_DEVIATION_US
+                and deviation > rounding
+                and deviation >= OUTLIER_MIN_DEVIATION_FRACTION * median
             )
             if far and not low <= dur <= high:
                 outliers.setdefault(name, set()).add(step)

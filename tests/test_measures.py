@@ -452,6 +452,17 @@ def test_kernel_stats_outliers_are_judged_by_role(make_trace) -> None:
     assert stats.outlier_steps == (4,)
 
 
+def test_kernel_stats_whole_microsecond_rounding_is_no_outlier(make_trace) -> None:
+    # Times in whole µs (torch before ~1.11): a 1 µs kernel written as 2 µs, or 3, may be
+    # the same kernel rounded apart (the kineto ResNet traces flagged every step so).
+    durations = [[1.0], [1.0], [2.0], [1.0], [1.0], [3.0], [1.0], [1.0]]
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(durations))))
+    assert stats.outlier_steps == ()
+    durations[5] = [4.0]  # 3 µs more than the others: beyond the rounding
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(durations), name="t2.json")))
+    assert stats.outlier_steps == (5,)
+
+
 def test_kernel_stats_sub_microsecond_jitter_is_no_outlier(make_trace) -> None:
     # A 1.6 µs kernel at 1.9 µs is 19% off, outside tight fences, and still jitter.
     short = [[1.6 + 0.001 * step] for step in range(8)]
