@@ -90,6 +90,12 @@ LEGACY_CATEGORIES = {
 """Category spellings of torch ~1.8-1.9 traces (and the TensorBoard plugin's samples), mapped to
 today's. The model renames them on load (:attr:`Trace.renamed_categories` keeps what was
 written), so every analysis reads one vocabulary."""
+LEGACY_LABEL_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.step#", "Optimizer.zero_grad#")
+"""The ``record_function`` labels torch itself writes around a data loader's ``next`` and an
+optimizer's ``step`` and ``zero_grad``. Traces of torch ~1.8-1.9 file every label under
+``Operator``, as ops; the model files these as ``user_annotation``, as today's torch does, so
+that they are not counted as work or listed as operators (``ProfilerStep#N`` is filed so too;
+a label of your own in such a trace cannot be told from an op and stays one)."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
 GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
@@ -1262,7 +1268,8 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
     renamed, ``{written: current}``.
 
     ``ProfilerStep#N`` was a ``cpu_op`` ("Operator") before torch ~1.10 and is a
-    ``user_annotation`` since: it is filed as one either way.
+    ``user_annotation`` since: it is filed as one either way, and so are the labels of
+    :data:`LEGACY_LABEL_PREFIXES` in a trace that writes ``Operator``.
     """
     renamed = {}
     for written, current in LEGACY_CATEGORIES.items():
@@ -1278,18 +1285,24 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
         by_cat[current] = group
     ops = by_cat.get("cpu_op")
     annotations = by_cat.get("user_annotation", ())
+    prefixes: tuple[str, ...] = ()
     if (
         ops
         and not any(map(_IS_STEP_NAME, map(_NAME, annotations)))
         and any(map(_IS_STEP_NAME, map(_NAME, ops)))
     ):
-        steps = [op for op in ops if op.name.startswith(_STEP_PREFIX)]
-        by_cat["cpu_op"] = [op for op in ops if not op.name.startswith(_STEP_PREFIX)]
-        for step in steps:
-            step.cat = "user_annotation"
-        annotations = by_cat.get("user_annotation", []) + steps
-        annotations.sort(key=_ID)
-        by_cat["user_annotation"] = annotations
+        prefixes = (_STEP_PREFIX,)
+    if ops and "Operator" in renamed:
+        prefixes += LEGACY_LABEL_PREFIXES
+    if prefixes:
+        labels = [op for op in ops if op.name.startswith(prefixes)]
+        if labels:
+            by_cat["cpu_op"] = [op for op in ops if not op.name.startswith(prefixes)]
+            for label in labels:
+                label.cat = "user_annotation"
+            annotations = by_cat.get("user_annotation", []) + labels
+            annotations.sort(key=_ID)
+            by_cat["user_annotation"] = annotations
     return renamed
 
 

@@ -20,6 +20,7 @@ from conftest import (
 )
 
 from profiling_utils import Lane, Span, Step, Trace, load_trace
+from profiling_utils.measures import lane_busy_us, op_stats
 from profiling_utils.trace import input_shapes, is_communication
 
 
@@ -352,6 +353,40 @@ def test_torch_1_8_trace_reads_its_legacy_categories_and_string_tids() -> None:
     device = trace.devices[0]
     assert (device.compute_units, device.compute_capability) == (80, (7, 0))
     assert (device.threads_per_sm, device.registers_per_sm) == (2048, 65536)
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, current = 0.0, None
+    for start, end in sorted(intervals):
+        if current is None or start > current[1]:
+            total += 0.0 if current is None else current[1] - current[0]
+            current = [start, end]
+        else:
+            current[1] = max(current[1], end)
+    return total + (0.0 if current is None else current[1] - current[0])
+
+
+def test_torch_1_8_labels_of_the_loader_and_optimizer_are_labels_not_ops() -> None:
+    # torch 1.8 writes every record_function label as an "Operator": those torch writes
+    # itself are filed as today's torch files them, so they are neither work nor operators.
+    written = [e for e in _foreign_events(LEGACY) if e["ph"] == "X"]
+    prefixes = ("enumerate(DataLoader)#", "Optimizer.step#", "Optimizer.zero_grad#")
+    labels = [e for e in written if e["name"].startswith(prefixes)]
+    assert {e["cat"] for e in labels} == {"Operator"} and len(labels) == 3
+    trace = load_trace(FOREIGN / LEGACY)
+    assert not any(op.name.startswith(prefixes) for op in trace.cpu_ops)
+    assert sorted(s.name for s in trace.annotations) == sorted(e["name"] for e in labels)
+    assert not any(row.name.startswith(prefixes) for row in op_stats(trace))
+    # A thread is busy for its ops and runtime calls, not for the labels around them.
+    for lane in (lane for lane in trace.lanes if lane.kind == "cpu"):
+        work = [
+            (e["ts"], e["ts"] + e["dur"])
+            for e in written
+            if str(e["tid"]) == str(lane.tid)
+            and e["cat"] in ("Operator", "Runtime")
+            and not e["name"].startswith((*prefixes, "ProfilerStep#"))
+        ]
+        assert lane_busy_us(trace, lane) == pytest.approx(_union(work))
 
 
 def test_current_traces_rename_nothing(eager: Trace) -> None:
