@@ -344,6 +344,50 @@ def test_overhead_bound_reports_each_steps_cpu_and_gpu_time() -> None:
     assert evidence["median_gpu_busy_fraction"] <= 0.1
 
 
+def launch_steps(steps: int, first_launch_us: float) -> list[dict[str, Any]]:
+    """Steps of 1,000 µs, each with ten ops launching a 5 µs kernel; the first launch of each
+    step lasts ``first_launch_us``, the others 5 µs."""
+    events = []
+    for n in range(steps):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000))
+        at = t + 10
+        for k in range(10):
+            c = 100 * n + k
+            launch_us = first_launch_us if k == 0 else 5.0
+            events += [
+                complete_event("aten::add", "cpu_op", at, launch_us + 10),
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", at + 5, launch_us, correlation=c
+                ),
+                complete_event("add", "kernel", at + launch_us + 8, 5, pid=0, tid=7, correlation=c),
+            ]
+            at += launch_us + 20
+    return events
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_overhead_bound_names_one_call_that_holds_most_of_the_step(make_trace, steps) -> None:
+    # A 700 µs launch (a first launch loading its kernel) in a 1,000 µs step.
+    (finding,) = diagnose(make_trace(launch_steps(steps, 700.0)), select=["overhead-bound"])
+    longest = finding.evidence["median_step_longest_call"]
+    assert (longest["name"], longest["self_us"], longest["share"]) == (
+        "cudaLaunchKernel",
+        700.0,
+        0.7,
+    )
+    assert (
+        "one call, cudaLaunchKernel under aten::add, takes 700.0 µs of it (70%)" in finding.message
+    )
+    assert ("the trace's one step" in finding.message) is (steps == 1)
+
+
+def test_overhead_bound_names_no_call_when_none_holds_half_the_step(make_trace) -> None:
+    (finding,) = diagnose(make_trace(launch_steps(3, 5.0)), select=["overhead-bound"])
+    assert "median_step_longest_call" not in finding.evidence
+    assert "one call" not in finding.message
+
+
 def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     evidence = only("4096_bf16_warm_eager", "compute-bound").evidence
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]

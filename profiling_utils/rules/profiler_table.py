@@ -6,16 +6,21 @@ trace: CPU time is a step's CPU window, GPU time the GPU work launched from it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from .. import measures
 from ..measures import NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import Span
-from .facts import Facts, median, short_name, step_label, us
+from .facts import Facts, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
+
+_START = attrgetter("start")
+_CALL_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver"})
 
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
 """``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time
@@ -25,6 +30,11 @@ OVERHEAD_BOUND_RECORDED_SHARE = 0.5
 """``overhead-bound`` says how little of the median step the host spent in recorded ops and
 runtime calls (:func:`profiling_utils.measures.host_work_us`) when it is under this share:
 the CPU time that sets the pace is then mostly time the profiler does not see into."""
+
+OVERHEAD_BOUND_ONE_CALL_SHARE = 0.5
+"""``overhead-bound`` names the op or runtime call whose own (self) time holds at least this
+share of the median step's CPU time: one long call is more often a one-time cost (a first
+launch loading its kernel's code, a first allocation) than the per-op overhead of many."""
 
 COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
 """``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time
@@ -157,6 +167,26 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
         step = next(s for s in facts.steps if s.number == evidence["median_step"])
         recorded = measures.host_work_us(facts.trace, (step.start, step.end))
         evidence["median_step_host_work_us"] = us(recorded)
+        longest = _longest_call(facts, step)
+        if longest is not None and (
+            facts.self_us(longest) >= OVERHEAD_BOUND_ONE_CALL_SHARE * evidence["median_cpu_us"]
+        ):
+            own = facts.self_us(longest)
+            ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
+            under = f" under {short_name(ops[0].name, 40)}" if ops else ""
+            evidence["median_step_longest_call"] = {
+                **span_ref(longest),
+                "self_us": us(own),
+                "share": round(own / evidence["median_cpu_us"], 4),
+            }
+            alone = " (the trace's one step: nothing to compare it with)"
+            message = (
+                f"{message[:-1]}; one call, {short_name(longest.name, 40)}{under}, takes "
+                f"{own:.1f} µs of it ({percent(own / evidence['median_cpu_us'])}) by itself: "
+                "a one-time cost (a first launch loading its kernel, a first allocation) "
+                f"looks like this, not only the overhead of many small ops"
+                f"{alone if len(facts.steps) == 1 else ''}."
+            )
         if recorded < OVERHEAD_BOUND_RECORDED_SHARE * evidence["median_cpu_us"]:
             message = (
                 f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
@@ -175,6 +205,22 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     "(Python between ops, data loading) or no work at all."
                 )
         yield message, evidence
+
+
+def _longest_call(facts: Facts, step: Any) -> Span | None:
+    """The op or runtime call inside ``step``'s window, on any CPU thread, with the longest
+    self time."""
+    trace = facts.trace
+    spans = trace.spans
+    best, best_self = None, 0.0
+    for span in spans[bisect_left(spans, step.start, key=_START) :]:
+        if span.start >= step.end:
+            break
+        if span.cat in _CALL_CATEGORIES and span.end <= step.end and span.lane.kind == "cpu":
+            own = facts.self_us(span)
+            if own > best_self:
+                best, best_self = span, own
+    return best
 
 
 def _emptiest_label(facts: Facts, step: Any) -> tuple[str | None, float]:
