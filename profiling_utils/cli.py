@@ -90,10 +90,10 @@ exits with status 2 (the status argparse uses for bad usage).
 
 Given several traces, or a directory of per-rank traces, ``summary`` and ``diagnose`` load each
 in its own process, as many at once as there are cores, and add the comparison of the ranks
-(:mod:`profiling_utils.ranks`); ``compare`` takes two directories and pairs their traces in
-file-name order. A file that cannot be read gives its one line on stderr, the others are
-still reported, and the exit status is 2. The JSON of several traces is described in
-``MULTI_RANK_JSON_HELP``.
+(:mod:`profiling_utils.ranks`); ``compare`` takes two directories and pairs their traces
+rank with rank (:func:`profiling_utils.ranks.pair_by_rank`). A file that cannot be read
+gives its one line on stderr, the others are still reported, and the exit status is 2. The
+JSON of several traces is described in ``MULTI_RANK_JSON_HELP``.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ from .ranks import (
     RankProfile,
     analyse_files,
     cross_rank,
+    pair_by_rank,
     rank_profile,
     trace_files,
 )
@@ -267,7 +268,8 @@ Exit status: 0 when every trace was read; 2 when one could not be (the others ar
 reported), with one line on stderr per unreadable file."""
 
 COMPARE_MULTI_RANK_JSON_HELP = f"""\
-Two directories of per-rank traces: their traces are paired in file-name order (rank-0 with
+Two directories of per-rank traces: their traces are paired by the rank each records
+(distributedInfo.rank), or in file-name order where a trace records none (rank-0 with
 rank-0), each pair compared in its own process. JSON (--json): one object
   pairs       the object above for each pair whose traces could both be read
   errors      [{{files, error}}] for each pair with a file that could not be read
@@ -882,7 +884,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_TRACE
     multi = _is_multi([args.baseline]) or _is_multi([args.trace])
-    pairs = list(zip(baselines, traces, strict=True))
+    pairs = pair_by_rank(baselines, traces)
     task = partial(_compare_task, ranks=multi)
     outcomes = analyse_files(pairs, task, max_bytes=args.max_trace_bytes, workers=args.jobs)
     status = _report_errors(outcomes)

@@ -34,6 +34,8 @@ Example::
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import statistics
@@ -124,6 +126,65 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         else:
             files.append(path)
     return files
+
+
+_HEAD_BYTES = 1 << 18
+_DISTRIBUTED_INFO = re.compile(rb'"distributedInfo"\s*:\s*')
+
+
+def recorded_rank(path: str | os.PathLike[str]) -> int | None:
+    """``distributedInfo.rank`` as the trace file records it, read from the file's head or,
+    where an older Kineto wrote it after the events, its tail, without loading the trace;
+    ``None`` when neither holds one or the file cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(2)
+            file.seek(0)
+            stream: Any = gzip.GzipFile(fileobj=file) if magic == b"\x1f\x8b" else file
+            head = stream.read(_HEAD_BYTES)
+            rank = _rank_in(head)
+            if rank is not None or len(head) < _HEAD_BYTES:
+                return rank
+            if stream is file:
+                file.seek(max(file.seek(0, os.SEEK_END) - _HEAD_BYTES, _HEAD_BYTES))
+                return _rank_in(file.read())
+            tail = b""
+            while chunk := stream.read(_HEAD_BYTES):  # a gzip stream is read to its end
+                tail = tail[-_HEAD_BYTES:] + chunk
+            return _rank_in(tail[-2 * _HEAD_BYTES :])
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+
+
+def _rank_in(text: bytes) -> int | None:
+    found = _DISTRIBUTED_INFO.search(text)
+    if found is None:
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text[found.end() :].decode("utf-8", "replace"))
+    except ValueError:  # cut off by the piece's end, or not JSON
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def pair_by_rank(baselines: list[Path], traces: list[Path]) -> list[tuple[Path, Path]]:
+    """Pair two runs' trace files rank with rank: by the rank each file records
+    (:func:`recorded_rank`) when every file of both runs records a rank of its own and the two
+    runs hold the same ranks, else in the files' order (Kineto names a file after its host
+    and process, not its rank, so the order of the names need not be the ranks')."""
+    ranks_a = [recorded_rank(path) for path in baselines]
+    ranks_b = [recorded_rank(path) for path in traces]
+    if (
+        None not in ranks_a
+        and None not in ranks_b
+        and len(set(ranks_a)) == len(ranks_a)
+        and set(ranks_a) == set(ranks_b)
+    ):
+        by_rank = dict(zip(ranks_b, traces, strict=True))
+        pairs = sorted(zip(ranks_a, baselines, strict=True))
+        return [(baseline, by_rank[rank]) for rank, baseline in pairs]
+    return list(zip(baselines, traces, strict=True))
 
 
 # -- loading in parallel ------------------------------------------------------------------------

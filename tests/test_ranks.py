@@ -31,6 +31,7 @@ from profiling_utils.ranks import (
     analyse_files,
     cross_rank,
     rank_profile,
+    recorded_rank,
     trace_files,
 )
 from profiling_utils.trace import load_trace
@@ -610,3 +611,41 @@ def test_the_ranks_steps_are_those_the_rules_take_as_samples(tmp_path: Path) -> 
     assert [step.number for step in load_trace(source).steps] == [1, 2]
     report = cross_rank([profile, rank_profile(load_trace(tmp_path / "rank1.json.gz"))])
     assert [row.median_step_us for row in report.ranks] == [pytest.approx(9288.3, abs=0.1)] * 2
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("at_the_end", [False, True])
+def test_recorded_rank_reads_the_files_head_or_tail(tmp_path: Path, compressed, at_the_end) -> None:
+    # Kineto writes distributedInfo before the events; older versions wrote it after them.
+    events = [complete_event(f"op{n}", "cpu_op", n, 1, note="x" * 200) for n in range(3000)]
+    info = {"backend": "nccl", "rank": 5, "world_size": 8, "pg_config": [{"ranks": [0, 5]}]}
+    document = {"distributedInfo": info, "traceEvents": events}
+    if at_the_end:
+        document = {"traceEvents": events, "distributedInfo": info}
+    path = write_trace(tmp_path / ("t.json.gz" if compressed else "t.json"), document)
+    assert len(json.dumps(events)) > 3 * 2**18  # beyond the head that is read first
+    assert recorded_rank(path) == 5 == load_trace(path).rank
+    del document["distributedInfo"]
+    assert recorded_rank(write_trace(path, document)) is None
+
+
+def test_compare_pairs_two_runs_rank_with_rank(tmp_path: Path, capsys) -> None:
+    # Kineto names a trace after its host and process: here the names sort against the ranks.
+    runs = {}
+    for run in ("balanced", "stalled"):
+        runs[run] = tmp_path / run
+        runs[run].mkdir()
+        for rank, name in ((0, "host-b_1234"), (1, "host-a_5678")):
+            source = NCCL / run / f"rank{rank}.json.gz"
+            (runs[run] / f"{name}.pt.trace.json.gz").write_bytes(source.read_bytes())
+    status, out, _ = run_cli(
+        capsys, "compare", "--json", str(runs["balanced"]), str(runs["stalled"])
+    )
+    assert status == 0
+    pairs = json.loads(out)["pairs"]
+    for pair in pairs:
+        assert Path(pair["baseline"]["trace"]).name == Path(pair["trace"]["trace"]).name
+    assert [Path(pair["baseline"]["trace"]).name for pair in pairs] == [
+        "host-b_1234.pt.trace.json.gz",  # rank 0 first
+        "host-a_5678.pt.trace.json.gz",
+    ]
