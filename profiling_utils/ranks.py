@@ -697,8 +697,10 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
         idles most, when it idles over 1.25 times the median of the others),
         ``rank-step-spread`` (step time uneven across ranks). None of them when no trace
-        records a rank (``distributedInfo.rank``) and no collective is matched across them:
-        nothing then says the traces are one run's ranks, and they are only tabled.
+        records a rank (``distributedInfo.rank``) and no collective is matched across them
+        (nothing then says the traces are one run's ranks), nor when two traces claim the same
+        rank or the traces record worlds of different sizes (they then say they are not):
+        the traces are only tabled.
     """
     profiles = sorted(profiles, key=lambda p: (p.rank is None, p.rank or 0, p.file))
     labels = _labels(profiles)
@@ -716,7 +718,13 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     ranks = [p.rank for p in profiles if p.rank is not None]
     if len(set(ranks)) < len(ranks):
         notes.append("several traces claim the same rank: are they from one run?")
-    world = max((p.world_size for p in profiles if p.world_size), default=0)
+    worlds = sorted({p.world_size for p in profiles if p.world_size})
+    if len(worlds) > 1:
+        notes.append(
+            f"the traces record worlds of different sizes ({', '.join(map(str, worlds))} "
+            "ranks): are they from one run?"
+        )
+    world = max(worlds, default=0)
     if world > len(profiles):
         notes.append(
             f"the traces record a world of {world} ranks and {len(profiles)} are given: a "
@@ -785,6 +793,14 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             "no trace records a rank and no collective lines them up: they are shown side by "
             "side, not judged as the ranks of one run (no straggler, idle or spread finding)"
+        )
+        return CrossRank(rows, spreads, matched, None, [], notes)
+    if len(set(ranks)) < len(ranks) or len(worlds) > 1:
+        # The traces say they are not one run's ranks (the same trace given twice lines up
+        # with itself, and one copy would be "last" at every collective).
+        notes.append(
+            "the traces are shown side by side, not judged as the ranks of one run (no "
+            "straggler, idle or spread finding)"
         )
         return CrossRank(rows, spreads, matched, None, [], notes)
     straggler = _straggler(rows, waits.caused, matched, spreads)

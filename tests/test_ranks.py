@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from conftest import (
     BASE_TIME_NS,
@@ -649,3 +650,21 @@ def test_compare_pairs_two_runs_rank_with_rank(tmp_path: Path, capsys) -> None:
         "host-b_1234.pt.trace.json.gz",  # rank 0 first
         "host-a_5678.pt.trace.json.gz",
     ]
+
+
+def test_the_same_trace_twice_is_not_judged_as_two_ranks() -> None:
+    # It lines up with itself at every collective; one copy would be "last" at each.
+    profile = rank_profile(load_trace(NCCL / "stalled" / "rank1.json.gz"))
+    report = cross_rank([profile, profile])
+    assert report.matched_collectives > 0
+    assert report.findings == [] and report.straggler is None
+    assert "several traces claim the same rank: are they from one run?" in report.notes
+
+
+def test_traces_of_worlds_of_different_sizes_are_not_judged_as_one_run() -> None:
+    stalled = [rank_profile(load_trace(NCCL / "stalled" / f"rank{r}.json.gz")) for r in (0, 1)]
+    assert cross_rank(stalled).findings  # one run: judged
+    other = msgspec.structs.replace(stalled[1], world_size=16)
+    report = cross_rank([stalled[0], other])
+    assert report.findings == [] and report.straggler is None
+    assert any("worlds of different sizes (2, 16 ranks)" in note for note in report.notes)
