@@ -115,6 +115,7 @@ import msgspec
 from . import comm, measures
 from .errors import TraceError
 from .ranks import (
+    CROSS_RANK_RULE_IDS,
     CrossRank,
     Outcome,
     RankProfile,
@@ -796,13 +797,18 @@ def _diagnose_task(
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """``diagnose``: the cheatsheet's findings for each trace, and across ranks, as text or JSON."""
+    across = set(CROSS_RANK_RULE_IDS)
+    select = None if args.select is None else [i for i in args.select if i not in across]
+    ignore = None if args.ignore is None else [i for i in args.ignore if i not in across]
     try:
-        select_rules(args.select, args.ignore)
+        select_rules(select, ignore)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_TRACE
+    chosen_across = across if args.select is None else across & set(args.select)
+    chosen_across -= set(args.ignore or ())
     multi = _is_multi(args.traces)
-    task = partial(_diagnose_task, select=args.select, ignore=args.ignore, ranks=multi)
+    task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi)
     outcomes = _analyse(args, args.traces, task)
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
@@ -813,6 +819,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if not done and not args.json:  # every trace refused: the error lines say it all
         return status
     report = cross_rank([profile for profile, _, _ in done if profile is not None])
+    report = msgspec.structs.replace(
+        report, findings=[f for f in report.findings if f.rule in chosen_across]
+    )
     if args.json:
         document = {
             "traces": [document for _, document, _ in done],
@@ -838,6 +847,7 @@ def add_diagnose_parser(subcommands: Any) -> None:
         ),
         epilog=(
             f"{DIAGNOSE_JSON_HELP}\n\n{MULTI_RANK_JSON_HELP}\n\nRule ids: {', '.join(rule_ids())}"
+            f"\n\nCross-rank rule ids (several traces): {', '.join(CROSS_RANK_RULE_IDS)}"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

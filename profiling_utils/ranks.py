@@ -65,7 +65,10 @@ __all__ = [
     "StepSpread",
     "Straggler",
     "CrossRank",
+    "CROSS_RANK_RULE_IDS",
     "trace_files",
+    "recorded_rank",
+    "pair_by_rank",
     "analyse_files",
     "rank_profile",
     "cross_rank",
@@ -676,6 +679,9 @@ def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[St
 
 
 _TABLE = "Across ranks"
+CROSS_RANK_RULE_IDS = ("rank-straggler", "collective-skew", "rank-gpu-idle", "rank-step-spread")
+"""The ids of :func:`cross_rank`'s findings, which ``diagnose --select``/``--ignore`` take as
+they take the single-trace rules' ids."""
 _POINT_TO_POINT = frozenset({"send", "recv"})
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""

@@ -668,3 +668,24 @@ def test_traces_of_worlds_of_different_sizes_are_not_judged_as_one_run() -> None
     report = cross_rank([stalled[0], other])
     assert report.findings == [] and report.straggler is None
     assert any("worlds of different sizes (2, 16 ranks)" in note for note in report.notes)
+
+
+def test_cross_rank_rules_are_selected_and_ignored_like_the_others(capsys) -> None:
+    run = str(NCCL / "stalled")
+    status, out, _ = run_cli(capsys, "diagnose", "--json", run)
+    every = {f["rule"] for f in json.loads(out)["cross_rank"]["findings"]}
+    assert {"rank-straggler", "collective-skew", "rank-gpu-idle"} <= every
+    status, out, err = run_cli(capsys, "diagnose", "--json", "--ignore", "collective-skew", run)
+    assert status == 0 and err == ""
+    assert {f["rule"] for f in json.loads(out)["cross_rank"]["findings"]} == every - {
+        "collective-skew"
+    }
+    status, out, _ = run_cli(
+        capsys, "diagnose", "--json", "--select", "hotspot,rank-straggler", run
+    )
+    document = json.loads(out)
+    assert [f["rule"] for f in document["cross_rank"]["findings"]] == ["rank-straggler"]
+    for trace in document["traces"]:
+        assert {f["rule"] for f in trace["findings"]} <= {"hotspot"}
+    status, _, err = run_cli(capsys, "diagnose", "--select", "rank-stragler", run)
+    assert status == 2 and "unknown rule id(s): rank-stragler" in err
