@@ -65,7 +65,8 @@ Commands:
       does), and the algorithm bandwidth is bytes / kernel time, GB = 10^9 bytes: a lower
       bound, as a collective's kernel also waits for the slowest rank.
     - ``host_collectives``: collectives the CPU runs itself (Gloo's ``gloo:all_reduce``...
-      labels), ``[{name, count, total_us}]`` by total time; ``[]`` when there are none.
+      labels), ``[{name, count, total_us, threads}]`` by total time (summed over the threads
+      that ran them, which may run at once); ``[]`` when there are none.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
       graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
@@ -127,7 +128,7 @@ from .ranks import (
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .tables import byte_size, percent, text_table
-from .trace import Span, Trace
+from .trace import HOST_COLLECTIVE_PREFIX, Span, Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
 
@@ -420,16 +421,17 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
     }
 
 
-_HOST_COLLECTIVE_PREFIX = "gloo:"
-"""The name prefix of the ranges Gloo, c10d's CPU backend, records for its collectives."""
-
-
 def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
     """Collectives run on the CPU: the ``gloo:<op>`` ranges the Gloo backend records."""
     rows = [
-        {"name": name, "count": len(spans), "total_us": sum(span.dur for span in spans)}
+        {
+            "name": name,
+            "count": len(spans),
+            "total_us": sum(span.dur for span in spans),
+            "threads": len({span.lane for span in spans}),
+        }
         for name, spans in trace.by_name.items()
-        if name.startswith(_HOST_COLLECTIVE_PREFIX)
+        if name.startswith(HOST_COLLECTIVE_PREFIX)
     ]
     return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
 
@@ -653,7 +655,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(text_table(["operation", "count", "total", "bytes", "median algbw"], rows))
     if summary["host_collectives"]:
         listed = ", ".join(
-            f"{row['name']} x{row['count']} ({_us(row['total_us'])} µs)"
+            f"{row['name']} x{row['count']} ({_us(row['total_us'])} µs"
+            + (f" summed over {row['threads']} threads)" if row["threads"] > 1 else ")")
             for row in summary["host_collectives"]
         )
         out.append(f"  on the CPU (Gloo): {listed}")

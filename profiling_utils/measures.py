@@ -38,6 +38,7 @@ import msgspec
 
 from .trace import (
     GPU_WORK_CATEGORIES,
+    HOST_COLLECTIVE_PREFIX,
     LABEL_CATEGORIES,
     LAUNCH_CATEGORIES,
     DeviceInfo,
@@ -265,14 +266,20 @@ def gpu_busy_us(
 def lane_busy_us(trace: Trace, lane: Lane) -> float:
     """The busy time of one lane: :func:`gpu_busy_us` for a GPU lane; for any other (a CPU
     thread, the profiler's overhead track), the union of its spans that are work: operators,
-    runtime and driver calls, syncs. Labels (``ProfilerStep#N`` and other ``record_function``
-    ranges, the Python frames of a ``with_stack`` trace, the profiler's span over the whole
-    trace) are left out: they cover a main thread nearly end to end, whatever it does inside
-    them."""
+    runtime and driver calls, syncs, and the collectives Gloo runs on the CPU
+    (:data:`~profiling_utils.trace.HOST_COLLECTIVE_PREFIX`). Other labels (``ProfilerStep#N``
+    and other ``record_function`` ranges, the Python frames of a ``with_stack`` trace, the
+    profiler's span over the whole trace) are left out: they cover a main thread nearly end
+    to end, whatever it does inside them."""
     if lane.kind == "gpu":
         return gpu_busy_us(trace, lane)
-    work = [span for span in trace.lane_spans(lane) if span.cat not in LABEL_CATEGORIES]
+    work = [span for span in trace.lane_spans(lane) if _is_host_work(span)]
     return _union_us(work, in_start_order=True)
+
+
+def _is_host_work(span: Span) -> bool:
+    """Whether a host span is work: not a label, or a collective Gloo runs on the CPU."""
+    return span.cat not in LABEL_CATEGORIES or span.name.startswith(HOST_COLLECTIVE_PREFIX)
 
 
 def host_work_us(trace: Trace, window: tuple[float, float]) -> float:
@@ -289,7 +296,7 @@ def host_work_us(trace: Trace, window: tuple[float, float]) -> float:
         on_lane = trace.lane_spans(lane)
         for span in on_lane[: bisect_left(on_lane, end, key=_START)]:
             span_end = span.start + span.dur
-            if span_end > start and span.cat not in LABEL_CATEGORIES:
+            if span_end > start and _is_host_work(span):
                 pieces.append((max(span.start, start), min(span_end, end)))
     pieces.sort()
     total, reached = 0.0, start

@@ -124,6 +124,10 @@ LABEL_CATEGORIES = frozenset({"user_annotation", "gpu_user_annotation", "python_
 of a ``with_stack`` trace, the profiler's own span over the whole trace. They are never busy
 time: a thread inside a label may be idle, or running code the profiler does not record."""
 
+HOST_COLLECTIVE_PREFIX = "gloo:"
+"""The name prefix of the ranges Gloo, c10d's CPU backend, records for its collectives: labels
+by category, but a thread inside one is running the collective itself (busy time)."""
+
 SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 

@@ -527,8 +527,15 @@ def test_collectives_on_the_cpu_are_listed(capsys) -> None:
     data = json.loads(out)
     assert data["communication"] is None
     (row,) = data["host_collectives"]
-    assert (row["name"], row["count"]) == ("gloo:all_reduce", 10)
+    assert (row["name"], row["count"], row["threads"]) == ("gloo:all_reduce", 10, 2)
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "  no collective kernels\n  on the CPU (Gloo): gloo:all_reduce x10 (" in text
+    assert " µs summed over 2 threads)" in text
+    # A thread running a Gloo collective is busy: each runs its five, one after another.
+    trace = load_trace(path)
+    for lane in data["lanes"]:
+        ranges = [s for s in trace.find("gloo:all_reduce") if s.lane.tid == lane["tid"]]
+        if ranges:
+            assert lane["busy_us"] == pytest.approx(sum(s.dur for s in ranges))
     _, out, _ = run_cli(capsys, "summary", "--json", str(gpu_fixture("64_bf16_warm_eager")))
     assert json.loads(out)["host_collectives"] == []
