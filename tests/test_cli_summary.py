@@ -539,3 +539,23 @@ def test_collectives_on_the_cpu_are_listed(capsys) -> None:
             assert lane["busy_us"] == pytest.approx(sum(s.dur for s in ranges))
     _, out, _ = run_cli(capsys, "summary", "--json", str(gpu_fixture("64_bf16_warm_eager")))
     assert json.loads(out)["host_collectives"] == []
+
+
+def test_kernel_names_that_differ_past_the_cut_are_told_apart() -> None:
+    from profiling_utils.cli import _distinct_shorts
+
+    stem = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_"
+    names = [
+        stem + "cta_per_row_1<c10::Half, float>(args)",
+        stem + "warp_per_row_1<c10::Half>()",
+        "k",
+    ]
+    shorts = _distinct_shorts(names)
+    assert len(set(shorts)) == 3 and shorts[2] == "k"
+    assert all(len(short) <= 80 for short in shorts)
+    assert "cta_per_row" in shorts[0] and "warp_per_row" in shorts[1]
+    # Two names alike around where a third differs from them, and apart only far later, are
+    # shown in full.
+    twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
+    shorts = _distinct_shorts(twins)
+    assert shorts[:2] == twins[:2] and len(shorts[2]) <= 80
