@@ -68,7 +68,12 @@ Commands:
       labels), ``[{name, count, total_us, threads}]`` by total time (summed over the threads
       that ran them, which may run at once); ``[]`` when there are none.
     - ``compile``: ``{regions, region_ids, cache_lookups, cache_lookup_us, aot_wrappers,
-      graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and hashes).
+      aot_functions, graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and
+      hashes; ``aot_functions`` counts AOTAutograd's ``CompiledFunction`` and
+      ``CompiledFunctionBackward`` calls).
+    - ``unlaunched_gpu_work``: ``{count, busy_us}``, the GPU activities whose launch call is
+      not in the trace (no step counts them) and the time they ran (streams' overlaps
+      counted once).
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
     - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
@@ -436,6 +441,12 @@ def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
 
 
+def _unlaunched_gpu_work(trace: Trace) -> dict[str, Any]:
+    launch_of = trace.launch_of_id
+    work = [w for w in trace.gpu_work if launch_of(w.id) is None]
+    return {"count": len(work), "busy_us": measures.union_us(work)}
+
+
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
@@ -474,6 +485,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             for lane in trace.lanes
         ],
         "steps": _steps(trace),
+        "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
         "top_kernels": kernels,
         "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
@@ -487,6 +499,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             "cache_lookups": len(compiled.cache_lookups),
             "cache_lookup_us": compiled.cache_lookup_us,
             "aot_wrappers": len(compiled.aot_wrappers),
+            "aot_functions": len(compiled.aot_functions),
             "graph_calls": len(compiled.graph_calls),
             "graph_hashes": list(compiled.graph_hashes),
             "cuda_graph_launches": len(compiled.cuda_graph_launches),
@@ -591,6 +604,14 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
+        unlaunched = summary["unlaunched_gpu_work"]
+        if unlaunched["count"]:
+            one = unlaunched["count"] == 1
+            out.append(
+                f"  {unlaunched['count']:,} GPU {'activity' if one else 'activities'} "
+                f"({_us(unlaunched['busy_us'])} µs) {'has' if one else 'have'} no launch call in "
+                f"the trace: no step counts {'it' if one else 'them'}"
+            )
         for s in summary["steps"]:
             if not s["end_recorded"]:
                 out += [
@@ -691,11 +712,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     c = summary["compile"]
     out += ["", "torch.compile"]
-    if c["regions"] or c["graph_calls"] or c["cache_lookups"]:
+    if c["regions"] or c["graph_calls"] or c["cache_lookups"] or c["aot_functions"]:
         out.append(
             f"  {c['regions']} compiled-region calls ({', '.join(c['region_ids']) or '-'}),"
             f" {c['cache_lookups']} cache lookups ({_us(c['cache_lookup_us'])} µs),"
             f" {c['aot_wrappers']} AOT wrapper spans"
+            + (f", {c['aot_functions']} CompiledFunction calls" if c["aot_functions"] else "")
         )
         out.append(f"  graphs: {', '.join(c['graph_hashes']) or '-'}")
     else:

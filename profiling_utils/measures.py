@@ -68,6 +68,7 @@ __all__ = [
     "OpStats",
     "ThreadActivity",
     "gpu_busy_us",
+    "union_us",
     "lane_busy_us",
     "host_work_us",
     "step_times",
@@ -194,7 +195,9 @@ class StepTime(_Result, msgspec.Struct, frozen=True, gc=False):
     cpu_us: float
     """Duration of the CPU window (the ``ProfilerStep#N`` annotation)."""
     gpu_busy_us: float
-    """Time at least one stream of the GPU ran this step's work (overlaps counted once)."""
+    """Time at least one stream ran this step's work (overlaps counted once): the work
+    launched from the step, on any GPU (with several GPUs, one idle beside a busy one does
+    not show)."""
     gpu_window_us: float
     """The GPU's share of wall time for this step: from the later of the step's start and the
     end of the GPU work queued before it, to the later of the step's end and its last GPU work's
@@ -212,7 +215,7 @@ class StepTime(_Result, msgspec.Struct, frozen=True, gc=False):
     """Kernels, copies and memsets launched in the step."""
 
 
-def _union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = False) -> float:
+def union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = False) -> float:
     """Length of the union of the spans' intervals (sorted first unless already in order)."""
     total = 0.0
     current_start = current_end = None
@@ -250,7 +253,7 @@ def gpu_busy_us(
     else:
         work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
     if window is None:
-        return _union_us(work, in_start_order=True)
+        return union_us(work, in_start_order=True)
     start, end = window
     total, reached = 0.0, start
     for span in work:  # in start order
@@ -274,7 +277,7 @@ def lane_busy_us(trace: Trace, lane: Lane) -> float:
     if lane.kind == "gpu":
         return gpu_busy_us(trace, lane)
     work = [span for span in trace.lane_spans(lane) if _is_host_work(span)]
-    return _union_us(work, in_start_order=True)
+    return union_us(work, in_start_order=True)
 
 
 def _is_host_work(span: Span) -> bool:
@@ -340,7 +343,7 @@ def step_times(trace: Trace) -> list[StepTime]:
     for step, (window_start, window_end) in zip(trace.steps, windows, strict=True):
         own = step.gpu_work
         window = window_end - window_start
-        busy = _union_us(own)
+        busy = union_us(own)
         idle_us = fraction = None
         if trace.has_gpu:
             # Idle: no stream ran anything, of this step or another, in the window.

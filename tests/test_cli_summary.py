@@ -20,7 +20,7 @@ from conftest import (
     run_cli,
 )
 
-from profiling_utils import cli, load_trace
+from profiling_utils import cli, diagnose, load_trace
 from profiling_utils.comm import collectives, comm_overlap
 from profiling_utils.measures import kernel_stats, step_times
 from profiling_utils.rules.facts import Facts
@@ -38,6 +38,7 @@ SUMMARY_KEYS = {
     "base_time_ns",
     "lanes",
     "steps",
+    "unlaunched_gpu_work",
     "top_kernels",
     "top_cpu_ops",
     "launch_apis",
@@ -559,3 +560,28 @@ def test_kernel_names_that_differ_past_the_cut_are_told_apart() -> None:
     twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
     shorts = _distinct_shorts(twins)
     assert shorts[:2] == twins[:2] and len(shorts[2]) <= 80
+
+
+def test_gpu_work_without_its_launch_is_reported_apart(make_trace, capsys) -> None:
+    # Three 1,000 µs steps, each launching a 5 µs kernel; a 300 µs kernel in step 1 has no
+    # launch call in the trace (its launch was dropped, or another process's).
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 10, 5, correlation=n + 1),
+            complete_event("k", "kernel", t + 20, 5, pid=0, tid=7, correlation=n + 1),
+        ]
+    events.append(complete_event("orphan", "kernel", 10_100, 300, pid=0, tid=7, correlation=99))
+    path = make_trace(events)
+    _, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    data = json.loads(out)
+    assert data["unlaunched_gpu_work"] == {"count": 1, "busy_us": 300.0}
+    assert [s["gpu_busy_us"] for s in data["steps"]] == [5.0, 5.0, 5.0]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "1 GPU activity (300.0 µs) has no launch call in the trace: no step counts it" in text
+    (finding,) = diagnose(path, select=["overhead-bound"])
+    assert finding.evidence["median_step"] == 1
+    assert finding.evidence["median_step_unlaunched_gpu_us"] == 300.0
+    assert "another 300.0 µs of GPU work ran inside the step" in finding.message

@@ -84,17 +84,6 @@ DEFAULT_LAUNCH_LATENCY_US = 6.5
 CPU-only trace), or whose clock cannot resolve a launch: a typical H100 launch."""
 
 
-def _union_us(spans: list[Span]) -> float:
-    """Length of the union of the spans' intervals, µs."""
-    total, covered_to = 0.0, float("-inf")
-    for span in sorted(spans, key=attrgetter("start")):
-        end = span.start + span.dur
-        if end > covered_to:
-            total += end - max(span.start, covered_to)
-            covered_to = end
-    return total
-
-
 def is_aten_kernel(kernel: Span) -> bool:
     """Whether a kernel is one of PyTorch's own (elementwise, reduction, copy: its name holds
     ``at::native::``, on CUDA and ROCm alike) rather than a library's (GEMM, convolution)."""
@@ -433,7 +422,7 @@ class Facts:
         if not ids:
             return {t.step: t.gpu_busy_us for t in self.step_times}
         return {
-            step.number: _union_us([w for w in step.gpu_work if w.id not in ids])
+            step.number: measures.union_us([w for w in step.gpu_work if w.id not in ids])
             for step in self.steps
         }
 

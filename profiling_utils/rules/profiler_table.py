@@ -165,6 +165,13 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     if evidence["median_gpu_busy_fraction"] <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
         message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
         step = next(s for s in facts.steps if s.number == evidence["median_step"])
+        unlaunched = _unlaunched_gpu_us(facts, step)
+        if unlaunched > 0:
+            evidence["median_step_unlaunched_gpu_us"] = us(unlaunched)
+            message = (
+                f"{message[:-1]}; another {unlaunched:.1f} µs of GPU work ran inside the step "
+                "whose launch call is not in the trace, which no step counts."
+            )
         recorded = measures.host_work_us(facts.trace, (step.start, step.end))
         evidence["median_step_host_work_us"] = us(recorded)
         longest = _longest_call(facts, step)
@@ -205,6 +212,24 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     "(Python between ops, data loading) or no work at all."
                 )
         yield message, evidence
+
+
+def _unlaunched_gpu_us(facts: Facts, step: Any) -> float:
+    """How long GPU work whose launch call is not in the trace ran inside ``step``'s CPU
+    window (streams' overlaps counted once), µs: work no step's busy time counts."""
+    trace = facts.trace
+    launch_of = trace.launch_of_id
+    pieces = sorted(
+        (max(work.start, step.start), min(work.end, step.end))
+        for work in trace.gpu_work
+        if work.start < step.end and work.end > step.start and launch_of(work.id) is None
+    )
+    total, reached = 0.0, step.start
+    for start, end in pieces:
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def _longest_call(facts: Facts, step: Any) -> Span | None:
