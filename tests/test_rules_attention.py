@@ -122,6 +122,8 @@ def test_a_mask_built_in_every_step_is_reported(tmp_path: Path) -> None:
     # Two 30 µs ops and their two 20 µs kernels per step; the mm is no part of the mask.
     assert (evidence["cpu_us_per_step"], evidence["gpu_us_per_step"]) == (60.0, 40.0)
     assert finding.severity == "warning"
+    # Built by the caller: the message does not send the reader to the math backend.
+    assert evidence["inside"] is None and "math backend" not in finding.message
 
 
 def test_the_mask_ops_of_the_triangles_length_count_and_the_scores_do_not(
@@ -197,8 +199,12 @@ def test_math_backend_upcasting_bf16_is_the_fp32_warning() -> None:
 
 
 def test_mask_rebuilt_by_the_math_backend_and_not_by_a_mask_built_once() -> None:
-    evidence = rules_on(gpu_fixture(SERIES.format("sdpa-math")))["mask-rebuilt"].evidence
-    # is_causal=True: the math backend builds the [L, L] triangle itself on every call.
+    finding = rules_on(gpu_fixture(SERIES.format("sdpa-math")))["mask-rebuilt"]
+    evidence = finding.evidence
+    # is_causal=True: the math backend builds the [L, L] triangle itself on every call, and
+    # the finding says so rather than send the reader looking for a mask in their code.
+    assert evidence["inside"] == "aten::_scaled_dot_product_attention_math"
+    assert "the causal mask the math backend makes for is_causal=True" in finding.message
     assert evidence["dims"] == [[1024, 1024]]
     assert {"aten::ones", "aten::tril"} <= set(evidence["ops_per_step"])
     assert evidence["steps"] == [2, 3, 4]

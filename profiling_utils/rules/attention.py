@@ -291,15 +291,29 @@ def mask_rebuilt(facts: Facts) -> Iterator[Hit]:
     shapes = sorted({dims for _, dims, _ in rebuilt})
     cpu_us = sum(op.dur for _, _, op in rebuilt) / per_step
     gpu_total_us = sum(gpu_us[op.id] for _, _, op in rebuilt) / per_step
-    yield (
+    # Built inside the math backend's call, the mask is the backend's own, not the caller's.
+    inside = {
+        any(a.name == MATH_BACKEND_OP for a in facts.trace.ancestors(op)) for _, _, op in rebuilt
+    }
+    by_math = inside == {True}
+    message = (
         f"A mask of shape {list(shapes[0])} is rebuilt in every step: "
         + ", ".join(f"{name} {count / per_step:.0f}×" for name, count in ops.most_common())
-        + f" per step, {cpu_us:.1f} µs of CPU and {gpu_total_us:.1f} µs of GPU time per step.",
+        + f" per step, {cpu_us:.1f} µs of CPU and {gpu_total_us:.1f} µs of GPU time per step."
+    )
+    if by_math:
+        message += (
+            f" It is built inside {MATH_BACKEND_OP}: the causal mask the math backend makes "
+            "for is_causal=True, on every call; a fused backend makes none."
+        )
+    yield (
+        message,
         {
             "ops_per_step": {name: round(count / per_step, 2) for name, count in ops.most_common()},
             "dims": [list(dims) for dims in shapes],
             "cpu_us_per_step": us(cpu_us),
             "gpu_us_per_step": us(gpu_total_us),
             "steps": sorted(every_step),
+            "inside": MATH_BACKEND_OP if by_math else None,
         },
     )
