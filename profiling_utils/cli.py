@@ -71,6 +71,9 @@ Commands:
       aot_functions, graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and
       hashes; ``aot_functions`` counts AOTAutograd's ``CompiledFunction`` and
       ``CompiledFunctionBackward`` calls).
+    - ``other_step_lanes``: the labels of CPU threads whose ``ProfilerStep#N`` annotations
+      are left out (a file that merges several processes: the steps are those of the thread
+      holding the most, :attr:`profiling_utils.trace.Trace.steps`); ``[]`` normally.
     - ``unlaunched_gpu_work``: ``{count, busy_us}``, the GPU activities whose launch call is
       not in the trace (no step counts them) and the time they ran (streams' overlaps
       counted once).
@@ -486,6 +489,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         ],
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
+        "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
         "top_kernels": kernels,
         "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
@@ -603,6 +607,12 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {idle:>4} {_us(s['lane_offset_us']):>9} {_us(s['dead_window_us']):>9}"
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
+            )
+        if summary["other_step_lanes"]:
+            out.append(
+                "  steps of one thread only; those on "
+                f"{', '.join(summary['other_step_lanes'])} are left out (several processes "
+                "in one file?)"
             )
         unlaunched = summary["unlaunched_gpu_work"]
         if unlaunched["count"]:

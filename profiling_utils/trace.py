@@ -614,7 +614,12 @@ class Trace:
     lanes: list[Lane]
     """CPU lanes first, then GPU lanes by (device, stream), the overhead lane, then others."""
     steps: list[Step]
-    """The ``ProfilerStep#N`` windows, ordered by N."""
+    """The ``ProfilerStep#N`` windows, ordered by N: those of the CPU thread that holds the
+    most of them (one process's steps, where a file merges several processes' events), with
+    the GPU work launched from that thread's process."""
+    other_step_lanes: list[Lane]
+    """Other CPU threads that hold ``ProfilerStep#N`` annotations, whose steps are left out
+    (empty for a trace of one process, as ``torch.profiler`` writes)."""
     devices: list[DeviceInfo]
     """The accelerators in ``deviceProperties``, by id, plus any device that has GPU lanes but
     no entry there (named ``"unknown"``). Empty for a CPU-only trace without properties."""
@@ -980,15 +985,25 @@ class Trace:
                     call.correlation = external
 
     def _build_steps(self, user_annotations: list[Span]) -> None:
-        step_spans: dict[int, Span] = {}
+        by_lane: dict[Lane, list[tuple[int, Span]]] = {}
         annotations = []
         for span in user_annotations:
             match = _STEP_NAME.fullmatch(span.name)
             if match is None:
                 annotations.append(span)
             elif span.lane.kind == "cpu":
-                step_spans.setdefault(int(match[1]), span)
+                by_lane.setdefault(span.lane, []).append((int(match[1]), span))
         self.annotations = annotations
+        step_spans: dict[int, Span] = {}
+        self.other_step_lanes = []
+        step_pid = None
+        if by_lane:
+            chosen = max(by_lane, key=lambda lane: (len(by_lane[lane]), -by_lane[lane][0][1].start))
+            for number, span in by_lane[chosen]:
+                step_spans.setdefault(number, span)
+            self.other_step_lanes = [lane for lane in by_lane if lane != chosen]
+            if any(lane.pid != chosen.pid for lane in self.other_step_lanes):
+                step_pid = chosen.pid  # several processes: only this one's launches count
         by_time = sorted(step_spans.items(), key=lambda item: item[1].start)
         self._step_starts = [span.start for _, span in by_time]
         self._step_ends = [span.end for _, span in by_time]
@@ -1001,7 +1016,7 @@ class Trace:
         self.gpu_work_steps = step_of_work
         for work in self.gpu_work:
             launch = launch_of.get(work.id)
-            if launch is not None:
+            if launch is not None and (step_pid is None or launch.pid == step_pid):
                 time = launch.start
                 index = bisect_right(starts, time) - 1
                 if index >= 0 and time < ends[index]:

@@ -39,6 +39,7 @@ SUMMARY_KEYS = {
     "lanes",
     "steps",
     "unlaunched_gpu_work",
+    "other_step_lanes",
     "top_kernels",
     "top_cpu_ops",
     "launch_apis",
@@ -585,3 +586,27 @@ def test_gpu_work_without_its_launch_is_reported_apart(make_trace, capsys) -> No
     assert finding.evidence["median_step"] == 1
     assert finding.evidence["median_step_unlaunched_gpu_us"] == 300.0
     assert "another 300.0 µs of GPU work ran inside the step" in finding.message
+
+
+def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) -> None:
+    # Two processes, each with two steps launching a kernel on its own GPU: the steps are one
+    # process's, with its own GPU work only, and the other process's are named as left out.
+    events = []
+    for pid, device, dur in ((100, 0, 500.0), (200, 1, 100.0)):
+        for n in (1, 2):
+            t = 1_000.0 * n + pid / 10
+            c = pid + n
+            events += [
+                complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900, pid=pid, tid=pid),
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 50, 5, pid=pid, tid=pid,
+                               correlation=c),
+                complete_event("k", "kernel", t + 60, dur, pid=device, tid=7, correlation=c),
+            ]  # fmt: skip
+    path = make_trace(events)
+    trace = load_trace(path)
+    assert [step.number for step in trace.steps] == [1, 2]
+    assert {step.span.pid for step in trace.steps} == {100}
+    assert [len(step.gpu_work) for step in trace.steps] == [1, 1]
+    assert [lane.pid for lane in trace.other_step_lanes] == [200]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "steps of one thread only; those on CPU thread 200 are left out" in text
