@@ -456,12 +456,15 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
 
 _AMD_NAMES = ("AMD", "Radeon", "Instinct")
 _NVIDIA_NAMES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN")
+# Data-centre GPUs as drivers before R470 named them, without "NVIDIA": "A100-SXM4-40GB".
+_AMD_BARE_NAME = re.compile(r"MI\d{2,3}[A-Z]?(?:\s|$)")
+_NVIDIA_BARE_NAME = re.compile(r"(?:[ABHLTV]|GH|GB)\d{1,3}[A-Z]?(?:-|\s|$)")
 
 
 def _vendor_from_name(name: str) -> Vendor:
-    if name.startswith(_NVIDIA_NAMES):
+    if name.startswith(_NVIDIA_NAMES) or _NVIDIA_BARE_NAME.match(name):
         return "nvidia"
-    if any(word in name for word in _AMD_NAMES):
+    if any(word in name for word in _AMD_NAMES) or _AMD_BARE_NAME.match(name):
         return "amd"
     return "unknown"
 

@@ -902,3 +902,22 @@ def test_input_shapes_reads_both_spellings(make_trace, args, dims, types, sizes)
 def test_input_shapes_of_no_form_the_profiler_writes_are_none(make_trace, args) -> None:
     (op,) = load_trace(make_trace([complete_event("aten::add", "cpu_op", 0, 10, **args)])).spans
     assert input_shapes(op) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "vendor"),
+    [
+        ("A100-SXM4-40GB", "nvidia"),  # drivers before R470 wrote no "NVIDIA"
+        ("NVIDIA H100 80GB HBM3", "nvidia"),
+        ("Tesla V100-SXM2-16GB", "nvidia"),
+        ("MI300X", "amd"),
+        ("AMD Instinct MI250X", "amd"),
+        ("Ascend910B", "unknown"),
+    ],
+)
+def test_the_vendor_is_read_from_the_device_name(make_trace, name: str, vendor: str) -> None:
+    # No runtime call tells the vendor: the name alone does.
+    events = [complete_event("aten::mm", "cpu_op", 0, 10)]
+    properties = [{"id": 0, "name": name, "computeMajor": 8, "computeMinor": 0}]
+    (device,) = load_trace(make_trace(events, deviceProperties=properties)).devices
+    assert device.vendor == vendor
