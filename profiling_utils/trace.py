@@ -454,6 +454,8 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
         return ", ".join(facts)
 
 
+_GPU_BACKEND_LABELS = ("nccl:", "rccl:")
+"""Labels of the c10d backends that run collectives on GPUs."""
 _AMD_NAMES = ("AMD", "Radeon", "Instinct")
 _NVIDIA_NAMES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN")
 # Data-centre GPUs as drivers before R470 named them, without "NVIDIA": "A100-SXM4-40GB".
@@ -1069,8 +1071,9 @@ class Trace:
         an accelerator the model does not read (MTIA writes its own categories on its device's
         lanes), GPU lanes without kernels, copies or memsets (CUPTI's range profiler), launch
         and copy calls whose GPU activities were not recorded, a GPU listed in
-        ``deviceProperties`` while only host activities were recorded, or no GPU at all
-        (``"no GPU work (CPU-only trace)"``).
+        ``deviceProperties`` while only host activities were recorded, NCCL or RCCL
+        collectives on the host without GPU work, or no GPU at all (``"no GPU work (CPU-only
+        trace)"``).
         """
         content = self.content
         if content == "no events":
@@ -1103,6 +1106,18 @@ class Trace:
             )
         if self.devices:
             return "no GPU work recorded: the trace lists a GPU but holds host events only"
+        backends = sorted(
+            {
+                name.split(":", 1)[0].upper()
+                for name in self.by_name
+                if name.startswith(_GPU_BACKEND_LABELS)
+            }
+        )
+        if backends:
+            return (
+                f"no GPU work recorded, though the host ran {' and '.join(backends)} "
+                "collectives (a GPU backend): host events only"
+            )
         return "no GPU work (CPU-only trace)"
 
     def children(self, span: Span) -> list[Span]:

@@ -153,6 +153,13 @@ def test_cpu_only_trace(capsys, make_trace) -> None:
     # The step's row has no GPU busy time, idle share or gap count to show, not 0.0 and 0.
     (row,) = [line.split() for line in text.splitlines() if line.strip().startswith("0 ")]
     assert row == ["0", "10.0", "-", "-", "-", "-", "-", "-", "-", "-"]
+    # NCCL collectives on the host say the run used GPUs, whose work was not recorded.
+    nccl = complete_event("nccl:all_reduce", "user_annotation", 2, 5)
+    path = make_trace([complete_event("ProfilerStep#0", "user_annotation", 0, 10), nccl],
+                      name="nccl.json", deviceProperties=None)  # fmt: skip
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "no GPU work recorded, though the host ran NCCL collectives" in text
+    assert "CPU-only" not in text
 
 
 def mtia_like(make_trace):
