@@ -803,7 +803,7 @@ def add_summary_parser(subcommands: Any) -> None:
     _add_loading_options(parser)
     parser.add_argument(
         "--top",
-        type=int,
+        type=_at_least_one,
         default=10,
         metavar="N",
         help="kernel names, CPU ops and roofline entries to list (default 10)",
@@ -842,6 +842,16 @@ JSON (--json): one object
   findings         [{rule, table, severity, message, evidence}] of the rules that need a
                    baseline (compile-cpu-tax)
 Exit status: 0 when it ran; 2 for an unreadable trace, with one line on stderr."""
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {number}")
+    return number
 
 
 def _rule_id_list(text: str) -> list[str]:

@@ -617,3 +617,13 @@ def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) ->
     assert [lane.pid for lane in trace.other_step_lanes] == [200]
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "steps of one thread only; those on CPU thread 200 are left out" in text
+
+
+def test_top_takes_one_or_more(capsys) -> None:
+    path = str(gpu_fixture("64_bf16_warm_eager"))
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(capsys, "summary", "--top", "0", path)
+    assert exit_.value.code == 2
+    assert "argument --top: must be 1 or more, not 0" in capsys.readouterr().err
+    status, out, _ = run_cli(capsys, "summary", "--json", "--top", "1", path)
+    assert status == 0 and len(json.loads(out)["top_kernels"]) == 1
