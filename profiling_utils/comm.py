@@ -39,6 +39,7 @@ __all__ = [
     "CommOverlap",
     "collectives",
     "comm_overlap",
+    "bus_factor",
 ]
 
 OPERATIONS = (
@@ -210,14 +211,25 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
         :attr:`group_size`); ``None`` when the size, the group size or the operation is
         unknown."""
         algbw = self.algbw_gb_s
-        factor = _BUS_FACTORS.get(self.op)
-        if algbw is None or factor is None:
+        if algbw is None:
             return None
-        if self.op in ("broadcast", "send", "recv"):
-            return algbw
-        if self.group_size is None or self.group_size < 1:
-            return None
-        return algbw * factor(self.group_size)
+        factor = bus_factor(self.op, self.group_size)
+        return None if factor is None else algbw * factor
+
+
+def bus_factor(op: str, group_size: int | None) -> float | None:
+    """What turns a collective's algorithm bandwidth into its bus bandwidth (NCCL's tests'
+    convention): ``2(n-1)/n`` for all_reduce, ``(n-1)/n`` for all_gather, reduce_scatter and
+    all_to_all, 1 for broadcast, send and recv; ``None`` for another operation, or an unknown
+    group size where it matters."""
+    factor = _BUS_FACTORS.get(op)
+    if factor is None:
+        return None
+    if op in ("broadcast", "send", "recv"):
+        return 1.0
+    if group_size is None or group_size < 1:
+        return None
+    return factor(group_size)
 
 
 def _describe(

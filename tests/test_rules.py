@@ -1441,3 +1441,24 @@ def test_launch_latency_falls_back_when_the_clock_cannot_see_a_launch(make_trace
     assert Facts(trace).launch_latency_us == DEFAULT_LAUNCH_LATENCY_US
     findings = diagnose(trace)
     json.dumps([f.to_dict() for f in findings], allow_nan=False)
+
+
+@pytest.mark.parametrize("world", [None, 8])
+def test_collective_bandwidth_without_a_group_size_offers_the_worlds(tmp_path: Path, world) -> None:
+    # The kernel records its size but not its group; distributedInfo may record the world.
+    document = json.loads(nccl_trace(tmp_path, 450.0).read_text())
+    for event in document["traceEvents"]:
+        event.get("args", {}).pop("Group size", None)
+    if world is not None:
+        document["distributedInfo"] = {"backend": "nccl", "rank": 0, "world_size": world}
+    finding = rules_on(write_trace(tmp_path / "t.json", document))["collective-bandwidth"]
+    algbw = finding.evidence["kinds"][0]["median_algbw_gb_s"]
+    assert finding.evidence["kinds"][0]["median_busbw_gb_s"] is None
+    if world is None:
+        assert "(group size not recorded: no bus bandwidth)" in finding.message
+        assert "world_size" not in finding.evidence
+    else:
+        assert finding.evidence["median_busbw_if_world_gb_s"] == pytest.approx(
+            algbw * 2 * 7 / 8, abs=0.01
+        )
+        assert "if the group is all 8 ranks of the run, the default group" in finding.message

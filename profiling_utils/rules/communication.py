@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..comm import Collective
+from ..comm import Collective, bus_factor
 from ..tables import byte_size, percent
 from .facts import Facts, median, span_ref, step_label, us
 from .registry import Hit, rule
@@ -201,11 +201,21 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
         )
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
-    bus = (
-        f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
-        if top["median_busbw_gb_s"] is not None
-        else " (group size not recorded: no bus bandwidth)"
-    )
+    world = facts.trace.world_size
+    factor = bus_factor(top["op"], world)
+    evidence_world: dict[str, Any] = {}
+    if top["median_busbw_gb_s"] is not None:
+        bus = f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
+    elif factor is not None and world is not None and world > 1:
+        # The group is not named; the run's world is: the default group spans all of it.
+        if_world = top["median_algbw_gb_s"] * factor
+        evidence_world = {"world_size": world, "median_busbw_if_world_gb_s": round(if_world, 2)}
+        bus = (
+            f" (group size not recorded; if the group is all {world} ranks of the run, the "
+            f"default group, the bus bandwidth is {if_world:.1f} GB/s)"
+        )
+    else:
+        bus = " (group size not recorded: no bus bandwidth)"
     yield (
         f"{len(sized)} collective(s) of 1 MiB or more with a recorded size; the most time goes "
         f"to {top['op']} of {byte_size(top['bytes'])} ({top['count']}×, median "
@@ -216,5 +226,6 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
             "kinds": rows[:_REPORTED],
             "sized_collectives": len(sized),
             "collectives": len(facts.collectives),
+            **evidence_world,
         },
     )
