@@ -135,7 +135,7 @@ from .ranks import (
     trace_files,
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .tables import byte_size, percent, text_table
+from .tables import byte_size, cut, distinct_cuts, percent, text_table
 from .trace import HOST_COLLECTIVE_PREFIX, Span, Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
@@ -529,37 +529,6 @@ def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in counter.items()) or "none"
 
 
-def _short(name: str, width: int = 72) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _distinct_shorts(names: list[str], width: int = 72) -> list[str]:
-    """``names`` cut to ``width`` as :func:`_short` does, except where two would then read
-    the same (kernels whose names differ only in a template argument past the cut): those
-    show their start, then the stretch around where they differ, or in full if that is not
-    enough."""
-    shorts = [_short(name, width) for name in names]
-    clash = Counter(shorts)
-    for index, name in enumerate(names):
-        same = [other for other in names if other != name and _short(other, width) == shorts[index]]
-        if clash[shorts[index]] < 2 or not same:
-            continue
-        differ = min(_first_difference(name, other) for other in same)
-        head, start = width // 2 - 3, max(differ - 10, width // 2 - 3)
-        piece = name[start : start + width // 2]
-        shorts[index] = f"{name[:head]}...{piece}{'...' if start + width // 2 < len(name) else ''}"
-    if len(set(shorts)) < len(set(names)):  # still alike: in full
-        again = Counter(shorts)
-        pairs = zip(names, shorts, strict=True)
-        shorts = [name if again[short] > 1 else short for name, short in pairs]
-    return shorts
-
-
-def _first_difference(a: str, b: str) -> int:
-    pairs = enumerate(zip(a, b, strict=False))  # up to the shorter's end
-    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
-
-
 def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
@@ -637,7 +606,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  {'count':>6} {'total':>10} {'median':>9} {'min':>9} {'max':>9} {'spread':>7}"
             "  launched by / name"
         )
-        names = _distinct_shorts([k["name"] for k in summary["top_kernels"]])
+        names = distinct_cuts([k["name"] for k in summary["top_kernels"]], 72)
         for k, name in zip(summary["top_kernels"], names, strict=True):
             out.append(
                 f"  {k['count']:>6,} {_us(k['total_us']):>10} {_us(k['median_us'], 2):>9}"
@@ -658,7 +627,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     out += ["", "Top CPU operators by self time (µs)"]
     if summary["top_cpu_ops"]:
         rows = [
-            [_short(op["name"], 60), f"{op['calls']:,}", _us(op["self_us"]), _us(op["total_us"])]
+            [cut(op["name"], 60), f"{op['calls']:,}", _us(op["self_us"]), _us(op["total_us"])]
             for op in summary["top_cpu_ops"]
         ]
         out.append(text_table(["operator", "calls", "self", "total"], rows))

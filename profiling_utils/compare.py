@@ -23,10 +23,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .rules import RULES, Facts, Finding, order_findings
-from .tables import text_table
+from .tables import distinct_cuts, text_table
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
+
+_LISTED_NAMES = 20
+"""How many names of each "only in" list the text shows (the JSON lists them all)."""
+_NAME_WIDTH = 120
+"""Characters of a name the text shows (a kernel's runs to thousands)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +228,13 @@ class Comparison:
             ("Kernels only in the trace", self.kernels_only_in_trace),
         ):
             out += ["", f"{title}:"]
-            out += [f"  {n.count:>6}×  {n.name}" for n in names] or ["  none"]
+            shown = names[:_LISTED_NAMES]
+            cuts = distinct_cuts([n.name for n in shown], _NAME_WIDTH)
+            out += [f"  {n.count:>6}×  {name}" for n, name in zip(shown, cuts, strict=True)]
+            if len(names) > len(shown):
+                out.append(f"  ... and {len(names) - len(shown)} more (--json lists them all)")
+            elif not names:
+                out.append("  none")
         out += ["", "Findings:"]
         for finding in self.findings:
             out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")

@@ -3,9 +3,10 @@ data, shares written as percentages, and sizes in bytes."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["PAGE_WIDTH", "byte_size", "cut", "percent", "text_table"]
+__all__ = ["PAGE_WIDTH", "byte_size", "cut", "distinct_cuts", "percent", "text_table"]
 
 PAGE_WIDTH = 88
 """Characters in a line of a gallery page's code and output boxes."""
@@ -37,6 +38,35 @@ def cut(text: str, width: int) -> str:
     if width < 1:
         raise ValueError(f"width must be positive, not {width}")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def distinct_cuts(names: Sequence[str], width: int) -> list[str]:
+    """``names`` each :func:`cut` to ``width``, except where two would then read the same
+    (kernels whose names differ only in a template argument past the cut): those show their
+    start, ``…``, and the stretch around where they differ; in full where even that would not
+    tell them apart."""
+    cuts = [cut(name, width) for name in names]
+    clashes = Counter(cuts)
+    half = max(width // 2, 4)
+    for index, name in enumerate(names):
+        alike = [other for other in names if other != name and cut(other, width) == cuts[index]]
+        if clashes[cuts[index]] < 2 or not alike:
+            continue
+        differ = min(_first_difference(name, other) for other in alike)
+        start, room = max(differ - 10, half - 1), width - half - 1  # head, …, room, …
+        tail = "…" if start + room < len(name) else ""
+        cuts[index] = f"{name[: half - 1]}…{name[start : start + room]}{tail}"
+    again = Counter(cuts)
+    if len(again) < len(set(names)):  # still alike: in full
+        cuts = [
+            name if again[short] > 1 else short for name, short in zip(names, cuts, strict=True)
+        ]
+    return cuts
+
+
+def _first_difference(a: str, b: str) -> int:
+    pairs = enumerate(zip(a, b, strict=False))  # up to the shorter's end
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
 def percent(share: float) -> str:

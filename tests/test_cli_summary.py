@@ -550,26 +550,6 @@ def test_collectives_on_the_cpu_are_listed(capsys) -> None:
     assert json.loads(out)["host_collectives"] == []
 
 
-def test_kernel_names_that_differ_past_the_cut_are_told_apart() -> None:
-    from profiling_utils.cli import _distinct_shorts
-
-    stem = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_"
-    names = [
-        stem + "cta_per_row_1<c10::Half, float>(args)",
-        stem + "warp_per_row_1<c10::Half>()",
-        "k",
-    ]
-    shorts = _distinct_shorts(names)
-    assert len(set(shorts)) == 3 and shorts[2] == "k"
-    assert all(len(short) <= 80 for short in shorts)
-    assert "cta_per_row" in shorts[0] and "warp_per_row" in shorts[1]
-    # Two names alike around where a third differs from them, and apart only far later, are
-    # shown in full.
-    twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
-    shorts = _distinct_shorts(twins)
-    assert shorts[:2] == twins[:2] and len(shorts[2]) <= 80
-
-
 def test_gpu_work_without_its_launch_is_reported_apart(make_trace, capsys) -> None:
     # Three 1,000 µs steps, each launching a 5 µs kernel; a 300 µs kernel in step 1 has no
     # launch call in the trace (its launch was dropped, or another process's).

@@ -274,3 +274,17 @@ def test_compile_cpu_tax_reads_aotautograds_compiled_function(make_trace, differ
     assert finding.rule == "compile-cpu-tax" and finding.evidence["ratio"] == 1.5
     assert finding.evidence["devices_differ"] is different_gpus
     assert ("The two ran on different GPUs" in finding.message) is different_gpus
+
+
+def test_the_text_lists_twenty_names_of_each_kind_and_the_json_all(make_trace) -> None:
+    def steps(ops: list[str]) -> list[dict]:
+        events = [complete_event("ProfilerStep#1", "user_annotation", 0, 1_000)]
+        return events + [complete_event(op, "cpu_op", 10 + 10 * k, 5) for k, op in enumerate(ops)]
+
+    baseline = make_trace(steps(["aten::mm"]), name="baseline.json")
+    trace = make_trace(steps([f"aten::op{k:02d}" for k in range(25)]), name="trace.json")
+    comparison = compare(baseline, trace)
+    assert len(comparison.to_dict()["ops_only_in_trace"]) == 25
+    listed = comparison.to_text().split("Ops only in the trace:\n", 1)[1].split("\n\n", 1)[0]
+    assert len(listed.splitlines()) == 21
+    assert listed.splitlines()[-1] == "  ... and 5 more (--json lists them all)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling_utils.tables import byte_size, cut
+from profiling_utils.tables import byte_size, cut, distinct_cuts
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,21 @@ def test_cut_marks_what_it_leaves_out() -> None:
     assert len(cut("x" * 200, 88)) == 88
     with pytest.raises(ValueError):
         cut("x", 0)
+
+
+def test_names_that_differ_past_the_cut_are_told_apart() -> None:
+    stem = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_"
+    names = [
+        stem + "cta_per_row_1<c10::Half, float>(args)",
+        stem + "warp_per_row_1<c10::Half>()",
+        "k",
+    ]
+    cuts = distinct_cuts(names, 72)
+    assert len(set(cuts)) == 3 and cuts[2] == "k"
+    assert all(len(c) <= 72 for c in cuts)
+    assert "cta_per_row" in cuts[0] and "warp_per_row" in cuts[1]
+    # Two names alike around where a third differs from them, and apart only far later, are
+    # shown in full.
+    twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
+    cuts = distinct_cuts(twins, 72)
+    assert cuts[:2] == twins[:2] and len(cuts[2]) <= 72 and len(set(cuts)) == 3
