@@ -107,7 +107,9 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
         f"communication runs with no compute beside it for {percent(typical)} of the step "
         f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs); over the "
         f"trace, {total.exposed_us:.1f} of "
-        f"{total.communication_us:.1f} µs of communication is exposed.",
+        f"{total.communication_us:.1f} µs of communication is exposed. A collective's kernel "
+        "also waits for the last rank to join it: diagnose the run's ranks together to tell "
+        "that wait from the transfer.",
         {
             "median_exposed_share": typical,
             "total": _overlap_row(total),
