@@ -27,11 +27,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable
-from itertools import accumulate
-from operator import add, attrgetter
+from itertools import accumulate, compress, count, islice
+from operator import add, attrgetter, gt, sub
 from typing import Any
 
 import msgspec
@@ -321,7 +321,7 @@ def step_times(trace: Trace) -> list[StepTime]:
     work_starts = list(map(_START, work))
     # ends_so_far[i]: latest end among work[:i + 1]
     ends_so_far = list(accumulate(map(add, work_starts, map(_DUR, work)), max))
-    busy_starts, busy_before = _busy_intervals(work)
+    busy_time = _BusyTime(work_starts, ends_so_far)
     windows = []
     for step in trace.steps:
         own = step.gpu_work
@@ -347,7 +347,7 @@ def step_times(trace: Trace) -> list[StepTime]:
         idle_us = fraction = None
         if trace.has_gpu:
             # Idle: no stream ran anything, of this step or another, in the window.
-            ran = _busy_between(busy_starts, busy_before, window_start, window_end)
+            ran = busy_time.between(window_start, window_end)
             if abs(ran - busy) <= _SAME_TIME_US:  # its own work only: the same, unrounded
                 ran = busy
             idle_us = window - ran if window - ran > _SAME_TIME_US else 0.0
@@ -358,36 +358,31 @@ def step_times(trace: Trace) -> list[StepTime]:
     return results
 
 
-def _busy_intervals(work: list[Span]) -> tuple[list[list[float]], list[float]]:
-    """The disjoint intervals in which any of ``work`` (in start order) ran, as
-    ``[start, end]`` pairs in order, and the busy time before each."""
-    merged: list[list[float]] = []
-    for span in work:
-        start, end = span.start, span.start + span.dur
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1][1] = end
-        else:
-            merged.append([start, end])
-    before = list(accumulate((end - start for start, end in merged), initial=0.0))
-    return merged, before
+class _BusyTime:
+    """When any GPU activity ran, from the activities' starts in order and the latest end so
+    far at each (C-level passes: the GPU's idle gaps are where a start passes every earlier
+    end)."""
 
+    def __init__(self, starts: list[float], ends_so_far: list[float]) -> None:
+        after = list(compress(count(), map(gt, islice(starts, 1, None), ends_so_far)))
+        self.first = starts[0] if starts else 0.0
+        self.last = ends_so_far[-1] if ends_so_far else 0.0
+        self.gap_starts = list(map(ends_so_far.__getitem__, after))
+        self.gap_ends = list(map(starts.__getitem__, map((1).__add__, after)))
+        self.idle_before = list(accumulate(map(sub, self.gap_ends, self.gap_starts), initial=0.0))
 
-def _busy_between(
-    merged: list[list[float]], before: list[float], start: float, end: float
-) -> float:
-    """Busy time of :func:`_busy_intervals`' ``merged`` intervals within [start, end]."""
-    if end <= start or not merged:
-        return 0.0
-
-    def busy_until(time: float) -> float:
-        index = bisect_left(merged, [time, math.inf]) - 1  # the last interval starting <= time
+    def until(self, time: float) -> float:
+        """Busy time before ``time``."""
+        span = min(max(time, self.first), self.last) - self.first
+        index = bisect_right(self.gap_starts, time) - 1  # the last gap begun by ``time``
         if index < 0:
-            return 0.0
-        interval_start, interval_end = merged[index]
-        return before[index] + min(time, interval_end) - interval_start
+            return span
+        idle = self.idle_before[index] + min(time, self.gap_ends[index]) - self.gap_starts[index]
+        return span - idle
 
-    return busy_until(end) - busy_until(start)
+    def between(self, start: float, end: float) -> float:
+        """Busy time in [start, end]."""
+        return self.until(end) - self.until(start) if end > start else 0.0
 
 
 # -- launches ---------------------------------------------------------------------------------

@@ -299,11 +299,21 @@ class Facts:
         """Whether any span's name starts with ``prefix``."""
         return any(name.startswith(prefix) for name in self.trace.by_name)
 
-    @cached_property
+    @property
     def rows(self) -> dict[str, Row]:
         """The profiler table's rows rebuilt from the trace: per ``cpu_op`` and
         ``user_annotation`` name (``ProfilerStep#N`` left out), calls, total and self time.
         As in ``key_averages()``, a call whose only child is a call of its name counts once."""
+        return self._rows_and_nesting[0]
+
+    @property
+    def nested_in_own_name(self) -> frozenset[int]:
+        """Ids of the row spans nested in a span of their own name (an op calling itself),
+        found while summing :attr:`rows`."""
+        return self._rows_and_nesting[1]
+
+    @cached_property
+    def _rows_and_nesting(self) -> tuple[dict[str, Row], frozenset[int]]:
         trace = self.trace
         spans = trace.spans
         # The time each span's children cover (their union, from the model): overlapping
@@ -338,9 +348,10 @@ class Facts:
                 row[0] += 1
         for folded in measures.folded_calls(trace, nested_in_own_name):
             order[spans[folded].name][0] -= 1
-        return {
+        rows = {
             name: Row(row[0], row[1], row[2], row[3] == "cpu_op") for name, row in order.items()
         }
+        return rows, frozenset(span.id for span in nested_in_own_name)
 
     @cached_property
     def compile_info(self) -> measures.CompileInfo:

@@ -15,7 +15,7 @@ import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Step, Trace
+from ..trace import LAUNCH_CATEGORIES, Span, Step, Trace
 from .facts import (
     BIAS_MATMUL_OPS,
     MATMUL_OPS,
@@ -347,7 +347,14 @@ class _HostSyncs:
     """The trace's host sync calls (:func:`is_host_sync`), searchable by their end."""
 
     def __init__(self, trace: Any) -> None:
-        calls = [call for call in trace.runtime_calls if is_host_sync(trace, call)]
+        # By name (a few hundred) rather than call by call (tens of thousands).
+        names = [name for name in trace.by_name if name in HOST_SYNC_CALLS or "emcpy" in name]
+        calls = [
+            call
+            for name in names
+            for call in trace.by_name[name]
+            if call.cat in LAUNCH_CATEGORIES and is_host_sync(trace, call)
+        ]
         self.calls = sorted(calls, key=lambda call: call.end)
         self.ends = [call.end for call in self.calls]
 

@@ -20,6 +20,9 @@ from .facts import Facts, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
 _START = attrgetter("start")
+_ID = attrgetter("id")
+_DUR = attrgetter("dur")
+_CAT = attrgetter("cat")
 _CALL_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver"})
 
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
@@ -219,10 +222,16 @@ def _unlaunched_gpu_us(facts: Facts, step: Any) -> float:
     window (streams' overlaps counted once), µs: work no step's busy time counts."""
     trace = facts.trace
     launch_of = trace.launch_of_id
+    work = trace.gpu_work
+    # Work that runs in the window starts before its end, and at most the longest activity
+    # before its start.
+    longest = max(map(_DUR, work), default=0.0)
+    first = bisect_left(work, step.start - longest, key=_START)
+    last = bisect_left(work, step.end, key=_START)
     pieces = sorted(
-        (max(work.start, step.start), min(work.end, step.end))
-        for work in trace.gpu_work
-        if work.start < step.end and work.end > step.start and launch_of(work.id) is None
+        (max(activity.start, step.start), min(activity.end, step.end))
+        for activity in work[first:last]
+        if activity.end > step.start and launch_of(activity.id) is None
     )
     total, reached = 0.0, step.start
     for start, end in pieces:
@@ -236,14 +245,15 @@ def _longest_call(facts: Facts, step: Any) -> Span | None:
     """The op or runtime call inside ``step``'s window, on any CPU thread, with the longest
     self time."""
     trace = facts.trace
-    spans = trace.spans
+    spans, covered = trace.spans, trace.children_cover_us
     best, best_self = None, 0.0
+    end = step.end
     for span in spans[bisect_left(spans, step.start, key=_START) :]:
-        if span.start >= step.end:
+        if span.start >= end:
             break
-        if span.cat in _CALL_CATEGORIES and span.end <= step.end and span.lane.kind == "cpu":
-            own = facts.self_us(span)
-            if own > best_self:
+        own = span.dur - covered[span.id]  # self time, as Trace.self_us
+        if own > best_self and span.cat in _CALL_CATEGORIES and span.start + span.dur <= end:
+            if span.lane.kind == "cpu":
                 best, best_self = span, own
     return best
 
@@ -368,6 +378,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     for name, row in facts.rows.items():
         if not row.is_op or row.calls < MANY_CALLS_MIN_PER_STEP * steps:
             continue
+        if row.total_us < MANY_CALLS_MIN_CPU_SHARE * steps_cpu:
+            continue  # counted at the median call, it could only take less
         typical = _median_call_us(facts, name)
         at_median = min(row.total_us, row.calls * typical)
         share = at_median / steps_cpu
@@ -406,13 +418,12 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
 def _median_call_us(facts: Facts, name: str) -> float:
     """The median duration of the op's calls (``cpu_op`` spans of the name), a call nested in
     a call of its own name left out as the profiler table folds it."""
-    spans = facts.trace.spans
-    durations = [
-        span.dur
-        for span in facts.named(name)
-        if span.cat == "cpu_op" and (span.parent is None or spans[span.parent].name != name)
-    ]
-    return median(durations) if durations else 0.0
+    # C-level passes where they do: an op's calls run to tens of thousands.
+    same = facts.trace.by_name.get(name, [])
+    nested = facts.nested_in_own_name
+    if set(map(_CAT, same)) != {"cpu_op"} or not nested.isdisjoint(map(_ID, same)):
+        same = [span for span in same if span.cat == "cpu_op" and span.id not in nested]
+    return median(list(map(_DUR, same))) if same else 0.0
 
 
 @rule(
