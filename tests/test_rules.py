@@ -180,6 +180,8 @@ FIRES: dict[str, set[str]] = {
     "aot-wrapper": COMPILE | GRAPHS | PART2_COMPILE,
     "compiled-graph-cache-hit": COMPILE | GRAPHS | PART2_COMPILE,
     "cuda-graph": GRAPHS,
+    # Our recordings load no data (see the synthetic loader traces below).
+    "data-loader": set(),
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),
     "comm-overlap": set(),
@@ -256,6 +258,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         assert (rule.detect is None) != (rule.detect_against is None), rule.id
     assert {r.id for r in RULES if r.needs_baseline} == {"compile-cpu-tax"}
     assert {r.id for r in RULES if not r.from_post} == {
+        "data-loader",
         "driver-launch",
         "memset-before-gemm",
         "cuda-graph",
@@ -297,6 +300,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
     assert set(FIRES) | {"compile-cpu-tax"} == set(rule_ids())
     without_recording = {rule for rule, names in FIRES.items() if not names}
     assert without_recording == {
+        "data-loader",
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",
@@ -1462,3 +1466,44 @@ def test_collective_bandwidth_without_a_group_size_offers_the_worlds(tmp_path: P
             algbw * 2 * 7 / 8, abs=0.01
         )
         assert "if the group is all 8 ranks of the run, the default group" in finding.message
+
+
+def loader_steps(
+    steps: int, kernel_us: float, loader: str = "_SingleProcessDataLoaderIter"
+) -> list:
+    """Steps of 1,000 µs on the training thread: the data loader's next() for the first
+    400 µs, then a launch whose kernel runs ``kernel_us`` (into the next step's loading when
+    it is long: a GPU still busy with the step before while the next batch is fetched)."""
+    events = []
+    for n in range(steps):
+        t = 1_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000),
+            complete_event(f"enumerate(DataLoader)#{loader}.__next__", "user_annotation", t, 400),
+            complete_event("aten::mm", "cpu_op", t + 450, 40),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 460, 10, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 480, kernel_us, pid=0, tid=7, correlation=n + 1),
+        ]
+    return events
+
+
+def test_data_loader_fires_when_the_gpu_waits_for_the_next_batch(make_trace) -> None:
+    (finding,) = diagnose(make_trace(loader_steps(3, 100.0)), select=["data-loader"])
+    evidence = finding.evidence
+    assert evidence["loading_us"] == 400.0 and evidence["gpu_idle_while_loading_us"] == 400.0
+    assert evidence["median_idle_share"] == 0.4
+    assert "the GPU sits idle for 400.0 µs of it (40% of the step)" in finding.message
+    assert "num_workers=0" in finding.message
+    # With worker processes the label names another iterator, and the hint goes.
+    events = loader_steps(3, 100.0, loader="_MultiProcessingDataLoaderIter")
+    (finding,) = diagnose(make_trace(events, name="workers.json"), select=["data-loader"])
+    assert "num_workers=0" not in finding.message
+
+
+def test_data_loader_is_silent_while_the_gpu_still_runs_the_step_before(make_trace) -> None:
+    # Each kernel runs 880 µs, into the next step's loading: the GPU idles 0-40 µs of it.
+    assert diagnose(make_trace(loader_steps(3, 880.0)), select=["data-loader"]) == []
+    # One step is no habit of the loop.
+    assert (
+        diagnose(make_trace(loader_steps(1, 100.0), name="one.json"), select=["data-loader"]) == []
+    )

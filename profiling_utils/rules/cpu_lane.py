@@ -27,6 +27,14 @@ from .facts import (
 )
 from .registry import Hit, rule
 
+DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
+"""The label torch writes around each ``next()`` of a ``DataLoader`` iterator."""
+
+DATA_LOADER_MIN_SHARE = 0.10
+"""``data-loader``: in the median step, the GPU sits idle while the next batch is fetched
+for at least this share of the step's CPU time (a fetch while the GPU still runs the queued
+work of the step before costs nothing)."""
+
 COLD_START_MIN_RATIO = 3.5
 """``cold-start``: the first step is at least this many times the median of the others..."""
 
@@ -492,4 +500,75 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
         f"copies; most often {chain} → {top['api']} → Memcpy {top['kind']} ({size}, "
         f"{top['median_us']:.1f} µs), {top['count']}×.",
         {"groups": rows[:_GROUPS_REPORTED]},
+    )
+
+
+@rule(
+    "data-loader",
+    "CPU lane",
+    see="""enumerate(DataLoader)#...__next__ labels on the training thread take a large share
+    of every step while the GPU lane is empty (the TensorBoard plugin's "DataLoader"
+    time).""",
+    means="""The training loop waits for its next batch: data is read, decoded and collated on
+    the thread that launches the GPU's work, and once the GPU has run what was queued it has
+    nothing to do. Load in worker processes (DataLoader(num_workers=N), with pin_memory=True
+    and persistent_workers=True), so that the next batches are ready when the step asks.""",
+    severity="warning",
+    from_post=False,
+)
+def data_loader(facts: Facts) -> Iterator[Hit]:
+    trace = facts.trace
+    loaders = [
+        span
+        for span in trace.find(prefix=DATA_LOADER_PREFIX)
+        if span.cat == "user_annotation" and span.lane.kind == "cpu"
+    ]
+    steps = facts.steps
+    if not loaders or len(steps) < 2:
+        return
+    rows = []
+    for step in steps:
+        inside = [
+            (max(span.start, step.start), min(span.end, step.end))
+            for span in loaders
+            if span.start < step.end and span.end > step.start
+        ]
+        loading = sum(end - start for start, end in inside)  # one next() per step, in order
+        gpu = sum(measures.gpu_busy_us(trace, window=window) for window in inside)
+        idle = loading - gpu
+        rows.append((idle / step.span.dur if step.span.dur > 0 else 0.0, step, loading, idle))
+    share, step, loading, idle = sorted(rows, key=lambda row: row[0])[(len(rows) - 1) // 2]
+    if share < DATA_LOADER_MIN_SHARE:
+        return
+    name = Counter(span.name for span in loaders).most_common(1)[0][0]
+    message = (
+        f"In the step with the median share ({step_label(step.number)}), fetching the next "
+        f"batch ({short_name(name, 64)}) takes {loading:.1f} µs of the step's "
+        f"{step.span.dur:.1f} µs, and the GPU sits idle for {idle:.1f} µs of it "
+        f"({percent(share)} of the step): the step waits for its data."
+    )
+    if "_SingleProcessDataLoaderIter" in name:
+        message += (
+            " The batches are loaded in the training process (num_workers=0): worker "
+            "processes would prepare them while the steps run."
+        )
+    yield (
+        message,
+        {
+            "label": name,
+            "median_step": step.number,
+            "median_idle_share": round(share, 4),
+            "loading_us": us(loading),
+            "gpu_idle_while_loading_us": us(idle),
+            "step_us": us(step.span.dur),
+            "steps": [
+                {
+                    "step": s.number,
+                    "loading_us": us(load),
+                    "gpu_idle_while_loading_us": us(gap),
+                    "idle_share": round(sh, 4),
+                }
+                for sh, s, load, gap in rows
+            ],
+        },
     )
