@@ -92,10 +92,11 @@ today's. The model renames them on load (:attr:`Trace.renamed_categories` keeps 
 written), so every analysis reads one vocabulary."""
 LEGACY_LABEL_PREFIXES = ("enumerate(DataLoader)#", "Optimizer.step#", "Optimizer.zero_grad#")
 """The ``record_function`` labels torch itself writes around a data loader's ``next`` and an
-optimizer's ``step`` and ``zero_grad``. Traces of torch ~1.8-1.9 file every label under
-``Operator``, as ops; the model files these as ``user_annotation``, as today's torch does, so
-that they are not counted as work or listed as operators (``ProfilerStep#N`` is filed so too;
-a label of your own in such a trace cannot be told from an op and stays one)."""
+optimizer's ``step`` and ``zero_grad``. Traces of torch before ~1.10 file every label as an
+op (category ``Operator``, later ``cpu_op``, ``ProfilerStep#N`` included); the model files
+these as ``user_annotation``, as today's torch does, so that they are not counted as work or
+listed as operators (``ProfilerStep#N`` is filed so too; a label of your own in such a trace
+cannot be told from an op and stays one)."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
 GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
@@ -1306,7 +1307,7 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
 
     ``ProfilerStep#N`` was a ``cpu_op`` ("Operator") before torch ~1.10 and is a
     ``user_annotation`` since: it is filed as one either way, and so are the labels of
-    :data:`LEGACY_LABEL_PREFIXES` in a trace that writes ``Operator``.
+    :data:`LEGACY_LABEL_PREFIXES` in a trace that files its labels as ops.
     """
     renamed = {}
     for written, current in LEGACY_CATEGORIES.items():
@@ -1329,7 +1330,9 @@ def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:
         and any(map(_IS_STEP_NAME, map(_NAME, ops)))
     ):
         prefixes = (_STEP_PREFIX,)
-    if ops and "Operator" in renamed:
+    if ops and ("Operator" in renamed or prefixes):
+        # A trace that files its labels as ops: "Operator" (torch ~1.8), or ``cpu_op`` with
+        # ``ProfilerStep#N`` among them (up to ~1.10).
         prefixes += LEGACY_LABEL_PREFIXES
     if prefixes:
         labels = [op for op in ops if op.name.startswith(prefixes)]

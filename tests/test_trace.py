@@ -921,3 +921,26 @@ def test_the_vendor_is_read_from_the_device_name(make_trace, name: str, vendor: 
     properties = [{"id": 0, "name": name, "computeMajor": 8, "computeMinor": 0}]
     (device,) = load_trace(make_trace(events, deviceProperties=properties)).devices
     assert device.vendor == vendor
+
+
+def test_labels_filed_as_cpu_ops_beside_the_steps_are_labels(make_trace) -> None:
+    # Between the "Operator" spelling and user_annotation, torch wrote cpu_op for its labels,
+    # ProfilerStep#N included.
+    events = [
+        complete_event("ProfilerStep#1", "cpu_op", 0, 1_000),
+        complete_event(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "cpu_op", 5, 400
+        ),
+        complete_event("aten::empty", "cpu_op", 10, 50),
+        complete_event("Optimizer.step#SGD.step", "cpu_op", 500, 300),
+        complete_event("aten::add_", "cpu_op", 510, 100),
+    ]
+    trace = load_trace(make_trace(events))
+    assert [op.name for op in trace.cpu_ops] == ["aten::empty", "aten::add_"]
+    assert [s.number for s in trace.steps] == [1]
+    assert {s.name for s in trace.annotations} == {events[1]["name"], events[3]["name"]}
+    # A trace of today's torch files labels as labels: an op of such a name stays an op.
+    today = [complete_event("ProfilerStep#1", "user_annotation", 0, 1_000), events[3]]
+    assert [op.name for op in load_trace(make_trace(today, name="t2.json")).cpu_ops] == [
+        "Optimizer.step#SGD.step"
+    ]
