@@ -724,6 +724,8 @@ class Trace:
     def _build_spans(self, events: list[Span | OtherEvent]) -> None:
         # A C-level pass keeps the complete events.
         spans = list(compress(events, map(_IS_SPAN_TYPE, map(type, events))))
+        if not spans and events:
+            self._refuse_duration_pairs(events)
         starts = list(map(_START, spans))
         self._check_times(spans, starts, list(map(_DUR, spans)))
         self.origin_us = 0.0
@@ -790,6 +792,18 @@ class Trace:
         self._add_unlisted_devices()
         self._link_launches()
         self._build_steps(by_cat.get("user_annotation", []))
+
+    def _refuse_duration_pairs(self, events: list[Span | OtherEvent]) -> None:
+        """Refuse a file whose durations are Chrome's begin/end pairs (phases ``B`` and ``E``)
+        and which holds no complete event: other tools write that form, torch.profiler never
+        does, and reading it as a trace without events would report an empty run."""
+        phases = {type(event).__struct_config__.tag for event in events}
+        if phases & {"B", "E"}:
+            raise TraceError(
+                self.path,
+                "JSON is not a Kineto trace: its durations are begin/end pairs (ph 'B'/'E'), "
+                "which torch.profiler does not write, and it holds no complete ('X') event",
+            )
 
     def _use_exact_times(self, events: list[Span | OtherEvent], spans: list[Span]) -> None:
         """Give ``spans`` (the complete events among ``events``, in file order) their times

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from conftest import fixture_document, run_cli, write_trace
 
+from profiling_utils import TraceError, load_trace
+
 Events = list[dict[str, Any]]
 
 
@@ -175,3 +177,18 @@ def test_every_command_answers_or_refuses_in_one_line(
 
 def _refuse(constant: str) -> None:
     raise AssertionError(f"{constant} in the JSON output")
+
+
+def test_chrome_begin_end_pairs_are_refused_in_one_line(make_trace) -> None:
+    # Other tools write durations as B/E pairs; torch.profiler never does. Read as a trace
+    # without complete events, the file would report an empty run.
+    events = [
+        {"ph": "B", "name": "forward", "pid": 1, "tid": 1, "ts": 0, "cat": "cpu_op"},
+        {"ph": "E", "name": "forward", "pid": 1, "tid": 1, "ts": 10, "cat": "cpu_op"},
+    ]
+    path = make_trace(events)
+    with pytest.raises(TraceError, match=r"begin/end pairs \(ph 'B'/'E'\)"):
+        load_trace(path)
+    # Metadata alone (an empty recording) is no such file: it loads, with no events.
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "p"}}]
+    assert load_trace(make_trace(meta, name="meta.json")).spans == []
