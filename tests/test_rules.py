@@ -1507,3 +1507,37 @@ def test_data_loader_is_silent_while_the_gpu_still_runs_the_step_before(make_tra
     assert (
         diagnose(make_trace(loader_steps(1, 100.0), name="one.json"), select=["data-loader"]) == []
     )
+
+
+def two_gpu_steps(busy_each_us: float) -> list[dict[str, Any]]:
+    """Three 1,000 µs steps; one thread launches a kernel of ``busy_each_us`` on GPU 0, then
+    one on GPU 1 that starts as the first ends (model parallel, one process)."""
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000))
+        for device in (0, 1):
+            c = 10 * n + device
+            start = t + 20 + device * busy_each_us
+            events += [
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", t + 5 + device, 1, correlation=c
+                ),
+                complete_event(
+                    "k", "kernel", start, busy_each_us, pid=device, tid=7, correlation=c
+                ),
+            ]
+    return events
+
+
+def test_bound_rules_read_the_busiest_gpu_not_the_union_of_several(make_trace) -> None:
+    # Each GPU busy 480 µs of a 1,000 µs step, one after the other: their union, 960 µs, would
+    # read as a GPU busy nearly all of the step.
+    path = make_trace(two_gpu_steps(480.0), deviceProperties=None)
+    assert diagnose(path, select=["compute-bound", "overhead-bound"]) == []
+    # 50 µs each: overhead-bound, on the busiest of the two.
+    path = make_trace(two_gpu_steps(50.0), name="small.json", deviceProperties=None)
+    (finding,) = diagnose(path, select=["compute-bound", "overhead-bound"])
+    assert finding.rule == "overhead-bound" and finding.evidence["median_gpu_busy_us"] == 50.0
+    assert finding.evidence["gpus_driven"] == 2
+    assert "the busiest of the 2 GPUs it drives is busy 50.0 µs" in finding.message

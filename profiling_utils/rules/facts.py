@@ -438,6 +438,34 @@ class Facts:
         }
 
     @cached_property
+    def busiest_gpu_busy_us(self) -> dict[int, float]:
+        """Per step number, the busy time of the GPU its launched work kept busiest, µs: a
+        GPU that sets the pace is one GPU, and the union over several (model parallel, one
+        process driving two GPUs) would read two half-idle GPUs as one busy one. With the
+        work on one GPU, :attr:`step_times`' busy time."""
+        return self._busiest(frozenset())
+
+    @cached_property
+    def busiest_gpu_compute_busy_us(self) -> dict[int, float]:
+        """:attr:`busiest_gpu_busy_us` without communication kernels; with the work on one
+        GPU, :attr:`compute_busy_us`."""
+        return self._busiest(self.communication_ids)
+
+    def _busiest(self, left_out: frozenset[int]) -> dict[int, float]:
+        one = self.compute_busy_us if left_out else {t.step: t.gpu_busy_us for t in self.step_times}
+        busiest = {}
+        for step in self.steps:
+            by_device: dict[Any, list[Span]] = {}
+            for work in step.gpu_work:
+                if work.id not in left_out:
+                    by_device.setdefault(work.lane.device, []).append(work)
+            if len(by_device) < 2:
+                busiest[step.number] = one[step.number]
+            else:
+                busiest[step.number] = max(map(measures.union_us, by_device.values()))
+        return busiest
+
+    @cached_property
     def _step_of_gpu_work(self) -> dict[int, int]:
         """Step number by span id, for the GPU work launched in a step (rules ask for most)."""
         return self.trace.gpu_work_steps

@@ -76,17 +76,18 @@ _REPORTED_ROWS = 5
 def _busy_fractions(
     facts: Facts, compute_only: bool = False
 ) -> tuple[list[dict[str, Any]], list[float]]:
-    """Per step, CPU time and GPU busy time, and each step's busy time over its CPU time
+    """Per step, CPU time and GPU busy time (of the busiest GPU, where the step drives
+    several: :attr:`Facts.busiest_gpu_busy_us`), and each step's busy time over its CPU time
     (unrounded: the rows round to the ns, and 4 µs of 100,298 is not 0%); with
     ``compute_only``, busy time leaves communication kernels out (a GPU waiting on its peers
     is not computing)."""
-    busy = facts.compute_busy_us if compute_only else None
+    busy = facts.busiest_gpu_compute_busy_us if compute_only else facts.busiest_gpu_busy_us
     rows = []
     ratios = []
     for t in facts.step_times:
-        if t.cpu_us <= 0:
+        if t.cpu_us <= 0 or t.step not in busy:
             continue
-        busy_us = t.gpu_busy_us if busy is None else busy[t.step]
+        busy_us = busy[t.step]
         ratios.append(busy_us / t.cpu_us)
         rows.append(
             {
@@ -100,7 +101,7 @@ def _busy_fractions(
 
 
 def _bound_evidence(
-    rows: list[dict[str, Any]], ratios: list[float]
+    facts: Facts, rows: list[dict[str, Any]], ratios: list[float]
 ) -> tuple[dict[str, Any], tuple[float, float, float]]:
     """The median step by GPU busy fraction (the lower middle one for an even count), so
     that the message's busy and CPU times are one step's and give its ratio, and the totals;
@@ -120,6 +121,10 @@ def _bound_evidence(
         "gpu_busy_total_us": us(sum(row["gpu_busy_us"] for row in rows)),
         "steps": rows,
     }
+    step = next(s for s in facts.steps if s.number == typical["step"])
+    gpus = len({work.lane.device for work in step.gpu_work})
+    if gpus > 1:  # the busy time is the busiest GPU's
+        evidence["gpus_driven"] = gpus
     return evidence, (ratios[order[(len(order) - 1) // 2]], ratios[order[0]], ratios[order[-1]])
 
 
@@ -139,8 +144,10 @@ def _bound_message(
     typical, lowest, highest = ratios
     low, high = ratio(lowest), ratio(highest)
     spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
+    gpus = evidence.get("gpus_driven", 1)
+    which = f"busiest of the {gpus} GPUs it drives" if gpus > 1 else "GPU"
     return (
-        f"In the step with the median share ({step_label(evidence['median_step'])}) the GPU "
+        f"In the step with the median share ({step_label(evidence['median_step'])}) the {which} "
         "is busy "
         f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
         f"CPU time ({ratio(typical)}{unit}{spread}): {pace}."
@@ -164,7 +171,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     rows, ratios = _busy_fractions(facts)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence, shown = _bound_evidence(rows, ratios)
+    evidence, shown = _bound_evidence(facts, rows, ratios)
     if evidence["median_gpu_busy_fraction"] <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
         message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
         step = next(s for s in facts.steps if s.number == evidence["median_step"])
@@ -289,7 +296,7 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     rows, ratios = _busy_fractions(facts, compute_only=True)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence, shown = _bound_evidence(rows, ratios)
+    evidence, shown = _bound_evidence(facts, rows, ratios)
     if evidence["median_gpu_busy_fraction"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         # Busy longer than the CPU works: the GPU sets the pace. Busy most of it: the GPU
         # is the larger cost, though a CPU that slowed down could still hold it back.
