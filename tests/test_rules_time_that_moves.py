@@ -117,9 +117,12 @@ def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
     assert "The GPU's longest idle stretch inside a step is not one of them: " in finding.message
 
 
-def copy_then_launch_steps(call: str, copy: str, returns_after_copy: bool) -> list[dict]:
-    """Three steps: a kernel, a copy whose call ``call`` launches ``copy`` (returning after
-    the copy ends, or at once), and 200 µs after the copy a second kernel."""
+def copy_then_launch_steps(
+    call: str, copy: str, returns_after_copy: bool, gemm_us: float = 100.0
+) -> list[dict]:
+    """Three steps: a kernel of ``gemm_us`` from 12 µs, a copy whose call ``call`` (from 20 µs)
+    launches ``copy`` (returning after the copy ends, or at once), and 200 µs after the copy
+    a second kernel."""
     events = []
     for n in range(3):
         t, c = 10_000.0 * n, 10 * n
@@ -128,7 +131,7 @@ def copy_then_launch_steps(call: str, copy: str, returns_after_copy: bool) -> li
         events += [
             complete_event(f"ProfilerStep#{n}", "user_annotation", t, 400),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=c + 1),
-            complete_event("gemm", "kernel", t + 12, 100, pid=0, tid=7, correlation=c + 1),
+            complete_event("gemm", "kernel", t + 12, gemm_us, pid=0, tid=7, correlation=c + 1),
             complete_event(call, "cuda_runtime", t + 20, call_end - t - 20, correlation=c + 2),
             complete_event(copy, "gpu_memcpy", t + 120, 10, pid=0, tid=7, correlation=c + 2),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 320, 5, correlation=c + 3),
@@ -157,6 +160,19 @@ def test_a_blocking_copy_is_a_host_sync(
     assert finding.evidence["steps_with_gap"] == [0, 1, 2]
     assert finding.evidence["gap_us"] == pytest.approx(200.0)
     assert wording in finding.message
+
+
+def test_a_blocking_copy_on_an_idle_gpu_is_no_host_sync(make_trace: Any) -> None:
+    # The kernel before ends at 17 µs, before the copy's call begins: the call waits for its
+    # own copy only, the GPU had already run dry, and the 200 µs after is CPU time (the kineto
+    # ResNet traces' copies of each input batch).
+    events = copy_then_launch_steps(
+        "cudaMemcpyAsync", "Memcpy HtoD (Pageable -> Device)", True, gemm_us=5.0
+    )
+    path = make_trace(events)
+    assert findings(path, "intra-step-gap") == []
+    stretches = gpu_lane.idle_stretches(load_trace(path), 150.0)  # the 200 µs after the copy
+    assert [idle.cause for idle in stretches] == ["CPU time"] * 3
 
 
 def test_a_pinned_copy_that_returns_at_once_is_no_host_sync(make_trace: Any) -> None:

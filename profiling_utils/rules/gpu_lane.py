@@ -8,6 +8,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Literal
 
@@ -65,6 +66,9 @@ GAP_MIN_STEPS = 2
 """``intra-step-gap``: steps with GPU work needed to call an idle stretch a one-off (there
 must be other steps to compare it with), or the stretches after host syncs a habit of the
 code."""
+
+_START = attrgetter("start")
+_END = attrgetter("end")
 
 HOST_SYNC_CALLS = frozenset(
     {
@@ -238,7 +242,8 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     when the activity after it was launched and what the launching CPU thread was doing:
 
     - **host sync**: a sync call (:func:`is_host_sync`: also a copy to or from pageable
-      memory) that was waiting when the GPU ran dry and returned before the next launch.
+      memory) that began while the GPU still ran earlier work, was waiting when the GPU ran
+      dry, and returned before the next launch.
       Reported once for the trace, with every step that shows it: the code syncs, the GPU
       drains and waits for the CPU.
     - **buffer request**: launched after the GPU went idle while the profiler's Activity
@@ -357,14 +362,41 @@ class _HostSyncs:
         ]
         self.calls = sorted(calls, key=lambda call: call.end)
         self.ends = [call.end for call in self.calls]
+        # Per device, the activities in start order, their starts, and the latest end so far.
+        self._launch_of = trace.launch_of_id
+        work: dict[Any, list[Span]] = {}
+        for activity in trace.gpu_work:
+            work.setdefault(activity.lane.device, []).append(activity)
+        self._work = {
+            device: (
+                on_device,
+                list(map(_START, on_device)),
+                list(accumulate(map(_END, on_device), max)),
+            )
+            for device, on_device in work.items()
+        }
 
-    def returning_between(self, start: float, end: float, lane: Any) -> Span | None:
-        """A sync on ``lane`` that began before ``start`` and returned in [start, end]."""
+    def returning_between(self, start: float, end: float, lane: Any, device: Any) -> Span | None:
+        """A sync on ``lane`` that began before ``start``, while ``device`` still had earlier
+        work to run (it waited for the GPU, not only for a copy of its own), and returned in
+        [start, end]."""
         for index in range(bisect_left(self.ends, start), bisect_right(self.ends, end)):
             call = self.calls[index]
-            if call.lane == lane and call.start <= start:
+            if call.lane == lane and call.start <= start and self._pending(device, call.start):
                 return call
         return None
+
+    def _pending(self, device: Any, time: float) -> bool:
+        """Whether ``device`` was running work at ``time``, or had work launched before it
+        that had not started yet."""
+        on_device, starts, ends_so_far = self._work.get(device, ((), (), ()))
+        index = bisect_right(starts, time)
+        if index > 0 and ends_so_far[index - 1] > time:
+            return True
+        if index == len(on_device):
+            return False
+        launch = self._launch_of(on_device[index].id)  # the next to start, queued or not
+        return launch is not None and launch.start < time
 
 
 def _read(
@@ -385,7 +417,9 @@ def _read(
     else:
         start, end = idle_from, launch.start
         # A sync returns once the GPU has run dry, which the CPU learns a little later.
-        sync = syncs.returning_between(start - facts.launch_latency_us, end, launch.lane)
+        sync = syncs.returning_between(
+            start - facts.launch_latency_us, end, launch.lane, after.lane.device
+        )
         if sync is None:
             request = next((r for r in requests if r.start < end and r.end > start), None)
         cause = "host sync" if sync else "buffer request" if request else "CPU time"
