@@ -387,7 +387,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             continue
         if row.total_us < MANY_CALLS_MIN_CPU_SHARE * steps_cpu:
             continue  # counted at the median call, it could only take less
-        typical = _median_call_us(facts, name)
+        typical, long_calls, counted = _median_call(facts, name)
         at_median = min(row.total_us, row.calls * typical)
         share = at_median / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
@@ -401,6 +401,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
                     "cpu_share": round(share, 4),
                     "total_us": us(row.total_us),
                     "total_cpu_share": round(row.total_us / steps_cpu, 4),
+                    "calls_over_twice_median": long_calls,
+                    "calls_timed": counted,
                 }
             )
     if found:
@@ -410,7 +412,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         if top["total_cpu_share"] >= MANY_CALLS_SKEWED * top["cpu_share"]:
             skewed = (
                 f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
-                f"{top['mean_us']:.1f} µs: a few calls take far longer)"
+                f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
+                f"{top['calls_timed']:,} calls take over twice the median)"
             )
         yield (
             f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
@@ -422,15 +425,20 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         )
 
 
-def _median_call_us(facts: Facts, name: str) -> float:
-    """The median duration of the op's calls (``cpu_op`` spans of the name), a call nested in
-    a call of its own name left out as the profiler table folds it."""
+def _median_call(facts: Facts, name: str) -> tuple[float, int, int]:
+    """The median duration of the op's calls (``cpu_op`` spans of the name, a call nested in
+    a call of its own name left out as the profiler table folds it), µs; how many calls take
+    over twice that; and how many calls there are."""
     # C-level passes where they do: an op's calls run to tens of thousands.
     same = facts.trace.by_name.get(name, [])
     nested = facts.nested_in_own_name
     if set(map(_CAT, same)) != {"cpu_op"} or not nested.isdisjoint(map(_ID, same)):
         same = [span for span in same if span.cat == "cpu_op" and span.id not in nested]
-    return median(list(map(_DUR, same))) if same else 0.0
+    if not same:
+        return 0.0, 0, 0
+    durations = list(map(_DUR, same))
+    typical = median(durations)
+    return typical, sum(map((2 * typical).__lt__, durations)), len(durations)
 
 
 @rule(
