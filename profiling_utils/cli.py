@@ -696,7 +696,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  {c['regions']} compiled-region calls ({', '.join(c['region_ids']) or '-'}),"
             f" {c['cache_lookups']} cache lookups ({_us(c['cache_lookup_us'])} µs),"
             f" {c['aot_wrappers']} AOT wrapper spans"
-            + (f", {c['aot_functions']} CompiledFunction calls" if c["aot_functions"] else "")
+            + (
+                f", {c['aot_functions']} CompiledFunction(Backward) calls"
+                if c["aot_functions"]
+                else ""
+            )
         )
         out.append(f"  graphs: {', '.join(c['graph_hashes']) or '-'}")
     else:

@@ -179,7 +179,7 @@ class Comparison:
             ("kernels (whole trace)", a.kernels, b.kernels),
             ("launches (whole trace)", a.launches, b.launches),
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
-            ("CUDA graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
+            ("CUDA/HIP graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
         if a.collectives or b.collectives:
             rows += [
