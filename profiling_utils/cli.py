@@ -281,6 +281,7 @@ COMPARE_MULTI_RANK_JSON_HELP = f"""\
 Two directories of per-rank traces: their traces are paired by the rank each records
 (distributedInfo.rank), or in file-name order where a trace records none (rank-0 with
 rank-0), each pair compared in its own process. JSON (--json): one object
+  paired_by   "recorded rank" or "file-name order"
   pairs       the object above for each pair whose traces could both be read
   errors      [{{files, error}}] for each pair with a file that could not be read
   baseline_cross_rank  the comparison of BASELINE's ranks, with the keys below
@@ -940,7 +941,8 @@ def run_compare(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_TRACE
     multi = _is_multi([args.baseline]) or _is_multi([args.trace])
-    pairs = pair_by_rank(baselines, traces)
+    pairs, by_rank = pair_by_rank(baselines, traces)
+    paired_by = "recorded rank" if by_rank else "file-name order"
     task = partial(_compare_task, ranks=multi)
     outcomes = analyse_files(pairs, task, max_bytes=args.max_trace_bytes, workers=args.jobs)
     status = _report_errors(outcomes)
@@ -955,6 +957,7 @@ def run_compare(args: argparse.Namespace) -> int:
     trace_report = cross_rank([b for _, b, _, _ in done if b is not None])
     if args.json:
         document = {
+            "paired_by": paired_by,
             "pairs": [document for _, _, document, _ in done],
             "errors": _errors(outcomes),
             "baseline_cross_rank": baseline_report.to_dict(),
@@ -962,7 +965,13 @@ def run_compare(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        texts = [text for _, _, _, text in done]
+        how = (
+            "Traces paired by the rank each records"
+            if by_rank
+            else "Traces paired in file-name order (not every trace records a rank of its own, "
+            "or the two runs hold different ranks)"
+        )
+        texts = [how, *(text for _, _, _, text in done)]
         texts.append(format_cross_rank(baseline_report, "Baseline across ranks"))
         texts.append(format_cross_rank(trace_report, "Trace across ranks"))
         print("\n\n".join(texts))

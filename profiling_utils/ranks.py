@@ -171,11 +171,12 @@ def _rank_in(text: bytes) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
-def pair_by_rank(baselines: list[Path], traces: list[Path]) -> list[tuple[Path, Path]]:
+def pair_by_rank(baselines: list[Path], traces: list[Path]) -> tuple[list[tuple[Path, Path]], bool]:
     """Pair two runs' trace files rank with rank: by the rank each file records
     (:func:`recorded_rank`) when every file of both runs records a rank of its own and the two
     runs hold the same ranks, else in the files' order (Kineto names a file after its host
-    and process, not its rank, so the order of the names need not be the ranks')."""
+    and process, not its rank, so the order of the names need not be the ranks'). Returns
+    the pairs, and whether they are paired by recorded rank."""
     ranks_a = [recorded_rank(path) for path in baselines]
     ranks_b = [recorded_rank(path) for path in traces]
     if (
@@ -186,8 +187,8 @@ def pair_by_rank(baselines: list[Path], traces: list[Path]) -> list[tuple[Path, 
     ):
         by_rank = dict(zip(ranks_b, traces, strict=True))
         pairs = sorted(zip(ranks_a, baselines, strict=True))
-        return [(baseline, by_rank[rank]) for rank, baseline in pairs]
-    return list(zip(baselines, traces, strict=True))
+        return [(baseline, by_rank[rank]) for rank, baseline in pairs], True
+    return list(zip(baselines, traces, strict=True)), False
 
 
 # -- loading in parallel ------------------------------------------------------------------------

@@ -643,6 +643,7 @@ def test_compare_pairs_two_runs_rank_with_rank(tmp_path: Path, capsys) -> None:
         capsys, "compare", "--json", str(runs["balanced"]), str(runs["stalled"])
     )
     assert status == 0
+    assert json.loads(out)["paired_by"] == "recorded rank"
     pairs = json.loads(out)["pairs"]
     for pair in pairs:
         assert Path(pair["baseline"]["trace"]).name == Path(pair["trace"]["trace"]).name
@@ -689,3 +690,17 @@ def test_cross_rank_rules_are_selected_and_ignored_like_the_others(capsys) -> No
         assert {f["rule"] for f in trace["findings"]} <= {"hotspot"}
     status, _, err = run_cli(capsys, "diagnose", "--select", "rank-stragler", run)
     assert status == 2 and "unknown rule id(s): rank-stragler" in err
+
+
+def test_compare_says_when_it_pairs_in_file_name_order(capsys, tmp_path: Path) -> None:
+    # No trace records its rank: the pairs follow the file names, and the output says so.
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+        for name in ("x", "y"):
+            events = [complete_event("ProfilerStep#1", "user_annotation", 0, 100)]
+            write_trace(run / f"{name}.json", trace_document(events))
+    status, out, _ = run_cli(capsys, "compare", "--json", *map(str, runs))
+    assert status == 0 and json.loads(out)["paired_by"] == "file-name order"
+    _, text, _ = run_cli(capsys, "compare", *map(str, runs))
+    assert text.startswith("Traces paired in file-name order (not every trace records a rank")
