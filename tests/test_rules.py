@@ -1542,3 +1542,36 @@ def test_bound_rules_read_the_busiest_gpu_not_the_union_of_several(make_trace) -
     assert finding.rule == "overhead-bound" and finding.evidence["median_gpu_busy_us"] == 50.0
     assert finding.evidence["gpus_driven"] == 2
     assert "the busiest of the 2 GPUs it drives is busy 50.0 µs" in finding.message
+
+
+def test_without_steps_the_trace_wide_rules_read_the_whole_recording(tmp_path: Path) -> None:
+    # A serving loop's trace has no ProfilerStep#N: exposed communication and a row whose
+    # time is its children's are still there to see, over the recording.
+    document = json.loads(nccl_trace(tmp_path, 450.0).read_text())
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if not e["name"].startswith("ProfilerStep#")
+    ]
+    found = rules_on(write_trace(tmp_path / "no_steps.json", document))
+    exposed = found["exposed-communication"]
+    # 500 µs exposed per 1,000 µs step, over a GPU span from the first kernel (1,100 µs) to
+    # the last collective's end (3,950 µs).
+    assert exposed.evidence["total"]["exposed_us"] == pytest.approx(1000.0)
+    assert exposed.evidence["gpu_span_us"] == pytest.approx(2850.0)
+    assert exposed.message.startswith("Over the recording (no ProfilerStep#N to take steps from)")
+    assert "overhead-bound" not in found and "compute-bound" not in found  # these compare steps
+
+
+def test_cost_in_children_without_steps_reads_the_hosts_recording(make_trace) -> None:
+    events = [
+        complete_event("forward", "user_annotation", 0, 1_000),
+        complete_event("aten::linear", "cpu_op", 10, 500),
+        complete_event("aten::addmm", "cpu_op", 12, 490),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
+    assert finding.evidence["recording_cpu_us"] == 1_000.0
+    assert "steps_cpu_us" not in finding.evidence
+    assert finding.message.startswith("aten::linear: 500.0 µs total, 10.0 µs self")
+    # A label around the run holds all of it, its time in its children: without steps to say
+    # what the run repeats, that is no finding.
+    label_only = [events[0], complete_event("aten::add", "cpu_op", 5, 990)]
+    assert diagnose(make_trace(label_only, name="label.json"), select=["cost-in-children"]) == []

@@ -94,6 +94,8 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
         if overlap.step in widths and overlap.communication_us > 0
     ]
     if not rows:
+        if not facts.steps:
+            yield from _exposed_over_the_recording(facts)
         return
     # The lower median is a real step, so the message can name it.
     median_row = sorted(rows, key=lambda row: row["exposed_share"] or 0.0)[(len(rows) - 1) // 2]
@@ -114,6 +116,32 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
             "median_exposed_share": typical,
             "total": _overlap_row(total),
             "steps": rows,
+            "collectives": len(facts.collectives),
+            "longest_collectives": [_collective_ref(c) for c in longest],
+        },
+    )
+
+
+def _exposed_over_the_recording(facts: Facts) -> Iterator[Hit]:
+    """``exposed-communication`` for a trace without steps (a serving loop's): the share of
+    the GPU's recorded span in which communication ran with no compute beside it."""
+    total = facts.comm_overlap.total
+    work = facts.trace.gpu_work
+    span = max(w.end for w in work) - min(w.start for w in work) if work else 0.0
+    if span <= 0 or total.exposed_us < EXPOSED_MIN_STEP_SHARE * span:
+        return
+    longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
+    yield (
+        f"Over the recording (no ProfilerStep#N to take steps from), communication runs with "
+        f"no compute beside it for {percent(total.exposed_us / span)} of the GPU's recorded "
+        f"span ({total.exposed_us:.1f} of {span:.1f} µs): {total.exposed_us:.1f} of "
+        f"{total.communication_us:.1f} µs of communication is exposed. A collective's kernel "
+        "also waits for the last rank to join it: diagnose the run's ranks together to tell "
+        "that wait from the transfer.",
+        {
+            "recording_exposed_share": round(total.exposed_us / span, 4),
+            "gpu_span_us": us(span),
+            "total": _overlap_row(total),
             "collectives": len(facts.collectives),
             "longest_collectives": [_collective_ref(c) for c in longest],
         },

@@ -162,7 +162,10 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
     if not steps:
-        header.append("  no ProfilerStep#N annotations: the rules that compare steps stay silent")
+        header.append(
+            "  no ProfilerStep#N annotations: the rules that compare steps stay silent, the "
+            "others read the whole recording"
+        )
     out = header
     table = None
     for finding in findings:

@@ -451,13 +451,16 @@ def _median_call(facts: Facts, name: str) -> tuple[float, int, int]:
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
 def cost_in_children(facts: Facts) -> Iterator[Hit]:
-    steps_cpu = _steps_cpu_us(facts)
+    # Without steps, the host's whole recording is the time a row is a share of.
+    steps_cpu = _steps_cpu_us(facts) if facts.steps else _host_extent_us(facts)
     if steps_cpu <= 0:
         return
     found = []
     for name, row in sorted(facts.rows.items(), key=lambda item: -item[1].total_us):
         if row.total_us < COST_IN_CHILDREN_MIN_SHARE * steps_cpu:
             break
+        if not facts.steps and not row.is_op:
+            continue  # a label around a whole run without steps holds everything: no news
         self_us = max(row.self_us, 0.0)
         if self_us <= COST_IN_CHILDREN_MAX_SELF * row.total_us:
             found.append((name, row.total_us, self_us))
@@ -483,8 +486,21 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
                 for n, t, s in found[:_REPORTED_ROWS]
             ],
             "drill_down": path,
-            "steps_cpu_us": us(steps_cpu),
+            ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(steps_cpu),
         },
+    )
+
+
+def _host_extent_us(facts: Facts) -> float:
+    """From the first span on a CPU thread to the last one's end, µs."""
+    trace = facts.trace
+    on_host = [
+        spans for lane in trace.lanes if lane.kind == "cpu" if (spans := trace.lane_spans(lane))
+    ]
+    if not on_host:
+        return 0.0
+    return max(max(map(attrgetter("end"), spans)) for spans in on_host) - min(
+        spans[0].start for spans in on_host
     )
 
 
