@@ -71,6 +71,9 @@ Commands:
       aot_functions, graph_calls, graph_hashes, cuda_graph_launches}`` (counts, ids and
       hashes; ``aot_functions`` counts AOTAutograd's ``CompiledFunction`` and
       ``CompiledFunctionBackward`` calls).
+    - ``left_out_steps``: the names of ``ProfilerStep#N`` annotations that are not steps: a
+      number seen before, or one inside another step
+      (:attr:`profiling_utils.trace.Trace.left_out_steps`); ``[]`` normally.
     - ``other_step_lanes``: the labels of CPU threads whose ``ProfilerStep#N`` annotations
       are left out (a file that merges several processes: the steps are those of the thread
       holding the most, :attr:`profiling_utils.trace.Trace.steps`); ``[]`` normally.
@@ -491,6 +494,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
         "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
+        "left_out_steps": [span.name for span in trace.left_out_steps],
         "top_kernels": kernels,
         "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
@@ -577,6 +581,15 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {idle:>4} {_us(s['lane_offset_us']):>9} {_us(s['dead_window_us']):>9}"
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
+            )
+        if summary["left_out_steps"]:
+            names = summary["left_out_steps"]
+            listed = ", ".join(names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else ""
+            )
+            out.append(
+                f"  {len(names)} ProfilerStep annotation(s) left out, a number seen before or "
+                f"inside another step: {listed}"
             )
         if summary["other_step_lanes"]:
             out.append(

@@ -623,6 +623,9 @@ class Trace:
     """The ``ProfilerStep#N`` windows, ordered by N: those of the CPU thread that holds the
     most of them (one process's steps, where a file merges several processes' events), with
     the GPU work launched from that thread's process."""
+    left_out_steps: list[Span]
+    """``ProfilerStep#N`` annotations of the steps' thread that are not steps: a number seen
+    before (a file holding several sessions) or one that starts inside another step."""
     other_step_lanes: list[Lane]
     """Other CPU threads that hold ``ProfilerStep#N`` annotations, whose steps are left out
     (empty for a trace of one process, as ``torch.profiler`` writes)."""
@@ -1017,10 +1020,18 @@ class Trace:
         step_spans: dict[int, Span] = {}
         self.other_step_lanes = []
         step_pid = None
+        self.left_out_steps = []
         if by_lane:
             chosen = max(by_lane, key=lambda lane: (len(by_lane[lane]), -by_lane[lane][0][1].start))
-            for number, span in by_lane[chosen]:
-                step_spans.setdefault(number, span)
+            kept_until = -math.inf
+            for number, span in by_lane[chosen]:  # in start order
+                if number in step_spans or span.start < kept_until:
+                    # A number seen before (sessions written into one file) or a step inside
+                    # another: one window per step, the first.
+                    self.left_out_steps.append(span)
+                    continue
+                step_spans[number] = span
+                kept_until = span.end
             self.other_step_lanes = [lane for lane in by_lane if lane != chosen]
             if any(lane.pid != chosen.pid for lane in self.other_step_lanes):
                 step_pid = chosen.pid  # several processes: only this one's launches count

@@ -40,6 +40,7 @@ SUMMARY_KEYS = {
     "steps",
     "unlaunched_gpu_work",
     "other_step_lanes",
+    "left_out_steps",
     "top_kernels",
     "top_cpu_ops",
     "launch_apis",

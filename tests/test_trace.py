@@ -944,3 +944,24 @@ def test_labels_filed_as_cpu_ops_beside_the_steps_are_labels(make_trace) -> None
     assert [op.name for op in load_trace(make_trace(today, name="t2.json")).cpu_ops] == [
         "Optimizer.step#SGD.step"
     ]
+
+
+def test_a_step_number_seen_before_or_a_step_inside_another_is_left_out(make_trace) -> None:
+    # Two sessions written into one file number their steps from 1 again; an inner profiler
+    # writes a step inside one of ours. One window per step, the first; the others are named.
+    events = []
+    for k, n in enumerate((1, 2, 1)):
+        t = 1_000.0 * k
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 10, 5, correlation=k + 1),
+            complete_event("k", "kernel", t + 20, 5, pid=0, tid=7, correlation=k + 1),
+        ]
+    events.append(complete_event("ProfilerStep#0", "user_annotation", 1_100, 100))
+    trace = load_trace(make_trace(events))
+    assert [(s.number, s.start) for s in trace.steps] == [(1, 0.0), (2, 1_000.0)]
+    assert [len(s.gpu_work) for s in trace.steps] == [1, 1]
+    assert [(s.name, s.start) for s in trace.left_out_steps] == [
+        ("ProfilerStep#0", 1_100.0),
+        ("ProfilerStep#1", 2_000.0),
+    ]

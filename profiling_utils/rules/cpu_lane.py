@@ -383,7 +383,8 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
     if not steps or not facts.trace.has_gpu:
         return
-    last_end = max(step.end for step in steps)
+    # The last step's end, steps left out included (a later session in the same file).
+    last_end = max([step.end for step in steps] + [s.end for s in facts.trace.left_out_steps])
     typical_step = median(step.span.dur for step in steps)
     if typical_step <= 0:  # steps recorded with no duration: no measure of "long"
         return
