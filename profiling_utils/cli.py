@@ -27,13 +27,18 @@ Commands:
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_us,
       gpu_idle_fraction, gpu_activities, lane_offset_us, dead_window_us,
       launch_delay_median_us, launch_delay_max_us, gpu_gap_count, gpu_gap_total_us,
-      gpu_gap_max_us, end_recorded}]`` (:class:`profiling_utils.measures.StepTime` for the
+      gpu_gap_max_us, end_recorded, kernel_launches_without_gpu_record, kernel_launches}]``
+      (:class:`profiling_utils.measures.StepTime` for the
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
       without them;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
-      (:meth:`profiling_utils.trace.Trace.end_recorded`).
+      (:meth:`profiling_utils.trace.Trace.end_recorded`);
+      ``kernel_launches_without_gpu_record`` counts the step's kernel launch calls with no GPU
+      activity in the trace (0 in a whole trace; ``kernel_launches``, the step's kernel launch
+      calls, is given with it, else ``null``; see
+      :meth:`~profiling_utils.trace.Trace.kernel_launches_without_gpu_record`).
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
       min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
       planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
@@ -312,10 +317,16 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     for gap in measures.gpu_gaps(trace):
         gaps.setdefault(gap.step, []).append(gap.gap_us)
     recorded = {step.number: trace.end_recorded(step) for step in trace.steps}
+    unrecorded = {
+        step.number: trace.kernel_launches_without_gpu_record(step) for step in trace.steps
+    }
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
         row["end_recorded"] = recorded[timing.step]
+        missing, launches = unrecorded[timing.step]
+        row["kernel_launches"] = launches if missing else None
+        row["kernel_launches_without_gpu_record"] = missing
         step_delays, step_gaps = delays.get(timing.step, []), gaps.get(timing.step, [])
         row.update(
             lane_offset_us=offsets.get(timing.step),
@@ -606,6 +617,14 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"the trace: no step counts {'it' if one else 'them'}"
             )
         for s in summary["steps"]:
+            if s["kernel_launches_without_gpu_record"]:
+                out += [
+                    f"  step {s['step']}: {s['kernel_launches_without_gpu_record']:,} of its "
+                    f"{s['kernel_launches']:,} kernel launches have no GPU record (a trace cut "
+                    "short, or records the profiler dropped): its GPU figures are a lower bound",
+                    "  and diagnose leaves it out of its step comparisons while other steps are "
+                    "whole",
+                ]
             if not s["end_recorded"]:
                 out += [
                     f"  step {s['step']} ends after the profiler's recording window: its end was",

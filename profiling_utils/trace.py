@@ -44,7 +44,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
+from functools import cached_property, partial
 from itertools import chain, compress, count, islice
 from operator import attrgetter, eq, is_, methodcaller, not_
 from pathlib import Path
@@ -178,6 +178,8 @@ _AMD_ARCH_OF_PRODUCT = {
 _AMD_PRODUCT = re.compile(r"\b(MI\d{2,3}[AX]?)\b")
 _RECORD_WINDOW_END = "Record Window End"
 _ISSUES_GPU_WORK = re.compile(r"Launch|Memcpy|Memset")  # cudaLaunchKernel, hipMemcpyAsync...
+# Kernel launches and graph replays; not copies or memsets, some of which CUPTI never records.
+_LAUNCHES_KERNELS = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch")
 _START = attrgetter("start")
 _DUR = attrgetter("dur")
 _ID = attrgetter("id")
@@ -1236,6 +1238,31 @@ class Trace:
         that ends after it did not have its end recorded: its duration is no measurement."""
         window_end = self.recording_end_us
         return window_end is None or step.end <= window_end + _RECORDING_END_TOLERANCE_US
+
+    def kernel_launches_without_gpu_record(self, step: Step) -> tuple[int, int]:
+        """How many of the kernel launch calls made in ``step`` (on any thread, graph
+        launches included) have no GPU activity in the trace, and how many there are. Every
+        launch of a whole trace has its record; a trace cut short, or whose GPU records the
+        profiler dropped (its buffers full), lacks some, and the step's GPU figures are then
+        a lower bound."""
+        missing, launches = self._unrecorded_launches
+        if not missing:
+            return 0, 0
+        window = step.start, step.end
+        count = bisect_left(missing, window[1]) - bisect_left(missing, window[0])
+        return count, bisect_left(launches, window[1]) - bisect_left(launches, window[0])
+
+    @cached_property
+    def _unrecorded_launches(self) -> tuple[list[float], list[float]]:
+        """The starts of the kernel launch calls without a GPU activity, and (only when there
+        are some) of all kernel launch calls, each sorted."""
+        names = [name for name in self._by_name if _LAUNCHES_KERNELS.search(name)]
+        calls = [
+            call for name in names for call in self._by_name[name] if call.cat in LAUNCH_CATEGORIES
+        ]
+        gpu_work_of = self._gpu_work_of
+        missing = sorted(call.start for call in calls if call.id not in gpu_work_of)
+        return missing, sorted(map(_START, calls)) if missing else []
 
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None

@@ -608,3 +608,31 @@ def test_top_takes_one_or_more(capsys) -> None:
     assert "argument --top: must be 1 or more, not 0" in capsys.readouterr().err
     status, out, _ = run_cli(capsys, "summary", "--json", "--top", "1", path)
     assert status == 0 and len(json.loads(out)["top_kernels"]) == 1
+
+
+def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace, capsys) -> None:
+    # Three steps of ten launches; the GPU records of the last step's stop after two (a trace
+    # cut short): its GPU figures are a lower bound, and the rules leave it out.
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000))
+        for k in range(10):
+            c = 100 * n + k
+            events.append(
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", t + 10 + 50 * k, 5, correlation=c
+                )
+            )
+            if n < 2 or k < 2:
+                events.append(
+                    complete_event("k", "kernel", t + 20 + 50 * k, 30, pid=0, tid=7, correlation=c)
+                )
+    path = make_trace(events)
+    _, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    steps = json.loads(out)["steps"]
+    assert [s["kernel_launches_without_gpu_record"] for s in steps] == [0, 0, 8]
+    assert [s["kernel_launches"] for s in steps] == [None, None, 10]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "step 2: 8 of its 10 kernel launches have no GPU record" in text
+    assert [step.number for step in Facts(load_trace(path)).steps] == [0, 1]

@@ -79,6 +79,16 @@ DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
 MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy", "hipMemcpy")
 """Host calls that issue a copy."""
 
+GPU_RECORDS_MISSING_SHARE = 0.1
+"""A step more than this share of whose kernel launch calls have no GPU activity in the
+trace is no sample of the GPU's work (:attr:`Facts.steps`)."""
+
+
+def _gpu_records_whole(trace: Trace, step: Step) -> bool:
+    missing, launches = trace.kernel_launches_without_gpu_record(step)
+    return missing <= GPU_RECORDS_MISSING_SHARE * launches
+
+
 DEFAULT_LAUNCH_LATENCY_US = 6.5
 """:attr:`Facts.launch_latency_us` of a trace with no launch that found the GPU idle (a
 CPU-only trace), or whose clock cannot resolve a launch: a typical H100 launch."""
@@ -199,13 +209,18 @@ class Facts:
         """The steps the rules and comparisons over steps take as samples of the program, by
         number. Left out: a step that ends after the profiler's own span over its recording
         window (category ``Trace``) ended, as no complete step does (its end was not
-        recorded: the HTA Triton example's step runs 13 s past every event); and a step with
+        recorded: the HTA Triton example's step runs 13 s past every event); a step with
         no span inside it on its thread and no GPU work launched from it, while others have
-        some (as the step that opens when the profiler stops often is)."""
-        covered = self.trace.children_cover_us
-        ended = [step for step in self.trace.steps if self.trace.end_recorded(step)]
+        some (as the step that opens when the profiler stops often is); and a step more than
+        :data:`GPU_RECORDS_MISSING_SHARE` of whose kernel launches have no GPU record, while
+        others have theirs (a trace cut short, or records the profiler dropped:
+        :meth:`~profiling_utils.trace.Trace.kernel_launches_without_gpu_record`)."""
+        trace = self.trace
+        covered = trace.children_cover_us
+        ended = [step for step in trace.steps if trace.end_recorded(step)]
         recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
-        return recorded or ended
+        whole = [step for step in recorded if _gpu_records_whole(trace, step)]
+        return whole or recorded or ended
 
     @cached_property
     def step_times(self) -> list[measures.StepTime]:
