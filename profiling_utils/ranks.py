@@ -731,7 +731,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"the traces record worlds of different sizes ({', '.join(map(str, worlds))} "
             "ranks): are they from one run?"
         )
-    world = max(worlds, default=0)
+    world = worlds[0] if len(worlds) == 1 else 0  # worlds that disagree are noted above
     if world > len(profiles):
         notes.append(
             f"the traces record a world of {world} ranks and {len(profiles)} are given: a "

@@ -669,6 +669,7 @@ def test_traces_of_worlds_of_different_sizes_are_not_judged_as_one_run() -> None
     report = cross_rank([stalled[0], other])
     assert report.findings == [] and report.straggler is None
     assert any("worlds of different sizes (2, 16 ranks)" in note for note in report.notes)
+    assert not any("record a world of" in note for note in report.notes)  # no such one world
 
 
 def test_cross_rank_rules_are_selected_and_ignored_like_the_others(capsys) -> None:
