@@ -166,8 +166,8 @@ if synced.has_gpu:
     )
 if synced.has_gpu and evidence is not None:
     claim(
-        "the idle stretch after the sync comes back in more than half of the recorded steps",
-        len(evidence["steps_with_gap"]) > 0.5 * len(synced.trace.steps),
+        "the rule reports the idle stretch after the sync in more than one recorded step",
+        len(evidence["steps_with_gap"]) > 1,
         steps_with_gap=len(evidence["steps_with_gap"]),
         steps=len(synced.trace.steps),
     )
