@@ -327,8 +327,13 @@ class Facts:
         found while summing :attr:`rows`."""
         return self._rows_and_nesting[1]
 
+    @property
+    def names_nested_in_themselves(self) -> frozenset[str]:
+        """The names of the spans of :attr:`nested_in_own_name`."""
+        return self._rows_and_nesting[2]
+
     @cached_property
-    def _rows_and_nesting(self) -> tuple[dict[str, Row], frozenset[int]]:
+    def _rows_and_nesting(self) -> tuple[dict[str, Row], frozenset[int], frozenset[str]]:
         trace = self.trace
         spans = trace.spans
         # The time each span's children cover (their union, from the model): overlapping
@@ -366,7 +371,11 @@ class Facts:
         rows = {
             name: Row(row[0], row[1], row[2], row[3] == "cpu_op") for name, row in order.items()
         }
-        return rows, frozenset(span.id for span in nested_in_own_name)
+        return (
+            rows,
+            frozenset(span.id for span in nested_in_own_name),
+            frozenset(span.name for span in nested_in_own_name),
+        )
 
     @cached_property
     def compile_info(self) -> measures.CompileInfo:
@@ -468,6 +477,9 @@ class Facts:
 
     def _busiest(self, left_out: frozenset[int]) -> dict[int, float]:
         one = self.compute_busy_us if left_out else {t.step: t.gpu_busy_us for t in self.step_times}
+        devices = {lane.device for lane in self.trace.lanes if lane.kind == "gpu"}
+        if len(devices) < 2:  # one GPU: its busy time (no pass over the work)
+            return one
         busiest = {}
         for step in self.steps:
             by_device: dict[Any, list[Span]] = {}

@@ -8,6 +8,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import cached_property
 from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Literal
@@ -362,12 +363,16 @@ class _HostSyncs:
         ]
         self.calls = sorted(calls, key=lambda call: call.end)
         self.ends = [call.end for call in self.calls]
-        # Per device, the activities in start order, their starts, and the latest end so far.
-        self._launch_of = trace.launch_of_id
+        self._trace = trace
+
+    @cached_property
+    def _work(self) -> dict[Any, tuple[list[Span], list[float], list[float]]]:
+        """Per device, the activities in start order, their starts, and the latest end so far
+        at each (built on the first question: most traces hold no sync worth asking about)."""
         work: dict[Any, list[Span]] = {}
-        for activity in trace.gpu_work:
+        for activity in self._trace.gpu_work:
             work.setdefault(activity.lane.device, []).append(activity)
-        self._work = {
+        return {
             device: (
                 on_device,
                 list(map(_START, on_device)),
@@ -395,7 +400,7 @@ class _HostSyncs:
             return True
         if index == len(on_device):
             return False
-        launch = self._launch_of(on_device[index].id)  # the next to start, queued or not
+        launch = self._trace.launch_of_id(on_device[index].id)  # the next to start, queued or not
         return launch is not None and launch.start < time
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
-from operator import attrgetter
+from operator import attrgetter, sub
 from typing import Any
 
 from .. import measures
@@ -253,16 +253,19 @@ def _longest_call(facts: Facts, step: Any) -> Span | None:
     self time."""
     trace = facts.trace
     spans, covered = trace.spans, trace.children_cover_us
-    best, best_self = None, 0.0
-    end = step.end
-    for span in spans[bisect_left(spans, step.start, key=_START) :]:
-        if span.start >= end:
-            break
-        own = span.dur - covered[span.id]  # self time, as Trace.self_us
-        if own > best_self and span.cat in _CALL_CATEGORIES and span.start + span.dur <= end:
-            if span.lane.kind == "cpu":
-                best, best_self = span, own
-    return best
+    window = spans[
+        bisect_left(spans, step.start, key=_START) : bisect_left(spans, step.end, key=_START)
+    ]
+    # Self times in C-level passes (a step holds tens of thousands of spans), then the
+    # longest that is a call on a CPU thread, ending inside the step.
+    own = list(map(sub, map(_DUR, window), map(covered.__getitem__, map(_ID, window))))
+    for index in sorted(range(len(window)), key=own.__getitem__, reverse=True):
+        span = window[index]
+        if own[index] <= 0:
+            return None
+        if span.cat in _CALL_CATEGORIES and span.lane.kind == "cpu" and span.end <= step.end:
+            return span
+    return None
 
 
 def _emptiest_label(facts: Facts, step: Any) -> tuple[str | None, float]:
@@ -387,7 +390,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             continue
         if row.total_us < MANY_CALLS_MIN_CPU_SHARE * steps_cpu:
             continue  # counted at the median call, it could only take less
-        typical, long_calls, counted = _median_call(facts, name)
+        typical, long_calls, counted = _median_call(facts, name, row.calls)
         at_median = min(row.total_us, row.calls * typical)
         share = at_median / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
@@ -425,14 +428,16 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         )
 
 
-def _median_call(facts: Facts, name: str) -> tuple[float, int, int]:
+def _median_call(facts: Facts, name: str, calls: int) -> tuple[float, int, int]:
     """The median duration of the op's calls (``cpu_op`` spans of the name, a call nested in
     a call of its own name left out as the profiler table folds it), µs; how many calls take
-    over twice that; and how many calls there are."""
+    over twice that; and how many calls there are. ``calls``: the op's row's count."""
     # C-level passes where they do: an op's calls run to tens of thousands.
     same = facts.trace.by_name.get(name, [])
-    nested = facts.nested_in_own_name
-    if set(map(_CAT, same)) != {"cpu_op"} or not nested.isdisjoint(map(_ID, same)):
+    # Unless some call nests in one of its name, the row counts every cpu_op span of the
+    # name: when that is every span of it, there is none of another category to leave out.
+    if name in facts.names_nested_in_themselves or calls != len(same):
+        nested = facts.nested_in_own_name
         same = [span for span in same if span.cat == "cpu_op" and span.id not in nested]
     if not same:
         return 0.0, 0, 0
