@@ -1111,8 +1111,12 @@ def test_cheatsheet_has_the_five_tables_and_every_rule_once() -> None:
     ]
     for rule in RULES:
         assert page.count(f"| `{rule.id}` |") == 1, rule.id
-        # Cells are Markdown: "<" is escaped so that "<hash>" is not read as an HTML tag.
-        assert rule.what_it_means.replace("<", "\\<") in page
+        # Cells are Markdown: "<" is escaped so that "<hash>" is not read as an HTML tag,
+        # "_" and "*" so that "__next__" or "ncclKernel_*" are not read as emphasis.
+        escaped = rule.what_it_means
+        for special in ("|", "<", "_", "*"):
+            escaped = escaped.replace(special, "\\" + special)
+        assert escaped in page
         assert re.search(r"(?<!\\)<(hash|user)>", page) is None
 
 

@@ -24,8 +24,11 @@ _TITLES = {
 
 
 def _cell(text: str) -> str:
-    # A table cell is Markdown: "|" would end the cell and "<hash>" would be read as HTML.
-    return text.replace("|", "\\|").replace("<", "\\<")
+    # A table cell is Markdown: "|" would end the cell, "<hash>" would be read as HTML, and
+    # "__next__" or "ncclDevKernel_*, ncclKernel_*" as emphasis.
+    for special in ("|", "<", "_", "*"):
+        text = text.replace(special, "\\" + special)
+    return text
 
 
 def _example(rule: Rule) -> str:
@@ -80,8 +83,8 @@ def cheatsheet_markdown() -> str:
             "",
             "## Beyond the post",
             "",
-            "Rows the recorded H100 traces taught, which the post (measured on an A100) does "
-            "not have.",
+            "Rows the post (measured on an A100) does not have: what the recorded H100 traces, "
+            "and traces that other projects recorded, taught.",
             "",
             *_table(beyond, with_table=True),
         ]
