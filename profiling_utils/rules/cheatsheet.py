@@ -39,19 +39,18 @@ def _example(rule: Rule) -> str:
 
 def _table(rules: list[Rule], with_table: bool) -> list[str]:
     head = ["What you see", "What it usually means", "Rule", "Severity", "Example"]
-    if with_table:
-        head.insert(0, "Table")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rule in rules:
+        # A sixth column for the table would leave "What you see" a few letters wide: the
+        # table goes under the rule's id instead.
+        table = f" ({_TITLES[rule.table]})" if with_table else ""
         cells = [
             _cell(rule.what_you_see),
             _cell(rule.what_it_means),
-            f"`{rule.id}`",
+            f"`{rule.id}`{table}",
             rule.severity,
             _example(rule),
         ]
-        if with_table:
-            cells.insert(0, _TITLES[rule.table])
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
