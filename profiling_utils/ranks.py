@@ -553,6 +553,10 @@ class _Waits(msgspec.Struct, frozen=True):
     :func:`_index_shifts` found them."""
 
 
+_SAME_START_US = 0.001
+"""Collective kernels that start within a ns of each other (the resolution Kineto writes)
+started together: none of them arrived last."""
+
 _MOST_CALLS_APART = 8
 """How many calls apart the sequences of one group and op may be lined up across ranks."""
 
@@ -636,7 +640,9 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             apart += 1
             continue
         matched += 1
-        result.last[latest_position] += 1
+        others = max(start for position, start, _ in arrivals if position != latest_position)
+        if latest_start - others > _SAME_START_US:  # a tie has no last rank
+            result.last[latest_position] += 1
         for position, start, duration in arrivals:
             waited = latest_start - start
             result.wait[position] += waited

@@ -660,6 +660,7 @@ def test_the_same_trace_twice_is_not_judged_as_two_ranks() -> None:
     assert report.matched_collectives > 0
     assert report.findings == [] and report.straggler is None
     assert "several traces claim the same rank: are they from one run?" in report.notes
+    assert [row.last_arrivals for row in report.ranks] == [0, 0]  # tied starts: none is last
 
 
 def test_traces_of_worlds_of_different_sizes_are_not_judged_as_one_run() -> None:
