@@ -185,7 +185,9 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     group: str | None
     """The process group's name (``Process Group Name``, e.g. ``"0"``), where recorded."""
     group_size: int | None
-    """Ranks in the process group (``Group size``), where recorded."""
+    """Ranks in the process group (``Group size``), where recorded; for an all_gather or a
+    reduce_scatter that records its input's and output's elements but no group size, their
+    ratio (one holds every rank's share of the other)."""
     step: int | None
     """The ``ProfilerStep#N`` its launch lies in, if any."""
     index: int
@@ -276,12 +278,20 @@ def _describe(
                 if found is not None and (message_bytes is None or found > message_bytes):
                     message_bytes, dtype = found, dtype or found_dtype
     group = recorded.get("Process Group Name")
+    group_size = _as_int(recorded.get("Group size"))
+    if group_size is None and None not in elements:
+        # An all_gather's output holds every rank's input; a reduce_scatter's input, every
+        # rank's output: the ratio is the group's size.
+        smaller, larger = sorted(elements)  # type: ignore[type-var]
+        if op in ("all_gather", "reduce_scatter") and smaller > 0 and larger % smaller == 0:
+            ratio = larger // smaller
+            group_size = ratio if ratio > 1 else None
     return (
         op,
         message_bytes,
         dtype,
         None if group is None else str(group),
-        _as_int(recorded.get("Group size")),
+        group_size,
     )
 
 

@@ -197,3 +197,26 @@ def test_exposed_share_is_of_the_step_not_of_overlapping_gpu_windows(make_trace:
     row = finding.evidence["steps"][0]
     assert (row["exposed_us"], row["step_us"]) == (12.0, 100.0)
     assert finding.evidence["median_exposed_share"] == 0.12
+
+
+@pytest.mark.parametrize(
+    ("collective", "ins", "outs", "group_size"),
+    [
+        ("_allgather_base", 8, 64, 8),  # the output holds every rank's input
+        ("reduce_scatter", 64, 8, 8),  # the input holds every rank's output
+        ("allreduce", 64, 64, None),  # in and out alike: no telling
+        ("_allgather_base", 8, 60, None),  # not a whole multiple
+    ],
+)
+def test_a_group_size_not_recorded_is_read_off_the_buffers(
+    make_trace: Any, collective: str, ins: int, outs: int, group_size: int | None
+) -> None:
+    args = {"Collective name": collective, "In msg nelems": ins, "Out msg nelems": outs,
+            "dtype": "Float"}  # fmt: skip
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 0, 5, correlation=1),
+        complete_event("ncclDevKernel_Generic", "kernel", 10, 2, pid=0, tid=COMM_STREAM,
+                       correlation=1, **args),
+    ]  # fmt: skip
+    (found,) = collectives(load_trace(make_trace(events)))
+    assert found.group_size == group_size
