@@ -1582,3 +1582,26 @@ def test_cost_in_children_without_steps_reads_the_hosts_recording(make_trace) ->
     # what the run repeats, that is no finding.
     label_only = [events[0], complete_event("aten::add", "cpu_op", 5, 990)]
     assert diagnose(make_trace(label_only, name="label.json"), select=["cost-in-children"]) == []
+
+
+def test_memset_before_gemm_counts_each_op_it_found_them_under(make_trace) -> None:
+    # Two mm and one addmm, each a 128 B memset then its GEMM: the count is of all three,
+    # and the message names both ops with theirs rather than the first pair's alone.
+    events = []
+    for k, op in enumerate(["aten::mm", "aten::addmm", "aten::mm"]):
+        t, c = 1_000.0 * k, 10 * k
+        events += [
+            complete_event(op, "cpu_op", t, 100),
+            complete_event("cudaMemsetAsync", "cuda_runtime", t + 5, 5, correlation=c + 1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=c + 2),
+            complete_event("Memset (Device)", "gpu_memset", t + 30, 1, pid=0, tid=7,
+                           correlation=c + 1, bytes=128),
+            complete_event(f"gemm_{k % 2}", "kernel", t + 35, 50, pid=0, tid=7, correlation=c + 2),
+        ]  # fmt: skip
+    (finding,) = diagnose(make_trace(events), select=["memset-before-gemm"])
+    assert finding.evidence["count"] == 3
+    assert finding.evidence["ops"] == {"aten::mm": 2, "aten::addmm": 1}
+    assert "right before a GEMM kernel of the same op (aten::mm 2×, aten::addmm 1×)" in (
+        finding.message
+    )
+    assert "most often gemm_0, one of 2 GEMM kernels" in finding.message

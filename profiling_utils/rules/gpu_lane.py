@@ -842,15 +842,23 @@ def _before_gemm(facts: Facts, kind: str, ops: frozenset[str]) -> list[tuple[Cop
 
 
 def _pair_rows(facts: Facts, pairs: list[tuple[Copy, Span]]) -> dict[str, Any]:
+    """The pairs' numbers; ``op``, ``bytes`` and ``gemm_kernel`` are the most frequent (with
+    ``ops``, ``sizes`` and ``gemm_kernels`` counting each), ``first`` the first pair."""
     copy, kernel = pairs[0]
     bandwidths = [c.bandwidth_gb_s for c, _ in pairs if c.bandwidth_gb_s is not None]
+    ops = Counter(c.launch.op.name if c.launch.op else None for c, _ in pairs)
+    sizes = Counter(c.bytes for c, _ in pairs)
+    kernels = Counter(k.name for _, k in pairs)
     return {
         "count": len(pairs),
-        "op": copy.launch.op.name if copy.launch.op else None,
-        "bytes": copy.bytes,
+        "op": ops.most_common(1)[0][0],
+        "ops": dict(ops.most_common()),
+        "bytes": sizes.most_common(1)[0][0],
+        "sizes": len(sizes),
+        "gemm_kernels": len(kernels),
         "median_us": us(median(c.work.dur for c, _ in pairs)),
         "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
-        "gemm_kernel": kernel.name,
+        "gemm_kernel": kernels.most_common(1)[0][0],
         "gemm_median_us": us(median(k.dur for _, k in pairs)),
         "steps": facts.step_numbers(c.work for c, _ in pairs),
         "first": {
@@ -880,10 +888,27 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
     bandwidth = row["median_bandwidth_gb_s"]
     yield (
-        f"{row['count']} Memcpy DtoD ({size}, {row['median_us']:.1f} µs"
+        f"{row['count']} Memcpy DtoD ({_most_often(row)}{size}, {row['median_us']:.1f} µs"
         + (f", {bandwidth:,.0f} GB/s copied" if bandwidth is not None else "")
-        + f") right before {short_name(row['gemm_kernel'])}, both from {row['op']}.",
+        + f") right before {_pair_where(row)}.",
         row,
+    )
+
+
+def _most_often(row: dict[str, Any]) -> str:
+    return "most often " if row["sizes"] > 1 else ""
+
+
+def _pair_where(row: dict[str, Any]) -> str:
+    """``<kernel>, both from <op>``, or, for pairs of several ops or kernels, the count of
+    each op and the most frequent kernel."""
+    kernel = short_name(row["gemm_kernel"])
+    if len(row["ops"]) == 1 and row["gemm_kernels"] == 1:
+        return f"{kernel}, both from {row['op']}"
+    ops = ", ".join(f"{op} {count}×" for op, count in row["ops"].items())
+    return (
+        f"a GEMM kernel of the same op ({ops}); most often {kernel}, one of "
+        f"{row['gemm_kernels']} GEMM kernels"
     )
 
 
@@ -907,7 +932,7 @@ def memset_before_gemm(facts: Facts) -> Iterator[Hit]:
     row = _pair_rows(facts, pairs)
     size = f"{row['bytes']:,} B" if row["bytes"] is not None else "bytes unknown"
     yield (
-        f"{row['count']} Memset ({size}, {row['median_us']:.2f} µs) right before "
-        f"{short_name(row['gemm_kernel'])}, both from {row['op']}.",
+        f"{row['count']} Memset ({_most_often(row)}{size}, {row['median_us']:.2f} µs) right "
+        f"before {_pair_where(row)}.",
         row,
     )
