@@ -489,8 +489,7 @@ def _host_sync_hit(
         f"{latency:.1f} µs); the longest of these, {idle.gap_us:.1f} µs in "
         f"{step_label(idle.step)}, follows {short_name(idle.before.name, 40)}: the CPU thread "
         f"waited in {sync.name}{under} until the GPU ran dry, and the call launching "
-        f"{short_name(idle.after.name, 40)} began {idle.launch.start - idle.before.end:.1f} µs "
-        "after that."
+        f"{short_name(idle.after.name, 40)} returned {idle.launched_late_us:.1f} µs after that."
     )
     kept = {step.number for step in facts.steps}
     widest_step, widest = max(
