@@ -383,7 +383,7 @@ def test_overhead_bound_names_one_call_that_holds_most_of_the_step(make_trace, s
     assert (
         "one call, cudaLaunchKernel under aten::add, takes 700.0 µs of it (70%)" in finding.message
     )
-    assert ("the trace's one step" in finding.message) is (steps == 1)
+    assert ("the one step the rules read" in finding.message) is (steps == 1)
 
 
 def test_overhead_bound_names_no_call_when_none_holds_half_the_step(make_trace) -> None:
@@ -1605,3 +1605,22 @@ def test_memset_before_gemm_counts_each_op_it_found_them_under(make_trace) -> No
         finding.message
     )
     assert "most often gemm_0, one of 2 GEMM kernels" in finding.message
+
+
+def test_cost_in_children_follows_the_one_call_that_holds_the_total(make_trace) -> None:
+    # Three calls of aten::to; the first lasts 10 s, nearly all of it CUDA's start-up in a
+    # runtime call under it; the typical call has no child at all.
+    events = [complete_event("ProfilerStep#1", "user_annotation", 0, 20_000_000)]
+    for k, dur in enumerate([10_000_000, 300, 300]):
+        t = 11_000_000.0 * k / 2 + 10
+        events.append(complete_event("aten::to", "cpu_op", t, dur))
+        if k == 0:
+            events.append(complete_event("aten::_to_copy", "cpu_op", t + 1, dur - 2))
+            events.append(complete_event("cudaGetDeviceCount", "cuda_runtime", t + 2, dur - 5))
+    (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
+    assert finding.message.startswith("aten::to: 10000600.0 µs total")
+    assert finding.message.endswith(
+        "one call holds 99.9% of it (10000000.0 µs); the time is below it: aten::to → "
+        "aten::_to_copy → cudaGetDeviceCount."
+    )
+    assert "spread over its children: ." not in finding.message

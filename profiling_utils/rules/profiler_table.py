@@ -58,6 +58,10 @@ MANY_CALLS_SKEWED = 2.0
 """``many-calls`` also gives the share of all the op's calls when it is at least this many
 times the share at the median call: a few far longer calls hold the rest."""
 
+COST_IN_CHILDREN_ONE_CALL = 0.9
+"""``cost-in-children`` drills into the longest call, not the typical one, when it holds at
+least this share of the row's total."""
+
 COST_IN_CHILDREN_MIN_SHARE = 0.2
 """``cost-in-children``: a row whose total time is at least this share of the steps' CPU
 time..."""
@@ -196,7 +200,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 "self_us": us(own),
                 "share": round(own / evidence["median_cpu_us"], 4),
             }
-            alone = " (the trace's one step: nothing to compare it with)"
+            alone = " (the one step the rules read: nothing to compare it with)"
             message = (
                 f"{message[:-1]}; one call, {short_name(longest.name, 40)}{under}, takes "
                 f"{own:.1f} µs of it ({percent(own / evidence['median_cpu_us'])}) by itself: "
@@ -473,15 +477,26 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         return
     name, name_total, self_us = found[0]
     occurrences = [span for span in facts.named(name) if span.cat in _ROW_CATEGORIES]
-    typical = sorted(occurrences, key=lambda span: span.dur)[len(occurrences) // 2]
+    longest = max(occurrences, key=lambda span: span.dur)
+    # One call of several holds nearly all of the total (CUDA's start-up inside a first
+    # call): follow it, not the typical call, which holds none of it.
+    one_call = len(occurrences) > 1 and longest.dur >= COST_IN_CHILDREN_ONE_CALL * name_total
+    typical = (
+        longest if one_call else sorted(occurrences, key=lambda s: s.dur)[len(occurrences) // 2]
+    )
     path = _drill(facts, typical)
+    children = sorted(facts.trace.children(typical), key=lambda child: -child.dur)[:3]
     if len(path) > 1:
         where = "the time is below it: " + " → ".join(link["name"] for link in path)
-    else:
-        children = sorted(facts.trace.children(typical), key=lambda child: -child.dur)[:3]
+    elif children:
         where = "the time is spread over its children: " + ", ".join(
             f"{child.name} ({child.dur:.1f} µs)" for child in children
         )
+    else:
+        where = "its typical call has no child: a few long calls hold the time"
+    if one_call:
+        share = percent(longest.dur / name_total)
+        where = f"one call holds {share} of it ({longest.dur:.1f} µs); {where}"
     yield (
         f"{name}: {name_total:.1f} µs total, {self_us:.1f} µs self "
         f"({percent(self_us / name_total)}); {where}.",
