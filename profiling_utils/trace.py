@@ -1254,15 +1254,41 @@ class Trace:
 
     @cached_property
     def _unrecorded_launches(self) -> tuple[list[float], list[float]]:
-        """The starts of the kernel launch calls without a GPU activity, and (only when there
-        are some) of all kernel launch calls, each sorted."""
+        """The starts of the kernel launch calls without a GPU activity (a launch captured into
+        a graph is none), and (only when there are some) of all kernel launch calls, each
+        sorted."""
         names = [name for name in self._by_name if _LAUNCHES_KERNELS.search(name)]
         calls = [
             call for name in names for call in self._by_name[name] if call.cat in LAUNCH_CATEGORIES
         ]
         gpu_work_of = self._gpu_work_of
-        missing = sorted(call.start for call in calls if call.id not in gpu_work_of)
-        return missing, sorted(map(_START, calls)) if missing else []
+        missing = [call for call in calls if call.id not in gpu_work_of]
+        if missing:
+            # A launch made while its thread captures a graph runs nothing until the graph's
+            # replay (which launches its work again): no record is due.
+            captures = self._captures()
+            missing = [call for call in missing if not _inside(captures.get(call.lane), call)]
+        return sorted(map(_START, missing)), sorted(map(_START, calls)) if missing else []
+
+    def _captures(self) -> dict[Lane, list[tuple[float, float]]]:
+        """Per thread, the stretches from a ``cudaStreamBeginCapture`` (or HIP's) to the
+        next ``...EndCapture``."""
+        marks = [
+            span
+            for name in self._by_name
+            if name.endswith(("StreamBeginCapture", "StreamEndCapture"))
+            for span in self._by_name[name]
+        ]
+        captures: dict[Lane, list[tuple[float, float]]] = {}
+        began: dict[Lane, float] = {}
+        for mark in sorted(marks, key=_START):
+            if mark.name.endswith("BeginCapture"):
+                began.setdefault(mark.lane, mark.start)
+            elif mark.lane in began:
+                captures.setdefault(mark.lane, []).append((began.pop(mark.lane), mark.end))
+        for lane, start in began.items():  # a capture still open at the trace's end
+            captures.setdefault(lane, []).append((start, math.inf))
+        return captures
 
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None
@@ -1307,6 +1333,10 @@ def _calls_of_reused_ids(calls: list[Span]) -> dict[int, tuple[list[float], list
         for correlation, same in by_id.items()
         if len(same) > 1
     }
+
+
+def _inside(stretches: list[tuple[float, float]] | None, span: Span) -> bool:
+    return bool(stretches) and any(start <= span.start < end for start, end in stretches)
 
 
 def _rounded_on_decoding(starts: list[float]) -> bool:

@@ -965,3 +965,24 @@ def test_a_step_number_seen_before_or_a_step_inside_another_is_left_out(make_tra
         ("ProfilerStep#0", 1_100.0),
         ("ProfilerStep#1", 2_000.0),
     ]
+
+
+def test_launches_captured_into_a_graph_are_due_no_gpu_record(make_trace) -> None:
+    # A step that captures a graph: its launches between BeginCapture and EndCapture run
+    # nothing; the replay (cudaGraphLaunch) runs their kernels. A launch outside any capture
+    # without its record is one the trace lost.
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1_000),
+        complete_event("cudaStreamBeginCapture", "cuda_runtime", 10, 2),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=1),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 30, 5, correlation=2),
+        complete_event("cudaStreamEndCapture", "cuda_runtime", 40, 2),
+        complete_event("cudaGraphLaunch", "cuda_runtime", 50, 10, correlation=3),
+        complete_event("k", "kernel", 70, 5, pid=0, tid=7, correlation=3),
+        complete_event("k", "kernel", 76, 5, pid=0, tid=7, correlation=3),
+    ]
+    trace = load_trace(make_trace(events))
+    assert trace.kernel_launches_without_gpu_record(trace.steps[0]) == (0, 0)
+    lost = [*events, complete_event("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=9)]
+    trace = load_trace(make_trace(lost, name="lost.json"))
+    assert trace.kernel_launches_without_gpu_record(trace.steps[0]) == (1, 4)
