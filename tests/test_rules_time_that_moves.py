@@ -467,3 +467,21 @@ def test_every_rules_example_is_a_page_of_the_gallery() -> None:
         get_rule("kernel-variance").example
         == "auto_examples/part1_matmul_add/plot_07_kernel_variance"
     )
+
+
+def test_a_step_the_rules_leave_out_is_not_counted_among_the_host_sync_steps(
+    make_trace: Any,
+) -> None:
+    # Four steps with a blocking copy each, the last step's end past the profiler's window:
+    # the rules take three steps, and the finding counts the stretches of those three only.
+    events = copy_then_launch_steps("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", True)
+    fourth = [dict(e, ts=e["ts"] + 30_000.0) for e in events if e["ts"] < 10_000]
+    fourth[0]["dur"] = 900_000  # ProfilerStep#0, renamed below: ends after the window
+    fourth[0]["name"] = "ProfilerStep#3"
+    for event in fourth[1:]:
+        if "args" in event:
+            event["args"] = {"correlation": event["args"]["correlation"] + 100}
+    window = complete_event("PyTorch Profiler (0)", "Trace", 0, 40_500)
+    (finding,) = findings(make_trace([window, *events, *fourth]), "intra-step-gap")
+    assert finding.evidence["steps_with_gap"] == [0, 1, 2]
+    assert finding.message.startswith("In 3 of 3 steps")

@@ -262,6 +262,8 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     latency = facts.launch_latency_us
     floor = max(GAP_MIN_US, GAP_MIN_LAUNCH_LATENCIES * latency)
     idles, longest = _read_idle_stretches(facts, floor)
+    kept = {step.number for step in facts.steps}
+    idles = [idle for idle in idles if idle.step in kept]  # the steps the rules take
     if not idles:
         return
 
