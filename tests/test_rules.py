@@ -1624,3 +1624,34 @@ def test_cost_in_children_follows_the_one_call_that_holds_the_total(make_trace) 
         "aten::_to_copy → cudaGetDeviceCount."
     )
     assert "spread over its children: ." not in finding.message
+
+
+def test_call_chain_leaves_the_python_stack_out(make_trace) -> None:
+    # with_stack: Python frames nest between the step and the op; the chain names the ops.
+    events = [complete_event("ProfilerStep#1", "user_annotation", 0, 1_000)]
+    for depth in range(50):
+        events.append(
+            complete_event(f"model.py({depth}): f", "python_function", 1 + depth, 900 - 2 * depth)
+        )
+    events += [
+        complete_event("aten::mm", "cpu_op", 60, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 70, 10, correlation=1),
+        complete_event("gemm", "kernel", 90, 50, pid=0, tid=7, correlation=1),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["call-chain"])
+    assert finding.message == (
+        "ProfilerStep#1 → aten::mm → cudaLaunchKernel → gemm (50.0 µs on the GPU; 50 Python "
+        "frames of the stack left out)."
+    )
+    assert finding.evidence["python_frames_left_out"] == 50
+
+
+def test_hips_extended_launch_is_a_plain_launch(make_trace) -> None:
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 1_000),
+        complete_event("aten::add", "cpu_op", 10, 100),
+        complete_event("hipExtLaunchKernel", "cuda_runtime", 20, 10, correlation=1),
+        complete_event("add", "kernel", 40, 5, pid=0, tid=7, correlation=1),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["plain-launch"])
+    assert "hipExtLaunchKernel" in finding.message

@@ -44,16 +44,22 @@ def call_chain(facts: Facts) -> Iterator[Hit]:
     if launch is None:
         return
     ancestors = list(trace.ancestors(launch.call))[::-1]
+    # A with_stack trace nests the Python stack's frames among the ops: hundreds of them.
+    frames = sum(span.cat == "python_function" for span in ancestors)
+    ancestors = [span for span in ancestors if span.cat != "python_function"]
     work = max(launch.work, key=lambda w: w.dur)
     chain = [*ancestors, launch.call, work]
+    left_out = f"; {frames} Python frames of the stack left out" if frames else ""
     yield (
-        " → ".join(short_name(span.name) for span in chain) + f" ({work.dur:.1f} µs on the GPU).",
+        " → ".join(short_name(span.name) for span in chain)
+        + f" ({work.dur:.1f} µs on the GPU{left_out}).",
         {
             "step": facts.step_number_of(launch.call),
             "chain": [
                 {**span_ref(span), "cat": span.cat, "self_us": us(facts.self_us(span))}
                 for span in chain
             ],
+            "python_frames_left_out": frames,
         },
     )
 

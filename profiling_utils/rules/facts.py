@@ -66,8 +66,11 @@ BIAS_MATMUL_OPS = frozenset(
 """Matrix multiplies that add a third operand (``beta * C + alpha * A @ B``)."""
 
 
-PLAIN_LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "hipLaunchKernel"})
-"""The runtime's plain kernel launch, CUDA (with its per-thread default-stream form) and HIP."""
+PLAIN_LAUNCH_CALLS = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "hipLaunchKernel", "hipExtLaunchKernel"}
+)
+"""The runtime's plain kernel launch, CUDA (with its per-thread default-stream form) and HIP
+(with its extended form, which takes events to record around the kernel)."""
 
 DRIVER_LAUNCH_PREFIXES = ("cuLaunch", "hipModuleLaunch", "hipExtModuleLaunch")
 """Launches through the driver-level API with launch attributes (``cuLaunchKernelEx``; on
