@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from ..trace import Span
 from .facts import Facts, is_aten_kernel, is_gemm_helper, median, short_name, span_ref, us
@@ -50,17 +51,19 @@ def call_chain(facts: Facts) -> Iterator[Hit]:
     work = max(launch.work, key=lambda w: w.dur)
     chain = [*ancestors, launch.call, work]
     left_out = f"; {frames} Python frames of the stack left out" if frames else ""
+    evidence: dict[str, Any] = {
+        "step": facts.step_number_of(launch.call),
+        "chain": [
+            {**span_ref(span), "cat": span.cat, "self_us": us(facts.self_us(span))}
+            for span in chain
+        ],
+    }
+    if frames:
+        evidence["python_frames_left_out"] = frames
     yield (
         " → ".join(short_name(span.name) for span in chain)
         + f" ({work.dur:.1f} µs on the GPU{left_out}).",
-        {
-            "step": facts.step_number_of(launch.call),
-            "chain": [
-                {**span_ref(span), "cat": span.cat, "self_us": us(facts.self_us(span))}
-                for span in chain
-            ],
-            "python_frames_left_out": frames,
-        },
+        evidence,
     )
 
 
