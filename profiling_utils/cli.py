@@ -118,6 +118,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import textwrap
@@ -207,7 +208,8 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
         "collectives", "in collectives", "wait", "transfer", "last",
     ]  # fmt: skip
     out += [
-        "  (µs; wait: for a late rank to arrive, and transfer: the rest, both of the matched",
+        "  (µs; median step: of its CPU step times; GPU busy and idle: over all its steps;",
+        "  wait: for a late rank to arrive, and transfer: the rest, both of the matched",
         "  collectives only; last: matched collectives it reached last)",
     ]
     out.append(text_table(headers, rows))
@@ -545,6 +547,16 @@ def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in counter.items()) or "none"
 
 
+_STEPS_LEGEND = [
+    "  (CPU: the step's window. GPU busy: its launched work's time on the GPU. idle: the",
+    "  share of its GPU window (its CPU window, moved past earlier GPU work and stretched",
+    "  to its own last work) in which no stream ran. lane off.: from its first launch call",
+    "  to that work's start on the GPU. dead win.: from a label's start to its first ATen",
+    "  op. delay: launch call to GPU start, median and longest. gaps: the GPU's idle",
+    "  stretches in its work.)",
+]
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
@@ -593,6 +605,7 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {_us(s['launch_delay_median_us']):>9} {_us(s['launch_delay_max_us']):>9}"
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
+        out += _STEPS_LEGEND
         if summary["left_out_steps"]:
             names = summary["left_out_steps"]
             listed = ", ".join(names[:5]) + (
@@ -789,7 +802,13 @@ def _summary_keys_help() -> str:
     doc = __doc__ or ""
     start, end = doc.find("    - ``file``"), doc.find("\n\nA trace that")
     keys = textwrap.dedent(doc[start:end]) if 0 <= start < end else ""
-    return keys.replace("``", "")  # reStructuredText literals read as noise in a terminal
+    # reStructuredText reads as noise in a terminal: literals plain, cross-references as the
+    # name they point at.
+    keys = _SPHINX_ROLE.sub(lambda m: m[1].lstrip("~"), keys)
+    return keys.replace("``", "")
+
+
+_SPHINX_ROLE = re.compile(r":(?:func|class|meth|attr|data|mod):`([^`]+)`")
 
 
 def add_summary_parser(subcommands: Any) -> None:

@@ -120,8 +120,9 @@ def test_text_summary_steps_fit_the_page_and_memsets_carry_no_rate(capsys) -> No
     _, out, _ = run_cli(capsys, "summary", str(gpu_fixture("train_tiny_transformer_a3")))
     lines = out.split("\n")
     table = lines[lines.index("Steps (µs)") + 1 : lines.index("Top kernels by total time (µs)")]
-    assert len(table) == 1 + 3 + 1  # header, three steps, blank line
+    assert len(table) == 1 + 3 + 6 + 1  # header, three steps, the legend, blank line
     assert all(len(line) <= 88 for line in table)
+    assert table[4].startswith("  (CPU: the step's window.") and table[9].endswith("work.)")
     header, first = table[0].split(), table[1].split()
     assert header[:2] == ["step", "CPU"] and header[-2:] == ["gap", "max"]
     assert first[:2] == ["2", "24,463.4"] and first[3] == "94%"
