@@ -1655,3 +1655,17 @@ def test_hips_extended_launch_is_a_plain_launch(make_trace) -> None:
     ]
     (finding,) = diagnose(make_trace(events), select=["plain-launch"])
     assert "hipExtLaunchKernel" in finding.message
+
+
+def test_many_calls_is_silent_where_the_gpu_sets_the_pace(make_trace) -> None:
+    # The cheap calls of copy_steps, and a 1,900 µs kernel launched at each step's start: the
+    # GPU is busy for 95% of the step, so the calls' CPU time costs it nothing.
+    events = copy_steps(4.0)
+    for n in range(3):
+        t = 10_000.0 * n
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 1, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 8, 1_900, pid=0, tid=7, correlation=n + 1),
+        ]
+    assert diagnose(make_trace(events), select=["many-calls"]) == []
+    assert diagnose(make_trace(events, name="t.json"), select=["compute-bound"])

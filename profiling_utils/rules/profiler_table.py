@@ -51,8 +51,10 @@ MANY_CALLS_MIN_PER_STEP = 50
 
 MANY_CALLS_MIN_CPU_SHARE = 0.05
 """... whose calls, each counted at the length of its median call, take at least this share
-of the steps' CPU time. The median rather than the total: a few long calls (one blocking
-copy per step among hundreds of small ones) are not the cost of calling an op often."""
+of the steps' CPU time (and the median step is not compute-bound: where the GPU sets the
+pace, the CPU's calls cost the step nothing). The median rather than the total: a few long
+calls (one blocking copy per step among hundreds of small ones) are not the cost of calling
+an op often."""
 
 MANY_CALLS_SKEWED = 2.0
 """``many-calls`` also gives the share of all the op's calls when it is at least this many
@@ -387,6 +389,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     steps = len(facts.steps)
     steps_cpu = _steps_cpu_us(facts)
     if not steps or steps_cpu <= 0:
+        return
+    # Where the GPU sets the pace, the calls' CPU time costs the step nothing, and a long
+    # call is often the CPU blocked in a launch behind a full queue: no finding.
+    rows, ratios = _busy_fractions(facts)
+    if rows and _bound_evidence(facts, rows, ratios)[1][0] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         return
     found = []
     for name, row in facts.rows.items():
