@@ -69,6 +69,7 @@ __all__ = [
     "ThreadActivity",
     "gpu_busy_us",
     "union_us",
+    "union_within",
     "lane_busy_us",
     "host_work_us",
     "step_times",
@@ -254,9 +255,14 @@ def gpu_busy_us(
         work = [span for span in trace.lane_spans(lane) if span.cat in GPU_WORK_CATEGORIES]
     if window is None:
         return union_us(work, in_start_order=True)
-    start, end = window
+    return union_within(work, *window)
+
+
+def union_within(spans: list[Span], start: float, end: float) -> float:
+    """Length of the union of the spans' intervals inside [start, end]; ``spans`` in start
+    order."""
     total, reached = 0.0, start
-    for span in work:  # in start order
+    for span in spans:
         if span.start >= end:
             break
         span_end = min(span.start + span.dur, end)

@@ -103,23 +103,32 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
     if typical is None or typical < EXPOSED_MIN_STEP_SHARE:
         return
     total = facts.comm_overlap.total
-    longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
     yield (
         f"In the step with the median exposed share ({step_label(median_row['step'])}), "
         f"communication runs with no compute beside it for {percent(typical)} of the step "
         f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs); over the "
-        f"trace, {total.exposed_us:.1f} of "
-        f"{total.communication_us:.1f} µs of communication is exposed. A collective's kernel "
-        "also waits for the last rank to join it: diagnose the run's ranks together to tell "
-        "that wait from the transfer.",
-        {
-            "median_exposed_share": typical,
-            "total": _overlap_row(total),
-            "steps": rows,
-            "collectives": len(facts.collectives),
-            "longest_collectives": [_collective_ref(c) for c in longest],
-        },
+        f"trace, {_EXPOSED_TOTAL.format(total=total)}",
+        {"median_exposed_share": typical, **_exposed_evidence(facts, rows)},
     )
+
+
+_EXPOSED_TOTAL = (
+    "{total.exposed_us:.1f} of {total.communication_us:.1f} µs of communication is exposed. A "
+    "collective's kernel also waits for the last rank to join it: diagnose the run's ranks "
+    "together to tell that wait from the transfer."
+)
+"""The end of ``exposed-communication``'s message, over the trace, with or without steps."""
+
+
+def _exposed_evidence(facts: Facts, rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The evidence ``exposed-communication`` gives with or without steps (``rows``)."""
+    longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
+    return {
+        "total": _overlap_row(facts.comm_overlap.total),
+        **({"steps": rows} if rows is not None else {}),
+        "collectives": len(facts.collectives),
+        "longest_collectives": [_collective_ref(c) for c in longest],
+    }
 
 
 def _exposed_over_the_recording(facts: Facts) -> Iterator[Hit]:
@@ -130,20 +139,14 @@ def _exposed_over_the_recording(facts: Facts) -> Iterator[Hit]:
     span = max(w.end for w in work) - min(w.start for w in work) if work else 0.0
     if span <= 0 or total.exposed_us < EXPOSED_MIN_STEP_SHARE * span:
         return
-    longest = sorted(facts.collectives, key=lambda c: -c.span.dur)[:_REPORTED]
     yield (
         f"Over the recording (no ProfilerStep#N to take steps from), communication runs with "
         f"no compute beside it for {percent(total.exposed_us / span)} of the GPU's recorded "
-        f"span ({total.exposed_us:.1f} of {span:.1f} µs): {total.exposed_us:.1f} of "
-        f"{total.communication_us:.1f} µs of communication is exposed. A collective's kernel "
-        "also waits for the last rank to join it: diagnose the run's ranks together to tell "
-        "that wait from the transfer.",
+        f"span ({total.exposed_us:.1f} of {span:.1f} µs): {_EXPOSED_TOTAL.format(total=total)}",
         {
             "recording_exposed_share": round(total.exposed_us / span, 4),
             "gpu_span_us": us(span),
-            "total": _overlap_row(total),
-            "collectives": len(facts.collectives),
-            "longest_collectives": [_collective_ref(c) for c in longest],
+            **_exposed_evidence(facts, None),
         },
     )
 

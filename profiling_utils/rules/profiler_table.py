@@ -241,17 +241,8 @@ def _unlaunched_gpu_us(facts: Facts, step: Any) -> float:
     longest = max(map(_DUR, work), default=0.0)
     first = bisect_left(work, step.start - longest, key=_START)
     last = bisect_left(work, step.end, key=_START)
-    pieces = sorted(
-        (max(activity.start, step.start), min(activity.end, step.end))
-        for activity in work[first:last]
-        if activity.end > step.start and launch_of(activity.id) is None
-    )
-    total, reached = 0.0, step.start
-    for start, end in pieces:
-        if end > reached:
-            total += end - max(start, reached)
-            reached = end
-    return total
+    unlaunched = [a for a in work[first:last] if launch_of(a.id) is None]
+    return measures.union_within(unlaunched, step.start, step.end)
 
 
 def _longest_call(facts: Facts, step: Any) -> Span | None:
