@@ -641,7 +641,49 @@ def test_many_calls_says_when_a_few_long_calls_hold_most_of_the_time(make_trace)
     assert entry["total_cpu_share"] == pytest.approx(1_240 / 3_000, abs=1e-4)
     assert "8.1% of the steps' CPU time at that length (all of its calls: 41%" in finding.message
     assert "3 of its 183 calls take over twice the median)" in finding.message
-    assert (entry["calls_over_twice_median"], entry["calls_timed"]) == (3, 183)
+    assert (entry["calls_over_twice_median"], entry["calls"]) == (3, 183)
+
+
+def test_many_calls_counts_only_the_calls_in_the_steps(make_trace) -> None:
+    # 40 calls per step, and 300 more in a warm-up before the first step: 440 calls in the
+    # trace, 147 per step if the warm-up counted; 40 per step, under the 50 asked, in fact.
+    events = [complete_event("aten::copy_", "cpu_op", 10.0 * k, 4) for k in range(300)]
+    for n in range(3):
+        t = 10_000.0 * (n + 1)
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
+        events += [
+            complete_event("aten::copy_", "cpu_op", t + 10 + 20 * k, 4) for k in range(40)
+        ]
+    assert diagnose(make_trace(events), select=["many-calls"]) == []
+
+
+def test_many_calls_counts_an_op_running_inside_another_it_names_once(make_trace) -> None:
+    # 60 calls per step of aten::conv2d → aten::convolution → aten::_convolution (the same
+    # calls three times over), and 60 of aten::copy_, 20 of them inside aten::_convolution.
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
+        for k in range(60):
+            at = t + 10 + 30 * k
+            events += [
+                complete_event("aten::conv2d", "cpu_op", at, 12),
+                complete_event("aten::convolution", "cpu_op", at + 1, 10),
+                complete_event("aten::_convolution", "cpu_op", at + 2, 8),
+                complete_event("aten::copy_", "cpu_op", at + 3 if k < 20 else at + 14, 2),
+            ]
+    (finding,) = diagnose(make_trace(events), select=["many-calls"])
+    within = {entry["op"]: entry["within"] for entry in finding.evidence["ops"]}
+    assert within == {
+        "aten::conv2d": None,
+        "aten::copy_": None,  # a third of its calls only: an op of its own
+        "aten::convolution": "aten::conv2d",
+        "aten::_convolution": "aten::convolution",
+    }
+    assert finding.message.startswith("2 op(s) are called 50+ times per step")
+    assert "(2 more run almost only inside them: aten::convolution, aten::_convolution)" in (
+        finding.message
+    )
 
 
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:

@@ -287,13 +287,19 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # ``many-calls`` names the operators called 50 times or more per step whose calls, each
 # counted at the length of the operator's median call, take 5% or more of the steps' CPU
 # time (an operator called as often for less is left out, and so is one whose time is a
-# few long calls, such as one blocking copy per step). Is that the optimizer's loop? For
-# each operator it names, the share of its calls made inside ``Optimizer.step``:
+# few long calls, such as one blocking copy per step). An operator whose calls nearly all
+# run inside another one it names (``aten::_to_copy``, which ``aten::to`` calls) is the
+# same calls again: its evidence says ``within`` which, and the count leaves it out. Is
+# that the optimizer's loop? For each operator it counts, the share of its calls made
+# inside ``Optimizer.step``:
 
 many = next((f for f in findings if f.rule == "many-calls"), None)
 optimizer_steps = [s for s in trace.annotations if s.name.startswith("Optimizer.step")]
 named_calls = in_optimizer = 0
 for entry in many.evidence["ops"] if many else []:
+    if entry["within"] is not None:
+        print(f"{entry['op']:24s} runs inside {entry['within']}")
+        continue
     calls = [op for op in trace.find(entry["op"]) if trace.step_of(op) is not None]
     inside_count = sum(any(inside(op, o) for o in optimizer_steps) for op in calls)
     named_calls, in_optimizer = named_calls + len(calls), in_optimizer + inside_count
@@ -307,17 +313,17 @@ else:
     share = in_optimizer / named_calls
     if share > 2 / 3:
         split = (
-            "over two thirds of the calls of the operators many-calls names are the "
+            "over two thirds of the calls of the operators many-calls counts are the "
         )
         split += "optimizer's"
     elif share < 1 / 3:
         split = (
-            "over two thirds of the calls of the operators many-calls names are made "
+            "over two thirds of the calls of the operators many-calls counts are made "
         )
         split += "outside the optimizer"
     else:
         split = (
-            "the calls of the operators many-calls names split between the optimizer "
+            "the calls of the operators many-calls counts split between the optimizer "
         )
         split += "and the rest of the step, neither making two thirds of them"
     claim(split, True, calls=named_calls, in_optimizer=in_optimizer)
@@ -327,12 +333,13 @@ else:
 # few times, per step. Under autocast there is another source of small, frequent calls:
 # each forward pass casts every weight it uses to bf16 (``aten::to``, which calls
 # ``aten::_to_copy`` and ``aten::copy_``), and the backward pass casts each gradient back.
-# The claims box says how the calls above split on this run (counted per operator, so a
-# cast that goes ``aten::to`` → ``aten::_to_copy`` → ``aten::copy_`` counts once for each
-# of the three it names); the names say the rest (``aten::to``, ``aten::_to_copy`` and
-# ``aten::copy_`` are casts and copies: outside the optimizer, autocast's; inside it, the
-# optimizer's own). Either way, the cure is fewer, larger operations: a fused optimizer
-# for the calls inside it, weights kept in bf16 for autocast's casts.
+# The claims box says how the calls above split on this run, counted over the operators
+# the finding counts (an operator that also runs on its own, as ``aten::copy_`` does beside
+# the casts that call it, keeps all its calls); the names say the rest (``aten::to``,
+# ``aten::_to_copy`` and ``aten::copy_`` are casts and copies: outside the optimizer,
+# autocast's; inside it, the optimizer's own). Either way, the cure is fewer, larger
+# operations: a fused optimizer for the calls inside it, weights kept in bf16 for
+# autocast's casts.
 #
 # Compare two traces
 # ------------------

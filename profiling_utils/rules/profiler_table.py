@@ -56,6 +56,11 @@ pace, the CPU's calls cost the step nothing). The median rather than the total: 
 calls (one blocking copy per step among hundreds of small ones) are not the cost of calling
 an op often."""
 
+MANY_CALLS_WITHIN_SHARE = 0.9
+"""``many-calls`` lists an op as running inside another op it names (``aten::convolution``
+inside ``aten::conv2d``), and does not count it as an op of its own, when at least this share
+of its calls sit directly in that op's calls (the nearest enclosing op)."""
+
 MANY_CALLS_SKEWED = 2.0
 """``many-calls`` also gives the share of all the op's calls when it is at least this many
 times the share at the median call: a few far longer calls hold the rest."""
@@ -77,6 +82,7 @@ the row's time."""
 
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _REPORTED_ROWS = 5
+_INNER_NAMED = 3
 
 
 def _busy_fractions(
@@ -387,65 +393,116 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     if rows and _bound_evidence(facts, rows, ratios)[1][0] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         return
     found = []
+    calls_of: dict[str, list[Any]] = {}
+    kept = {step.number for step in facts.steps}
     for name, row in facts.rows.items():
+        # The row counts the whole trace; these prefilters pass every op that could qualify.
         if not row.is_op or row.calls < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         if row.total_us < MANY_CALLS_MIN_CPU_SHARE * steps_cpu:
             continue  # counted at the median call, it could only take less
-        typical, long_calls, counted = _median_call(facts, name, row.calls)
-        at_median = min(row.total_us, row.calls * typical)
-        share = at_median / steps_cpu
+        # The calls in the steps the rules keep: warm-up before the first step, or a step
+        # left out (cut short), would otherwise add calls to a count divided by fewer steps.
+        calls = [
+            call
+            for call in _op_calls(facts, name, row.calls)
+            if facts.step_number_of(call) in kept
+        ]
+        if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
+            continue
+        typical, long_calls = _median_and_long(calls)
+        total = sum(map(_DUR, calls))
+        share = min(total, len(calls) * typical) / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
+            calls_of[name] = calls
             found.append(
                 {
                     "op": name,
-                    "calls": row.calls,
-                    "calls_per_step": round(row.calls / steps, 1),
+                    "calls": len(calls),
+                    "calls_per_step": round(len(calls) / steps, 1),
                     "median_us": us(typical),
-                    "mean_us": us(row.total_us / row.calls),
+                    "mean_us": us(total / len(calls)),
                     "cpu_share": round(share, 4),
-                    "total_us": us(row.total_us),
-                    "total_cpu_share": round(row.total_us / steps_cpu, 4),
+                    "total_us": us(total),
+                    "total_cpu_share": round(total / steps_cpu, 4),
                     "calls_over_twice_median": long_calls,
-                    "calls_timed": counted,
+                    "within": None,
                 }
             )
-    if found:
-        found.sort(key=lambda r: -r["calls"])
-        top = found[0]
-        skewed = ""
-        if top["total_cpu_share"] >= MANY_CALLS_SKEWED * top["cpu_share"]:
-            skewed = (
-                f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
-                f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
-                f"{top['calls_timed']:,} calls take over twice the median)"
-            )
-        yield (
-            f"{len(found)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
-            f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
-            f"length of their median call; {top['op']}: {top['calls_per_step']:g} calls per "
-            f"step, {top['median_us']:.1f} µs for the median call, "
-            f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}.",
-            {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
+    if not found:
+        return
+    for entry in found:
+        entry["within"] = _called_within(facts, calls_of[entry["op"]], set(calls_of))
+    # An op whose calls run inside another's named here (aten::conv2d → aten::convolution)
+    # is the same calls again: listed after the ops called on their own, not counted twice.
+    found.sort(key=lambda r: (r["within"] is not None, -r["calls"]))
+    outer = [entry for entry in found if entry["within"] is None]
+    inner = [entry["op"] for entry in found if entry["within"] is not None]
+    top = outer[0]
+    skewed = ""
+    if top["total_cpu_share"] >= MANY_CALLS_SKEWED * top["cpu_share"]:
+        skewed = (
+            f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
+            f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
+            f"{top['calls']:,} calls take over twice the median)"
         )
+    also = ""
+    if inner:
+        named = ", ".join(inner[:_INNER_NAMED])
+        if len(inner) > _INNER_NAMED:
+            named += f" and {len(inner) - _INNER_NAMED} more"
+        also = (
+            f" ({len(inner)} more run{'s' if len(inner) == 1 else ''} almost only inside "
+            f"{'it' if len(outer) == 1 else 'them'}: {named})"
+        )
+    yield (
+        f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
+        f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
+        f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
+        f"per step, {top['median_us']:.1f} µs for the median call, "
+        f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}.",
+        {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
+    )
 
 
-def _median_call(facts: Facts, name: str, calls: int) -> tuple[float, int, int]:
-    """The median duration of the op's calls (``cpu_op`` spans of the name, a call nested in
-    a call of its own name left out as the profiler table folds it), µs; how many calls take
-    over twice that; and how many calls there are. ``calls``: the op's row's count."""
-    # C-level passes where they do: an op's calls run to tens of thousands.
+def _called_within(facts: Facts, calls: list[Any], named: set[str]) -> str | None:
+    """The other op of ``named`` whose calls hold at least :data:`MANY_CALLS_WITHIN_SHARE` of
+    ``calls`` (each call's nearest enclosing op, labels and Python frames skipped), or None."""
+    spans = facts.trace.spans
+    enclosing: Counter[str] = Counter()
+    for call in calls:
+        parent = call.parent
+        while parent is not None and spans[parent].cat != "cpu_op":
+            parent = spans[parent].parent
+        if parent is not None:
+            enclosing[spans[parent].name] += 1
+    own = calls[0].name if calls else None
+    for name, count in enclosing.most_common():
+        if name != own and name in named:
+            return name if count >= MANY_CALLS_WITHIN_SHARE * len(calls) else None
+    return None
+
+
+def _op_calls(facts: Facts, name: str, calls: int) -> list[Any]:
+    """The op's calls: ``cpu_op`` spans of the name, a call nested in a call of its own name
+    left out as the profiler table folds it. ``calls``: the op's row's count."""
     same = facts.trace.by_name.get(name, [])
     # Unless some call nests in one of its name, the row counts every cpu_op span of the
     # name: when that is every span of it, there is none of another category to leave out.
     if name in facts.names_nested_in_themselves or calls != len(same):
         nested = facts.nested_in_own_name
         same = [span for span in same if span.cat == "cpu_op" and span.id not in nested]
-    if not same:
-        return 0.0, 0, 0
-    durations = list(map(_DUR, same))
+    return same
+
+
+def _median_and_long(calls: list[Any]) -> tuple[float, int]:
+    """The median duration of ``calls``, µs, and how many take over twice that."""
+    if not calls:
+        return 0.0, 0
+    # C-level passes where they do: an op's calls run to tens of thousands.
+    durations = list(map(_DUR, calls))
     typical = median(durations)
-    return typical, sum(map((2 * typical).__lt__, durations)), len(durations)
+    return typical, sum(map((2 * typical).__lt__, durations))
 
 
 @rule(
