@@ -37,6 +37,7 @@ from profiling_utils.rules import (
     TABLES,
     Facts,
     cheatsheet_markdown,
+    format_diagnosis,
     get_rule,
     order_findings,
     rule_ids,
@@ -397,6 +398,86 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]
 
 
+def matmuls_without_steps(kernel_us: float, sync: bool = True) -> list[dict[str, Any]]:
+    """A script without a profiler schedule: five aten::mm, each launching one kernel of
+    ``kernel_us``, back to back on the GPU, then (``sync``) a device sync until they end."""
+    events = []
+    for n in range(5):
+        t = 100.0 + 30 * n
+        events += [
+            complete_event("aten::mm", "cpu_op", t, 25),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 10, correlation=n + 1),
+            complete_event(
+                "gemm", "kernel", 120 + kernel_us * n, kernel_us, pid=0, tid=7, correlation=n + 1
+            ),
+        ]
+    if sync:
+        end = 120 + 5 * kernel_us
+        events.append(complete_event("cudaDeviceSynchronize", "cuda_runtime", 260, end - 260))
+    return events
+
+
+def test_compute_bound_reads_the_whole_recording_without_steps(make_trace) -> None:
+    # The GPU runs 5 × 15,700 µs from 120 µs; the host's events run from 100 µs to the sync's
+    # end at 78,620 µs: busy 78,500 µs of 78,520.
+    (finding,) = diagnose(make_trace(matmuls_without_steps(15_700.0)), select=["compute-bound"])
+    assert finding.evidence["window"] == "recording"
+    assert finding.evidence["recording_cpu_us"] == pytest.approx(78_520.0)
+    assert finding.evidence["recording_gpu_busy_us"] == pytest.approx(78_500.0)
+    assert finding.message.startswith(
+        "Over the whole recording (no profiler steps to compare) the GPU is busy 78500.0 µs "
+        "for 78520.0 µs of CPU time, from the first host event to the last (1× as long)"
+    )
+    assert diagnose(make_trace(matmuls_without_steps(15_700.0)), select=["overhead-bound"]) == []
+
+
+def test_compute_bound_without_steps_counts_work_past_the_hosts_last_event(make_trace) -> None:
+    # No sync: the host is done at 245 µs and the GPU runs to 78,620 µs. The GPU sets the pace.
+    events = matmuls_without_steps(15_700.0, sync=False)
+    (finding,) = diagnose(make_trace(events), select=["compute-bound"])
+    assert finding.evidence["recording_cpu_us"] == pytest.approx(145.0)
+    assert "the GPU sets the pace" in finding.message
+
+
+def test_overhead_bound_reads_the_whole_recording_without_steps(make_trace) -> None:
+    # Kernels of 2 µs: 10 µs busy over the host's 145 µs (100 to 245 µs, no sync), 6.9%.
+    events = matmuls_without_steps(2.0, sync=False)
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert finding.evidence["recording_gpu_busy_fraction"] == pytest.approx(10 / 145, abs=1e-4)
+    assert finding.evidence["recording_host_work_us"] == pytest.approx(125.0)
+    assert "the CPU side sets the pace" in finding.message
+    assert diagnose(make_trace(events), select=["compute-bound"]) == []
+
+
+def test_bound_rules_without_steps_stay_silent_between_the_bounds(make_trace) -> None:
+    # Kernels of 10 µs: 50 µs busy over 145 µs of host time, a third. Neither rule fires.
+    events = matmuls_without_steps(10.0, sync=False)
+    assert diagnose(make_trace(events), select=["compute-bound", "overhead-bound"]) == []
+
+
+def test_bound_rules_read_the_recording_when_no_step_ends_inside_it(make_trace) -> None:
+    # The HTA Triton example's shape: the one step's annotation ends 13 s after the profiler's
+    # window (0 to 1,000 µs), its end never recorded. The rules read the host's events up to
+    # the window's end: 1,000 µs, not 13 s, with 2 µs of GPU work.
+    events = [
+        complete_event("PyTorch Profiler (0)", "Trace", 0, 1000, pid="Spans", tid="Profiler"),
+        complete_event("ProfilerStep#1", "user_annotation", 0, 13_000_000, tid=430),
+        complete_event("aten::add", "cpu_op", 20, 900),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 30, 5, correlation=1),
+        complete_event("add_kernel", "kernel", 40, 2, pid=0, tid=7, correlation=1),
+    ]
+    path = make_trace(events)
+    (finding,) = diagnose(path, select=["overhead-bound"])
+    assert finding.evidence["recording_cpu_us"] == 1000.0
+    assert finding.evidence["steps_without_recorded_end"] == 1
+    assert finding.message.startswith(
+        "Over the whole recording (its 1 step ends after the recording) the GPU is busy 2.0 µs "
+        "for 1000.0 µs of CPU time"
+    )
+    header = format_diagnosis(load_trace(path), [finding]).splitlines()[2]
+    assert header.startswith("  no step ends inside the recording (the profiler stopped in it)")
+
+
 def test_overhead_bound_share_comes_from_the_times_not_the_rounded_evidence(make_trace) -> None:
     # 4 µs of GPU work in 100,298 µs steps (HTA's trace_compare traces): the evidence's
     # fraction, rounded to 4 decimals, is 0.0; the message must not say 0%.
@@ -651,9 +732,7 @@ def test_many_calls_counts_only_the_calls_in_the_steps(make_trace) -> None:
     for n in range(3):
         t = 10_000.0 * (n + 1)
         events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
-        events += [
-            complete_event("aten::copy_", "cpu_op", t + 10 + 20 * k, 4) for k in range(40)
-        ]
+        events += [complete_event("aten::copy_", "cpu_op", t + 10 + 20 * k, 4) for k in range(40)]
     assert diagnose(make_trace(events), select=["many-calls"]) == []
 
 

@@ -166,6 +166,12 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
             "  no ProfilerStep#N annotations: the rules that compare steps stay silent, the "
             "others read the whole recording"
         )
+    elif not any(map(trace.end_recorded, steps)):
+        header.append(
+            f"  no step ends inside the recording (the profiler stopped in "
+            f"{'it' if len(steps) == 1 else 'them'}): the rules that compare steps stay "
+            "silent, the others read the whole recording"
+        )
     out = header
     table = None
     for finding in findings:

@@ -6,16 +6,17 @@ trace: CPU time is a step's CPU window, GPU time the GPU work launched from it.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
 from operator import attrgetter, sub
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import measures
 from ..measures import NO_LAUNCH, NO_OP
 from ..tables import percent
-from ..trace import Span
+from ..trace import Span, Step
 from .facts import Facts, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
@@ -93,6 +94,8 @@ def _busy_fractions(
     (unrounded: the rows round to the ns, and 4 µs of 100,298 is not 0%); with
     ``compute_only``, busy time leaves communication kernels out (a GPU waiting on its peers
     is not computing)."""
+    if not facts.steps:
+        return _recording_fraction(facts, compute_only)
     busy = facts.busiest_gpu_compute_busy_us if compute_only else facts.busiest_gpu_busy_us
     rows = []
     ratios = []
@@ -112,14 +115,87 @@ def _busy_fractions(
     return rows, ratios
 
 
+class _Window(NamedTuple):
+    """The stretch of host time a bound rule reads: a step's CPU window, or with no steps
+    the whole recording (``step`` is then ``None``)."""
+
+    start: float
+    end: float
+    step: Step | None
+
+
+def _host_window(facts: Facts) -> tuple[float, float] | None:
+    """From the first span on a CPU thread to the last one's end, µs, at most to the end of
+    the profiler's recording window (a step whose end was not recorded runs far past it);
+    ``None`` without."""
+    trace = facts.trace
+    on_host = [
+        spans for lane in trace.lanes if lane.kind == "cpu" if (spans := trace.lane_spans(lane))
+    ]
+    if not on_host:
+        return None
+    start = min(spans[0].start for spans in on_host)
+    end = max(max(map(attrgetter("end"), spans)) for spans in on_host)
+    recording_end = trace.recording_end_us
+    if recording_end is not None and start < recording_end < end:
+        end = recording_end
+    return start, end
+
+
+def _recording_fraction(
+    facts: Facts, compute_only: bool
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """:func:`_busy_fractions` of a trace without steps: one row, the whole recording. Its CPU
+    time runs from the first span on a CPU thread to the last one's end; its busy time is
+    that of the busiest GPU from the window's start on, past its end too (as a step's busy
+    time counts the work it launched wherever it ran: a GPU still busy after the host's last
+    event sets the pace)."""
+    window = _host_window(facts)
+    if window is None or window[1] <= window[0]:
+        return [], []
+    left_out = facts.communication_ids if compute_only else frozenset()
+    by_device: dict[Any, list[Span]] = {}
+    for work in facts.trace.gpu_work:
+        if work.id not in left_out:
+            by_device.setdefault(work.lane.device, []).append(work)
+    if not by_device:
+        return [], []
+    busy = max(measures.union_within(work, window[0], math.inf) for work in by_device.values())
+    cpu = window[1] - window[0]
+    row = {
+        "step": None,
+        "start_us": us(window[0]),
+        "cpu_us": us(cpu),
+        "gpu_busy_us": us(busy),
+        "gpu_busy_fraction": round(busy / cpu, 4),
+        "gpus": len(by_device),
+    }
+    return [row], [busy / cpu]
+
+
 def _bound_evidence(
     facts: Facts, rows: list[dict[str, Any]], ratios: list[float]
-) -> tuple[dict[str, Any], tuple[float, float, float]]:
+) -> tuple[dict[str, Any], tuple[float, float, float], _Window]:
     """The median step by GPU busy fraction (the lower middle one for an even count), so
     that the message's busy and CPU times are one step's and give its ratio, and the totals;
-    with the median, lowest and highest ratios. Two medians taken apart would not do: in a
-    trace whose steps fall into two groups, the median busy time over the median CPU time is
-    neither group's ratio."""
+    with the median, lowest and highest ratios, and the step's window. Two medians taken
+    apart would not do: in a trace whose steps fall into two groups, the median busy time
+    over the median CPU time is neither group's ratio. Without steps, the whole recording's
+    one row (:func:`_recording_fraction`)."""
+    if rows[0]["step"] is None:
+        (row,) = rows
+        evidence = {
+            "window": "recording",
+            "recording_cpu_us": row["cpu_us"],
+            "recording_gpu_busy_us": row["gpu_busy_us"],
+            "recording_gpu_busy_fraction": row["gpu_busy_fraction"],
+        }
+        if row["gpus"] > 1:
+            evidence["gpus_driven"] = row["gpus"]
+        if facts.trace.steps:  # none ends inside the recording window (Facts.steps)
+            evidence["steps_without_recorded_end"] = len(facts.trace.steps)
+        start = row["start_us"]
+        return evidence, (ratios[0],) * 3, _Window(start, start + row["cpu_us"], None)
     order = sorted(range(len(rows)), key=lambda i: (ratios[i], rows[i]["step"]))
     typical = rows[order[(len(order) - 1) // 2]]
     evidence = {
@@ -137,7 +213,8 @@ def _bound_evidence(
     gpus = len({work.lane.device for work in step.gpu_work})
     if gpus > 1:  # the busy time is the busiest GPU's
         evidence["gpus_driven"] = gpus
-    return evidence, (ratios[order[(len(order) - 1) // 2]], ratios[order[0]], ratios[order[-1]])
+    shown = (ratios[order[(len(order) - 1) // 2]], ratios[order[0]], ratios[order[-1]])
+    return evidence, shown, _Window(step.start, step.end, step)
 
 
 def _times(fraction: float) -> str:
@@ -154,10 +231,24 @@ def _bound_message(
     """``In the step with the median share (ProfilerStep#3) the GPU is busy 3.2 µs for
     122.4 µs of CPU time (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
     typical, lowest, highest = ratios
-    low, high = ratio(lowest), ratio(highest)
-    spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
     gpus = evidence.get("gpus_driven", 1)
     which = f"busiest of the {gpus} GPUs it drives" if gpus > 1 else "GPU"
+    if "window" in evidence:
+        unread = evidence.get("steps_without_recorded_end", 0)
+        why = (
+            f"its {unread} step{'s' if unread > 1 else ''} end{'' if unread > 1 else 's'} "
+            "after the recording"
+            if unread
+            else "no profiler steps to compare"
+        )
+        return (
+            f"Over the whole recording ({why}) the {which} is busy "
+            f"{evidence['recording_gpu_busy_us']:.1f} µs for "
+            f"{evidence['recording_cpu_us']:.1f} µs of CPU time, from the first host event to "
+            f"the last ({ratio(typical)}{unit}): {pace}."
+        )
+    low, high = ratio(lowest), ratio(highest)
+    spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
     return (
         f"In the step with the median share ({step_label(evidence['median_step'])}) the {which} "
         "is busy "
@@ -170,7 +261,8 @@ def _bound_message(
     "overhead-bound",
     "profiler table",
     see="""Self CPU time total far above Self CUDA time total (the CPU in ms, the GPU in µs).
-    In the trace: the GPU is busy for a small fraction of every step.""",
+    In the trace: the GPU is busy for a small fraction of every step (of the whole recording,
+    from the host's first event to its last, in a trace without steps).""",
     means="""Overhead-bound: dispatching and launching the work costs the CPU more time than
     the GPU needs to run it, so the GPU mostly waits. Give each launch more work (larger or
     batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
@@ -183,47 +275,49 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     rows, ratios = _busy_fractions(facts)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence, shown = _bound_evidence(facts, rows, ratios)
-    if evidence["median_gpu_busy_fraction"] <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
+    evidence, shown, window = _bound_evidence(facts, rows, ratios)
+    whole = window.step is None  # no steps: the whole recording
+    key = "recording" if whole else "median_step"
+    cpu_us = evidence["recording_cpu_us" if whole else "median_cpu_us"]
+    fraction = evidence["recording_gpu_busy_fraction" if whole else "median_gpu_busy_fraction"]
+    if fraction <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
         message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
-        step = next(s for s in facts.steps if s.number == evidence["median_step"])
-        unlaunched = _unlaunched_gpu_us(facts, step)
+        # The recording's busy time counts all GPU work; a step's, the work it launched.
+        unlaunched = 0.0 if whole else _unlaunched_gpu_us(facts, window)
         if unlaunched > 0:
             evidence["median_step_unlaunched_gpu_us"] = us(unlaunched)
             message = (
                 f"{message[:-1]}; another {unlaunched:.1f} µs of GPU work ran inside the step "
                 "whose launch call is not in the trace, which no step counts."
             )
-        recorded = measures.host_work_us(facts.trace, (step.start, step.end))
-        evidence["median_step_host_work_us"] = us(recorded)
-        longest = _longest_call(facts, step)
-        if longest is not None and (
-            facts.self_us(longest) >= OVERHEAD_BOUND_ONE_CALL_SHARE * evidence["median_cpu_us"]
-        ):
+        recorded = measures.host_work_us(facts.trace, (window.start, window.end))
+        evidence[f"{key}_host_work_us"] = us(recorded)
+        longest = _longest_call(facts, window)
+        if longest is not None and facts.self_us(longest) >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
             own = facts.self_us(longest)
             ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
             under = f" under {short_name(ops[0].name, 40)}" if ops else ""
-            evidence["median_step_longest_call"] = {
+            evidence[f"{key}_longest_call"] = {
                 **span_ref(longest),
                 "self_us": us(own),
-                "share": round(own / evidence["median_cpu_us"], 4),
+                "share": round(own / cpu_us, 4),
             }
             alone = " (the one step the rules read: nothing to compare it with)"
             message = (
                 f"{message[:-1]}; one call, {short_name(longest.name, 40)}{under}, takes "
-                f"{own:.1f} µs of it ({percent(own / evidence['median_cpu_us'])}) by itself: "
+                f"{own:.1f} µs of it ({percent(own / cpu_us)}) by itself: "
                 "a one-time cost (a first launch loading its kernel, a first allocation) "
                 f"looks like this, not only the overhead of many small ops"
                 f"{alone if len(facts.steps) == 1 else ''}."
             )
-        if recorded < OVERHEAD_BOUND_RECORDED_SHARE * evidence["median_cpu_us"]:
+        if recorded < OVERHEAD_BOUND_RECORDED_SHARE * cpu_us:
             message = (
                 f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
-                f"{recorded:.1f} µs of it ({percent(recorded / evidence['median_cpu_us'])})"
+                f"{recorded:.1f} µs of it ({percent(recorded / cpu_us)})"
             )
-            label, unseen = _emptiest_label(facts, step)
-            if label is not None and unseen >= 0.5 * (evidence["median_cpu_us"] - recorded):
-                evidence["median_step_label_without_ops"] = {"name": label, "us": us(unseen)}
+            label, unseen = _emptiest_label(facts, window)
+            if label is not None and unseen >= 0.5 * (cpu_us - recorded):
+                evidence[f"{key}_label_without_ops"] = {"name": label, "us": us(unseen)}
                 message += (
                     f", and {unseen:.1f} µs lies under the label {short_name(label, 48)} with no "
                     "op inside: time the profiler names but does not see into."
@@ -236,7 +330,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
         yield message, evidence
 
 
-def _unlaunched_gpu_us(facts: Facts, step: Any) -> float:
+def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
     """How long GPU work whose launch call is not in the trace ran inside ``step``'s CPU
     window (streams' overlaps counted once), µs: work no step's busy time counts."""
     trace = facts.trace
@@ -251,7 +345,7 @@ def _unlaunched_gpu_us(facts: Facts, step: Any) -> float:
     return measures.union_within(unlaunched, step.start, step.end)
 
 
-def _longest_call(facts: Facts, step: Any) -> Span | None:
+def _longest_call(facts: Facts, step: _Window) -> Span | None:
     """The op or runtime call inside ``step``'s window, on any CPU thread, with the longest
     self time."""
     trace = facts.trace
@@ -271,12 +365,12 @@ def _longest_call(facts: Facts, step: Any) -> Span | None:
     return None
 
 
-def _emptiest_label(facts: Facts, step: Any) -> tuple[str | None, float]:
-    """The ``record_function`` label inside ``step`` (not a step) with the most time that no
+def _emptiest_label(facts: Facts, window: _Window) -> tuple[str | None, float]:
+    """The ``record_function`` label inside ``window`` (not a step) with the most time that no
     op or call nested in it covers, and that time (its self time), µs."""
     best: tuple[str | None, float] = (None, 0.0)
     for span in facts.trace.find(cat="user_annotation"):
-        if span.start < step.start or span.end > step.end or span.id == step.span.id:
+        if span.start < window.start or span.end > window.end:
             continue
         if span.name.startswith("ProfilerStep#"):
             continue
@@ -290,7 +384,8 @@ def _emptiest_label(facts: Facts, step: Any) -> tuple[str | None, float]:
     "compute-bound",
     "profiler table",
     see="""Self CPU time total close to Self CUDA time total, both in ms. In the trace: the GPU
-    is busy for most of each step's CPU time, or longer.""",
+    is busy for most of each step's CPU time, or longer (of the whole recording, in a trace
+    without steps).""",
     means="""Compute-bound: the GPU is the bottleneck, which is usually the goal. Further gains
     come from the kernels themselves (precision, algorithm, memory traffic), not from the
     launch path. Communication kernels do not count as GPU work here (see
@@ -302,8 +397,8 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     rows, ratios = _busy_fractions(facts, compute_only=True)
     if not facts.trace.has_gpu or not rows:
         return
-    evidence, shown = _bound_evidence(facts, rows, ratios)
-    if evidence["median_gpu_busy_fraction"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
+    evidence, shown, window = _bound_evidence(facts, rows, ratios)
+    if round(shown[0], 4) >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         # Busy longer than the CPU works: the GPU sets the pace. Busy most of it: the GPU
         # is the larger cost, though a CPU that slowed down could still hold it back.
         pace = (
@@ -404,9 +499,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         # The calls in the steps the rules keep: warm-up before the first step, or a step
         # left out (cut short), would otherwise add calls to a count divided by fewer steps.
         calls = [
-            call
-            for call in _op_calls(facts, name, row.calls)
-            if facts.step_number_of(call) in kept
+            call for call in _op_calls(facts, name, row.calls) if facts.step_number_of(call) in kept
         ]
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
@@ -568,15 +661,8 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
 
 def _host_extent_us(facts: Facts) -> float:
     """From the first span on a CPU thread to the last one's end, µs."""
-    trace = facts.trace
-    on_host = [
-        spans for lane in trace.lanes if lane.kind == "cpu" if (spans := trace.lane_spans(lane))
-    ]
-    if not on_host:
-        return 0.0
-    return max(max(map(attrgetter("end"), spans)) for spans in on_host) - min(
-        spans[0].start for spans in on_host
-    )
+    window = _host_window(facts)
+    return 0.0 if window is None else window[1] - window[0]
 
 
 def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
