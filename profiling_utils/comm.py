@@ -129,12 +129,16 @@ def _operation(text: str) -> str:
 def _kernel_operation(name: str) -> str:
     """The operation a kernel's name spells: for NCCL's and its kin's
     (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_AllGather_RING_LL``) the first
-    ``_``-separated word after the prefix; for the others, the function's name
+    ``_``-separated word after the prefix, or the prefix itself before NCCL 2.7
+    (``ncclAllReduceRingLLKernel_sum_f32``); for the others, the function's name
     (``void vllm::cross_device_reduce_1stage<...>`` is an all_reduce, DeepEP's dispatch and
     combine an all_to_all)."""
     head = name.split("(", 1)[0]
     if head.startswith(("nccl", "rccl", "msccl")):
         words = head.split("_")
+        spelled = _operation(words[0])
+        if spelled != "unknown":
+            return spelled
         return _operation(words[1]) if len(words) > 1 else "unknown"
     function = head.removeprefix("void ").split("<", 1)[0]
     if "cross_device_reduce" in function:

@@ -133,15 +133,16 @@ SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 
 COMMUNICATION_KERNEL_PATTERN = re.compile(
-    r"ncclKernel|ncclDevKernel|rccl|mscclKernel|nvshmem"
+    r"nccl\w*Kernel|rccl|mscclKernel|nvshmem"
     r"|(?:void )?(?:deep_ep::|(?:(?:\w+|\(anonymous namespace\))::)*"
     r"(?:cross_device_reduce_|(?:multimem_)?(?:one|two)_shot_all_reduce|multimem_all_reduce"
     r"|multimem_all_gather|(?:one|two)ShotAllReduce|allreduce_fusion_kernel))"
 )
 """The names of collective and point-to-point communication kernels, matched at the start:
 
-- NCCL's (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_SendRecv``), RCCL's on
-  ROCm (NCCL's names, plus its own ``rccl`` ones), MSCCL's and NVSHMEM's;
+- NCCL's (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_SendRecv``, and before
+  NCCL 2.7 ``ncclAllReduceRingLLKernel_sum_f32``), RCCL's on ROCm (NCCL's names, plus its own
+  ``rccl`` ones), MSCCL's and NVSHMEM's;
 - the custom all-reduce of vLLM and SGLang (``void vllm::cross_device_reduce_1stage<...>``,
   ``void sglang::cross_device_reduce_2stage<...>``), on NVIDIA and AMD alike, which serving
   traces run instead of NCCL for small tensors;

@@ -134,11 +134,20 @@ def test_the_kernel_name_is_the_last_resort(make_trace: Any) -> None:
         complete_event("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=2),
         complete_event("ncclDevKernel_Generic", "kernel", 110, 50, pid=0, tid=COMM_STREAM,
                        correlation=2),
+        # Before NCCL 2.7 the operation led the name.
+        complete_event("cudaLaunchKernel", "cuda_runtime", 200, 5, correlation=3),
+        complete_event("ncclReduceScatterRingLLKernel_sum_f16(ncclColl)", "kernel", 210, 50,
+                       pid=0, tid=COMM_STREAM, correlation=3),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 300, 5, correlation=4),
+        complete_event("ncclSendRecvKernel_copy_i8(ncclColl)", "kernel", 310, 50,
+                       pid=0, tid=COMM_STREAM, correlation=4),
     ]  # fmt: skip
     found = collectives(load_trace(make_trace(events)))
     assert [(c.op, c.bytes, c.group, c.step, c.index) for c in found] == [
         ("all_gather", None, None, None, 0),
         ("unknown", None, None, None, 1),
+        ("reduce_scatter", None, None, None, 2),
+        ("unknown", None, None, None, 3),
     ]
     assert found[0].algbw_gb_s is None and found[0].busbw_gb_s is None
 

@@ -680,6 +680,9 @@ def test_rank_is_none_without_distributed_info(eager: Trace) -> None:
         ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", True),
         ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", True),
         ("rcclGenericKernel", True),
+        # Before NCCL 2.7 (torch 1.8's tensorboard-plugin traces, V100-era profiles).
+        ("ncclAllReduceRingLLKernel_sum_f32(ncclColl)", True),
+        ("ncclBroadcastRingLLKernel_copy_i8(ncclColl)", True),
         # Serving engines' custom all-reduce (vLLM's, SGLang's), on CUDA and HIP alike.
         ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, int)", True),
         ("void vllm::cross_device_reduce_2stage<__hip_bfloat16, 8>(vllm::RankData*)", True),
