@@ -777,7 +777,8 @@ def kernel_footprint(kernel: Span, launch: Span | None = None) -> KernelFootprin
     """Registers, shared memory, grid, block and occupancy as recorded in a kernel's args.
 
     On ROCm the kernel records none of them; its ``launch`` call (when given) records the grid
-    and the block, which are used then, the grid in blocks as CUDA counts it: the work-item
+    and the block (``grid`` and ``block``, or ``grid dim`` and ``block dim`` in later ROCm
+    releases), which are used then, the grid in blocks as CUDA counts it: the work-item
     count of ``hipExtModuleLaunchKernel`` and ``hipHccModuleLaunchKernel`` is divided by the
     block, rounded up. Their ``shared memory`` is left out: it is the dynamic part only, and
     a kernel's static LDS is not recorded.
@@ -785,7 +786,9 @@ def kernel_footprint(kernel: Span, launch: Span | None = None) -> KernelFootprin
     args = kernel.args
     grid, block = _dims(args.get("grid")), _dims(args.get("block"))
     if grid is None and block is None and launch is not None and launch.raw_args:
-        grid, block = _dims(launch.args.get("grid")), _dims(launch.args.get("block"))
+        called = launch.args  # "grid"/"block" up to ROCm 6.2; "grid dim"/"block dim" later
+        grid = _dims(called.get("grid", called.get("grid dim")))
+        block = _dims(called.get("block", called.get("block dim")))
         if launch.name in _GRID_IN_WORK_ITEMS and grid is not None and block is not None:
             if len(grid) == len(block) and all(block):
                 grid = tuple(-(-items // size) for items, size in zip(grid, block, strict=True))

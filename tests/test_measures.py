@@ -803,6 +803,15 @@ def test_rocm_footprints_come_from_the_launch_call_in_blocks(make_trace) -> None
     assert kernel_footprint(trace.kernels[0]).grid is None  # without its launch: not known
 
 
+def test_later_rocm_launch_dims_are_read_too() -> None:
+    # TraceLens's MI300-class GEMM: hipExtModuleLaunchKernel writes "grid dim" in work-items
+    # and "block dim": [512, 4, 1] over [256, 1, 1] for the GEMM, blocks (2, 4, 1); [131072,
+    # 1, 1] for the split-K reduction after it, 512 blocks.
+    trace = load_trace(FIXTURES / "foreign" / "tracelens__gemm_01_compute_few_tiles.json.gz")
+    footprints = {(k.footprint.grid, k.footprint.block) for k in kernel_launches(trace)}
+    assert footprints == {((2, 4, 1), (256, 1, 1)), ((512, 1, 1), (256, 1, 1))}
+
+
 def test_folded_calls_follow_key_averages(make_trace) -> None:
     # aten::sum [0, 100) holds only aten::sum [10, 90), which holds only aten::sum [20, 80):
     # both inner calls fold into the outer one. aten::add [200, 300) holds two aten::add
