@@ -1142,7 +1142,17 @@ def thread_activity(trace: Trace, lane: Lane, start_us: float, end_us: float) ->
     ]
     ops = [span for span in during if span.cat == "cpu_op"]
     ids = {op.id for op in ops}
-    outermost = [op for op in ops if op.parent not in ids]  # in start order
+    spans = trace.spans
+
+    def within_another(op: Span) -> bool:  # a label or a Python frame may lie between
+        parent = op.parent
+        while parent is not None:
+            if parent in ids:
+                return True
+            parent = spans[parent].parent
+        return False
+
+    outermost = [op for op in ops if not within_another(op)]  # in start order
     inside = [(op, min(op.start + op.dur, end_us) - max(op.start, start_us)) for op in outermost]
     covered, reached = 0.0, start_us  # their union: siblings may overlap a little
     for op in outermost:

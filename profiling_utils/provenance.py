@@ -2,7 +2,7 @@
 
 Every figure on the site comes from the run that built it, so every page states the machine
 that produced it. :func:`environment` reads that from the live process; a saved trace carries
-part of it too (see :attr:`profiling_utils.trace.Trace.device`).
+part of it too (see :attr:`profiling_utils.trace.Trace.devices`).
 """
 
 from __future__ import annotations

@@ -246,7 +246,11 @@ class Roofline:
     @property
     def counted_gpu_us(self) -> float:
         """The GPU time of the entries with a count (FLOPs or bytes), µs."""
-        return sum(entry.gpu_us for entry in self.entries if entry.bytes is not None)
+        return sum(
+            entry.gpu_us
+            for entry in self.entries
+            if entry.flops is not None or entry.bytes is not None
+        )
 
     def top(self, count: int) -> list[RooflineEntry]:
         """The ``count`` entries with the most GPU time, most first, those with a count (FLOPs

@@ -400,6 +400,13 @@ class Step(msgspec.Struct, frozen=True, gc=False):
     """GPU work (kernels, copies, memsets) launched from inside the window, by correlation,
     in start order. It may run after the window ends."""
 
+    def __repr__(self) -> str:
+        # The GPU work of a training step runs to thousands of spans: counted, not listed.
+        return (
+            f"Step(number={self.number}, start={self.start!r}, end={self.end!r}, "
+            f"gpu_work=<{len(self.gpu_work)} activities>)"
+        )
+
 
 Vendor = Literal["nvidia", "amd", "unknown"]
 
@@ -1037,7 +1044,8 @@ class Trace:
                 kept_until = span.end
             self.other_step_lanes = [lane for lane in by_lane if lane != chosen]
             if any(lane.pid != chosen.pid for lane in self.other_step_lanes):
-                step_pid = chosen.pid  # several processes: only this one's launches count
+                step_pid = chosen.pid  # several processes: only this one's spans count
+        self._step_pid = step_pid
         by_time = sorted(step_spans.items(), key=lambda item: item[1].start)
         self._step_starts = [span.start for _, span in by_time]
         self._step_ends = [span.end for _, span in by_time]
@@ -1207,16 +1215,19 @@ class Trace:
     def step_of(self, span: Span) -> Step | None:
         """The step a span belongs to.
 
-        GPU work belongs to the step its launch call lies in (it may run later); other spans
-        to the step whose CPU window contains their start. ``None`` outside every step, or for
-        GPU work whose launch is not in the trace.
+        GPU work belongs to the step its launch call lies in (it may run later): the step
+        whose :attr:`Step.gpu_work` lists it; other spans on a GPU lane (labels, syncs) to
+        none. A span on a CPU thread belongs to the step whose CPU window contains its start,
+        in a file that merges several processes only if it is of the steps' process (see
+        :attr:`other_step_lanes`). ``None`` outside every step, or for GPU work whose launch is
+        not in the trace.
         """
-        if span.lane.kind == "gpu":
-            launch = self.launch_of(span)
-            if launch is None:
-                return None
-            span = launch
-        number = self._step_number_at(span.start)
+        if span.lane.kind == "gpu":  # the step whose gpu_work lists it
+            number = self.gpu_work_steps.get(span.id)
+        elif self._step_pid is not None and span.pid != self._step_pid:
+            return None  # another process's span, in a file that merges several
+        else:
+            number = self._step_number_at(span.start)
         return None if number is None else self._step_by_number[number]
 
     @property

@@ -597,6 +597,16 @@ def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) ->
     assert {step.span.pid for step in trace.steps} == {100}
     assert [len(step.gpu_work) for step in trace.steps] == [1, 1]
     assert [lane.pid for lane in trace.other_step_lanes] == [200]
+    # step_of agrees: the other process's spans and kernels belong to no step.
+    assert {trace.step_of(k) is not None for k in trace.kernels if k.lane.device == 1} == {False}
+    assert [trace.step_of(k).number for k in trace.kernels if k.lane.device == 0] == [1, 2]
+    launches = trace.find("cudaLaunchKernel")
+    assert [None if (s := trace.step_of(c)) is None else s.number for c in launches] == [
+        1,
+        None,
+        2,
+        None,
+    ]
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "steps of one thread only; those on CPU thread 200 are left out" in text
 

@@ -855,6 +855,9 @@ def test_thread_activity_lists_the_outermost_operators_and_the_time_none_ran(mak
         complete_event("ProfilerStep#1", "user_annotation", 0, 100),
         complete_event("outer", "cpu_op", 10, 30),
         complete_event("inner", "cpu_op", 12, 5),
+        # A label between two ops (a compiled region's "## Call CompiledFxGraph ##").
+        complete_event("## call ##", "user_annotation", 22, 10),
+        complete_event("deep", "cpu_op", 23, 8),
         complete_event("late", "cpu_op", 50, 40),
         complete_event("cudaLaunchKernel", "cuda_runtime", 55, 3),
         complete_event("elsewhere", "cpu_op", 20, 60, tid=7),
@@ -862,11 +865,12 @@ def test_thread_activity_lists_the_outermost_operators_and_the_time_none_ran(mak
     trace = load_trace(make_trace(events))
     lane = next(span.lane for span in trace.spans if span.name == "outer")
     activity = thread_activity(trace, lane, 20.0, 70.0)
-    # outer runs 20-40 (20 us of the window), late 50-70 (20 us): inner is inside outer, and
-    # the other thread's op and the runtime call are not operators of this thread.
+    # outer runs 20-40 (20 us of the window), late 50-70 (20 us): inner and deep are inside
+    # outer (deep through a label), and the other thread's op and the runtime call are not
+    # operators of this thread.
     assert [(op.name, inside) for op, inside in activity.ops] == [("outer", 20.0), ("late", 20.0)]
     assert activity.op_us == 40.0 and activity.no_op_us == 10.0
-    assert [label.name for label in activity.labels] == ["ProfilerStep#1"]
+    assert [label.name for label in activity.labels] == ["ProfilerStep#1", "## call ##"]
     # A window before every op: nothing ran, the label was open.
     before = thread_activity(trace, lane, 1.0, 5.0)
     assert (before.ops, before.op_us, before.no_op_us) == ((), 0.0, 4.0)

@@ -284,6 +284,15 @@ def test_no_detection_keys_on_a_gpu_specific_kernel_name() -> None:
             assert prefix not in body.lower(), (rule.id, prefix)
 
 
+def test_select_takes_a_string_of_ids_and_names_where_cross_rank_ids_run() -> None:
+    path = gpu_fixture("train_tiny_transformer_a3")
+    assert [f.rule for f in diagnose(path, select="hotspot, many-calls")] == ["many-calls"]
+    assert diagnose(path, select="many-calls", ignore="many-calls") == []
+    with pytest.raises(ValueError, match=r"^unknown rule id\(s\): rank-straggler \(rank-straggler: "
+                       r"cross-rank, run by profiling_utils\.ranks\.cross_rank"):  # fmt: skip
+        diagnose(path, select=["rank-straggler"])
+
+
 def test_registering_twice_or_in_an_unknown_table_is_refused() -> None:
     with pytest.raises(ValueError, match="twice"):
         registry_module.rule("hotspot", "GPU lane", see="s", means="m", severity="info")

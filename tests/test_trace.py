@@ -989,3 +989,12 @@ def test_launches_captured_into_a_graph_are_due_no_gpu_record(make_trace) -> Non
     lost = [*events, complete_event("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=9)]
     trace = load_trace(make_trace(lost, name="lost.json"))
     assert trace.kernel_launches_without_gpu_record(trace.steps[0]) == (1, 4)
+
+
+def test_a_steps_repr_counts_its_gpu_work(eager: Trace) -> None:
+    # A ResNet step launches 1,462 activities: its repr would run to 400,000 characters.
+    step = eager.steps[0]
+    assert repr(step) == (
+        f"Step(number={step.number}, start={step.start!r}, end={step.end!r}, "
+        f"gpu_work=<{len(step.gpu_work)} activities>)"
+    )

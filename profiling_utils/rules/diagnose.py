@@ -26,16 +26,34 @@ def select_rules(
 ) -> list[Rule]:
     """The rules to run: all of them, or only ``select``, minus ``ignore``, in cheatsheet order.
 
+    ``select`` and ``ignore`` are rule ids, or one string of ids separated by commas (as the
+    CLI's ``--select`` takes them).
+
     Raises:
         ValueError: An id names no rule; the message lists the unknown ids.
     """
     known = {r.id for r in RULES}
-    chosen = set(known if select is None else select)
-    ignored = set(ignore or ())
+    chosen = set(known if select is None else _rule_id_list(select))
+    ignored = set(_rule_id_list(ignore or ()))
     unknown = sorted((chosen | ignored) - known)
     if unknown:
-        raise ValueError(f"unknown rule id(s): {', '.join(unknown)}")
+        from ..ranks import CROSS_RANK_RULE_IDS  # ranks imports this package
+
+        across = [i for i in unknown if i in CROSS_RANK_RULE_IDS]
+        where = (
+            f" ({', '.join(across)}: cross-rank, run by profiling_utils.ranks.cross_rank over "
+            "several ranks' traces, or by the CLI's diagnose given several)"
+            if across
+            else ""
+        )
+        raise ValueError(f"unknown rule id(s): {', '.join(unknown)}{where}")
     return [r for r in RULES if r.id in chosen and r.id not in ignored]
+
+
+def _rule_id_list(ids: Iterable[str] | str) -> list[str]:
+    if isinstance(ids, str):
+        return [part.strip() for part in ids.split(",") if part.strip()]
+    return list(ids)
 
 
 def order_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -68,9 +86,10 @@ def diagnose(
     Args:
         trace_or_path: A loaded :class:`~profiling_utils.trace.Trace`, or the path of a trace
             file (``.json`` or ``.json.gz``).
-        select: Rule ids to run (default: every rule). Rules that need a baseline
+        select: Rule ids to run (default: every rule), or one string of them separated by
+            commas. Rules that need a baseline
             (``compile-cpu-tax``) run in :func:`profiling_utils.compare.compare` instead.
-        ignore: Rule ids to leave out.
+        ignore: Rule ids to leave out, the same way.
 
     Returns:
         The findings, grouped by cheatsheet table with the most important first (see

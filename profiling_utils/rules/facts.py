@@ -177,8 +177,11 @@ class Row(msgspec.Struct, frozen=True, gc=False):
     """Spans with this name (a span that is the only child of one of its name not counted,
     as ``key_averages()`` folds it into its parent)."""
     total_us: float
-    """Their summed durations, a span nested in one of the same name counted once ("CPU
-    total")."""
+    """Their summed durations, a span nested in one of the same name counted once: the time
+    the op's calls held the thread. The profiler table's "CPU total" (``key_averages()``,
+    :attr:`profiling_utils.measures.OpStats.total_us`, ``summary``'s top CPU operators)
+    counts such a span again, inside its outer call's total, and is larger for an op that
+    calls itself (``aten::linear`` around another ``aten::linear``)."""
     self_us: float
     """Their summed durations minus their direct children's ("Self CPU")."""
     is_op: bool
