@@ -852,10 +852,14 @@ rule id, with one line on stderr."""
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
   baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
-                   kernels, launches, gpu_activities, kernels_per_step, launches_per_step,
-                   launch_apis, compiled, cuda_graph_launches, collectives,
-                   median_step_communication_us, median_step_exposed_communication_us};
+                   recording_cpu_us, recording_gpu_busy_us, kernels, launches,
+                   gpu_activities, kernels_per_step, launches_per_step, launch_apis,
+                   compiled, cuda_graph_launches, collectives, median_step_communication_us,
+                   median_step_exposed_communication_us};
                    content is "GPU", "accelerator not read", "CPU only" or "no events";
+                   recording_cpu_us runs from the first CPU-thread event to the last (within
+                   the recording window), recording_gpu_busy_us is the whole trace's GPU
+                   busy time: the times to compare without steps (the text shows them then);
                    collectives counts the NCCL/RCCL kernels, the medians are per step
                    (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE

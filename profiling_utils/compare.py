@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import measures
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table
 from .trace import Trace, TraceContent, gc_paused, load_trace
@@ -55,6 +56,13 @@ class RunSummary:
     """Median CPU duration of a step."""
     median_step_gpu_busy_us: float | None
     """Median GPU busy time of a step's work."""
+    recording_cpu_us: float | None
+    """From the first span on a CPU thread to the last one's end, within the profiler's
+    recording window (:attr:`profiling_utils.rules.facts.Facts.host_window`), µs: the time to
+    compare for traces without steps."""
+    recording_gpu_busy_us: float | None
+    """Time at least one GPU activity ran, over the whole trace, µs (``None`` without GPU
+    work)."""
     kernels: int
     """Kernels in the whole trace."""
     launches: int
@@ -181,6 +189,11 @@ class Comparison:
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
             ("CUDA/HIP graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
+        if not (a.steps and b.steps):  # step medians are missing: the whole recordings
+            rows += [
+                ("host, first to last event (µs)", a.recording_cpu_us, b.recording_cpu_us),
+                ("GPU busy, whole trace (µs)", a.recording_gpu_busy_us, b.recording_gpu_busy_us),
+            ]
         if a.collectives or b.collectives:
             rows += [
                 ("collective kernels (whole trace)", a.collectives, b.collectives),
@@ -277,6 +290,7 @@ def _summary(facts: Facts) -> RunSummary:
         )
     )
     info = facts.compile_info
+    window = facts.host_window
     communication = exposed = None
     if trace.communication and steps:
         by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
@@ -290,6 +304,8 @@ def _summary(facts: Facts) -> RunSummary:
         steps=steps,
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
+        recording_cpu_us=None if window is None else window[1] - window[0],
+        recording_gpu_busy_us=measures.gpu_busy_us(trace) if trace.has_gpu else None,
         kernels=len(trace.kernels),
         launches=len(facts.launches),
         gpu_activities=len(trace.gpu_work),

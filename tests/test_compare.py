@@ -288,3 +288,36 @@ def test_the_text_lists_twenty_names_of_each_kind_and_the_json_all(make_trace) -
     listed = comparison.to_text().split("Ops only in the trace:\n", 1)[1].split("\n\n", 1)[0]
     assert len(listed.splitlines()) == 21
     assert listed.splitlines()[-1] == "  ... and 5 more (--json lists them all)"
+
+
+def test_traces_without_steps_compare_their_whole_recordings(make_trace) -> None:
+    # Two scripts without a profiler schedule: one kernel each, 100 µs then 40 µs, launched
+    # from one op; the host's events span 200 µs and 80 µs.
+    def script(kernel_us: float, host_us: float) -> str:
+        return str(
+            make_trace(
+                [
+                    complete_event("aten::mm", "cpu_op", 0, host_us),
+                    complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=1),
+                    complete_event("gemm", "kernel", 20, kernel_us, pid=0, tid=7, correlation=1),
+                ],
+                name=f"script_{kernel_us:g}.json",
+            )
+        )
+
+    comparison = compare(script(100.0, 200.0), script(40.0, 80.0))
+    a, b = comparison.baseline, comparison.trace
+    assert (a.steps, a.median_step_cpu_us) == (0, None)
+    assert (a.recording_cpu_us, a.recording_gpu_busy_us) == (200.0, 100.0)
+    assert (b.recording_cpu_us, b.recording_gpu_busy_us) == (80.0, 40.0)
+    text = comparison.to_text()
+    assert re.search(r"host, first to last event \(µs\) +200\.0 +80\.0 +0\.40×", text)
+    assert re.search(r"GPU busy, whole trace \(µs\) +100\.0 +40\.0 +0\.40×", text)
+    assert json.loads(json.dumps(comparison.to_dict()))["trace"]["recording_cpu_us"] == 80.0
+
+
+def test_traces_with_steps_leave_the_whole_recording_rows_out(
+    eager_vs_compiled: Comparison,
+) -> None:
+    assert "host, first to last event" not in eager_vs_compiled.to_text()
+    assert eager_vs_compiled.baseline.recording_cpu_us > 0

@@ -197,6 +197,7 @@ _COMPILE_MARKERS = (
 _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), (), ())
 _CALL_ID = attrgetter("call.id")
+_END = attrgetter("end")
 
 
 class Facts:
@@ -227,6 +228,25 @@ class Facts:
         recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
         whole = [step for step in recorded if _gpu_records_whole(trace, step)]
         return whole or recorded or ended
+
+    @cached_property
+    def host_window(self) -> tuple[float, float] | None:
+        """From the first span on a CPU thread to the last one's end, µs, at most to the end of
+        the profiler's recording window (a step whose end was not recorded runs far past
+        it); ``None`` in a trace without CPU threads. The stretch a trace without steps is
+        read over as a whole."""
+        trace = self.trace
+        on_host = [
+            spans for lane in trace.lanes if lane.kind == "cpu" if (spans := trace.lane_spans(lane))
+        ]
+        if not on_host:
+            return None
+        start = min(spans[0].start for spans in on_host)
+        end = max(max(map(_END, spans)) for spans in on_host)
+        recording_end = trace.recording_end_us
+        if recording_end is not None and start < recording_end < end:
+            end = recording_end
+        return start, end
 
     @cached_property
     def step_times(self) -> list[measures.StepTime]:

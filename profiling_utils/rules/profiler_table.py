@@ -124,24 +124,6 @@ class _Window(NamedTuple):
     step: Step | None
 
 
-def _host_window(facts: Facts) -> tuple[float, float] | None:
-    """From the first span on a CPU thread to the last one's end, µs, at most to the end of
-    the profiler's recording window (a step whose end was not recorded runs far past it);
-    ``None`` without."""
-    trace = facts.trace
-    on_host = [
-        spans for lane in trace.lanes if lane.kind == "cpu" if (spans := trace.lane_spans(lane))
-    ]
-    if not on_host:
-        return None
-    start = min(spans[0].start for spans in on_host)
-    end = max(max(map(attrgetter("end"), spans)) for spans in on_host)
-    recording_end = trace.recording_end_us
-    if recording_end is not None and start < recording_end < end:
-        end = recording_end
-    return start, end
-
-
 def _recording_fraction(
     facts: Facts, compute_only: bool
 ) -> tuple[list[dict[str, Any]], list[float]]:
@@ -150,7 +132,7 @@ def _recording_fraction(
     that of the busiest GPU from the window's start on, past its end too (as a step's busy
     time counts the work it launched wherever it ran: a GPU still busy after the host's last
     event sets the pace)."""
-    window = _host_window(facts)
+    window = facts.host_window
     if window is None or window[1] <= window[0]:
         return [], []
     left_out = facts.communication_ids if compute_only else frozenset()
@@ -661,7 +643,7 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
 
 def _host_extent_us(facts: Facts) -> float:
     """From the first span on a CPU thread to the last one's end, µs."""
-    window = _host_window(facts)
+    window = facts.host_window
     return 0.0 if window is None else window[1] - window[0]
 
 
