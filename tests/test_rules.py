@@ -841,7 +841,7 @@ def test_dead_window_is_silent_on_the_h100_cold_run() -> None:
 
 def test_planned_launch_on_the_fp32_gemm() -> None:
     group = only("4096_fp32_warm_eager", "planned-launch").evidence["groups"][0]
-    assert group["planning_calls"] == {"cudaFuncGetAttributes": 1}
+    assert group["planning_calls_per_launch"] == {"cudaFuncGetAttributes": 1}
     assert group["api"] == "cudaLaunchKernelExC"
     assert group["op"] == "aten::mm"
     assert group["count"] == 3

@@ -250,10 +250,10 @@ def _launch_groups(launches: list[tuple[Launch, Span]], with_planning: bool) -> 
     for (op, planning, api, kernel_name), members in by_count[:_GROUPS_REPORTED]:
         first, kernel = members[0]
         row: dict[str, Any] = {"op": op, "api": api, "kernel": kernel_name, "count": len(members)}
-        if with_planning:
-            row["planning_calls"] = dict(Counter(planning))
+        if with_planning:  # the same calls before each launch of the group
+            row["planning_calls_per_launch"] = dict(Counter(planning))
             planning_us = sum(c.dur for launch, _ in members for c in launch.planning)
-            row["planning_us"] = us(planning_us / len(members))
+            row["planning_us_per_launch"] = us(planning_us / len(members))
         row["footprint"] = _footprint(kernel, first.call)
         row["first"] = span_ref(first.call)
         rows.append(row)
@@ -301,7 +301,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     top = rows[0]
     yield (
         f"{len(planned)} kernel launch(es) follow a planning call; most often "
-        f"{_counts(top['planning_calls'])} → {top['api']} {_describe(top)}, "
+        f"{_counts(top['planning_calls_per_launch'])} → {top['api']} {_describe(top)}, "
         f"{top['count']}×.",
         {"launches": len(planned), "groups": rows},
     )
