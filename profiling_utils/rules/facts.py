@@ -198,6 +198,7 @@ _ROW_CATEGORIES = ("cpu_op", "user_annotation")
 _NO_COMPILE = measures.CompileInfo((), (), (), (), (), (), (), ())
 _CALL_ID = attrgetter("call.id")
 _END = attrgetter("end")
+_START = attrgetter("start")
 
 
 class Facts:
@@ -539,6 +540,20 @@ class Facts:
             return self._step_of_gpu_work.get(span.id)
         step = self.trace.step_of(span)
         return None if step is None else step.number
+
+    def in_steps(self, spans: list[Span]) -> list[Span]:
+        """Those of ``spans`` (on CPU threads, in start order) that belong to one of
+        :attr:`steps` (:meth:`Trace.step_of`), in order: bisected by the steps' windows, not
+        looked up one by one."""
+        trace = self.trace
+        starts = list(map(_START, spans))
+        kept = []
+        for step in self.steps:
+            kept += spans[bisect_left(starts, step.start) : bisect_left(starts, step.end)]
+        pid = trace.steps[0].span.pid if trace.steps else None
+        if any(lane.pid != pid for lane in trace.other_step_lanes):
+            kept = [span for span in kept if span.pid == pid]  # the steps' process only
+        return kept
 
     def step_numbers(self, spans: Iterable[Span]) -> list[int]:
         """The distinct steps ``spans`` belong to, in order."""

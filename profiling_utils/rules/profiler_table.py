@@ -471,7 +471,6 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         return
     found = []
     calls_of: dict[str, list[Any]] = {}
-    kept = {step.number for step in facts.steps}
     for name, row in facts.rows.items():
         # The row counts the whole trace; these prefilters pass every op that could qualify.
         if not row.is_op or row.calls < MANY_CALLS_MIN_PER_STEP * steps:
@@ -480,9 +479,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             continue  # counted at the median call, it could only take less
         # The calls in the steps the rules keep: warm-up before the first step, or a step
         # left out (cut short), would otherwise add calls to a count divided by fewer steps.
-        calls = [
-            call for call in _op_calls(facts, name, row.calls) if facts.step_number_of(call) in kept
-        ]
+        calls = facts.in_steps(_op_calls(facts, name, row.calls))
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         typical, long_calls = _median_and_long(calls)
@@ -506,8 +503,9 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             )
     if not found:
         return
-    for entry in found:
-        entry["within"] = _called_within(facts, calls_of[entry["op"]], set(calls_of))
+    if len(found) > 1:  # one op can run only inside another the rule names
+        for entry in found:
+            entry["within"] = _called_within(facts, calls_of[entry["op"]], set(calls_of))
     # An op whose calls run inside another's named here (aten::conv2d → aten::convolution)
     # is the same calls again: listed after the ops called on their own, not counted twice.
     found.sort(key=lambda r: (r["within"] is not None, -r["calls"]))
