@@ -114,8 +114,9 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
 
 _EXPOSED_TOTAL = (
     "{total.exposed_us:.1f} of {total.communication_us:.1f} µs of communication is exposed. A "
-    "collective's kernel also waits for the last rank to join it: diagnose the run's ranks "
-    "together to tell that wait from the transfer."
+    "collective's kernel also waits for the last rank to join it: only the ranks' traces read "
+    "together (diagnose given all of them, in its part across ranks) tell that wait from the "
+    "transfer."
 )
 """The end of ``exposed-communication``'s message, over the trace, with or without steps."""
 
