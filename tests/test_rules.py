@@ -183,6 +183,9 @@ FIRES: dict[str, set[str]] = {
     "cuda-graph": GRAPHS,
     # Our recordings load no data (see the synthetic loader traces below).
     "data-loader": set(),
+    # No recording has a later step 3x the others (the widest: 2.3x, the step after a cold
+    # start); see the synthetic stalls below.
+    "slow-step": set(),
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),
     "comm-overlap": set(),
@@ -270,6 +273,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "attention-math-fp32",
         "elementwise-chain",
         "mask-rebuilt",
+        "slow-step",
     }
 
 
@@ -314,6 +318,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "exposed-communication",
         "comm-overlap",
         "collective-bandwidth",
+        "slow-step",
     }
 
 
@@ -772,6 +777,77 @@ def test_many_calls_counts_an_op_running_inside_another_it_names_once(make_trace
     assert "(2 more run almost only inside them: aten::convolution, aten::_convolution)" in (
         finding.message
     )
+
+
+def stalled_steps(stall: dict[int, tuple[str, float]]) -> list[dict[str, Any]]:
+    """Five 1,000 µs steps, each an op launching one 50 µs kernel and a 10 µs sync; ``stall``
+    gives a step ``("host", µs)`` of host time outside every op, or ``("sync", µs)`` more in
+    its cudaStreamSynchronize."""
+    events = []
+    for n in range(5):
+        t = 10_000.0 * n
+        kind, extra = stall.get(n, ("", 0.0))
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000 + extra),
+            complete_event("aten::mul", "cpu_op", t + 100, 50),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 110, 10, correlation=n + 1),
+            complete_event("mul_kernel", "kernel", t + 130, 50, pid=0, tid=7, correlation=n + 1),
+            complete_event(
+                "cudaStreamSynchronize",
+                "cuda_runtime",
+                t + (900 + extra if kind == "host" else 900),
+                10 + (extra if kind == "sync" else 0),
+            ),
+        ]
+    return events
+
+
+def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
+    # Step 3 takes 5,000 µs: 4,000 µs more, spent between ops (a garbage-collection pause).
+    (finding,) = diagnose(make_trace(stalled_steps({3: ("host", 4_000.0)})), select=["slow-step"])
+    assert finding.evidence["step"] == 3 and finding.evidence["ratio"] == 5.0
+    assert finding.message.startswith(
+        "ProfilerStep#3 took 5000.0 µs, 5.0× the median of the other steps (1000.0 µs); "
+        "4940.0 µs of it runs outside every op of its thread (940.0 µs in the other steps)"
+    )
+    assert "slowest_call" not in finding.evidence
+
+
+def test_slow_step_names_the_runtime_call_that_waited(make_trace) -> None:
+    (finding,) = diagnose(make_trace(stalled_steps({2: ("sync", 4_000.0)})), select=["slow-step"])
+    assert finding.evidence["slowest_call"]["name"] == "cudaStreamSynchronize"
+    assert (
+        "the runtime call furthest above its usual time, cudaStreamSynchronize, took 4010.0 µs "
+        "against 10.0 µs in the other steps (100% of the extra 4000.0 µs)"
+    ) in finding.message
+
+
+def test_slow_step_on_a_recording_with_a_host_stall_added(tmp_path) -> None:
+    # The H100 recording of 20 steps with 20 ms of host time added at the end of step 10
+    # (a garbage-collection pause, a checkpoint): everything after moves 20 ms later.
+    document = fixture_document("64_bf16_warm_eager_w0a20")
+    events = document["traceEvents"]
+    step = next(e for e in events if e.get("name") == "ProfilerStep#10")
+    end, stall = step["ts"] + step["dur"], 20_000.0
+    for event in events:
+        if "ts" not in event:
+            continue
+        if event["ts"] >= end:
+            event["ts"] += stall
+        elif event.get("ph") == "X" and event["ts"] + event.get("dur", 0) >= end:
+            event["dur"] += stall  # the step itself, and what encloses it
+    (finding,) = diagnose(write_trace(tmp_path / "stalled.json", document), select=["slow-step"])
+    assert finding.evidence["step"] == 10
+    assert finding.evidence["outside_ops_us"] >= stall
+    assert "runs outside every op of its thread" in finding.message
+
+
+def test_slow_step_is_silent_on_a_slow_first_step_and_under_three_times(make_trace) -> None:
+    # The first step is cold-start's; a later one 2.5x the others is within what settling
+    # steps show.
+    events = stalled_steps({0: ("host", 9_000.0), 3: ("host", 1_500.0)})
+    assert diagnose(make_trace(events), select=["slow-step"]) == []
+    assert [f.rule for f in diagnose(make_trace(events), select=["cold-start"])] == ["cold-start"]
 
 
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:

@@ -47,6 +47,13 @@ COLD_START_OUTSIDE_OPS_SHARE = 0.25
 exceeds the other steps' by at least this share of the step's extra time (on the MI250 and
 MI300X traces, most of it: host work the profiler does not record as an op)."""
 
+SLOW_STEP_MIN_RATIO = 3.0
+"""``slow-step``: a step after the first is at least this many times the median of the
+other steps (and longer by :data:`COLD_START_MIN_EXCESS_LAUNCHES` launch latencies)."""
+
+SLOW_STEP_MIN_STEPS = 3
+"""``slow-step`` needs this many steps: with two, the median of the others is one step."""
+
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
 steps under the same label (the steady state: right after a cold start the second step is
@@ -155,6 +162,92 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
             f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
             f"steps ({percent(share)} of the extra {extra:.1f} µs)"
         )
+    yield message + ".", evidence
+
+
+@rule(
+    "slow-step",
+    "CPU lane",
+    see="""One step after the first is several times wider than the others.""",
+    means="""Something ran in that step only: a stall on the host (garbage collection, a
+    checkpoint save, logging, a batch that took long to load), a recompilation, a wait on
+    other ranks or on the GPU, or an input of another size. The evidence says whether the
+    time went to host work outside every op, to one runtime call, or to more GPU work;
+    steady-state numbers should leave the step out.""",
+    severity="warning",
+    from_post=False,
+)
+def slow_step(facts: Facts) -> Iterator[Hit]:
+    steps = facts.steps
+    if len(steps) < SLOW_STEP_MIN_STEPS:
+        return
+    widths = {step.number: step.span.dur for step in steps}
+    min_excess = COLD_START_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+    slow = {}
+    for step in steps[1:]:  # the first step is cold-start's
+        typical = _other_median(widths, step.number)
+        assert typical is not None
+        width = widths[step.number]
+        if typical > 0 and width >= SLOW_STEP_MIN_RATIO * typical and width - typical >= min_excess:
+            slow[step.number] = (width, typical)
+    if not slow:
+        return
+    number = max(slow, key=lambda n: slow[n][0] / slow[n][1])
+    width, typical = slow[number]
+    step = next(s for s in steps if s.number == number)
+    extra = width - typical
+    evidence: dict[str, Any] = {
+        "step": number,
+        "step_start_us": us(step.start),
+        "cpu_us": us(width),
+        "median_other_cpu_us": us(typical),
+        "ratio": round(width / typical, 2),
+        "slow_steps": {str(n): us(w) for n, (w, _) in slow.items()},
+        "min_excess_us": us(min_excess),
+    }
+    message = (
+        f"{step_label(number)} took {width:.1f} µs, {width / typical:.1f}× the median of the "
+        f"other steps ({typical:.1f} µs)"
+    )
+    if len(slow) > 1:
+        message += f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too)"
+    outside = {s.number: facts.self_us(s.span) for s in steps}
+    usual_outside = _other_median(outside, number)
+    assert usual_outside is not None
+    evidence["outside_ops_us"] = us(outside[number])
+    evidence["median_other_outside_ops_us"] = us(usual_outside)
+    reasons = []
+    if outside[number] - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+        reasons.append(
+            f"{outside[number]:.1f} µs of it runs outside every op of its thread "
+            f"({usual_outside:.1f} µs in the other steps): host work the profiler does not "
+            "record as an op"
+        )
+    slowest = _slowest_call(facts, number)
+    if slowest is not None and slowest["dur_us"] - slowest["typical_us"] >= (
+        COLD_START_OUTSIDE_OPS_SHARE * extra
+    ):
+        evidence["slowest_call"] = slowest
+        share = (slowest["dur_us"] - slowest["typical_us"]) / extra
+        reasons.append(
+            f"the runtime call furthest above its usual time, {slowest['name']}, took "
+            f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
+            f"steps ({percent(share)} of the extra {extra:.1f} µs)"
+        )
+    busy = {t.step: t.gpu_busy_us for t in facts.step_times}
+    usual_busy = _other_median(busy, number)
+    if facts.trace.has_gpu and number in busy and usual_busy is not None:
+        evidence["gpu_busy_us"] = us(busy[number])
+        evidence["median_other_gpu_busy_us"] = us(usual_busy)
+        if busy[number] - usual_busy >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+            reasons.append(
+                f"its GPU work ran {busy[number]:.1f} µs against {usual_busy:.1f} µs in the "
+                "other steps: more or slower work on the GPU"
+            )
+    if reasons:
+        message += "; " + "; ".join(reasons)
+    else:
+        message += ": no one place holds the extra time (see its ops and calls)"
     yield message + ".", evidence
 
 
