@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FOREIGN, gpu_fixture, op_steps_events
+from conftest import FOREIGN, complete_event, gpu_fixture, op_steps_events
 
 from profiling_utils import Finding, diagnose
 
@@ -144,3 +144,18 @@ def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
     # Three fp32 intermediates of 512 x 8192, each written then read back.
     assert biggest["saved_bytes_per_chain"] == 3 * 2 * 512 * 8192 * 4
     assert evidence["saved_bytes_per_step"] >= biggest["saved_bytes_per_chain"]
+
+
+def test_chains_count_in_the_steps_the_rules_read(make_trace: Any) -> None:
+    # The profiler's window ends inside step 2: its end was not recorded, the rules leave it
+    # out, and its chain with it. Ending before step 1 ends too, no step is left: no finding
+    # (the chains were once divided by zero steps).
+    ops = [MATMUL, elementwise("aten::add"), elementwise("aten::mul"), elementwise("aten::gelu")]
+    events = op_steps_events(ops)
+
+    def window(end: float) -> dict[str, Any]:
+        return complete_event("PyTorch Profiler (0)", "Trace", 0, end, pid="Spans", tid="Trace")
+
+    one = rules_on(make_trace([window(4_500.0), *events], name="one.json"))["elementwise-chain"]
+    assert one.evidence["steps"] == [1] and one.evidence["chains_per_step"] == 1
+    assert "elementwise-chain" not in rules_on(make_trace([window(2_500.0), *events]))

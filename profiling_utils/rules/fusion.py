@@ -152,15 +152,17 @@ def _long_enough(ops: list[Span]) -> bool:
 
 
 def elementwise_chains(facts: Facts) -> list[Chain]:
-    """Runs of kernels launched in a step, on one stream, from :data:`ELEMENTWISE_OPS` over
-    tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of them, or at least
-    :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels (:data:`GEMM_OPS`)
-    between them neither break the run nor join it; any other kernel breaks it.
+    """Runs of kernels launched in a step (one of :attr:`Facts.steps`), on one stream, from
+    :data:`ELEMENTWISE_OPS` over tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of
+    them, or at least :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels
+    (:data:`GEMM_OPS`) between them neither break the run nor join it; any other kernel
+    breaks it.
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
     step_of_id = facts.step_of_gpu_work
     step_of = facts.step_number_of
+    kept = {step.number for step in facts.steps}
     # Runs by op name and step first: the recorded shapes are decoded for long runs only.
     runs: list[list[tuple[Span, Span]]] = []
     open_runs: dict[Any, list[tuple[Span, Span]]] = {}
@@ -188,8 +190,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     for run in runs:
         if len(run) < _SHORTEST_CHAIN:  # most runs: one elementwise kernel between others
             continue
-        if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) is None:
-            continue
+        if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) not in kept:
+            continue  # outside the steps the rules read (a step cut short, none at all)
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
         for op, kernel in [*run, (None, None)]:
             read = None if op is None else _dims_and_output_bytes(op)
