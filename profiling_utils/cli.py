@@ -144,6 +144,7 @@ from .ranks import (
     trace_files,
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
+from .rules.diagnose import rule_id_list
 from .tables import byte_size, cut, distinct_cuts, percent, text_table
 from .trace import HOST_COLLECTIVE_PREFIX, Span, Trace
 
@@ -884,7 +885,10 @@ def _at_least_one(text: str) -> int:
 
 
 def _rule_id_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+    ids = rule_id_list(text)
+    if not ids:
+        raise argparse.ArgumentTypeError(f"no rule id in {text!r}")
+    return ids
 
 
 def _diagnose_task(

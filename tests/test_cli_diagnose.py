@@ -83,6 +83,15 @@ def test_unknown_rule_id_is_bad_input(capsys: pytest.CaptureFixture) -> None:
     assert err == "error: unknown rule id(s): no-such-rule\n"
 
 
+def test_a_select_naming_no_rule_is_bad_usage(capsys: pytest.CaptureFixture) -> None:
+    # "--select ," once ran no rule and said "No cheatsheet pattern found."
+    path = str(gpu_fixture("64_bf16_warm_eager"))
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(capsys, "diagnose", "--select", ",", path)
+    assert exit_.value.code == 2
+    assert "argument --select: no rule id in ','" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("content", [None, b"", b'{"traceEvents": [', gzip.compress(b"{}")[:10]])
 def test_unreadable_trace_is_one_line_and_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes | None

@@ -850,6 +850,27 @@ def test_slow_step_is_silent_on_a_slow_first_step_and_under_three_times(make_tra
     assert [f.rule for f in diagnose(make_trace(events), select=["cold-start"])] == ["cold-start"]
 
 
+def test_many_calls_counts_one_of_two_ops_that_run_inside_each_other(make_trace) -> None:
+    # Per step: aten::x holding 60 aten::y, then aten::y around aten::y holding 60 aten::x.
+    # 60 of x's 61 calls sit in a y, and 60 of y's 61 (the inner y folded) in an x: each runs
+    # nearly only inside the other. The one with more calls stays counted.
+    events = []
+    for n in range(2):
+        t = 100 + 1_200.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000),
+            complete_event("aten::x", "cpu_op", t + 10, 200),
+            *[complete_event("aten::y", "cpu_op", t + 12 + 3 * k, 2.5) for k in range(60)],
+            complete_event("aten::y", "cpu_op", t + 250, 700),
+            complete_event("aten::y", "cpu_op", t + 260, 600),
+            *[complete_event("aten::x", "cpu_op", t + 265 + 9.5 * k, 9) for k in range(60)],
+        ]
+    (finding,) = diagnose(make_trace(events), select=["many-calls"])
+    within = {entry["op"]: entry["within"] for entry in finding.evidence["ops"]}
+    assert within == {"aten::x": None, "aten::y": "aten::x"}  # 122 calls each: the first
+    assert finding.message.startswith("1 op(s) are called 50+ times per step")
+
+
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:
     finding = only("4096_bf16_warm_eager", "cost-in-children")
     path = [link["name"] for link in finding.evidence["drill_down"]]

@@ -33,8 +33,8 @@ def select_rules(
         ValueError: An id names no rule; the message lists the unknown ids.
     """
     known = {r.id for r in RULES}
-    chosen = set(known if select is None else _rule_id_list(select))
-    ignored = set(_rule_id_list(ignore or ()))
+    chosen = set(known if select is None else rule_id_list(select))
+    ignored = set(rule_id_list(ignore or ()))
     unknown = sorted((chosen | ignored) - known)
     if unknown:
         from ..ranks import CROSS_RANK_RULE_IDS  # ranks imports this package
@@ -50,7 +50,8 @@ def select_rules(
     return [r for r in RULES if r.id in chosen and r.id not in ignored]
 
 
-def _rule_id_list(ids: Iterable[str] | str) -> list[str]:
+def rule_id_list(ids: Iterable[str] | str) -> list[str]:
+    """``ids`` as a list: a string is split at its commas (``"hotspot, many-calls"``)."""
     if isinstance(ids, str):
         return [part.strip() for part in ids.split(",") if part.strip()]
     return list(ids)

@@ -506,6 +506,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     if len(found) > 1:  # one op can run only inside another the rule names
         for entry in found:
             entry["within"] = _called_within(facts, calls_of[entry["op"]], set(calls_of))
+        _break_cycles(found)
     # An op whose calls run inside another's named here (aten::conv2d → aten::convolution)
     # is the same calls again: listed after the ops called on their own, not counted twice.
     found.sort(key=lambda r: (r["within"] is not None, -r["calls"]))
@@ -534,8 +535,29 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
         f"per step, {top['median_us']:.1f} µs for the median call, "
         f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}.",
-        {"steps": steps, "steps_cpu_us": us(steps_cpu), "ops": found[:_REPORTED_ROWS]},
+        {
+            "steps": steps,
+            "steps_cpu_us": us(steps_cpu),
+            # The ops counted, then those running inside them: the first few of each.
+            "ops": outer[:_REPORTED_ROWS] + found[len(outer) :][:_REPORTED_ROWS],
+        },
     )
+
+
+def _break_cycles(found: list[dict[str, Any]]) -> None:
+    """Ops that run inside each other by turns (x in y in x) all have a ``within``: the op of
+    such a cycle with the most calls is counted as its own."""
+    by_op = {entry["op"]: entry for entry in found}
+    for entry in found:
+        seen = []
+        current = entry
+        while current["within"] is not None and current["op"] not in seen:
+            seen.append(current["op"])
+            current = by_op[current["within"]]
+        if current["within"] is not None:  # came back to an op of the path: a cycle
+            cycle = seen[seen.index(current["op"]) :]
+            most = max(cycle, key=lambda op: by_op[op]["calls"])
+            by_op[most]["within"] = None
 
 
 def _called_within(facts: Facts, calls: list[Any], named: set[str]) -> str | None:
