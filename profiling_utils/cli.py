@@ -85,6 +85,10 @@ Commands:
     - ``unlaunched_gpu_work``: ``{count, busy_us}``, the GPU activities whose launch call is
       not in the trace (no step counts them) and the time they ran (streams' overlaps
       counted once).
+    - ``unrecorded_kernel_launches``: ``{count, kernel_launches}``, the trace's kernel launch
+      calls with no GPU activity in it (a trace cut short, or records the profiler dropped:
+      its GPU figures are then lower bounds) and all its kernel launch calls (``null`` when
+      none lacks its record); the steps' rows count theirs.
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
     - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
@@ -117,6 +121,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -468,6 +473,11 @@ def _unlaunched_gpu_work(trace: Trace) -> dict[str, Any]:
     return {"count": len(work), "busy_us": measures.union_us(work)}
 
 
+def _unrecorded_kernel_launches(trace: Trace) -> dict[str, Any]:
+    missing, launches = trace.kernel_launches_without_gpu_record((-math.inf, math.inf))
+    return {"count": missing, "kernel_launches": launches if missing else None}
+
+
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
@@ -507,6 +517,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         ],
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
+        "unrecorded_kernel_launches": _unrecorded_kernel_launches(trace),
         "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
         "left_out_steps": [span.name for span in trace.left_out_steps],
         "top_kernels": kernels,
@@ -646,6 +657,14 @@ def format_summary(summary: dict[str, Any]) -> str:
                 ]
     else:
         out.append("  no ProfilerStep#N annotations")
+        unrecorded = summary["unrecorded_kernel_launches"]
+        if unrecorded["count"]:
+            out += [
+                f"  {unrecorded['count']:,} of the trace's {unrecorded['kernel_launches']:,} "
+                "kernel launches have no GPU record (a trace cut short, or records the",
+                "  profiler dropped): its GPU figures are a lower bound, and diagnose gives no "
+                "verdict on whether the CPU or the GPU sets the pace",
+            ]
 
     out += ["", "Top kernels by total time (µs)"]
     if summary["top_kernels"]:

@@ -1251,16 +1251,19 @@ class Trace:
         window_end = self.recording_end_us
         return window_end is None or step.end <= window_end + _RECORDING_END_TOLERANCE_US
 
-    def kernel_launches_without_gpu_record(self, step: Step) -> tuple[int, int]:
+    def kernel_launches_without_gpu_record(
+        self, step: Step | tuple[float, float]
+    ) -> tuple[int, int]:
         """How many of the kernel launch calls made in ``step`` (on any thread, graph
-        launches included) have no GPU activity in the trace, and how many there are. Every
-        launch of a whole trace has its record; a trace cut short, or whose GPU records the
-        profiler dropped (its buffers full), lacks some, and the step's GPU figures are then
-        a lower bound."""
+        launches included) have no GPU activity in the trace, and how many there are; or in a
+        window, ``(start, end)`` in µs. Every launch of a whole trace has its record; a trace
+        cut short, or whose GPU records the profiler dropped (its buffers full), lacks some,
+        and the step's GPU figures are then a lower bound. ``(0, 0)`` when no launch lacks
+        its record."""
         missing, launches = self._unrecorded_launches
         if not missing:
             return 0, 0
-        window = step.start, step.end
+        window = (step.start, step.end) if isinstance(step, Step) else step
         count = bisect_left(missing, window[1]) - bisect_left(missing, window[0])
         return count, bisect_left(launches, window[1]) - bisect_left(launches, window[0])
 

@@ -39,6 +39,7 @@ SUMMARY_KEYS = {
     "lanes",
     "steps",
     "unlaunched_gpu_work",
+    "unrecorded_kernel_launches",
     "other_step_lanes",
     "left_out_steps",
     "top_kernels",
@@ -575,6 +576,30 @@ def test_gpu_work_without_its_launch_is_reported_apart(make_trace, capsys) -> No
     assert finding.evidence["median_step"] == 1
     assert finding.evidence["median_step_unlaunched_gpu_us"] == 300.0
     assert "another 300.0 µs of GPU work ran inside the step" in finding.message
+
+
+def test_a_trace_without_steps_says_when_kernel_launches_lack_their_records(
+    make_trace, capsys
+) -> None:
+    # Three launches, one kernel recorded (the profiler's buffer was full): GPU busy 10 µs of
+    # the 100 µs the script ran reads as overhead-bound, but two thirds of the work is missing.
+    events = [complete_event("aten::add", "cpu_op", 0, 100)]
+    for n in range(3):
+        events.append(complete_event("cudaLaunchKernel", "cuda_runtime", 10 + 20 * n, 5,
+                                     correlation=n + 1))  # fmt: skip
+    events.append(complete_event("add_kernel", "kernel", 20, 10, pid=0, tid=7, correlation=1))
+    path = make_trace(events)
+    status, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    assert json.loads(out)["unrecorded_kernel_launches"] == {"count": 2, "kernel_launches": 3}
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "2 of the trace's 3 kernel launches have no GPU record" in text
+    assert diagnose(path, select=["overhead-bound", "compute-bound"]) == []
+    events.append(complete_event("add_kernel", "kernel", 40, 10, pid=0, tid=7, correlation=2))
+    events.append(complete_event("add_kernel", "kernel", 60, 10, pid=0, tid=7, correlation=3))
+    whole = make_trace(events, name="whole.json")
+    assert json.loads(run_cli(capsys, "summary", "--json", str(whole))[1])[
+        "unrecorded_kernel_launches"
+    ] == {"count": 0, "kernel_launches": None}
 
 
 def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) -> None:

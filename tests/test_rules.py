@@ -492,6 +492,24 @@ def test_bound_rules_read_the_recording_when_no_step_ends_inside_it(make_trace) 
     assert header.startswith("  no step ends inside the recording (the profiler stopped in it)")
 
 
+def test_bound_rules_skip_steps_whose_kernels_went_unrecorded(make_trace) -> None:
+    # Three steps, each launching three 10 µs kernels in 1,000 µs, only the first of which
+    # was recorded (every step is cut the same way, so the rules keep them all): 1% busy would
+    # read as overhead-bound; with two thirds of the kernels missing, no verdict is honest.
+    events = []
+    for n in range(3):
+        t = 2_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000))
+        for k in range(3):
+            c = 10 * n + k + 1
+            events.append(complete_event("cudaLaunchKernel", "cuda_runtime", t + 10 + 20 * k, 5,
+                                         correlation=c))  # fmt: skip
+        events.append(
+            complete_event("k", "kernel", t + 20, 10, pid=0, tid=7, correlation=10 * n + 1)
+        )
+    assert diagnose(make_trace(events), select=["overhead-bound", "compute-bound"]) == []
+
+
 def test_overhead_bound_share_comes_from_the_times_not_the_rounded_evidence(make_trace) -> None:
     # 4 µs of GPU work in 100,298 µs steps (HTA's trace_compare traces): the evidence's
     # fraction, rounded to 4 decimals, is 0.0; the message must not say 0%.

@@ -87,7 +87,9 @@ GPU_RECORDS_MISSING_SHARE = 0.1
 trace is no sample of the GPU's work (:attr:`Facts.steps`)."""
 
 
-def _gpu_records_whole(trace: Trace, step: Step) -> bool:
+def gpu_records_whole(trace: Trace, step: Step | tuple[float, float]) -> bool:
+    """Whether at most :data:`GPU_RECORDS_MISSING_SHARE` of the kernel launch calls made in
+    ``step`` (or in a ``(start, end)`` window) have no GPU activity in the trace."""
     missing, launches = trace.kernel_launches_without_gpu_record(step)
     return missing <= GPU_RECORDS_MISSING_SHARE * launches
 
@@ -227,7 +229,7 @@ class Facts:
         covered = trace.children_cover_us
         ended = [step for step in trace.steps if trace.end_recorded(step)]
         recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
-        whole = [step for step in recorded if _gpu_records_whole(trace, step)]
+        whole = [step for step in recorded if gpu_records_whole(trace, step)]
         return whole or recorded or ended
 
     @cached_property

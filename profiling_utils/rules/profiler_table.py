@@ -17,7 +17,7 @@ from .. import measures
 from ..measures import NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import Span, Step
-from .facts import Facts, median, short_name, span_ref, step_label, us
+from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
 from .registry import Hit, rule
 
 _START = attrgetter("start")
@@ -97,10 +97,13 @@ def _busy_fractions(
     if not facts.steps:
         return _recording_fraction(facts, compute_only)
     busy = facts.busiest_gpu_compute_busy_us if compute_only else facts.busiest_gpu_busy_us
+    # A step whose kernels went unrecorded (every step of a cut trace: Facts.steps then keeps
+    # them all) shows a GPU busy for less than it was.
+    whole = {step.number for step in facts.steps if gpu_records_whole(facts.trace, step)}
     rows = []
     ratios = []
     for t in facts.step_times:
-        if t.cpu_us <= 0 or t.step not in busy:
+        if t.cpu_us <= 0 or t.step not in busy or t.step not in whole:
             continue
         busy_us = busy[t.step]
         ratios.append(busy_us / t.cpu_us)
@@ -133,7 +136,7 @@ def _recording_fraction(
     time counts the work it launched wherever it ran: a GPU still busy after the host's last
     event sets the pace)."""
     window = facts.host_window
-    if window is None or window[1] <= window[0]:
+    if window is None or window[1] <= window[0] or not gpu_records_whole(facts.trace, window):
         return [], []
     left_out = facts.communication_ids if compute_only else frozenset()
     by_device: dict[Any, list[Span]] = {}
