@@ -463,6 +463,30 @@ def test_overhead_bound_reads_the_whole_recording_without_steps(make_trace) -> N
     assert diagnose(make_trace(events), select=["compute-bound"]) == []
 
 
+def test_overhead_bound_without_steps_adds_up_a_start_ups_long_calls(make_trace) -> None:
+    # A script's recording of 10,000 µs: four start-up calls of 2,000 µs each (none half of
+    # it), then one op launching one 5 µs kernel.
+    events = [
+        complete_event(name, "cuda_runtime", 2_000.0 * n, 2_000)
+        for n, name in enumerate(["cudaGetDeviceCount", "cudaSetDevice", "cudaMalloc", "cudaFree"])
+    ]
+    events += [
+        complete_event("aten::add", "cpu_op", 8_000, 2_000),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 8_010, 5, correlation=1),
+        complete_event("add_kernel", "kernel", 8_020, 5, pid=0, tid=7, correlation=1),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert finding.evidence["recording_long_calls"] == {
+        "count": 5,  # the four, and aten::add's own 1,995 µs
+        "self_us": 9_995.0,
+        "share": 0.9995,
+    }
+    assert (
+        "5 calls of 1.0% or more of it each take 9995.0 µs (99.9%) by themselves, the longest "
+        "cudaGetDeviceCount (2000.0 µs): one-time costs (the process's CUDA start-up"
+    ) in finding.message
+
+
 def test_bound_rules_without_steps_stay_silent_between_the_bounds(make_trace) -> None:
     # Kernels of 10 µs: 50 µs busy over 145 µs of host time, a third. Neither rule fires.
     events = matmuls_without_steps(10.0, sync=False)

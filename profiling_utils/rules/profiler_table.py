@@ -35,6 +35,14 @@ OVERHEAD_BOUND_RECORDED_SHARE = 0.5
 runtime calls (:func:`profiling_utils.measures.host_work_us`) when it is under this share:
 the CPU time that sets the pace is then mostly time the profiler does not see into."""
 
+OVERHEAD_BOUND_LONG_CALL_SHARE = 0.01
+"""Over a whole recording (no steps), ``overhead-bound`` also adds up the calls whose self
+time is at least this share of it each (a process's start-up is several long calls)..."""
+
+OVERHEAD_BOUND_LONG_CALL_LAUNCHES = 100.0
+"""... and at least this many of the trace's launch latencies (under a ms on an H100): a
+start-up call lasts milliseconds to seconds."""
+
 OVERHEAD_BOUND_ONE_CALL_SHARE = 0.5
 """``overhead-bound`` names the op or runtime call whose own (self) time holds at least this
 share of the median step's CPU time: one long call is more often a one-time cost (a first
@@ -277,9 +285,23 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
             )
         recorded = measures.host_work_us(facts.trace, (window.start, window.end))
         evidence[f"{key}_host_work_us"] = us(recorded)
-        longest = _longest_call(facts, window)
-        if longest is not None and facts.self_us(longest) >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
-            own = facts.self_us(longest)
+        calls = _calls_by_self_time(facts, window)
+        longest, own = next(calls, (None, 0.0))
+        # A whole recording may hold a process's start-up: several long calls, none half.
+        long_calls = [(longest, own)] if longest is not None and whole else []
+        shortest = max(
+            OVERHEAD_BOUND_LONG_CALL_SHARE * cpu_us,
+            OVERHEAD_BOUND_LONG_CALL_LAUNCHES * facts.launch_latency_us,
+        )
+        for call, call_own in calls if long_calls else ():
+            if call_own < shortest:
+                break
+            long_calls.append((call, call_own))
+        held = sum(call_own for _, call_own in long_calls)
+        if longest is not None and (
+            own >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us
+            or (len(long_calls) > 1 and held >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us)
+        ):
             ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
             under = f" under {short_name(ops[0].name, 40)}" if ops else ""
             evidence[f"{key}_longest_call"] = {
@@ -288,11 +310,27 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 "share": round(own / cpu_us, 4),
             }
             alone = " (the one step the rules read: nothing to compare it with)"
+            if len(long_calls) < 2:
+                held_by = (
+                    f"one call, {short_name(longest.name, 40)}{under}, takes {own:.1f} µs of "
+                    f"it ({percent(own / cpu_us)}) by itself: a one-time cost (a first launch "
+                    "loading its kernel, a first allocation) looks like this"
+                )
+            else:
+                evidence["recording_long_calls"] = {
+                    "count": len(long_calls),
+                    "self_us": us(held),
+                    "share": round(held / cpu_us, 4),
+                }
+                held_by = (
+                    f"{len(long_calls)} calls of {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} or "
+                    f"more of it each take {held:.1f} µs ({percent(held / cpu_us)}) by "
+                    f"themselves, the longest {short_name(longest.name, 40)}{under} "
+                    f"({own:.1f} µs): one-time costs (the process's CUDA start-up, first "
+                    "launches loading their kernels, first allocations) look like this"
+                )
             message = (
-                f"{message[:-1]}; one call, {short_name(longest.name, 40)}{under}, takes "
-                f"{own:.1f} µs of it ({percent(own / cpu_us)}) by itself: "
-                "a one-time cost (a first launch loading its kernel, a first allocation) "
-                f"looks like this, not only the overhead of many small ops"
+                f"{message[:-1]}; {held_by}, not only the overhead of many small ops"
                 f"{alone if len(facts.steps) == 1 else ''}."
             )
         if recorded < OVERHEAD_BOUND_RECORDED_SHARE * cpu_us:
@@ -330,24 +368,23 @@ def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
     return measures.union_within(unlaunched, step.start, step.end)
 
 
-def _longest_call(facts: Facts, step: _Window) -> Span | None:
-    """The op or runtime call inside ``step``'s window, on any CPU thread, with the longest
-    self time."""
+def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, float]]:
+    """The ops and runtime calls inside ``step``'s window, on any CPU thread, with their self
+    time, longest first (those with some)."""
     trace = facts.trace
     spans, covered = trace.spans, trace.children_cover_us
     window = spans[
         bisect_left(spans, step.start, key=_START) : bisect_left(spans, step.end, key=_START)
     ]
-    # Self times in C-level passes (a step holds tens of thousands of spans), then the
-    # longest that is a call on a CPU thread, ending inside the step.
+    # Self times in C-level passes (a step holds tens of thousands of spans), then the calls
+    # on a CPU thread, ending inside the step, longest first.
     own = list(map(sub, map(_DUR, window), map(covered.__getitem__, map(_ID, window))))
     for index in sorted(range(len(window)), key=own.__getitem__, reverse=True):
         span = window[index]
         if own[index] <= 0:
-            return None
+            return
         if span.cat in _CALL_CATEGORIES and span.lane.kind == "cpu" and span.end <= step.end:
-            return span
-    return None
+            yield span, own[index]
 
 
 def _emptiest_label(facts: Facts, window: _Window) -> tuple[str | None, float]:
