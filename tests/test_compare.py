@@ -276,6 +276,36 @@ def test_compile_cpu_tax_reads_aotautograds_compiled_function(make_trace, differ
     assert ("The two ran on different GPUs" in finding.message) is different_gpus
 
 
+def with_sync(events: list[dict], sync_us: float) -> list[dict]:
+    """``events`` (aot_steps') with a cudaDeviceSynchronize of ``sync_us`` ending each step."""
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    return events + [
+        complete_event("cudaDeviceSynchronize", "cuda_runtime", s["ts"] + s["dur"] - sync_us - 5,
+                       sync_us)
+        for s in steps
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("eager_sync", "compiled_sync", "fires"), [(100, 600, False), (100, 100, True)]
+)
+def test_compile_cpu_tax_leaves_the_waits_for_the_gpu_out(
+    make_trace, eager_sync: float, compiled_sync: float, fires: bool
+) -> None:
+    # 1,000 µs eager against 1,500 µs compiled (1.5x); with 600 µs of the compiled step in a
+    # device sync against 100 µs eager (a slower GPU), 900 µs against 900 µs outside: no tax.
+    eager = make_trace(with_sync(aot_steps(1_000, False), eager_sync), name="eager.json")
+    compiled = make_trace(with_sync(aot_steps(1_500, True), compiled_sync), name="compiled.json")
+    findings = compare(eager, compiled).findings
+    assert bool(findings) is fires
+    if fires:
+        (finding,) = findings
+        assert finding.evidence["ratio_outside_syncs"] == pytest.approx(1_400 / 900, abs=1e-3)
+        assert "outside its waits for the GPU (host syncs), 1400.0 µs against 900.0 µs" in (
+            finding.message
+        )
+
+
 def test_the_text_lists_twenty_names_of_each_kind_and_the_json_all(make_trace) -> None:
     def steps(ops: list[str]) -> list[dict]:
         events = [complete_event("ProfilerStep#1", "user_annotation", 0, 1_000)]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from .. import measures
 from ..tables import percent
 from ..trace import Span
 from .facts import Facts, median, short_name, span_ref, step_label, us
+from .gpu_lane import is_host_sync
 from .registry import Hit, rule
 
 COMPILE_TAX_MIN_RATIO = 1.2
@@ -206,6 +209,20 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
         f"The compiled run's median step costs {compiled_cpu:.1f} µs of CPU time against "
         f"{eager_cpu:.1f} µs eager ({ratio:.1f}×)."
     )
+    # A step's CPU time includes its waits for the GPU (a sync, a copy to pageable memory):
+    # a slower GPU, not compilation, lengthens those.
+    eager_own, compiled_own = _step_cpu_outside_syncs(eager), _step_cpu_outside_syncs(compiled)
+    waits = (eager_own, compiled_own) != (eager_cpu, compiled_cpu)
+    if waits:
+        if not eager_own or not compiled_own:
+            return
+        own_ratio = compiled_own / eager_own
+        if own_ratio < COMPILE_TAX_MIN_RATIO:
+            return
+        message = (
+            f"{message[:-1]}; outside its waits for the GPU (host syncs), {compiled_own:.1f} µs "
+            f"against {eager_own:.1f} µs ({own_ratio:.1f}×)."
+        )
     eager_gpus, compiled_gpus = _gpu_names(eager), _gpu_names(compiled)
     differ = bool(eager_gpus and compiled_gpus and eager_gpus != compiled_gpus)
     if differ:
@@ -213,15 +230,35 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
             f" The two ran on different GPUs ({eager_gpus} eager, {compiled_gpus} compiled), "
             "most likely on different hosts: part of the difference may be the machines'."
         )
-    yield (
-        message,
-        {
-            "eager": _run(eager),
-            "compiled": _run(compiled),
-            "ratio": round(ratio, 3),
-            "devices_differ": differ,
-        },
-    )
+    evidence = {
+        "eager": _run(eager),
+        "compiled": _run(compiled),
+        "ratio": round(ratio, 3),
+        "devices_differ": differ,
+    }
+    if waits:
+        evidence["eager"]["median_step_cpu_outside_syncs_us"] = us(eager_own)
+        evidence["compiled"]["median_step_cpu_outside_syncs_us"] = us(compiled_own)
+        evidence["ratio_outside_syncs"] = round(compiled_own / eager_own, 3)
+    yield message, evidence
+
+
+def _step_cpu_outside_syncs(facts: Facts) -> float | None:
+    """The median step's CPU time less the time a thread spent in host syncs inside it
+    (:func:`~profiling_utils.rules.gpu_lane.is_host_sync`, their union), µs."""
+    trace = facts.trace
+    syncs = [call for call in trace.runtime_calls if is_host_sync(trace, call)]
+    steps = facts.steps
+    if not steps:
+        return None
+    if not syncs:
+        return _step_cpu(facts)
+    starts = [call.start for call in syncs]  # runtime_calls are in start order
+    own = []
+    for step in steps:
+        inside = syncs[bisect_left(starts, step.start) : bisect_left(starts, step.end)]
+        own.append(step.span.dur - measures.union_within(inside, step.start, step.end))
+    return median(own)
 
 
 def _gpu_names(facts: Facts) -> str:
