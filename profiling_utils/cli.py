@@ -647,13 +647,13 @@ def format_summary(summary: dict[str, Any]) -> str:
                     f"  step {s['step']}: {s['kernel_launches_without_gpu_record']:,} of its "
                     f"{s['kernel_launches']:,} kernel launches have no GPU record (a trace cut "
                     "short, or records the profiler dropped): its GPU figures are a lower bound",
-                    "  and diagnose leaves it out of its step comparisons while other steps are "
-                    "whole",
+                    "  and diagnose's rules leave it out while other steps are whole (the bound "
+                    "rules in any case)",
                 ]
             if not s["end_recorded"]:
                 out += [
                     f"  step {s['step']} ends after the profiler's recording window: its end was",
-                    "  not recorded, and diagnose leaves it out of its step comparisons",
+                    "  not recorded, and diagnose's rules leave it out",
                 ]
     else:
         out.append("  no ProfilerStep#N annotations")
@@ -866,8 +866,8 @@ JSON (--json): one object
             most important first; severity is "info" (worth knowing) or "warning" (worth
             acting on); evidence holds the steps, event names, times (µs from the trace's
             first event), durations and measured numbers behind the message.
-Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace or an unknown
-rule id, with one line on stderr."""
+Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown
+rule id or a --select/--ignore naming none, with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
@@ -877,12 +877,17 @@ JSON (--json): one object
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us};
                    content is "GPU", "accelerator not read", "CPU only" or "no events";
+                   steps counts the steps diagnose's rules read (summary lists every
+                   ProfilerStep: a step ending after the recording, or one whose kernels went
+                   unrecorded while others' did not, is left out);
                    recording_cpu_us runs from the first CPU-thread event to the last (within
-                   the recording window), recording_gpu_busy_us is the whole trace's GPU
-                   busy time: the times to compare without steps (the text shows them then);
+                   the recording window), recording_gpu_busy_us is the busiest GPU's busy
+                   time from then on, as overhead-bound reads a recording without steps:
+                   the times to compare without steps (the text shows them then);
                    collectives counts the NCCL/RCCL kernels, the medians are per step
                    (null without collectives)
-  cpu_ratio        median step CPU time of TRACE over BASELINE
+  cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
+                   step: compare recording_cpu_us then)
   devices_differ   whether the two ran on GPUs of different names
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
@@ -1062,8 +1067,9 @@ def add_compare_parser(subcommands: Any) -> None:
         "compare",
         help="two traces side by side (e.g. eager against torch.compile), or two runs rank by rank",
         description=(
-            "Compare TRACE with BASELINE: per-step CPU and GPU time, kernel and launch "
-            "counts, ops and kernels only in one of them, and compile-cpu-tax."
+            "Compare TRACE with BASELINE: per-step CPU and GPU time (the whole recording's, "
+            "for traces without steps), kernel and launch counts, ops and kernels only in one "
+            "of them, and compile-cpu-tax."
         ),
         epilog=f"{COMPARE_JSON_HELP}\n\n{COMPARE_MULTI_RANK_JSON_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,8 +1,9 @@
 """Compare two traces side by side: the post's eager-versus-compiled comparison for any pair.
 
 :func:`compare` puts a baseline and a second trace next to each other: CPU and GPU time step
-by step, kernel and launch counts, the ops and kernels that only one of them has, and the
-findings of the rules that need a baseline (``compile-cpu-tax``).
+by step (over the whole recording, for traces without steps), kernel and launch counts, the
+ops and kernels that only one of them has, and the findings of the rules that need a baseline
+(``compile-cpu-tax``).
 
 Example::
 
@@ -22,7 +23,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import measures
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table
 from .trace import Trace, TraceContent, gc_paused, load_trace
@@ -49,9 +49,11 @@ class RunSummary:
     """Whether the trace holds GPU work, only an accelerator's events that are not read, only
     host events, or no event at all."""
     steps: int
-    """``ProfilerStep#N`` windows in the trace, less any that recorded nothing while others
-    did (:attr:`profiling_utils.rules.facts.Facts.steps`); the medians and per-step counts
-    are over these."""
+    """The ``ProfilerStep#N`` windows diagnose's rules read
+    (:attr:`profiling_utils.rules.facts.Facts.steps`): a step that ends after the recording
+    window, one that recorded nothing while others did, and one most of whose kernel launches
+    lack their GPU records while others' do not, are left out; the medians and per-step
+    counts are over these."""
     median_step_cpu_us: float | None
     """Median CPU duration of a step."""
     median_step_gpu_busy_us: float | None
@@ -61,8 +63,9 @@ class RunSummary:
     recording window (:attr:`profiling_utils.rules.facts.Facts.host_window`), µs: the time to
     compare for traces without steps."""
     recording_gpu_busy_us: float | None
-    """Time at least one GPU activity ran, over the whole trace, µs (``None`` without GPU
-    work)."""
+    """The busiest GPU's busy time from the host's first event on, µs, as ``overhead-bound``
+    reads a recording without steps (:meth:`~profiling_utils.rules.facts.Facts.recording_gpu_busy`;
+    ``None`` without GPU work)."""
     kernels: int
     """Kernels in the whole trace."""
     launches: int
@@ -144,7 +147,8 @@ class Comparison:
 
     @property
     def cpu_ratio(self) -> float | None:
-        """Median step CPU time of the trace over the baseline's."""
+        """Median step CPU time of the trace over the baseline's; ``None`` when either has no
+        step (:attr:`RunSummary.recording_cpu_us` compares their recordings then)."""
         a, b = self.baseline.median_step_cpu_us, self.trace.median_step_cpu_us
         return b / a if a and b is not None else None
 
@@ -291,6 +295,7 @@ def _summary(facts: Facts) -> RunSummary:
     )
     info = facts.compile_info
     window = facts.host_window
+    busiest = facts.recording_gpu_busy()
     communication = exposed = None
     if trace.communication and steps:
         by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
@@ -305,7 +310,7 @@ def _summary(facts: Facts) -> RunSummary:
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
         recording_cpu_us=None if window is None else window[1] - window[0],
-        recording_gpu_busy_us=measures.gpu_busy_us(trace) if trace.has_gpu else None,
+        recording_gpu_busy_us=None if busiest is None else busiest[0],
         kernels=len(trace.kernels),
         launches=len(facts.launches),
         gpu_activities=len(trace.gpu_work),
@@ -334,9 +339,10 @@ def compare(
         trace: The run to compare with it.
 
     Returns:
-        The :class:`Comparison`: per-step CPU and GPU time side by side, kernel and launch
-        counts, ops and kernels only in one of the two, and the findings of the rules that need
-        a baseline (``compile-cpu-tax``).
+        The :class:`Comparison`: per-step CPU and GPU time side by side (and the whole
+        recordings', for traces without steps), kernel and launch counts, ops and kernels
+        only in one of the two, and the findings of the rules that need a baseline
+        (``compile-cpu-tax``).
 
     Raises:
         TraceError: A file cannot be read as a trace.

@@ -1217,15 +1217,16 @@ class Trace:
 
         GPU work belongs to the step its launch call lies in (it may run later): the step
         whose :attr:`Step.gpu_work` lists it; other spans on a GPU lane (labels, syncs) to
-        none. A span on a CPU thread belongs to the step whose CPU window contains its start,
-        in a file that merges several processes only if it is of the steps' process (see
-        :attr:`other_step_lanes`). ``None`` outside every step, or for GPU work whose launch is
-        not in the trace.
+        none. Any other span (on a CPU thread, the profiler's overhead lane) belongs to the
+        step whose CPU window contains its start; in a file that merges several processes,
+        a CPU thread's only if it is of the steps' process (see :attr:`other_step_lanes`).
+        ``None`` outside every step, or for GPU work whose launch is not in the trace.
         """
-        if span.lane.kind == "gpu":  # the step whose gpu_work lists it
+        kind = span.lane.kind
+        if kind == "gpu":  # the step whose gpu_work lists it
             number = self.gpu_work_steps.get(span.id)
-        elif self._step_pid is not None and span.pid != self._step_pid:
-            return None  # another process's span, in a file that merges several
+        elif kind == "cpu" and self._step_pid is not None and span.pid != self._step_pid:
+            return None  # another process's thread, in a file that merges several
         else:
             number = self._step_number_at(span.start)
         return None if number is None else self._step_by_number[number]

@@ -1938,3 +1938,9 @@ def test_many_calls_is_silent_where_the_gpu_sets_the_pace(make_trace) -> None:
         ]
     assert diagnose(make_trace(events), select=["many-calls"]) == []
     assert diagnose(make_trace(events, name="t.json"), select=["compute-bound"])
+
+
+def test_select_as_a_string_naming_no_rule_is_an_error() -> None:
+    with pytest.raises(ValueError, match="select names no rule id: ' , '"):
+        diagnose(gpu_fixture("64_bf16_warm_eager"), select=" , ")
+    assert diagnose(gpu_fixture("64_bf16_warm_eager"), select=[]) == []

@@ -302,10 +302,10 @@ else:
 # for a cause the trace shows, a host sync that returned as the GPU ran dry, the profiler's
 # buffer request, or work launched in time and held back. A stretch that ends because the
 # CPU launched the next kernel late, with none of those in it, is CPU time between
-# launches, which it leaves to the rows about CPU time (``overhead-bound``,
-# ``cold-start``). The run's longest idle stretch, how the rule reads it
-# (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), whether the request overlaps
-# it, and what the launching thread did meanwhile
+# launches, which it leaves to the rows about CPU time (``overhead-bound``; ``cold-start``
+# for the first step, ``slow-step`` for a later one). The run's longest idle stretch, how
+# the rule reads it (:func:`~profiling_utils.rules.gpu_lane.idle_stretches`), whether the
+# request overlaps it, and what the launching thread did meanwhile
 # (:func:`~profiling_utils.measures.thread_activity`): the operators it ran (the outermost
 # ones), how long no operator ran at all (Python between operators, or anything else the
 # profiler does not record as an operator), and the labels open during it:
@@ -487,7 +487,8 @@ if train.has_gpu:
 # - **Once, without a sync or a request, the next launch late**: the CPU took longer than
 #   usual between two launches, in an operator or outside any (Python between operators).
 #   The CPU lane shows the operators, and the time none ran; the rule reports nothing, the
-#   trace showing no cause for it to name.
+#   trace showing no cause for it to name (``slow-step`` names the step, and where its
+#   extra time went, once it takes three times the others' median or more).
 #
 # The traces
 # ----------

@@ -72,9 +72,10 @@ def _collective_ref(collective: Collective) -> dict[str, Any]:
 @rule(
     "exposed-communication",
     "GPU lane",
-    see="""Collective kernels (ncclDevKernel_*, ncclKernel_* on NVIDIA, the same names from
-    RCCL on AMD, vLLM's and SGLang's cross_device_reduce) running while no compute kernel runs
-    on the GPU, for a sizeable part of each step.""",
+    see="""Collective kernels (NCCL's ncclDevKernel_*, ncclKernel_*, or before NCCL 2.7
+    ncclAllReduceRingLLKernel_*-style names; the same from RCCL on AMD; MSCCL, NVSHMEM, DeepEP,
+    vLLM's and SGLang's custom all-reduce) running while no compute kernel runs on the GPU,
+    for a sizeable part of the median step.""",
     means="""Exposed communication: the step waits for the network (or for the slowest rank)
     instead of computing. Overlap it with compute (DDP's bucketed gradient all-reduce during
     the backward pass, FSDP's prefetch), send less (larger buckets, lower-precision

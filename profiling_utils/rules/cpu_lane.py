@@ -601,8 +601,8 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     "data-loader",
     "CPU lane",
     see="""The data loader's label, enumerate(DataLoader)#… (around each next() of the
-    loader), takes a large share of every step on the training thread while the GPU lane is
-    empty (the TensorBoard plugin's "DataLoader" time).""",
+    loader), takes a large share of the median step on the training thread while the GPU
+    lane is empty (the TensorBoard plugin's "DataLoader" time).""",
     means="""The training loop waits for its next batch: data is read, decoded and collated on
     the thread that launches the GPU's work, and once the GPU has run what was queued it has
     nothing to do. Load in worker processes (DataLoader(num_workers=N), with pin_memory=True

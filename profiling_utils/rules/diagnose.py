@@ -30,9 +30,12 @@ def select_rules(
     CLI's ``--select`` takes them).
 
     Raises:
-        ValueError: An id names no rule; the message lists the unknown ids.
+        ValueError: An id names no rule (the message lists the unknown ids), or ``select`` is
+            a string that names none.
     """
     known = {r.id for r in RULES}
+    if isinstance(select, str) and not rule_id_list(select):
+        raise ValueError(f"select names no rule id: {select!r}")
     chosen = set(known if select is None else rule_id_list(select))
     ignored = set(rule_id_list(ignore or ()))
     unknown = sorted((chosen | ignored) - known)
@@ -88,8 +91,9 @@ def diagnose(
         trace_or_path: A loaded :class:`~profiling_utils.trace.Trace`, or the path of a trace
             file (``.json`` or ``.json.gz``).
         select: Rule ids to run (default: every rule), or one string of them separated by
-            commas. Rules that need a baseline
-            (``compile-cpu-tax``) run in :func:`profiling_utils.compare.compare` instead.
+            commas (a string naming none is an error; an empty list runs no rule). Rules
+            that need a baseline (``compile-cpu-tax``) run in
+            :func:`profiling_utils.compare.compare` instead.
         ignore: Rule ids to leave out, the same way.
 
     Returns:
@@ -162,6 +166,13 @@ def _evidence_lines(key: str, value: Any, indent: str) -> list[str]:
     return [_clip(f"{indent}{key}: {value}", _LINE_WIDTH)]
 
 
+_WITHOUT_STEPS = (
+    "the rules that read steps stay silent; overhead-bound, compute-bound, "
+    "exposed-communication and cost-in-children read the whole recording"
+)
+"""What the header says of a trace whose rules have no step to read."""
+
+
 def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = None) -> str:
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
@@ -182,15 +193,11 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
     if not steps:
-        header.append(
-            "  no ProfilerStep#N annotations: the rules that compare steps stay silent, the "
-            "others read the whole recording"
-        )
+        header.append(f"  no ProfilerStep#N annotations: {_WITHOUT_STEPS}")
     elif not any(map(trace.end_recorded, steps)):
         header.append(
             f"  no step ends inside the recording (the profiler stopped in "
-            f"{'it' if len(steps) == 1 else 'them'}): the rules that compare steps stay "
-            "silent, the others read the whole recording"
+            f"{'it' if len(steps) == 1 else 'them'}): {_WITHOUT_STEPS}"
         )
     out = header
     table = None

@@ -251,6 +251,25 @@ class Facts:
             end = recording_end
         return start, end
 
+    def recording_gpu_busy(self, compute_only: bool = False) -> tuple[float, int] | None:
+        """Over a whole recording: the busy time of the busiest GPU from
+        :attr:`host_window`'s start on (past its end too: a GPU still busy after the host's
+        last event sets the pace), µs, and how many GPUs ran work; with ``compute_only``,
+        communication kernels left out. ``None`` without a host window or GPU work."""
+        window = self.host_window
+        if window is None:
+            return None
+        left_out = self.communication_ids if compute_only else frozenset()
+        by_device: dict[Any, list[Span]] = {}
+        for work in self.trace.gpu_work:
+            if work.id not in left_out:
+                by_device.setdefault(work.lane.device, []).append(work)
+        if not by_device:
+            return None
+        starts_at = window[0]
+        busy = max(measures.union_within(work, starts_at, math.inf) for work in by_device.values())
+        return busy, len(by_device)
+
     @cached_property
     def step_times(self) -> list[measures.StepTime]:
         """:func:`profiling_utils.measures.step_times` of :attr:`steps`."""

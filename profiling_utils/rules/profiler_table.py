@@ -1,12 +1,14 @@
 """Cheatsheet table "Profiler table": what the summary table's totals and rows say.
 
 The profiler table aggregates the same events the trace holds, so each row is checked on the
-trace: CPU time is a step's CPU window, GPU time the GPU work launched from it.
+trace: CPU time is a step's CPU window, GPU time the GPU work launched from it; without a step
+the rules can read, the host's whole recording
+(:attr:`~profiling_utils.rules.facts.Facts.host_window`) and the busiest GPU's work from its
+start on (:meth:`~profiling_utils.rules.facts.Facts.recording_gpu_busy`).
 """
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,13 +29,15 @@ _CAT = attrgetter("cat")
 _CALL_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver"})
 
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
-"""``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time
-(CPU time at least ten times the GPU time, "ms against µs")."""
+"""``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time,
+or of the whole recording's without steps (CPU time at least ten times the GPU time, "ms
+against µs")."""
 
 OVERHEAD_BOUND_RECORDED_SHARE = 0.5
-"""``overhead-bound`` says how little of the median step the host spent in recorded ops and
-runtime calls (:func:`profiling_utils.measures.host_work_us`) when it is under this share:
-the CPU time that sets the pace is then mostly time the profiler does not see into."""
+"""``overhead-bound`` says how little of the median step (or of the whole recording) the host
+spent in recorded ops and runtime calls (:func:`profiling_utils.measures.host_work_us`) when
+it is under this share: the CPU time that sets the pace is then mostly time the profiler does
+not see into."""
 
 OVERHEAD_BOUND_LONG_CALL_SHARE = 0.01
 """Over a whole recording (no steps), ``overhead-bound`` also adds up the calls whose self
@@ -45,12 +49,14 @@ start-up call lasts milliseconds to seconds."""
 
 OVERHEAD_BOUND_ONE_CALL_SHARE = 0.5
 """``overhead-bound`` names the op or runtime call whose own (self) time holds at least this
-share of the median step's CPU time: one long call is more often a one-time cost (a first
-launch loading its kernel's code, a first allocation) than the per-op overhead of many."""
+share of the median step's CPU time (or of the whole recording's): one long call is more
+often a one-time cost (a first launch loading its kernel's code, a first allocation) than the
+per-op overhead of many."""
 
 COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
-"""``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time
-(GPU and CPU time of the same size, or the GPU longer)."""
+"""``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time,
+or of the whole recording's without steps (GPU and CPU time of the same size, or the GPU
+longer)."""
 
 HOTSPOT_MIN_SHARE = 0.5
 """``hotspot``: one kernel (by name) takes at least this share of all GPU time."""
@@ -146,14 +152,10 @@ def _recording_fraction(
     window = facts.host_window
     if window is None or window[1] <= window[0] or not gpu_records_whole(facts.trace, window):
         return [], []
-    left_out = facts.communication_ids if compute_only else frozenset()
-    by_device: dict[Any, list[Span]] = {}
-    for work in facts.trace.gpu_work:
-        if work.id not in left_out:
-            by_device.setdefault(work.lane.device, []).append(work)
-    if not by_device:
+    busiest = facts.recording_gpu_busy(compute_only)
+    if busiest is None:
         return [], []
-    busy = max(measures.union_within(work, window[0], math.inf) for work in by_device.values())
+    busy, gpus = busiest
     cpu = window[1] - window[0]
     row = {
         "step": None,
@@ -161,7 +163,7 @@ def _recording_fraction(
         "cpu_us": us(cpu),
         "gpu_busy_us": us(busy),
         "gpu_busy_fraction": round(busy / cpu, 4),
-        "gpus": len(by_device),
+        "gpus": gpus,
     }
     return [row], [busy / cpu]
 
@@ -254,8 +256,9 @@ def _bound_message(
     "overhead-bound",
     "profiler table",
     see="""Self CPU time total far above Self CUDA time total (the CPU in ms, the GPU in µs).
-    In the trace: the GPU is busy for a small fraction of every step (of the whole recording,
-    from the host's first event to its last, in a trace without steps).""",
+    In the trace: the GPU is busy for a small fraction of the median step (of the whole
+    recording, from the host's first event to its last, in a trace without steps); a step
+    whose kernels went unrecorded is not read.""",
     means="""Overhead-bound: dispatching and launching the work costs the CPU more time than
     the GPU needs to run it, so the GPU mostly waits. Give each launch more work (larger or
     batched operands), launch fewer kernels (fusion, torch.compile), or replay them as a CUDA
@@ -406,8 +409,8 @@ def _emptiest_label(facts: Facts, window: _Window) -> tuple[str | None, float]:
     "compute-bound",
     "profiler table",
     see="""Self CPU time total close to Self CUDA time total, both in ms. In the trace: the GPU
-    is busy for most of each step's CPU time, or longer (of the whole recording, in a trace
-    without steps).""",
+    is busy for most of the median step's CPU time, or longer (of the whole recording, in a
+    trace without steps).""",
     means="""Compute-bound: the GPU is the bottleneck, which is usually the goal. Further gains
     come from the kernels themselves (precision, algorithm, memory traffic), not from the
     launch path. Communication kernels do not count as GPU work here (see
