@@ -15,6 +15,9 @@ What the figures are:
   ``torch.matmul`` can reach. A dtype the GPU's tensor cores do not take (bf16 on a V100, fp8
   before Hopper and Ada) has no entry.
 - ``fp32``: plain fp32 on the CUDA cores (NVIDIA) or the vector units (AMD), not TF32.
+- ``fp32_matrix``: fp32 on AMD's matrix cores (CDNA2: MI250X, MI250, MI210), twice the
+  vector figure there, which rocBLAS and hipBLASLt reach on fp32 GEMMs; other GPUs have none
+  (the MI300X's is its vector figure).
 - ``memory``: the DRAM (HBM or GDDR) bandwidth, GB/s (10^9 bytes per second).
 
 Each row names the vendor document it comes from. Left out on purpose, rather than guessed:
@@ -38,7 +41,7 @@ from typing import Literal
 
 __all__ = ["DatasheetPeak", "DeviceSpec", "Figure", "datasheet_peak", "device_spec", "same_device"]
 
-Figure = Literal["bf16", "fp16", "tf32", "fp32", "fp8", "memory"]
+Figure = Literal["bf16", "fp16", "tf32", "fp32", "fp32_matrix", "fp8", "memory"]
 """The figures a :class:`DeviceSpec` may hold."""
 
 _COMPUTE_FIGURES: dict[str, str] = {
@@ -47,6 +50,7 @@ _COMPUTE_FIGURES: dict[str, str] = {
     "tf32": "dense tf32 tensor-core",
     "fp8": "dense fp8 tensor-core",
     "fp32": "fp32 (non-tensor)",
+    "fp32_matrix": "fp32 matrix-core",
 }
 
 
@@ -240,7 +244,7 @@ _MI300X = DeviceSpec(
 _MI250X_GCD = DeviceSpec(
     product="Instinct MI250X (one of its two dies)",
     source="AMD Instinct MI250X data sheet, 2021",
-    tflops={"bf16": 383.0 / 2, "fp16": 383.0 / 2, "fp32": 47.9 / 2},
+    tflops={"bf16": 383.0 / 2, "fp16": 383.0 / 2, "fp32": 47.9 / 2, "fp32_matrix": 95.7 / 2},
     memory_gb_s=3276.8 / 2,
     memory_kind="HBM2e",
     note=_AMD_PER_GCD,
@@ -248,7 +252,7 @@ _MI250X_GCD = DeviceSpec(
 _MI250_GCD = DeviceSpec(
     product="Instinct MI250 (one of its two dies)",
     source="AMD Instinct MI250 data sheet, 2021",
-    tflops={"bf16": 362.1 / 2, "fp16": 362.1 / 2, "fp32": 45.3 / 2},
+    tflops={"bf16": 362.1 / 2, "fp16": 362.1 / 2, "fp32": 45.3 / 2, "fp32_matrix": 90.5 / 2},
     memory_gb_s=3276.8 / 2,
     memory_kind="HBM2e",
     note=_AMD_PER_GCD,
@@ -263,7 +267,7 @@ _MI250X_OR_MI250_GCD = DeviceSpec(
 _MI210 = DeviceSpec(
     product="Instinct MI210",
     source="AMD Instinct MI210 data sheet, 2022",
-    tflops={"bf16": 181.0, "fp16": 181.0, "fp32": 22.6},
+    tflops={"bf16": 181.0, "fp16": 181.0, "fp32": 22.6, "fp32_matrix": 45.3},
     memory_gb_s=1638.4,
     memory_kind="HBM2e",
 )
@@ -325,7 +329,8 @@ def datasheet_peak(device_name: str, what: Figure) -> DatasheetPeak | None:
         device_name: The GPU's name, as ``torch.cuda.get_device_name()`` returns it or a
             trace's ``deviceProperties`` records it.
         what: ``"bf16"``, ``"fp16"``, ``"tf32"``, ``"fp8"`` (dense tensor-core TFLOP/s),
-            ``"fp32"`` (non-tensor TFLOP/s) or ``"memory"`` (DRAM GB/s).
+            ``"fp32"`` (non-tensor TFLOP/s), ``"fp32_matrix"`` (AMD's fp32 matrix-core
+            TFLOP/s) or ``"memory"`` (DRAM GB/s).
 
     Returns:
         The figure with its unit, what it is, the product and the source; ``None`` for a GPU
@@ -348,4 +353,7 @@ def datasheet_peak(device_name: str, what: Figure) -> DatasheetPeak | None:
     value = spec.tflops.get(what)
     if value is None:
         return None
-    return DatasheetPeak(value, "TFLOP/s", _COMPUTE_FIGURES[what], spec.product, spec.source)
+    figure = _COMPUTE_FIGURES[what]
+    if spec.product.startswith("Instinct"):  # AMD's words for the same units
+        figure = figure.replace("tensor-core", "matrix-core").replace("non-tensor", "vector")
+    return DatasheetPeak(value, "TFLOP/s", figure, spec.product, spec.source)

@@ -103,6 +103,7 @@ GRAPH_LAUNCH_CALLS = frozenset(
         "cuGraphLaunch",
         "cuGraphLaunch_ptsz",
         "hipGraphLaunch",
+        "hipGraphLaunch_spt",
     }
 )
 """Calls that replay a captured graph of GPU work: CUDA's runtime and driver calls (with

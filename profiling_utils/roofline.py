@@ -52,10 +52,11 @@ twice. The outer ops' formulas apply when they launch kernels themselves.
 
 **Which peak applies.** The compute peak is the datasheet's for the op's first input dtype:
 ``bf16``, ``fp16``, ``fp8``, and for ``float`` the plain ``fp32`` figure (a trace does not
-record whether TF32 was allowed; with it, fp32 GEMMs may exceed that peak). The ridge point is
-that peak over the memory bandwidth, in FLOP/byte: an op whose intensity (FLOPs per byte) is
-below it is memory-bound, and its share of peak is its GB/s over the bandwidth; above, it is
-compute-bound and its share is its TFLOP/s over the compute peak.
+record whether TF32 was allowed; with it, fp32 GEMMs may exceed that peak), or for a GEMM on
+AMD's CDNA2 parts, which run fp32 GEMMs on their matrix cores, the ``fp32_matrix`` one. The
+ridge point is that peak over the memory bandwidth, in FLOP/byte: an op whose intensity (FLOPs
+per byte) is below it is memory-bound, and its share of peak is its GB/s over the bandwidth;
+above, it is compute-bound and its share is its TFLOP/s over the compute peak.
 
 Example::
 
@@ -316,6 +317,10 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             note = "communication kernels: GPU time only"
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
+        compute_peak = None
+        if figure == "fp32" and kind == "gemm":  # on AMD's matrix cores where they take fp32
+            compute_peak = peak(device, "fp32_matrix")
+        compute_peak = compute_peak or peak(device, figure)
         entries.append(
             RooflineEntry(
                 op=op,
@@ -327,7 +332,7 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
                 gpu_us=sum(w.dur for w in work),
                 gpu_activities=len(work),
                 device=device,
-                compute_peak=peak(device, figure),
+                compute_peak=compute_peak,
                 memory_peak=peak(device, "memory"),
                 note=note,
             )

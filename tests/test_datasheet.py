@@ -99,3 +99,15 @@ def test_dense_figures_keep_the_tensor_cores_ratios() -> None:
             assert rates["fp8"] == pytest.approx(rates["fp16"] * 2, rel=0.02), name
         if "fp32" in rates and "fp16" in rates:
             assert rates["fp32"] <= rates["fp16"] / 2, name  # CUDA cores, not tensor cores
+
+
+def test_amd_figures_are_named_as_amd_names_its_units_and_cdna2_has_an_fp32_matrix_figure() -> None:
+    bf16 = datasheet_peak("AMD Instinct MI300X", "bf16")
+    assert bf16 is not None and bf16.figure == "dense bf16 matrix-core"
+    vector = datasheet_peak("AMD Instinct MI250X", "fp32")
+    matrix = datasheet_peak("AMD Instinct MI250X", "fp32_matrix")
+    assert vector is not None and matrix is not None
+    assert (vector.figure, matrix.figure) == ("fp32 (vector)", "fp32 matrix-core")
+    # The data sheet's per-card figures, per die: FP32 matrix 95.7, FP32 vector 47.9 TFLOP/s.
+    assert (matrix.value, vector.value) == (pytest.approx(95.7 / 2), pytest.approx(47.9 / 2))
+    assert datasheet_peak("NVIDIA H100 80GB HBM3", "fp32_matrix") is None

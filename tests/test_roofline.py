@@ -263,6 +263,22 @@ def test_fp32_is_held_to_the_plain_fp32_peak(entry_of) -> None:
     assert entry.compute_peak == datasheet_peak(H100, "fp32")
 
 
+def test_an_fp32_gemm_on_cdna2_is_held_to_its_matrix_core_peak(make_trace) -> None:
+    # rocBLAS runs an MI250X's fp32 GEMMs on its matrix cores (95.7 TFLOP/s a card, 47.9 on
+    # the vector units); an fp32 elementwise op keeps the vector figure.
+    properties = [{**DEVICE_PROPERTIES[0], "name": "AMD Instinct MI250X"}]
+    mm = only_entry(
+        make_trace(op_events("aten::mm", [[64, 64], [64, 64]], [FP32, FP32]),
+                   name="mm.json", deviceProperties=properties)
+    )  # fmt: skip
+    add = only_entry(
+        make_trace(op_events("aten::add", [[64, 64], [64, 64], []], [FP32, FP32, "Scalar"]),
+                   name="add.json", deviceProperties=properties)
+    )  # fmt: skip
+    assert mm.compute_peak == datasheet_peak("AMD Instinct MI250X", "fp32_matrix")
+    assert add.compute_peak == datasheet_peak("AMD Instinct MI250X", "fp32")
+
+
 def test_a_device_not_in_the_table_has_no_bound_and_no_share(make_trace) -> None:
     properties = [{**DEVICE_PROPERTIES[0], "name": "Mystery Accelerator 9000"}]
     path = make_trace(

@@ -10,6 +10,7 @@ buffer request in its first step, a compiled run shows Dynamo's rows, and so on.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import inspect
 import json
 import re
@@ -1944,3 +1945,61 @@ def test_select_as_a_string_naming_no_rule_is_an_error() -> None:
     with pytest.raises(ValueError, match="select names no rule id: ' , '"):
         diagnose(gpu_fixture("64_bf16_warm_eager"), select=" , ")
     assert diagnose(gpu_fixture("64_bf16_warm_eager"), select=[]) == []
+
+
+# -- AMD: what ROCm's traces write differently -------------------------------------------------
+
+
+def rocm_variant(tmp_path: Path, name: str, renames: dict[str, str]) -> Path:
+    """A foreign fixture with each event name's ``renames`` substrings replaced."""
+    document = json.loads(gzip.decompress((FIXTURES / "foreign" / name).read_bytes()))
+    for event in document["traceEvents"]:
+        for old, new in renames.items():
+            if isinstance(event.get("name"), str) and old in event["name"]:
+                event["name"] = event["name"].replace(old, new)
+    return write_trace(tmp_path / name.replace(".json.gz", "_rocm.json"), document)
+
+
+def test_a_rocm_copy_that_returned_after_it_ended_is_a_host_sync(tmp_path: Path) -> None:
+    # HTA's trace with ROCm's names: hipMemcpyAsync, "Memcpy DtoH (Device -> Host)" (ROCm
+    # never says Pageable); each DtoH call ends after its copy, as a pageable copy's does.
+    path = rocm_variant(
+        tmp_path,
+        "hta__timeline_analysis_sampled_rank-0.json.gz",
+        {"cuda": "hip", "Pageable": "Host", "Pinned": "Host"},
+    )
+    (finding,) = diagnose(path, select=["intra-step-gap"])
+    assert "waited in hipMemcpyAsync under forward, a copy to host memory that returned only " in (
+        finding.message
+    )
+
+
+def test_hipblaslt_split_k_reduction_is_no_gemm() -> None:
+    path = FIXTURES / "foreign" / "tracelens__gemm_01_compute_few_tiles.json.gz"
+    (finding,) = [f for f in diagnose(path) if f.rule == "gemm-kernel"]
+    assert finding.evidence["gemm_kernels"] == 1  # Cijk_B_PostGSU2 is its split-K reduction
+
+
+def test_older_rocblas_module_launches_are_driver_launches(tmp_path: Path) -> None:
+    # The MI250 trace's two hipExtModuleLaunchKernel, as older rocBLAS calls them.
+    path = rocm_variant(
+        tmp_path,
+        "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        {"hipExtModuleLaunchKernel": "hipHccModuleLaunchKernel"},
+    )
+    (finding,) = diagnose(path, select=["driver-launch"])
+    assert finding.evidence["launches"] == 2
+    assert finding.evidence["groups"][0]["api"] == "hipHccModuleLaunchKernel"
+
+
+def test_plain_launch_names_each_plain_api(tmp_path: Path) -> None:
+    path = rocm_variant(
+        tmp_path,
+        "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        {"hipExtModuleLaunchKernel": "hipExtLaunchKernel"},
+    )
+    (finding,) = diagnose(path, select=["plain-launch"])
+    assert finding.evidence["apis"] == {"hipLaunchKernel": 12, "hipExtLaunchKernel": 2}
+    assert finding.message.startswith(
+        "14 kernel(s) launched with a plain hipLaunchKernel (12×) or hipExtLaunchKernel (2×);"
+    )

@@ -152,6 +152,14 @@ def _fp32_matmuls_inside(facts: Facts, op: Span) -> list[Span]:
     ]
 
 
+_FP32_UNITS = {
+    "nvidia": "on CUDA cores, not on bf16/fp16 tensor cores.",
+    "amd": "at the matrix cores' fp32 rate, not at their bf16/fp16 one.",
+    "unknown": "rather than at the GPU's bf16/fp16 rate.",
+}
+"""Where an fp32 GEMM runs, in each vendor's words."""
+
+
 @rule(
     "attention-math-fp32",
     "dispatch chain",
@@ -160,7 +168,8 @@ def _fp32_matmuls_inside(facts: Facts, op: Span) -> list[Span]:
     and it upcast them first (aten::to → aten::copy_ into float, then the GEMMs in fp32).
     Without that op, aten::scaled_dot_product_attention calling fp32 aten::bmm itself.""",
     means="""Attention fell back to the math backend and computes in fp32: its matrix
-    multiplies run on CUDA cores (tensor cores only with TF32 allowed) and the L × L scores
+    multiplies run on CUDA cores (tensor cores only with TF32 allowed; on AMD, at the matrix
+    cores' fp32 rate rather than their bf16/fp16 one) and the L × L scores
     make a round trip through memory. With bf16/fp16 inputs the math backend upcasts them
     unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) is set. Check why
     the fused backends refused (dtype, mask, head size), or run attention in bf16/fp16.""",
@@ -191,7 +200,7 @@ def attention_math_fp32(facts: Facts) -> Iterator[Hit]:
     yield (
         f"The math attention backend ran {len(math)}× {how} "
         f"(query {_first_dims(math[0])}), {per_step_us:.1f} µs of GPU time per step: "
-        "its GEMMs run in fp32 on CUDA cores, not on bf16/fp16 tensor cores.",
+        f"its GEMMs run in fp32 {_FP32_UNITS[facts.trace.vendor]}",
         {
             "op": math[0].name,
             "calls": len(math),

@@ -418,10 +418,13 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
     if not plain:
         return
     rows = _launch_groups(plain, with_planning=False)
+    apis = Counter(launch.call.name for launch, _ in plain)
+    named = " or ".join(f"{api} ({count}×)" for api, count in apis.most_common())
     yield (
-        f"{len(plain)} kernel(s) launched with a plain {rows[0]['api']}; most often "
+        f"{len(plain)} kernel(s) launched with a plain "
+        f"{rows[0]['api'] if len(apis) == 1 else named}; most often "
         f"{_describe(rows[0])}, {rows[0]['count']}×.",
-        {"launches": len(plain), "groups": rows},
+        {"launches": len(plain), "apis": dict(apis.most_common()), "groups": rows},
     )
 
 

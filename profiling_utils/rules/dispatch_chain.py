@@ -237,7 +237,9 @@ def _activity(work: Span) -> str:
     if work.cat == "kernel":
         if is_aten_kernel(work):
             return "ATen kernel"
-        return "cuBLAS helper kernel" if is_gemm_helper(work) else "GEMM kernel"
+        if is_gemm_helper(work):
+            return "hipBLASLt helper kernel" if "_PostGSU" in work.name else "cuBLAS helper kernel"
+        return "GEMM kernel"
     return work.name.split(" (")[0]
 
 

@@ -67,14 +67,21 @@ BIAS_MATMUL_OPS = frozenset(
 
 
 PLAIN_LAUNCH_CALLS = frozenset(
-    {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "hipLaunchKernel", "hipExtLaunchKernel"}
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernel_ptsz",
+        "hipLaunchKernel",
+        "hipLaunchKernel_spt",
+        "hipExtLaunchKernel",
+    }
 )
 """The runtime's plain kernel launch, CUDA (with its per-thread default-stream form) and HIP
 (with its extended form, which takes events to record around the kernel)."""
 
-DRIVER_LAUNCH_PREFIXES = ("cuLaunch", "hipModuleLaunch", "hipExtModuleLaunch")
+DRIVER_LAUNCH_PREFIXES = ("cuLaunch", "hipModuleLaunch", "hipExtModuleLaunch", "hipHccModuleLaunch")
 """Launches through the driver-level API with launch attributes (``cuLaunchKernelEx``; on
-ROCm ``hipModuleLaunchKernel``, ``hipExtModuleLaunchKernel``, which hipBLASLt and Triton use)."""
+ROCm ``hipModuleLaunchKernel``, ``hipExtModuleLaunchKernel``, which hipBLASLt and Triton use,
+and ``hipHccModuleLaunchKernel``, which older rocBLAS uses)."""
 
 DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
 """Calls that wait for every stream of the device."""
@@ -105,10 +112,11 @@ def is_aten_kernel(kernel: Span) -> bool:
     return "at::native::" in kernel.name
 
 
-GEMM_HELPER_KERNELS = ("splitKreduce_kernel", "epilogue::impl::")
-"""Name parts of the kernels cuBLAS runs beside a GEMM's own, which are no GEMM: the
-reduction of a split-K GEMM's partial results, and cuBLASLt's separate epilogue (the bias
-added by a kernel of its own)."""
+GEMM_HELPER_KERNELS = ("splitKreduce_kernel", "epilogue::impl::", "_PostGSU")
+"""Name parts of the kernels a BLAS library runs beside a GEMM's own, which are no GEMM: the
+reduction of a split-K GEMM's partial results (cuBLAS's ``splitKreduce_kernel``, Tensile's
+and hipBLASLt's ``Cijk_..._PostGSU``), and cuBLASLt's separate epilogue (the bias added by a
+kernel of its own)."""
 
 
 def is_gemm_helper(kernel: Span) -> bool:

@@ -84,17 +84,24 @@ HOST_SYNC_CALLS = frozenset(
         "cuCtxSynchronize",
         "cuEventSynchronize",
         "hipStreamSynchronize",
+        "hipStreamSynchronize_spt",
         "hipDeviceSynchronize",
         "hipEventSynchronize",
         "hipMemcpy",
+        "hipMemcpy_spt",
         "hipMemcpyWithStream",
     }
 )
 """Runtime and driver calls that block the calling CPU thread until the GPU has finished
 queued work (``tensor.item()``, printing a GPU value, ``nonzero``, a blocking copy; on ROCm,
 PyTorch's blocking copies call ``hipMemcpyWithStream``), with the per-thread default-stream
-forms (``_ptsz``, ``_ptds``) of those that take a stream. A ``cudaMemcpyAsync`` blocks too
-when its copy is to or from pageable memory (:func:`is_host_sync`)."""
+forms (``_ptsz``, ``_ptds``; HIP's ``_spt``) of those that take a stream. A
+``cudaMemcpyAsync`` blocks too when its copy is to or from pageable memory
+(:func:`is_host_sync`)."""
+
+_ROCM_HOST = "Host"
+"""How ROCm's copy names call host memory (``Memcpy DtoH (Device -> Host)``), pageable or
+pinned alike; CUDA's say ``Pageable`` or ``Pinned``."""
 
 PAGEABLE = "Pageable"
 """In the name of a copy to or from pageable (not pinned) host memory, as Kineto writes it:
@@ -107,12 +114,23 @@ def is_host_sync(trace: Trace, call: Span) -> bool:
     launched a copy to or from pageable memory, whatever its ``Async`` name says: CUDA
     documents that a copy to pageable memory returns only once it is done (after the
     stream's earlier work), and that one from pageable memory may wait for the stream to
-    stage it. ``.to("cpu")`` and ``.cuda()`` of an unpinned tensor make them. The rules that
-    use this count a call only where the trace shows it waiting while the GPU ran dry."""
+    stage it. ``.to("cpu")`` and ``.cuda()`` of an unpinned tensor make them. On ROCm, whose
+    copy names say ``Host`` for pinned and pageable memory alike, a copy call that returned
+    only once its copy had ended. The rules that use this count a call only where the trace
+    shows it waiting while the GPU ran dry."""
     if call.name in HOST_SYNC_CALLS:
         return True
     work = trace.gpu_work_of_id(call.id) if "emcpy" in call.name else None
-    return bool(work) and any(copy.cat == "gpu_memcpy" and PAGEABLE in copy.name for copy in work)
+    for copy in work or ():
+        if copy.cat != "gpu_memcpy":
+            continue
+        if PAGEABLE in copy.name:
+            return True
+        # ROCm names host memory "Host", pinned or not: a call that returned only once its
+        # copy had ended waited for it.
+        if _ROCM_HOST in copy.name and call.end >= copy.end:
+            return True
+    return False
 
 
 VARIANCE_MIN_RATIO = 1.5
@@ -479,11 +497,16 @@ def _host_sync_hit(
     ops = [span for span in trace.ancestors(sync) if span.cat == "cpu_op"]
     outermost = ops[-1] if ops else None  # aten::item rather than _local_scalar_dense
     under = f" under {outermost.name}" if outermost is not None else ""
-    if sync.name not in HOST_SYNC_CALLS:  # it launched a copy to or from pageable memory
-        copy = next(w for w in trace.gpu_work_of(sync) or () if PAGEABLE in w.name)
-        direction = "to" if f"-> {PAGEABLE}" in copy.name else "from"
-        waits = "waits" if direction == "to" else "can wait"
-        under += f", a copy {direction} pageable memory (which {waits} for the GPU),"
+    if sync.name not in HOST_SYNC_CALLS:  # it launched a copy it waited for
+        copies = [w for w in trace.gpu_work_of(sync) or () if w.cat == "gpu_memcpy"]
+        pageable = next((w for w in copies if PAGEABLE in w.name), None)
+        if pageable is not None:
+            direction = "to" if f"-> {PAGEABLE}" in pageable.name else "from"
+            waits = "waits" if direction == "to" else "can wait"
+            under += f", a copy {direction} pageable memory (which {waits} for the GPU),"
+        else:  # ROCm: the copy's name does not say which memory; the call outlasted it
+            direction = "to" if copies and f"-> {_ROCM_HOST}" in copies[0].name else "from"
+            under += f", a copy {direction} host memory that returned only once it was done,"
     steps = len(facts.steps)
     message = (
         f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
