@@ -214,7 +214,8 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
         "collectives", "in collectives", "wait", "transfer", "last",
     ]  # fmt: skip
     out += [
-        "  (µs; median step: of its CPU step times; GPU busy and idle: over all its steps;",
+        "  (µs; median step: of its CPU step times; GPU busy: over the whole trace; GPU idle:",
+        "  in its steps' GPU windows, or without steps from its first GPU activity to its last;",
         "  wait: for a late rank to arrive, and transfer: the rest, both of the matched",
         "  collectives only; last: matched collectives it reached last)",
     ]

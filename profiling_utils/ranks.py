@@ -931,7 +931,9 @@ def _findings(
             )
         )
     idle = [r for r in rows if r.gpu_idle_us is not None]
-    if len(idle) >= 2:
+    # Without steps a rank's idle runs over its own recording, whose length is the
+    # profiler's, not the rank's: compared only where every rank measured it over steps.
+    if len(idle) >= 2 and all(r.steps for r in idle):
         most = max(idle, key=lambda r: r.gpu_idle_us or 0.0)
         # Against the other ranks only: with two ranks, a median over all would be the mean
         # of this rank and the other, half made of the very idle it is compared with.

@@ -153,6 +153,19 @@ def test_gpu_idle_of_a_rank_that_waits_for_none(tmp_path: Path) -> None:
     assert finding.evidence["others_wait_us"] == 0
 
 
+def test_gpu_idle_is_not_compared_between_ranks_without_steps(tmp_path: Path) -> None:
+    # Serving ranks record no steps: each one's idle runs over its own recording, which
+    # one kernel 20 ms before the others stretches. No finding may set them against each other.
+    for rank in (0, 1):
+        events = [e for e in rank_events(rank) if not e["name"].startswith("ProfilerStep#")]
+        if rank == 1:
+            events.append(complete_event("early", "kernel", -20_000, 5, pid=0, tid=7))
+        write_rank(tmp_path, rank, events)
+    report = cross_rank(profiles(tmp_path))
+    assert [r.steps for r in report.ranks] == [0, 0]
+    assert "rank-gpu-idle" not in {f.rule for f in report.findings}
+
+
 def test_wait_and_transfer_split_each_rank_collectives(stalled_run: Path) -> None:
     rows = {row.rank: row for row in cross_rank(profiles(stalled_run)).ranks}
     assert rows[0].collective_us == pytest.approx(3 * (300 + TRANSFER_US))

@@ -44,6 +44,7 @@ from profiling_utils.rules import (
     rule_ids,
 )
 from profiling_utils.rules import registry as registry_module
+from profiling_utils.rules.gpu_lane import is_host_sync
 
 # -- the recordings, grouped by what they show ---------------------------------------------------
 
@@ -2003,3 +2004,39 @@ def test_plain_launch_names_each_plain_api(tmp_path: Path) -> None:
     assert finding.message.startswith(
         "14 kernel(s) launched with a plain hipLaunchKernel (12×) or hipExtLaunchKernel (2×);"
     )
+
+
+def test_a_rocm_copy_is_a_host_sync_only_queued_behind_its_own_streams_work(make_trace) -> None:
+    # hipMemcpyAsync calls that return after their 5 µs DtoH copy: the first copy waited for a
+    # 100 µs kernel on its own stream (blocking, as a pageable copy does); the second ran on an
+    # idle stream while another stream's kernel ran (a pinned copy that merely overlapped).
+    events = [
+        complete_event("hipLaunchKernel", "cuda_runtime", 0, 5, correlation=1),
+        complete_event("k", "kernel", 10, 100, pid=2, tid=7, correlation=1),
+        complete_event("hipMemcpyAsync", "cuda_runtime", 20, 100, correlation=2),
+        complete_event("Memcpy DtoH (Device -> Host)", "gpu_memcpy", 110, 5, pid=2, tid=7,
+                       correlation=2),
+        complete_event("hipLaunchKernel", "cuda_runtime", 200, 5, correlation=3),
+        complete_event("k", "kernel", 210, 100, pid=2, tid=8, correlation=3),
+        complete_event("hipMemcpyAsync", "cuda_runtime", 220, 20, correlation=4),
+        complete_event("Memcpy DtoH (Device -> Host)", "gpu_memcpy", 225, 5, pid=2, tid=9,
+                       correlation=4),
+    ]  # fmt: skip
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    first, second = trace.find("hipMemcpyAsync")
+    assert is_host_sync(trace, first) and not is_host_sync(trace, second)
+
+
+def test_overhead_bound_over_a_recording_adds_up_a_labels_occurrences(tmp_path: Path) -> None:
+    # The stalled NCCL rank without its ProfilerStep annotations: five 10 ms host_stall
+    # labels, none of which alone holds half of the recording's unrecorded time.
+    document = json.loads(
+        gzip.decompress((FIXTURES / "nccl" / "stalled" / "rank1.json.gz").read_bytes())
+    )
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    (finding,) = diagnose(write_trace(tmp_path / "r1.json", document), select=["overhead-bound"])
+    label = finding.evidence["recording_label_without_ops"]
+    assert label["name"] == "host_stall" and label["us"] > 50_000
+    assert "lies under the label host_stall with no op inside" in finding.message

@@ -116,7 +116,8 @@ def is_host_sync(trace: Trace, call: Span) -> bool:
     stream's earlier work), and that one from pageable memory may wait for the stream to
     stage it. ``.to("cpu")`` and ``.cuda()`` of an unpinned tensor make them. On ROCm, whose
     copy names say ``Host`` for pinned and pageable memory alike, a copy call that returned
-    only once its copy had ended. The rules that use this count a call only where the trace
+    only once its copy had ended, the copy queued behind work its stream was still running
+    when the call began. The rules that use this count a call only where the trace
     shows it waiting while the GPU ran dry."""
     if call.name in HOST_SYNC_CALLS:
         return True
@@ -127,9 +128,20 @@ def is_host_sync(trace: Trace, call: Span) -> bool:
         if PAGEABLE in copy.name:
             return True
         # ROCm names host memory "Host", pinned or not: a call that returned only once its
-        # copy had ended waited for it.
-        if _ROCM_HOST in copy.name and call.end >= copy.end:
+        # copy had ended, queued behind work still running on the copy's stream, waited.
+        if _ROCM_HOST in copy.name and call.end >= copy.end and _queued_behind(trace, copy, call):
             return True
+    return False
+
+
+def _queued_behind(trace: Trace, copy: Span, call: Span) -> bool:
+    """Whether the GPU activity before ``copy`` on its own stream was still running when
+    ``call`` (the call that launched the copy) began."""
+    on_stream = trace.lane_spans(copy.lane)
+    index = bisect_left(on_stream, copy.start, key=_START)
+    for earlier in reversed(on_stream[:index]):
+        if earlier.is_gpu_work:
+            return earlier.end > call.start
     return False
 
 

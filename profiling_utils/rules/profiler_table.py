@@ -392,17 +392,19 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
 
 def _emptiest_label(facts: Facts, window: _Window) -> tuple[str | None, float]:
     """The ``record_function`` label inside ``window`` (not a step) with the most time that no
-    op or call nested in it covers, and that time (its self time), µs."""
-    best: tuple[str | None, float] = (None, 0.0)
+    op or call nested in it covers, over all its occurrences there (a whole recording holds
+    one per step), and that time (their self time), µs."""
+    unseen: Counter[str] = Counter()
     for span in facts.trace.find(cat="user_annotation"):
         if span.start < window.start or span.end > window.end:
             continue
         if span.name.startswith("ProfilerStep#"):
             continue
-        unseen = facts.self_us(span)
-        if unseen > best[1]:
-            best = (span.name, unseen)
-    return best
+        unseen[span.name] += facts.self_us(span)
+    if not unseen:
+        return None, 0.0
+    name, total = unseen.most_common(1)[0]
+    return (name, total) if total > 0 else (None, 0.0)
 
 
 @rule(
