@@ -876,7 +876,8 @@ JSON (--json): one object
                    recording_cpu_us, recording_gpu_busy_us, kernels, launches,
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
-                   median_step_exposed_communication_us};
+                   median_step_exposed_communication_us, communication_us,
+                   exposed_communication_us};
                    content is "GPU", "accelerator not read", "CPU only" or "no events";
                    steps counts the steps diagnose's rules read (summary lists every
                    ProfilerStep: a step ending after the recording, or one whose kernels went
@@ -885,7 +886,8 @@ JSON (--json): one object
                    the recording window), recording_gpu_busy_us is the busiest GPU's busy
                    time from then on, as overhead-bound reads a recording without steps:
                    the times to compare without steps (the text shows them then);
-                   collectives counts the NCCL/RCCL kernels, the medians are per step
+                   collectives counts the NCCL/RCCL kernels, the medians are per step,
+                   communication_us and exposed_communication_us over the whole trace
                    (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
                    step: compare recording_cpu_us then)

@@ -91,6 +91,11 @@ class RunSummary:
     median_step_exposed_communication_us: float | None
     """The same for communication with no compute kernel beside it on the same GPU
     (:func:`profiling_utils.comm.comm_overlap`)."""
+    communication_us: float | None
+    """Over the whole trace, the time at least one collective kernel runs, µs; ``None``
+    without collectives. The figure to compare for traces without steps (a serving loop's)."""
+    exposed_communication_us: float | None
+    """The same for communication with no compute kernel beside it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +204,15 @@ class Comparison:
                 ("GPU busy, whole trace (µs)", a.recording_gpu_busy_us, b.recording_gpu_busy_us),
             ]
         if a.collectives or b.collectives:
+            if not (a.steps and b.steps):
+                rows += [
+                    ("in collectives, whole trace (µs)", a.communication_us, b.communication_us),
+                    (
+                        "  of it exposed (µs)",
+                        a.exposed_communication_us,
+                        b.exposed_communication_us,
+                    ),
+                ]
             rows += [
                 ("collective kernels (whole trace)", a.collectives, b.collectives),
                 (
@@ -297,6 +311,7 @@ def _summary(facts: Facts) -> RunSummary:
     window = facts.host_window
     busiest = facts.recording_gpu_busy()
     communication = exposed = None
+    total = facts.comm_overlap.total if trace.communication else None
     if trace.communication and steps:
         by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
         per_step = [by_step.get(step.number) for step in facts.steps]
@@ -322,6 +337,8 @@ def _summary(facts: Facts) -> RunSummary:
         collectives=len(trace.communication),
         median_step_communication_us=communication,
         median_step_exposed_communication_us=exposed,
+        communication_us=None if total is None else total.communication_us,
+        exposed_communication_us=None if total is None else total.exposed_us,
     )
 
 

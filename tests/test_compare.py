@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import statistics
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, complete_event, fixture_steps, gpu_fixture
+from conftest import FIXTURES, complete_event, fixture_steps, gpu_fixture, write_trace
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
 from profiling_utils.comm import comm_overlap
@@ -362,3 +363,36 @@ def test_traces_with_steps_leave_the_whole_recording_rows_out(
 ) -> None:
     assert "host, first to last event" not in eager_vs_compiled.to_text()
     assert eager_vs_compiled.baseline.recording_cpu_us > 0
+
+
+def test_traces_without_steps_compare_their_communication_over_the_whole_trace(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 of the balanced and the stalled NCCL runs, their steps removed (a serving loop
+    # records none): the stalled rank 0 waits in its all_reduces for its late peer.
+    def stepless(run: str) -> Path:
+        document = json.loads(
+            gzip.decompress((FIXTURES / "nccl" / run / "rank0.json.gz").read_bytes())
+        )
+        document["traceEvents"] = [
+            e
+            for e in document["traceEvents"]
+            if not str(e.get("name", "")).startswith("ProfilerStep#")
+        ]
+        return write_trace(tmp_path / f"{run}.json", document)
+
+    comparison = compare(stepless("balanced"), stepless("stalled"))
+    a, b = comparison.baseline, comparison.trace
+    for side, run in ((a, "balanced"), (b, "stalled")):
+        total = comm_overlap(load_trace(FIXTURES / "nccl" / run / "rank0.json.gz")).total
+        assert side.communication_us == pytest.approx(total.communication_us)
+        assert side.exposed_communication_us == pytest.approx(total.exposed_us)
+    assert b.communication_us > 10 * a.communication_us
+    assert "in collectives, whole trace (µs)" in comparison.to_text()
+    assert (
+        "in collectives, whole trace"
+        not in compare(
+            FIXTURES / "nccl" / "balanced" / "rank0.json.gz",
+            FIXTURES / "nccl" / "stalled" / "rank0.json.gz",
+        ).to_text()
+    )
