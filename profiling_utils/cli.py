@@ -87,8 +87,9 @@ Commands:
       counted once).
     - ``unrecorded_kernel_launches``: ``{count, kernel_launches}``, the trace's kernel launch
       calls with no GPU activity in it (a trace cut short, or records the profiler dropped:
-      its GPU figures are then lower bounds) and all its kernel launch calls (``null`` when
-      none lacks its record); the steps' rows count theirs.
+      its GPU figures are then lower bounds) and all its kernel launch calls
+      (``kernel_launches`` is ``null`` when none lacks its record, ``count`` then 0); the
+      steps' rows count theirs.
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
     - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and

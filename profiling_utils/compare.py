@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .rules import RULES, Facts, Finding, order_findings
-from .tables import distinct_cuts, text_table
+from .tables import distinct_cuts, text_table, without_float_noise
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
@@ -159,18 +159,20 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison as plain JSON values (what ``compare --json`` prints)."""
-        return {
-            "baseline": asdict(self.baseline),
-            "trace": asdict(self.trace),
-            "cpu_ratio": self.cpu_ratio,
-            "devices_differ": self.devices_differ,
-            "steps": [asdict(pair) for pair in self.steps],
-            "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
-            "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
-            "kernels_only_in_baseline": [asdict(n) for n in self.kernels_only_in_baseline],
-            "kernels_only_in_trace": [asdict(n) for n in self.kernels_only_in_trace],
-            "findings": [finding.to_dict() for finding in self.findings],
-        }
+        return without_float_noise(
+            {
+                "baseline": asdict(self.baseline),
+                "trace": asdict(self.trace),
+                "cpu_ratio": self.cpu_ratio,
+                "devices_differ": self.devices_differ,
+                "steps": [asdict(pair) for pair in self.steps],
+                "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
+                "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
+                "kernels_only_in_baseline": [asdict(n) for n in self.kernels_only_in_baseline],
+                "kernels_only_in_trace": [asdict(n) for n in self.kernels_only_in_trace],
+                "findings": [finding.to_dict() for finding in self.findings],
+            }
+        )
 
     def to_text(self) -> str:
         """The comparison as readable text (what ``compare`` prints)."""
@@ -231,7 +233,7 @@ class Comparison:
                 label,
                 _num(left),
                 _num(right),
-                f"{right / left:.2f}×" if left and right is not None else "",
+                f"{right / left:.2f}×" if left and right is not None and label != "steps" else "",
             ]
             for label, left, right in rows
         ]

@@ -49,7 +49,7 @@ from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Facts, Finding
-from .tables import percent
+from .tables import percent, without_float_noise
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
 if TYPE_CHECKING:
@@ -509,14 +509,18 @@ class CrossRank(msgspec.Struct, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the ``cross_rank`` key of the CLI's multi-rank ``--json``)."""
-        return {
-            "ranks": [msgspec.structs.asdict(r) for r in self.ranks],
-            "steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in self.steps],
-            "matched_collectives": self.matched_collectives,
-            "straggler": None if self.straggler is None else msgspec.structs.asdict(self.straggler),
-            "findings": [f.to_dict() for f in self.findings],
-            "notes": list(self.notes),
-        }
+        return without_float_noise(
+            {
+                "ranks": [msgspec.structs.asdict(r) for r in self.ranks],
+                "steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in self.steps],
+                "matched_collectives": self.matched_collectives,
+                "straggler": None
+                if self.straggler is None
+                else msgspec.structs.asdict(self.straggler),
+                "findings": [f.to_dict() for f in self.findings],
+                "notes": list(self.notes),
+            }
+        )
 
 
 def _labels(profiles: Sequence[RankProfile]) -> list[str]:

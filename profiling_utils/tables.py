@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["PAGE_WIDTH", "byte_size", "cut", "distinct_cuts", "percent", "text_table"]
+__all__ = [
+    "PAGE_WIDTH",
+    "byte_size",
+    "cut",
+    "distinct_cuts",
+    "percent",
+    "text_table",
+    "without_float_noise",
+]
 
 PAGE_WIDTH = 88
 """Characters in a line of a gallery page's code and output boxes."""
@@ -117,3 +126,16 @@ def byte_size(count: float) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return f"{text} {unit}"
+
+
+def without_float_noise(value: Any, digits: int = 6) -> Any:
+    """``value`` (plain JSON: dicts, lists, numbers, text) with every float rounded to
+    ``digits`` decimals: sums of µs carry binary noise (``51745.369000000006``) that a JSON
+    reader should not see; six decimals keep a ps of a time and any share's precision."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {key: without_float_noise(item, digits) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_float_noise(item, digits) for item in value]
+    return value

@@ -396,3 +396,14 @@ def test_traces_without_steps_compare_their_communication_over_the_whole_trace(
             FIXTURES / "nccl" / "stalled" / "rank0.json.gz",
         ).to_text()
     )
+
+
+def test_the_steps_row_gives_no_ratio(make_trace) -> None:
+    with_steps = make_trace(aot_steps(1_000, False), name="steps.json")
+    without = make_trace([complete_event("aten::add", "cpu_op", 0, 100)], name="none.json")
+    (row,) = [
+        line
+        for line in compare(with_steps, without).to_text().splitlines()
+        if line.startswith("steps ")
+    ]
+    assert row.split() == ["steps", "3", "0"]

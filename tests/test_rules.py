@@ -1945,6 +1945,8 @@ def test_many_calls_is_silent_where_the_gpu_sets_the_pace(make_trace) -> None:
 def test_select_as_a_string_naming_no_rule_is_an_error() -> None:
     with pytest.raises(ValueError, match="select names no rule id: ' , '"):
         diagnose(gpu_fixture("64_bf16_warm_eager"), select=" , ")
+    with pytest.raises(ValueError, match=r"select names no rule id: \[' '\]"):
+        diagnose(gpu_fixture("64_bf16_warm_eager"), select=[" "])
     assert diagnose(gpu_fixture("64_bf16_warm_eager"), select=[]) == []
 
 

@@ -3,9 +3,13 @@ clipped with a mark (:func:`cut`)."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import re
 
-from profiling_utils.tables import byte_size, cut, distinct_cuts
+import pytest
+from conftest import FIXTURES, run_cli
+
+from profiling_utils.tables import byte_size, cut, distinct_cuts, without_float_noise
 
 
 @pytest.mark.parametrize(
@@ -50,3 +54,18 @@ def test_names_that_differ_past_the_cut_are_told_apart() -> None:
     twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
     cuts = distinct_cuts(twins, 72)
     assert cuts[:2] == twins[:2] and len(cuts[2]) <= 72 and len(set(cuts)) == 3
+
+
+def test_float_noise_is_rounded_away_at_any_depth() -> None:
+    noisy = {"us": 51745.369000000006, "rows": [{"share": 0.97425812, "n": 3}], "name": "x"}
+    assert without_float_noise(noisy) == {
+        "us": 51745.369,
+        "rows": [{"share": 0.974258, "n": 3}],
+        "name": "x",
+    }
+
+
+def test_the_cross_rank_json_carries_no_float_noise(capsys) -> None:
+    _, out, _ = run_cli(capsys, "summary", "--json", str(FIXTURES / "nccl" / "stalled"))
+    numbers = re.findall(r"\d+\.(\d+)", json.dumps(json.loads(out)["cross_rank"]))
+    assert numbers and max(map(len, numbers)) <= 6

@@ -34,7 +34,7 @@ def select_rules(
             a string that names none.
     """
     known = {r.id for r in RULES}
-    if isinstance(select, str) and not rule_id_list(select):
+    if select is not None and not rule_id_list(select) and (isinstance(select, str) or select):
         raise ValueError(f"select names no rule id: {select!r}")
     chosen = set(known if select is None else rule_id_list(select))
     ignored = set(rule_id_list(ignore or ()))
@@ -54,10 +54,11 @@ def select_rules(
 
 
 def rule_id_list(ids: Iterable[str] | str) -> list[str]:
-    """``ids`` as a list: a string is split at its commas (``"hotspot, many-calls"``)."""
+    """``ids`` as a list of ids, spaces around them stripped: a string is split at its commas
+    (``"hotspot, many-calls"``)."""
     if isinstance(ids, str):
-        return [part.strip() for part in ids.split(",") if part.strip()]
-    return list(ids)
+        ids = ids.split(",")
+    return [part.strip() for part in ids if part.strip()]
 
 
 def order_findings(findings: Iterable[Finding]) -> list[Finding]:
