@@ -885,13 +885,15 @@ def launches(trace: Trace) -> list[Launch]:
     pending: dict[int | None, list[Span]] = {}
     found: list[Launch] = []
     append = found.append
+    # On ROCm a call may outlive its op and nest in the op around it: Trace.op_of each time.
+    direct = trace.vendor != "amd"
     for call in trace.runtime_calls:
         parent = call.parent
         if not call.is_launch:
             if call.name.startswith(PLANNING_CALL_PREFIXES):
                 pending.setdefault(parent, []).append(call)
             continue
-        op = spans[parent] if parent is not None else None
+        op = spans[parent] if parent is not None and direct else None
         if op is None or op.cat != "cpu_op":  # usually the op is the direct parent
             op = trace.op_of(call)
         work = tuple(work_of(call.id))  # a launch call started some

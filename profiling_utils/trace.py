@@ -188,6 +188,8 @@ _NAME = attrgetter("name")
 _CAT = attrgetter("cat")
 _IS_STEP_NAME = methodcaller("startswith", _STEP_PREFIX)
 _IS_COMMUNICATION = COMMUNICATION_KERNEL_PATTERN.match
+_OVERLAP_LOOKBACK = 32  # spans before a call that outlived its op: its op's own calls
+_OVERLAP_OPS = 4  # ops before such a call whose External id is read
 # Kineto writes times in µs with three decimals (whole µs before torch ~1.11): a child that
 # ends this little after its parent is rounding, and still nests in it.
 _NEST_TOLERANCE_US = 0.002
@@ -1201,15 +1203,46 @@ class Trace:
         return self._gpu_work_of.get(launch.id, [])
 
     def op_of(self, span: Span) -> Span | None:
-        """The nearest enclosing ``cpu_op``; for GPU work, the nearest one around its launch."""
+        """The nearest enclosing ``cpu_op``; for GPU work, the nearest one around its launch.
+
+        A call that outlives its op (ROCm traces show calls ending a few µs after the op
+        that made them) does not nest in it; it is given the op it overlaps on its thread
+        when both carry the same ``External id``, as the profiler writes on an op's calls."""
         if span.is_gpu_work:
             launch = self.launch_of(span)
             if launch is None:
                 return None
             span = launch
-        for enclosing in self.ancestors(span):
-            if enclosing.cat == "cpu_op":
-                return enclosing
+        found = next((e for e in self.ancestors(span) if e.cat == "cpu_op"), None)
+        if found is None or self.vendor == "amd":  # where calls are known to outlive ops
+            overlapped = self._overlapped_op(span, found)
+            if overlapped is not None:
+                return overlapped
+        return found
+
+    def _overlapped_op(self, call: Span, enclosing: Span | None) -> Span | None:
+        """The ``cpu_op`` just before ``call`` on its thread (inside ``enclosing`` when given)
+        that the call does not nest in, though it carries the same ``External id``: the op
+        the call outlived, or that ended just before the call's shifted start. ``None``
+        otherwise (the usual case)."""
+        if call.cat not in LAUNCH_CATEGORIES:
+            return None
+        external = call.external_id
+        if external is None:
+            return None
+        on_lane = self.lane_spans(call.lane)
+        index = bisect_left(on_lane, call.start, key=_START)
+        ops_seen = 0
+        for earlier in reversed(on_lane[max(0, index - _OVERLAP_LOOKBACK) : index]):
+            if enclosing is not None and earlier.start < enclosing.start:
+                return None
+            if earlier.cat != "cpu_op" or earlier.start + earlier.dur >= call.start + call.dur:
+                continue
+            if earlier.external_id == external:
+                return earlier
+            ops_seen += 1
+            if ops_seen == _OVERLAP_OPS:
+                return None
         return None
 
     def step_of(self, span: Span) -> Step | None:

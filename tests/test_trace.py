@@ -20,7 +20,7 @@ from conftest import (
 )
 
 from profiling_utils import Lane, Span, Step, Trace, load_trace
-from profiling_utils.measures import lane_busy_us, op_stats
+from profiling_utils.measures import lane_busy_us, launches, op_stats
 from profiling_utils.trace import input_shapes, is_communication
 
 
@@ -998,3 +998,26 @@ def test_a_steps_repr_counts_its_gpu_work(eager: Trace) -> None:
         f"Step(number={step.number}, start={step.start!r}, end={step.end!r}, "
         f"gpu_work=<{len(step.gpu_work)} activities>)"
     )
+
+
+def test_a_rocm_call_that_outlives_its_op_keeps_its_op(make_trace) -> None:
+    # ROCm's known inversion: hipExtModuleLaunchKernel starts inside aten::mm but ends 3 µs
+    # after it, so it nests in aten::matmul; the External id both carry ties it to aten::mm.
+    # A call with another op's External id is left where it nests.
+    events = [
+        complete_event("aten::matmul", "cpu_op", 0, 100, External_id=1),
+        complete_event("aten::mm", "cpu_op", 10, 30, External_id=2),
+        complete_event("hipExtModuleLaunchKernel", "cuda_runtime", 30, 13, External_id=2,
+                       correlation=1),
+        complete_event("gemm", "kernel", 50, 20, pid=2, tid=0, correlation=1),
+        complete_event("aten::mm", "cpu_op", 50, 30, External_id=3),
+        complete_event("hipExtModuleLaunchKernel", "cuda_runtime", 70, 13, External_id=9,
+                       correlation=2),
+        complete_event("gemm", "kernel", 90, 20, pid=2, tid=0, correlation=2),
+    ]  # fmt: skip
+    trace = load_trace(make_trace(events, deviceProperties=None))
+    assert trace.vendor == "amd"
+    first, second = trace.kernels
+    assert trace.op_of(first).name == "aten::mm" and trace.op_of(first).external_id == 2
+    assert trace.op_of(second).name == "aten::matmul"
+    assert [launch.op.name for launch in launches(trace)] == ["aten::mm", "aten::matmul"]
