@@ -85,6 +85,11 @@ Commands:
     - ``unlaunched_gpu_work``: ``{count, busy_us}``, the GPU activities whose launch call is
       not in the trace (no step counts them) and the time they ran (streams' overlaps
       counted once).
+    - ``gpu_work_before_launch``: ``{count, max_us}``, the GPU activities that start before
+      the call that launched them, and by how much at most (``null`` when none does): no
+      kernel can, so the trace's CPU and GPU clocks disagree by at least that much, and its
+      launch delays and lane offsets are off by as much
+      (:func:`profiling_utils.measures.gpu_work_before_launch`).
     - ``unrecorded_kernel_launches``: ``{count, kernel_launches}``, the trace's kernel launch
       calls with no GPU activity in it (a trace cut short, or records the profiler dropped:
       its GPU figures are then lower bounds) and all its kernel launch calls
@@ -475,6 +480,11 @@ def _unlaunched_gpu_work(trace: Trace) -> dict[str, Any]:
     return {"count": len(work), "busy_us": measures.union_us(work)}
 
 
+def _gpu_work_before_launch(trace: Trace) -> dict[str, Any]:
+    count, most = measures.gpu_work_before_launch(trace)
+    return {"count": count, "max_us": most if count else None}
+
+
 def _unrecorded_kernel_launches(trace: Trace) -> dict[str, Any]:
     missing, launches = trace.kernel_launches_without_gpu_record((-math.inf, math.inf))
     return {"count": missing, "kernel_launches": launches if missing else None}
@@ -519,6 +529,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         ],
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
+        "gpu_work_before_launch": _gpu_work_before_launch(trace),
         "unrecorded_kernel_launches": _unrecorded_kernel_launches(trace),
         "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
         "left_out_steps": [span.name for span in trace.left_out_steps],
@@ -594,6 +605,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     extent = f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs"
     line = f"{extent}; {summary['gpu_work']}"
     out += [line] if len(line) <= _LINE_WIDTH else [extent, f"  {summary['gpu_work']}"]
+    early = summary["gpu_work_before_launch"]
+    if early["count"]:
+        out += [
+            f"  {early['count']:,} GPU activities start before the call that launched them, by "
+            f"up to {_us(early['max_us'])} µs: the trace's CPU and GPU clocks disagree by at",
+            "  least that much, and its launch delays and lane offsets are off by as much",
+        ]
 
     out += ["", "Lanes"]
     for lane in summary["lanes"]:

@@ -74,6 +74,7 @@ __all__ = [
     "host_work_us",
     "step_times",
     "launch_delays",
+    "gpu_work_before_launch",
     "lane_offset",
     "dead_windows",
     "gpu_gaps",
@@ -418,6 +419,27 @@ def launch_delays(trace: Trace) -> list[LaunchDelay]:
             number = None if step is None else step.number
             results.append(LaunchDelay(launch, work, work.start - launch.start, number))
     return results
+
+
+CLOCK_TOLERANCE_US = 1.0
+"""How far a GPU activity may start before its launch call before the clocks are said to
+disagree: times written in whole µs round both ways."""
+
+
+def gpu_work_before_launch(trace: Trace) -> tuple[int, float]:
+    """How many GPU activities start before the call that launched them (by more than
+    :data:`CLOCK_TOLERANCE_US`), and by how much at most, µs. No kernel runs before its
+    launch: a trace that shows it has CPU and GPU clocks that disagree (Kineto documents it
+    on ROCm), by at least that much, and its launch delays and lane offsets are off by as
+    much. ``(0, 0.0)`` when none does."""
+    count, most = 0, 0.0
+    launch_of = trace.launch_of_id
+    for work in trace.gpu_work:
+        launch = launch_of(work.id)
+        if launch is not None and launch.start - work.start > CLOCK_TOLERANCE_US:
+            count += 1
+            most = max(most, launch.start - work.start)
+    return count, most
 
 
 class LaneOffset(_Result, msgspec.Struct, frozen=True, gc=False):

@@ -40,6 +40,7 @@ SUMMARY_KEYS = {
     "steps",
     "unlaunched_gpu_work",
     "unrecorded_kernel_launches",
+    "gpu_work_before_launch",
     "other_step_lanes",
     "left_out_steps",
     "top_kernels",
@@ -600,6 +601,25 @@ def test_a_trace_without_steps_says_when_kernel_launches_lack_their_records(
     assert json.loads(run_cli(capsys, "summary", "--json", str(whole))[1])[
         "unrecorded_kernel_launches"
     ] == {"count": 0, "kernel_launches": None}
+
+
+def test_gpu_work_before_its_launch_says_the_clocks_disagree(make_trace, capsys) -> None:
+    # A kernel 12 µs before the call that launched it (ROCm's clock inversion): impossible,
+    # so the clocks disagree. The H100 recording has none.
+    events = [
+        complete_event("aten::add", "cpu_op", 0, 100),
+        complete_event("hipLaunchKernel", "cuda_runtime", 30, 5, correlation=1),
+        complete_event("add_kernel", "kernel", 18, 10, pid=2, tid=0, correlation=1),
+    ]
+    path = make_trace(events, deviceProperties=None)
+    status, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    assert json.loads(out)["gpu_work_before_launch"] == {"count": 1, "max_us": 12.0}
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "1 GPU activities start before the call that launched them, by up to 12.0 µs" in text
+    _, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert "1 GPU activities start before their launch call (by up to 12.0 µs)" in text
+    recorded = cli.summarize(load_trace(gpu_fixture("4096_bf16_item-sync")))
+    assert recorded["gpu_work_before_launch"] == {"count": 0, "max_us": None}
 
 
 def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) -> None:

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from .. import measures
 from ..trace import Trace, gc_paused, load_trace
 from .facts import Facts
 from .registry import RULES, TABLES, Finding, Rule
@@ -193,6 +194,12 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     if described and trace.spans and not trace.has_gpu:
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
+    early, most = measures.gpu_work_before_launch(trace)
+    if early:
+        header.append(
+            f"  {early:,} GPU activities start before their launch call (by up to {most:.1f} µs): "
+            "the CPU and GPU clocks disagree, and the rules that time launches read that much off"
+        )
     if not steps:
         header.append(f"  no ProfilerStep#N annotations: {_WITHOUT_STEPS}")
     elif not any(map(trace.end_recorded, steps)):
