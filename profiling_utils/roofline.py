@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
@@ -103,6 +104,10 @@ DTYPE_BYTES: dict[str, int] = {
     "c10::complex<double>": 16,
 }
 """Bytes per element of each dtype as ``Input type`` spells it."""
+
+_HOST_COPY = re.compile(r"\b(?:HtoD|DtoH)\b")
+"""A copy between host and device memory, as Kineto names it (``Memcpy HtoD (Pageable ->
+Device)``, ROCm's ``Memcpy DtoH (Device -> Host)``)."""
 
 _COMPUTE_FIGURE: dict[str, Figure] = {
     "c10::BFloat16": "bf16",
@@ -315,6 +320,11 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             kind, flops, num_bytes, note = _count(op.name, inputs)
         if kind == "other" and all(w.is_communication for w in work):
             note = "communication kernels: GPU time only"
+        # A copy between host and device runs at the host link's rate, which no datasheet
+        # row holds: holding it to the GPU's memory bandwidth would misread it.
+        over_host_link = all(w.cat == "gpu_memcpy" and _HOST_COPY.search(w.name) for w in work)
+        if over_host_link:
+            note = "; ".join(filter(None, [note, "host-device copy: the host link's rate"]))
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
         compute_peak = None
@@ -333,7 +343,7 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
                 gpu_activities=len(work),
                 device=device,
                 compute_peak=compute_peak,
-                memory_peak=peak(device, "memory"),
+                memory_peak=None if over_host_link else peak(device, "memory"),
                 note=note,
             )
         )

@@ -475,3 +475,16 @@ def test_a_named_op_without_tensor_sizes_has_no_count(make_trace: Callable[..., 
     path = make_trace(op_events("triton_poi_fused_0", [[]], ["Scalar"]))
     [entry] = roofline(load_trace(path), elementwise=["triton_poi_fused_0"]).entries
     assert entry.kind == "elementwise" and entry.bytes is None
+
+
+def test_a_host_device_copy_is_not_held_to_the_gpu_memory_bandwidth(make_trace) -> None:
+    shapes = {"Input Dims": [[1024, 1024], [1024, 1024], []], "Input type": [BF16, BF16, "Scalar"]}
+    events = [
+        complete_event("aten::copy_", "cpu_op", 100, 60, External_id=3, **shapes),
+        complete_event("cudaMemcpyAsync", "cuda_runtime", 110, 40, External_id=3, correlation=7),
+        complete_event("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 120, 30, pid=0, tid=7,
+                       correlation=7, device=0, stream=7),
+    ]  # fmt: skip
+    entry = only_entry(make_trace(events))
+    assert entry.memory_peak is None and entry.peak_share is None
+    assert "host-device copy: the host link's rate" in entry.note
