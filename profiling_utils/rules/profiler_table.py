@@ -498,16 +498,19 @@ def _steps_cpu_us(facts: Facts) -> float:
 @rule(
     "many-calls",
     "profiler table",
-    see="One row with a very large # of Calls.",
+    see="""One row with a very large # of Calls (per step; over the whole recording in a
+    trace without steps).""",
     means="""Each call may be cheap, but together they cost dispatch and launch time; see
     whether they can be fused or batched (foreach ops, torch.compile, larger operands).""",
     severity="warning",
     example="auto_examples/part1_matmul_add/plot_09_diagnose_your_own_trace",
 )
 def many_calls(facts: Facts) -> Iterator[Hit]:
-    steps = len(facts.steps)
-    steps_cpu = _steps_cpu_us(facts)
-    if not steps or steps_cpu <= 0:
+    # Without steps, the whole recording is one: calls in it, a share of the host's time.
+    whole = not facts.steps
+    steps = len(facts.steps) or 1
+    steps_cpu = _host_extent_us(facts) if whole else _steps_cpu_us(facts)
+    if steps_cpu <= 0:
         return
     # Where the GPU sets the pace, the calls' CPU time costs the step nothing, and a long
     # call is often the CPU blocked in a launch behind a full queue: no finding.
@@ -524,7 +527,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             continue  # counted at the median call, it could only take less
         # The calls in the steps the rules keep: warm-up before the first step, or a step
         # left out (cut short), would otherwise add calls to a count divided by fewer steps.
-        calls = facts.in_steps(_op_calls(facts, name, row.calls))
+        calls = _op_calls(facts, name, row.calls)
+        calls = calls if whole else facts.in_steps(calls)
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         typical, long_calls = _median_and_long(calls)
@@ -536,7 +540,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
                 {
                     "op": name,
                     "calls": len(calls),
-                    "calls_per_step": round(len(calls) / steps, 1),
+                    "calls_per_step": None if whole else round(len(calls) / steps, 1),
                     "median_us": us(typical),
                     "mean_us": us(total / len(calls)),
                     "cpu_share": round(share, 4),
@@ -574,15 +578,31 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" ({len(inner)} more run{'s' if len(inner) == 1 else ''} almost only inside "
             f"{'it' if len(outer) == 1 else 'them'}: {named})"
         )
+    if whole:
+        message = (
+            f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times in the recording "
+            f"(no steps to count per step), for {percent(MANY_CALLS_MIN_CPU_SHARE)} or more "
+            f"of the host's time from its first event to its last each at the length of "
+            f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
+            f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
+            f"that time at that length{skewed}."
+        )
+    else:
+        message = (
+            f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
+            f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
+            f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
+            f"per step, {top['median_us']:.1f} µs for the median call, "
+            f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}."
+        )
     yield (
-        f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
-        f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
-        f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
-        f"per step, {top['median_us']:.1f} µs for the median call, "
-        f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}.",
+        message,
         {
-            "steps": steps,
-            "steps_cpu_us": us(steps_cpu),
+            **(
+                {"window": "recording", "recording_cpu_us": us(steps_cpu)}
+                if whole
+                else {"steps": steps, "steps_cpu_us": us(steps_cpu)}
+            ),
             # The ops counted, then those running inside them: the first few of each.
             "ops": outer[:_REPORTED_ROWS] + found[len(outer) :][:_REPORTED_ROWS],
         },
