@@ -324,7 +324,9 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
         # row holds: holding it to the GPU's memory bandwidth would misread it.
         over_host_link = all(w.cat == "gpu_memcpy" and _HOST_COPY.search(w.name) for w in work)
         if over_host_link:
-            note = "; ".join(filter(None, [note, "host-device copy: the host link's rate"]))
+            # What crosses the link: the largest tensor once, not a read and a write on the GPU.
+            num_bytes = max((inputs.tensor_bytes(i) for i in inputs.tensors), default=num_bytes)
+            note = "host-device copy: the bytes it moves at the host link's rate"
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
         compute_peak = None

@@ -487,4 +487,7 @@ def test_a_host_device_copy_is_not_held_to_the_gpu_memory_bandwidth(make_trace) 
     ]  # fmt: skip
     entry = only_entry(make_trace(events))
     assert entry.memory_peak is None and entry.peak_share is None
-    assert "host-device copy: the host link's rate" in entry.note
+    assert entry.note == "host-device copy: the bytes it moves at the host link's rate"
+    # 2 MiB crossed the link once in 30 µs: the copy's own rate, not a read and a write.
+    assert entry.bytes == 1024 * 1024 * 2
+    assert entry.gb_s == pytest.approx(1024 * 1024 * 2 / 30e-6 / 1e9)

@@ -643,9 +643,9 @@ def test_overhead_bound_names_a_label_that_holds_the_unrecorded_time(make_trace)
 
 def test_bound_messages_quote_one_step_whose_times_give_the_ratio(make_trace) -> None:
     # (CPU µs, GPU busy µs) per step: ratios 20, 3, 5, 4 and 20. The median busy time over
-    # the median CPU time, taken apart, would be 1200 / 100 = 12x, no step's ratio; the
+    # the median CPU time, taken apart, would be 1000 / 100 = 10x, no step's ratio; the
     # message names the median step, whose own times give the ratio it prints.
-    steps = {1: (100.0, 2000.0), 2: (400.0, 1200.0), 3: (100.0, 500.0), 4: (300.0, 1200.0)}
+    steps = {1: (100.0, 2000.0), 2: (280.0, 840.0), 3: (100.0, 500.0), 4: (290.0, 1160.0)}
     steps[5] = (50.0, 1000.0)
     events = []
     for n, (cpu_us, busy_us) in steps.items():
@@ -852,9 +852,25 @@ def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
     assert finding.evidence["step"] == 3 and finding.evidence["ratio"] == 5.0
     assert finding.message.startswith(
         "ProfilerStep#3 took 5000.0 µs, 5.0× the median of the other steps (1000.0 µs); "
-        "4940.0 µs of it runs outside every op of its thread (940.0 µs in the other steps)"
+        "4940.0 µs of it runs outside every op and runtime call (940.0 µs in the other steps)"
     )
     assert "slowest_call" not in finding.evidence
+
+
+def test_slow_step_names_the_python_frame_that_holds_a_stall(make_trace) -> None:
+    # Recorded with with_stack: a logging frame covers step 3's 4,000 µs stall. The frame is
+    # no op: the time is still outside every op, and the frame names it.
+    events = stalled_steps({3: ("host", 4_000.0)})
+    events.append(
+        complete_event("logging/__init__.py(1489): info", "python_function", 30_880, 4_000)
+    )
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert finding.evidence["label_without_ops"] == {
+        "name": "logging/__init__.py(1489): info",
+        "us": 4_000.0,
+    }
+    assert "4940.0 µs of it runs outside every op and runtime call" in finding.message
+    assert "4000.0 µs of it under logging/__init__.py(1489): info" in finding.message
 
 
 def test_slow_step_names_the_runtime_call_that_waited(make_trace) -> None:
@@ -883,7 +899,7 @@ def test_slow_step_on_a_recording_with_a_host_stall_added(tmp_path) -> None:
     (finding,) = diagnose(write_trace(tmp_path / "stalled.json", document), select=["slow-step"])
     assert finding.evidence["step"] == 10
     assert finding.evidence["outside_ops_us"] >= stall
-    assert "runs outside every op of its thread" in finding.message
+    assert "runs outside every op and runtime call" in finding.message
 
 
 def test_slow_step_is_silent_on_a_slow_first_step_and_under_three_times(make_trace) -> None:

@@ -10,12 +10,14 @@ from typing import Any
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span
+from ..trace import Span, Step
 from .facts import (
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
     MEMCPY_CALL_PREFIXES,
     PLAIN_LAUNCH_CALLS,
+    SLOW_STEP_MIN_EXCESS_LAUNCHES,
+    SLOW_STEP_MIN_RATIO,
     Copy,
     Facts,
     Launch,
@@ -46,13 +48,6 @@ COLD_START_OUTSIDE_OPS_SHARE = 0.25
 """``cold-start`` says how much of the first step runs outside every op when that time
 exceeds the other steps' by at least this share of the step's extra time (on the MI250 and
 MI300X traces, most of it: host work the profiler does not record as an op)."""
-
-SLOW_STEP_MIN_RATIO = 3.0
-"""``slow-step``: a step after the first is at least this many times the median of the
-other steps (and longer by :data:`COLD_START_MIN_EXCESS_LAUNCHES` launch latencies)."""
-
-SLOW_STEP_MIN_STEPS = 3
-"""``slow-step`` needs this many steps: with two, the median of the others is one step."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
@@ -179,19 +174,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
 )
 def slow_step(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
-    if len(steps) < SLOW_STEP_MIN_STEPS:
-        return
-    widths = {step.number: step.span.dur for step in steps}
-    min_excess = COLD_START_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
-    slow = {}
-    for step in steps[1:]:  # the first step is cold-start's
-        typical = _other_median(widths, step.number)
-        assert typical is not None
-        width = widths[step.number]
-        if typical > 0 and width >= SLOW_STEP_MIN_RATIO * typical and width - typical >= min_excess:
-            slow[step.number] = (width, typical)
+    slow = facts.slow_step_widths
     if not slow:
         return
+    min_excess = SLOW_STEP_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
     number = max(slow, key=lambda n: slow[n][0] / slow[n][1])
     width, typical = slow[number]
     step = next(s for s in steps if s.number == number)
@@ -211,18 +197,30 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
     )
     if len(slow) > 1:
         message += f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too)"
-    outside = {s.number: facts.self_us(s.span) for s in steps}
-    usual_outside = _other_median(outside, number)
-    assert usual_outside is not None
-    evidence["outside_ops_us"] = us(outside[number])
+    # Time no CPU thread spent in a recorded op or runtime call (labels and Python frames,
+    # which with_stack records, cover time without doing any of it): in this step, and in
+    # the other steps nearest it.
+    trace = facts.trace
+    others = sorted((s for s in steps if s.number != number), key=lambda s: abs(s.number - number))
+    own = step.span.dur - measures.host_work_us(trace, (step.start, step.end))
+    usual_outside = median(
+        s.span.dur - measures.host_work_us(trace, (s.start, s.end))
+        for s in others[:_SLOW_STEP_COMPARED]
+    )
+    evidence["outside_ops_us"] = us(own)
     evidence["median_other_outside_ops_us"] = us(usual_outside)
     reasons = []
-    if outside[number] - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
-        reasons.append(
-            f"{outside[number]:.1f} µs of it runs outside every op of its thread "
+    if own - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+        reason = (
+            f"{own:.1f} µs of it runs outside every op and runtime call "
             f"({usual_outside:.1f} µs in the other steps): host work the profiler does not "
             "record as an op"
         )
+        label, unseen = _emptiest_frame(facts, step)
+        if label is not None and unseen >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+            evidence["label_without_ops"] = {"name": label, "us": us(unseen)}
+            reason += f", {unseen:.1f} µs of it under {short_name(label, 48)}"
+        reasons.append(reason)
     slowest = _slowest_call(facts, number)
     if slowest is not None and slowest["dur_us"] - slowest["typical_us"] >= (
         COLD_START_OUTSIDE_OPS_SHARE * extra
@@ -249,6 +247,28 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
     else:
         message += ": no one place holds the extra time (see its ops and calls)"
     yield message + ".", evidence
+
+
+_SLOW_STEP_COMPARED = 20
+"""``slow-step`` compares the slow step's unrecorded host time with this many other steps'
+(those nearest it), each a pass over the threads' spans."""
+
+
+def _emptiest_frame(facts: Facts, step: Step) -> tuple[str | None, float]:
+    """The label or Python frame inside ``step`` (not the step) whose own time (no op or call
+    nested in it) is the longest, and that time, µs."""
+    trace = facts.trace
+    spans = trace.spans
+    inside = spans[
+        bisect_left(spans, step.start, key=_START) : bisect_left(spans, step.end, key=_START)
+    ]
+    best: tuple[str | None, float] = (None, 0.0)
+    for span in inside:
+        if span.cat in ("user_annotation", "python_function") and span.id != step.span.id:
+            unseen = facts.self_us(span)
+            if unseen > best[1]:
+                best = (span.name, unseen)
+    return best
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:

@@ -94,6 +94,17 @@ GPU_RECORDS_MISSING_SHARE = 0.1
 trace is no sample of the GPU's work (:attr:`Facts.steps`)."""
 
 
+SLOW_STEP_MIN_RATIO = 3.0
+"""A step after the first is slow (``slow-step``; :attr:`Facts.slow_steps`) when it takes at
+least this many times the median of the other steps..."""
+
+SLOW_STEP_MIN_EXCESS_LAUNCHES = 3.0
+"""... and longer by at least this many of the trace's launch latencies..."""
+
+SLOW_STEP_MIN_STEPS = 3
+"""... in a trace of at least this many steps (with two, the others' median is one step)."""
+
+
 def gpu_records_whole(trace: Trace, step: Step | tuple[float, float]) -> bool:
     """Whether at most :data:`GPU_RECORDS_MISSING_SHARE` of the kernel launch calls made in
     ``step`` (or in a ``(start, end)`` window) have no GPU activity in the trace."""
@@ -277,6 +288,33 @@ class Facts:
         starts_at = window[0]
         busy = max(measures.union_within(work, starts_at, math.inf) for work in by_device.values())
         return busy, len(by_device)
+
+    @cached_property
+    def slow_step_widths(self) -> dict[int, tuple[float, float]]:
+        """The slow steps of :attr:`steps` (see :data:`SLOW_STEP_MIN_RATIO`; the first step is
+        ``cold-start``'s business), by number: each one's CPU time and the median of the
+        other steps', µs."""
+        steps = self.steps
+        if len(steps) < SLOW_STEP_MIN_STEPS:
+            return {}
+        widths = {step.number: step.span.dur for step in steps}
+        min_excess = SLOW_STEP_MIN_EXCESS_LAUNCHES * self.launch_latency_us
+        slow = {}
+        for step in steps[1:]:
+            typical = median(w for n, w in widths.items() if n != step.number)
+            width = widths[step.number]
+            if (
+                typical > 0
+                and width >= SLOW_STEP_MIN_RATIO * typical
+                and width - typical >= min_excess
+            ):
+                slow[step.number] = (width, typical)
+        return slow
+
+    @property
+    def slow_steps(self) -> frozenset[int]:
+        """The numbers of :attr:`slow_step_widths`: steps no steady-state figure should read."""
+        return frozenset(self.slow_step_widths)
 
     @cached_property
     def step_times(self) -> list[measures.StepTime]:

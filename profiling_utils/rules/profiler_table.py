@@ -101,23 +101,29 @@ _INNER_NAMED = 3
 
 
 def _busy_fractions(
-    facts: Facts, compute_only: bool = False
+    facts: Facts, compute_only: bool = False, lower_bounds: bool = False
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """Per step, CPU time and GPU busy time (of the busiest GPU, where the step drives
     several: :attr:`Facts.busiest_gpu_busy_us`), and each step's busy time over its CPU time
     (unrounded: the rows round to the ns, and 4 µs of 100,298 is not 0%); with
     ``compute_only``, busy time leaves communication kernels out (a GPU waiting on its peers
-    is not computing)."""
+    is not computing). A step whose kernels went unrecorded is left out, its busy time too
+    low, unless ``lower_bounds`` (a lower bound can still show the GPU busy); so is a slow
+    step (:attr:`Facts.slow_steps`), which is no sample of the steady state."""
     if not facts.steps:
-        return _recording_fraction(facts, compute_only)
+        return _recording_fraction(facts, compute_only, lower_bounds)
     busy = facts.busiest_gpu_compute_busy_us if compute_only else facts.busiest_gpu_busy_us
     # A step whose kernels went unrecorded (every step of a cut trace: Facts.steps then keeps
     # them all) shows a GPU busy for less than it was.
-    whole = {step.number for step in facts.steps if gpu_records_whole(facts.trace, step)}
+    read = {
+        step.number for step in facts.steps if lower_bounds or gpu_records_whole(facts.trace, step)
+    }
+    if len(read - facts.slow_steps) > 0:
+        read -= facts.slow_steps
     rows = []
     ratios = []
     for t in facts.step_times:
-        if t.cpu_us <= 0 or t.step not in busy or t.step not in whole:
+        if t.cpu_us <= 0 or t.step not in busy or t.step not in read:
             continue
         busy_us = busy[t.step]
         ratios.append(busy_us / t.cpu_us)
@@ -142,7 +148,7 @@ class _Window(NamedTuple):
 
 
 def _recording_fraction(
-    facts: Facts, compute_only: bool
+    facts: Facts, compute_only: bool, lower_bounds: bool = False
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """:func:`_busy_fractions` of a trace without steps: one row, the whole recording. Its CPU
     time runs from the first span on a CPU thread to the last one's end; its busy time is
@@ -150,7 +156,9 @@ def _recording_fraction(
     time counts the work it launched wherever it ran: a GPU still busy after the host's last
     event sets the pace)."""
     window = facts.host_window
-    if window is None or window[1] <= window[0] or not gpu_records_whole(facts.trace, window):
+    if window is None or window[1] <= window[0]:
+        return [], []
+    if not lower_bounds and not gpu_records_whole(facts.trace, window):
         return [], []
     busiest = facts.recording_gpu_busy(compute_only)
     if busiest is None:
@@ -514,7 +522,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         return
     # Where the GPU sets the pace, the calls' CPU time costs the step nothing, and a long
     # call is often the CPU blocked in a launch behind a full queue: no finding.
-    rows, ratios = _busy_fractions(facts)
+    # Busy times that miss unrecorded work are lower bounds: enough to show the GPU busy.
+    rows, ratios = _busy_fractions(facts, lower_bounds=True)
     if rows and _bound_evidence(facts, rows, ratios)[1][0] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         return
     found = []
