@@ -902,7 +902,8 @@ JSON (--json): one object
                    ProfilerStep: a step ending after the recording, or one whose kernels went
                    unrecorded while others' did not, is left out);
                    recording_cpu_us runs from the first CPU-thread event to the last (within
-                   the recording window), recording_gpu_busy_us is the busiest GPU's busy
+                   the recording window; stretches of 10 ms or more with nothing on any
+                   thread or GPU left out), recording_gpu_busy_us is the busiest GPU's busy
                    time from then on, as overhead-bound reads a recording without steps:
                    the times to compare without steps (the text shows them then);
                    collectives counts the NCCL/RCCL kernels, the medians are per step,

@@ -60,8 +60,10 @@ class RunSummary:
     """Median GPU busy time of a step's work."""
     recording_cpu_us: float | None
     """From the first span on a CPU thread to the last one's end, within the profiler's
-    recording window (:attr:`profiling_utils.rules.facts.Facts.host_window`), µs: the time to
-    compare for traces without steps."""
+    recording window (:attr:`profiling_utils.rules.facts.Facts.host_window`), less the
+    stretches with nothing on any thread or GPU (a server between requests:
+    :attr:`~profiling_utils.rules.facts.Facts.quiet_stretches`), µs: the time to compare for
+    traces without steps."""
     recording_gpu_busy_us: float | None
     """The busiest GPU's busy time from the host's first event on, µs, as ``overhead-bound``
     reads a recording without steps (:meth:`~profiling_utils.rules.facts.Facts.recording_gpu_busy`;
@@ -202,7 +204,7 @@ class Comparison:
         ]
         if not (a.steps and b.steps):  # step medians are missing: the whole recordings
             rows += [
-                ("host, first to last event (µs)", a.recording_cpu_us, b.recording_cpu_us),
+                ("host, whole recording (µs)", a.recording_cpu_us, b.recording_cpu_us),
                 ("GPU busy, whole trace (µs)", a.recording_gpu_busy_us, b.recording_gpu_busy_us),
             ]
         if a.collectives or b.collectives:
@@ -326,7 +328,7 @@ def _summary(facts: Facts) -> RunSummary:
         steps=steps,
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
-        recording_cpu_us=None if window is None else window[1] - window[0],
+        recording_cpu_us=None if window is None else facts.host_active_us,
         recording_gpu_busy_us=None if busiest is None else busiest[0],
         kernels=len(trace.kernels),
         launches=len(facts.launches),

@@ -410,10 +410,17 @@ class LaunchDelay(_Result, msgspec.Struct, frozen=True, gc=False):
 
 
 def launch_delays(trace: Trace) -> list[LaunchDelay]:
-    """The queueing delay of every GPU activity whose launch call is in the trace."""
+    """The queueing delay of every GPU activity whose launch call is in the trace; of a
+    graph's replay (:data:`GRAPH_LAUNCH_CALLS`), of its first activity only: the others wait
+    for the graph's own earlier work, not for the launch."""
     results = []
-    for work in trace.gpu_work:
+    replayed: set[int] = set()
+    for work in trace.gpu_work:  # in start order: a replay's first activity comes first
         launch = trace.launch_of(work)
+        if launch is not None and launch.name in GRAPH_LAUNCH_CALLS:
+            if launch.id in replayed:
+                continue
+            replayed.add(launch.id)
         if launch is not None:
             step = trace.step_of(launch)
             number = None if step is None else step.number

@@ -353,7 +353,7 @@ def test_traces_without_steps_compare_their_whole_recordings(make_trace) -> None
     assert (a.recording_cpu_us, a.recording_gpu_busy_us) == (200.0, 100.0)
     assert (b.recording_cpu_us, b.recording_gpu_busy_us) == (80.0, 40.0)
     text = comparison.to_text()
-    assert re.search(r"host, first to last event \(µs\) +200\.0 +80\.0 +0\.40×", text)
+    assert re.search(r"host, whole recording \(µs\) +200\.0 +80\.0 +0\.40×", text)
     assert re.search(r"GPU busy, whole trace \(µs\) +100\.0 +40\.0 +0\.40×", text)
     assert json.loads(json.dumps(comparison.to_dict()))["trace"]["recording_cpu_us"] == 80.0
 
@@ -361,7 +361,7 @@ def test_traces_without_steps_compare_their_whole_recordings(make_trace) -> None
 def test_traces_with_steps_leave_the_whole_recording_rows_out(
     eager_vs_compiled: Comparison,
 ) -> None:
-    assert "host, first to last event" not in eager_vs_compiled.to_text()
+    assert "host, whole recording" not in eager_vs_compiled.to_text()
     assert eager_vs_compiled.baseline.recording_cpu_us > 0
 
 

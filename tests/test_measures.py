@@ -28,6 +28,7 @@ from profiling_utils.measures import (
     folded_calls,
     gpu_busy_us,
     gpu_gaps,
+    graph_launches,
     kernel_footprint,
     kernel_launches,
     kernel_stats,
@@ -916,3 +917,13 @@ def test_a_rocm_copy_takes_its_size_from_its_call() -> None:
     assert all("bytes" not in c.span.args for c in copies)
     for copy in copies:
         assert copy.bandwidth_gb_s == pytest.approx(2560 / copy.span.dur / 1e3)
+
+
+def test_a_graph_replay_has_one_launch_delay_its_first_activitys() -> None:
+    trace = load_trace(gpu_fixture("4096_bf16_warm_compile-reduce-overhead"))
+    graphs = graph_launches(trace)
+    delays = [d for d in launch_delays(trace) if d.launch.name == "cudaGraphLaunch"]
+    assert graphs and len(delays) == len(graphs)
+    for delay in delays:
+        first = min(trace.gpu_work_of(delay.launch), key=lambda w: w.start)
+        assert delay.gpu is first

@@ -2072,3 +2072,27 @@ def test_many_calls_reads_the_whole_recording_without_steps(tmp_path: Path) -> N
     top = finding.evidence["ops"][0]
     assert (top["op"], top["calls"], top["calls_per_step"]) == ("aten::copy_", 384, None)
     assert "called 50+ times in the recording (no steps to count per step)" in finding.message
+
+
+def test_a_recording_without_steps_is_read_over_its_active_time(make_trace) -> None:
+    # A server's four requests, 1 s apart: each an op launching a 900 µs kernel in a 1,000 µs
+    # burst. Over first-to-last (3,001,000 µs) the GPU would look idle; over the bursts it is
+    # busy 90% of the time: compute-bound, with the three quiet seconds named.
+    events = []
+    for n in range(4):
+        t = 1_000_000.0 * n
+        events += [
+            complete_event("execute_model", "user_annotation", t, 1_000),
+            complete_event("aten::mm", "cpu_op", t + 10, 980),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 50, 900, pid=0, tid=7, correlation=n + 1),
+        ]
+    path = make_trace(events)
+    assert diagnose(path, select=["overhead-bound"]) == []
+    (finding,) = diagnose(path, select=["compute-bound"])
+    assert finding.evidence["quiet_stretches"] == 3
+    assert finding.evidence["quiet_us"] == pytest.approx(3 * 999_000.0)
+    assert finding.evidence["recording_cpu_us"] == pytest.approx(4_000.0)
+    assert "3 stretch(es) with nothing on any thread or GPU, 2997000.0 µs, left out" in (
+        finding.message
+    )

@@ -138,7 +138,12 @@ def _exposed_over_the_recording(facts: Facts) -> Iterator[Hit]:
     the GPU's recorded span in which communication ran with no compute beside it."""
     total = facts.comm_overlap.total
     work = facts.trace.gpu_work
-    span = max(w.end for w in work) - min(w.start for w in work) if work else 0.0
+    first, last = (min(w.start for w in work), max(w.end for w in work)) if work else (0, 0)
+    # Less the stretches with nothing running anywhere (a server between requests).
+    quiet = sum(
+        max(0.0, min(end, last) - max(start, first)) for start, end in facts.quiet_stretches
+    )
+    span = last - first - quiet
     if span <= 0 or total.exposed_us < EXPOSED_MIN_STEP_SHARE * span:
         return
     yield (

@@ -94,6 +94,12 @@ GPU_RECORDS_MISSING_SHARE = 0.1
 trace is no sample of the GPU's work (:attr:`Facts.steps`)."""
 
 
+QUIET_STRETCH_MIN_US = 10_000.0
+"""A stretch of a recording without steps this long, with nothing open on any CPU thread and
+no GPU work, is left out of the time the recording is read over (:attr:`Facts.quiet_stretches`):
+a program between requests, not one the profiler failed to see into (Python between ops
+leaves gaps of µs, and a data loader's fetch is a labelled span)."""
+
 SLOW_STEP_MIN_RATIO = 3.0
 """A step after the first is slow (``slow-step``; :attr:`Facts.slow_steps`) when it takes at
 least this many times the median of the other steps..."""
@@ -269,6 +275,42 @@ class Facts:
         if recording_end is not None and start < recording_end < end:
             end = recording_end
         return start, end
+
+    @cached_property
+    def quiet_stretches(self) -> list[tuple[float, float]]:
+        """Inside :attr:`host_window`, the stretches of at least :data:`QUIET_STRETCH_MIN_US`
+        in which no CPU thread has any span open and no GPU work runs, ``(start, end)`` in
+        µs: a server waiting for requests, a script sleeping. A trace without steps is read
+        over the rest (:attr:`host_active_us`)."""
+        window = self.host_window
+        if window is None:
+            return []
+        trace = self.trace
+        pieces = [
+            (span.start, span.start + span.dur)
+            for lane in trace.lanes
+            if lane.kind == "cpu"
+            for span in trace.lane_spans(lane)
+        ]
+        pieces += [(work.start, work.start + work.dur) for work in trace.gpu_work]
+        pieces.sort()
+        quiet = []
+        reached = window[0]
+        for start, end in pieces:
+            if start >= window[1]:
+                break
+            if start - reached >= QUIET_STRETCH_MIN_US:
+                quiet.append((reached, start))
+            reached = max(reached, end)
+        return quiet
+
+    @property
+    def host_active_us(self) -> float:
+        """:attr:`host_window`'s length less its :attr:`quiet_stretches`, µs (0 without)."""
+        window = self.host_window
+        if window is None:
+            return 0.0
+        return window[1] - window[0] - sum(end - start for start, end in self.quiet_stretches)
 
     def recording_gpu_busy(self, compute_only: bool = False) -> tuple[float, int] | None:
         """Over a whole recording: the busy time of the busiest GPU from

@@ -164,7 +164,7 @@ def _recording_fraction(
     if busiest is None:
         return [], []
     busy, gpus = busiest
-    cpu = window[1] - window[0]
+    cpu = facts.host_active_us
     row = {
         "step": None,
         "start_us": us(window[0]),
@@ -172,6 +172,7 @@ def _recording_fraction(
         "gpu_busy_us": us(busy),
         "gpu_busy_fraction": round(busy / cpu, 4),
         "gpus": gpus,
+        "quiet": facts.quiet_stretches,
     }
     return [row], [busy / cpu]
 
@@ -197,8 +198,12 @@ def _bound_evidence(
             evidence["gpus_driven"] = row["gpus"]
         if facts.trace.steps:  # none ends inside the recording window (Facts.steps)
             evidence["steps_without_recorded_end"] = len(facts.trace.steps)
-        start = row["start_us"]
-        return evidence, (ratios[0],) * 3, _Window(start, start + row["cpu_us"], None)
+        if row["quiet"]:
+            evidence["quiet_stretches"] = len(row["quiet"])
+            evidence["quiet_us"] = us(sum(end - start for start, end in row["quiet"]))
+        window = facts.host_window
+        assert window is not None
+        return evidence, (ratios[0],) * 3, _Window(window[0], window[1], None)
     order = sorted(range(len(rows)), key=lambda i: (ratios[i], rows[i]["step"]))
     typical = rows[order[(len(order) - 1) // 2]]
     evidence = {
@@ -244,6 +249,11 @@ def _bound_message(
             if unread
             else "no profiler steps to compare"
         )
+        if "quiet_stretches" in evidence:
+            why += (
+                f"; {evidence['quiet_stretches']} stretch(es) with nothing on any thread or GPU, "
+                f"{evidence['quiet_us']:.1f} µs, left out"
+            )
         return (
             f"Over the whole recording ({why}) the {which} is busy "
             f"{evidence['recording_gpu_busy_us']:.1f} µs for "
@@ -588,10 +598,17 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"{'it' if len(outer) == 1 else 'them'}: {named})"
         )
     if whole:
+        left_out = (
+            " (stretches with nothing on any thread or GPU left out)"
+            if facts.quiet_stretches
+            else ""
+        )
         message = (
             f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times in the recording "
             f"(no steps to count per step), for {percent(MANY_CALLS_MIN_CPU_SHARE)} or more "
-            f"of the host's time from its first event to its last each at the length of "
+            f"of the host's time from its first event to its last"
+            f"{left_out}"
+            f" each at the length of "
             f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
             f"that time at that length{skewed}."
@@ -736,9 +753,9 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
 
 
 def _host_extent_us(facts: Facts) -> float:
-    """From the first span on a CPU thread to the last one's end, µs."""
-    window = facts.host_window
-    return 0.0 if window is None else window[1] - window[0]
+    """From the first span on a CPU thread to the last one's end, less the stretches in which
+    nothing ran (:attr:`~profiling_utils.rules.facts.Facts.host_active_us`), µs."""
+    return facts.host_active_us
 
 
 def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
