@@ -258,7 +258,8 @@ def _bound_message(
             f"Over the whole recording ({why}) the {which} is busy "
             f"{evidence['recording_gpu_busy_us']:.1f} µs for "
             f"{evidence['recording_cpu_us']:.1f} µs of CPU time, from the first host event to "
-            f"the last ({ratio(typical)}{unit}): {pace}."
+            f"the last{' less those' if 'quiet_stretches' in evidence else ''} "
+            f"({ratio(typical)}{unit}): {pace}."
         )
     low, high = ratio(lowest), ratio(highest)
     spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
