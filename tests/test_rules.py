@@ -2096,3 +2096,24 @@ def test_a_recording_without_steps_is_read_over_its_active_time(make_trace) -> N
     assert "3 stretch(es) with nothing on any thread or GPU, 2997000.0 µs, left out" in (
         finding.message
     )
+
+
+def test_cold_start_is_silent_when_a_later_step_is_as_wide(make_trace) -> None:
+    # A server's iterations: a 4,000 µs prefill every fifth step, 1,000 µs decodes between.
+    # The first step's width comes back: no one-time cost. Without the later prefills, it is.
+    def steps(widths: list[float]) -> list[dict[str, Any]]:
+        events = []
+        for n, width in enumerate(widths):
+            t = 10_000.0 * n
+            events += [
+                complete_event(f"ProfilerStep#{n}", "user_annotation", t, width),
+                complete_event("aten::mm", "cpu_op", t + 10, width - 20),
+            ]
+        return events
+
+    periodic = [4_000.0] + [1_000.0] * 4 + [4_000.0] + [1_000.0] * 4
+    assert diagnose(make_trace(steps(periodic), name="p.json"), select=["cold-start"]) == []
+    once = [4_000.0] + [1_000.0] * 9
+    assert [
+        f.rule for f in diagnose(make_trace(steps(once), name="o.json"), select=["cold-start"])
+    ] == ["cold-start"]

@@ -40,6 +40,10 @@ work of the step before costs nothing)."""
 COLD_START_MIN_RATIO = 3.5
 """``cold-start``: the first step is at least this many times the median of the others..."""
 
+COLD_START_LATER_AS_WIDE = 0.8
+"""``cold-start`` stays silent when a later step is at least this share of the first one's
+width: the first step's work then comes back, it is no one-time cost."""
+
 COLD_START_MIN_EXCESS_LAUNCHES = 3.0
 """... and longer by at least this many of the trace's launch latencies
 (:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): less is noise."""
@@ -110,6 +114,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         return
     width = first.span.dur
     if width < COLD_START_MIN_RATIO * typical:
+        return
+    # A later step as wide (a server's periodic prefill, an evaluation every N steps) makes
+    # the first one's width the program's, not a one-time cost.
+    if any(step.span.dur >= COLD_START_LATER_AS_WIDE * width for step in steps[1:]):
         return
     min_excess = COLD_START_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
     if width - typical < min_excess:
