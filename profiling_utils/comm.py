@@ -152,14 +152,39 @@ def _element_bytes(dtype: str | None) -> int | None:
     return None if dtype is None else _DTYPE_BYTES.get(dtype.strip().lower())
 
 
-def _tensor_bytes(op: Span) -> tuple[int | None, str | None]:
+_KERNEL_DTYPE = re.compile(r"_(f16|bf16|f32|f64|i8|u8|i32|u32|i64|u64)\b")
+"""The element type at the end of a collective kernel's name before NCCL 2.7
+(``ncclAllReduceRingLLKernel_sum_f32``): the dtype where an old trace records sizes only."""
+
+_KERNEL_DTYPES = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "i8": "int8",
+    "u8": "uint8",
+    "i32": "int32",
+    "u32": "int32",
+    "i64": "int64",
+    "u64": "int64",
+}
+
+
+def _tensor_bytes(op: Span, kernel: Span | None = None) -> tuple[int | None, str | None]:
     """The largest tensor among an op's recorded inputs (``Input Dims`` with ``Input type``),
-    in bytes, and its dtype: for a collective, the larger of its input and output buffers."""
+    in bytes, and its dtype: for a collective, the larger of its input and output buffers.
+    Where the op records sizes without dtypes (torch ~1.9), the dtype ``kernel``'s name
+    spells, if any."""
     shapes = input_shapes(op)
     best: tuple[int | None, str | None] = (None, None)
     if shapes is None:
         return best
-    for index, dtype in enumerate(shapes.types):
+    types = shapes.types
+    if not types and kernel is not None:
+        spelled = _KERNEL_DTYPE.search(kernel.name.split("(", 1)[0])
+        if spelled is not None:
+            types = [_KERNEL_DTYPES[spelled[1]]] * len(shapes.dims)
+    for index, dtype in enumerate(types):
         size, sizes = _element_bytes(dtype), shapes.sizes(index)
         if sizes is None or size is None:
             continue
@@ -278,7 +303,7 @@ def _describe(
         message_bytes = None
         for span in (label_op, c10d_op):
             if span is not None:
-                found, found_dtype = _tensor_bytes(span)
+                found, found_dtype = _tensor_bytes(span, kernel)
                 if found is not None and (message_bytes is None or found > message_bytes):
                     message_bytes, dtype = found, dtype or found_dtype
     group = recorded.get("Process Group Name")

@@ -229,3 +229,23 @@ def test_a_group_size_not_recorded_is_read_off_the_buffers(
     ]  # fmt: skip
     (found,) = collectives(load_trace(make_trace(events)))
     assert found.group_size == group_size
+
+
+def test_an_old_collectives_dtype_comes_from_its_kernels_name(make_trace: Any) -> None:
+    # torch ~1.9 with NCCL < 2.7: the nccl:all_reduce label records its sizes without dtypes
+    # ("Input dims"), and the kernel's name ends in the element type.
+    events = [
+        complete_event("nccl:all_reduce", "cpu_op", 0, 50, **{"Input dims": [[1024, 1024]]}),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("ncclAllReduceRingLLKernel_sum_f32(ncclColl)", "kernel", 20, 400,
+                       pid=0, tid=COMM_STREAM, correlation=1),
+        complete_event("nccl:broadcast", "cpu_op", 100, 50, **{"Input dims": [[1024]]}),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 110, 5, correlation=2),
+        complete_event("ncclBroadcastRingLLKernel_copy_i8(ncclColl)", "kernel", 120, 10,
+                       pid=0, tid=COMM_STREAM, correlation=2),
+    ]  # fmt: skip
+    found = collectives(load_trace(make_trace(events)))
+    assert [(c.op, c.bytes, c.dtype) for c in found] == [
+        ("all_reduce", 4 << 20, "float32"),
+        ("broadcast", 1024, "int8"),
+    ]
