@@ -2117,3 +2117,12 @@ def test_cold_start_is_silent_when_a_later_step_is_as_wide(make_trace) -> None:
     assert [
         f.rule for f in diagnose(make_trace(steps(once), name="o.json"), select=["cold-start"])
     ] == ["cold-start"]
+
+
+def test_the_median_of_the_other_steps_matches_statistics_for_each_step() -> None:
+    from profiling_utils.rules.facts import _medians_without_each
+
+    rows = [[5.0, 1.0], [3.0, 3.0, 1.0], [4.0, 1.0, 4.0, 2.0, 9.0], [2.0, 2.0, 2.0, 7.0]]
+    for values in rows:
+        expected = [statistics.median(values[:i] + values[i + 1 :]) for i in range(len(values))]
+        assert _medians_without_each(values) == expected

@@ -111,6 +111,29 @@ SLOW_STEP_MIN_STEPS = 3
 """... in a trace of at least this many steps (with two, the others' median is one step)."""
 
 
+def _medians_without_each(values: list[float]) -> list[float]:
+    """For each value, the median of the others (two or more values), from one sort: a
+    trace may hold thousands of steps."""
+    order = sorted(values)
+    position = {}
+    for index, value in enumerate(order):
+        position.setdefault(value, index)  # any copy of an equal value will do
+    count = len(order) - 1
+    middle = count // 2
+
+    def at(index: int, removed: int) -> float:
+        return order[index if index < removed else index + 1]
+
+    medians = []
+    for value in values:
+        removed = position[value]
+        if count % 2:
+            medians.append(at(middle, removed))
+        else:
+            medians.append((at(middle - 1, removed) + at(middle, removed)) / 2)
+    return medians
+
+
 def gpu_records_whole(trace: Trace, step: Step | tuple[float, float]) -> bool:
     """Whether at most :data:`GPU_RECORDS_MISSING_SHARE` of the kernel launch calls made in
     ``step`` (or in a ``(start, end)`` window) have no GPU activity in the trace."""
@@ -339,12 +362,11 @@ class Facts:
         steps = self.steps
         if len(steps) < SLOW_STEP_MIN_STEPS:
             return {}
-        widths = {step.number: step.span.dur for step in steps}
+        widths = [step.span.dur for step in steps]
+        others = _medians_without_each(widths)
         min_excess = SLOW_STEP_MIN_EXCESS_LAUNCHES * self.launch_latency_us
         slow = {}
-        for step in steps[1:]:
-            typical = median(w for n, w in widths.items() if n != step.number)
-            width = widths[step.number]
+        for step, width, typical in zip(steps[1:], widths[1:], others[1:], strict=True):
             if (
                 typical > 0
                 and width >= SLOW_STEP_MIN_RATIO * typical
