@@ -29,7 +29,7 @@ import re
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress, count, islice
 from operator import add, attrgetter, gt, sub
 from typing import Any
@@ -72,6 +72,7 @@ __all__ = [
     "union_within",
     "lane_busy_us",
     "host_work_us",
+    "host_work_in_windows",
     "step_times",
     "launch_delays",
     "gpu_work_before_launch",
@@ -299,23 +300,37 @@ def host_work_us(trace: Trace, window: tuple[float, float]) -> float:
     in :func:`lane_busy_us` (labels such as ``ProfilerStep#N`` left out). The rest of the
     window is host time the profiler does not record (Python between ops, data loading) or
     no work at all."""
-    start, end = window
-    pieces = []
-    for lane in trace.lanes:
-        if lane.kind != "cpu":
-            continue
-        on_lane = trace.lane_spans(lane)
-        for span in on_lane[: bisect_left(on_lane, end, key=_START)]:
-            span_end = span.start + span.dur
-            if span_end > start and _is_host_work(span):
-                pieces.append((max(span.start, start), min(span_end, end)))
-    pieces.sort()
-    total, reached = 0.0, start
-    for piece_start, piece_end in pieces:
-        if piece_end > reached:
-            total += piece_end - max(piece_start, reached)
-            reached = piece_end
-    return total
+    return host_work_in_windows(trace, [window])[0]
+
+
+def host_work_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) -> list[float]:
+    """:func:`host_work_us` of each of ``windows``, from one union of the threads' work (a
+    pass over the spans whatever the number of windows)."""
+    pieces = sorted(
+        (span.start, span.start + span.dur)
+        for lane in trace.lanes
+        if lane.kind == "cpu"
+        for span in trace.lane_spans(lane)
+        if _is_host_work(span)
+    )
+    merged_starts: list[float] = []
+    merged_ends: list[float] = []
+    for start, end in pieces:
+        if merged_ends and start <= merged_ends[-1]:
+            merged_ends[-1] = max(merged_ends[-1], end)
+        else:
+            merged_starts.append(start)
+            merged_ends.append(end)
+    before = [0.0, *accumulate(e - s for s, e in zip(merged_starts, merged_ends, strict=True))]
+
+    def covered_until(time: float) -> float:
+        """Work time from the trace's start up to ``time``."""
+        index = bisect_right(merged_starts, time)
+        if index == 0:
+            return 0.0
+        return before[index - 1] + min(merged_ends[index - 1], time) - merged_starts[index - 1]
+
+    return [max(0.0, covered_until(end) - covered_until(start)) for start, end in windows]
 
 
 def step_times(trace: Trace) -> list[StepTime]:

@@ -29,6 +29,8 @@ from profiling_utils.measures import (
     gpu_busy_us,
     gpu_gaps,
     graph_launches,
+    host_work_in_windows,
+    host_work_us,
     kernel_footprint,
     kernel_launches,
     kernel_stats,
@@ -927,3 +929,11 @@ def test_a_graph_replay_has_one_launch_delay_its_first_activitys() -> None:
     for delay in delays:
         first = min(trace.gpu_work_of(delay.launch), key=lambda w: w.start)
         assert delay.gpu is first
+
+
+def test_host_work_in_windows_is_host_work_us_of_each() -> None:
+    trace = load_trace(gpu_fixture("train_tiny_transformer_a3"))
+    windows = [(step.start, step.end) for step in trace.steps] + [(0.0, 5_000.0), (10.0, 10.0)]
+    each = [host_work_us(trace, window) for window in windows]
+    assert host_work_in_windows(trace, windows) == pytest.approx(each, abs=1e-6)
+    assert each[-1] == 0.0 and 0 < each[0] <= windows[0][1] - windows[0][0]

@@ -210,11 +210,10 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
     # the other steps nearest it.
     trace = facts.trace
     others = sorted((s for s in steps if s.number != number), key=lambda s: abs(s.number - number))
-    own = step.span.dur - measures.host_work_us(trace, (step.start, step.end))
-    usual_outside = median(
-        s.span.dur - measures.host_work_us(trace, (s.start, s.end))
-        for s in others[:_SLOW_STEP_COMPARED]
-    )
+    compared = [step, *others[:_SLOW_STEP_COMPARED]]
+    work = measures.host_work_in_windows(trace, [(s.start, s.end) for s in compared])
+    own = step.span.dur - work[0]
+    usual_outside = median(s.span.dur - w for s, w in zip(compared[1:], work[1:], strict=True))
     evidence["outside_ops_us"] = us(own)
     evidence["median_other_outside_ops_us"] = us(usual_outside)
     reasons = []
@@ -259,7 +258,7 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
 
 _SLOW_STEP_COMPARED = 20
 """``slow-step`` compares the slow step's unrecorded host time with this many other steps'
-(those nearest it), each a pass over the threads' spans."""
+(those nearest it)."""
 
 
 def _emptiest_frame(facts: Facts, step: Step) -> tuple[str | None, float]:
