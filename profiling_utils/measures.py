@@ -306,13 +306,20 @@ def host_work_us(trace: Trace, window: tuple[float, float]) -> float:
 def host_work_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) -> list[float]:
     """:func:`host_work_us` of each of ``windows``, from one union of the threads' work (a
     pass over the spans whatever the number of windows)."""
-    pieces = sorted(
-        (span.start, span.start + span.dur)
-        for lane in trace.lanes
-        if lane.kind == "cpu"
-        for span in trace.lane_spans(lane)
-        if _is_host_work(span)
-    )
+    if not windows:
+        return []
+    first = min(start for start, _ in windows)
+    last = max(end for _, end in windows)
+    pieces = []
+    for lane in trace.lanes:
+        if lane.kind != "cpu":
+            continue
+        on_lane = trace.lane_spans(lane)
+        for span in on_lane[: bisect_left(on_lane, last, key=_START)]:
+            span_end = span.start + span.dur
+            if span_end > first and _is_host_work(span):
+                pieces.append((span.start, span_end))
+    pieces.sort()
     merged_starts: list[float] = []
     merged_ends: list[float] = []
     for start, end in pieces:
