@@ -2126,3 +2126,10 @@ def test_the_median_of_the_other_steps_matches_statistics_for_each_step() -> Non
     for values in rows:
         expected = [statistics.median(values[:i] + values[i + 1 :]) for i in range(len(values))]
         assert _medians_without_each(values) == expected
+
+
+def test_call_chain_reads_the_whole_recording_without_steps(make_trace) -> None:
+    events = matmuls_without_steps(15_700.0)
+    (finding,) = diagnose(make_trace(events), select=["call-chain"])
+    assert finding.evidence["step"] is None
+    assert finding.message.startswith("aten::mm → cudaLaunchKernel → gemm (15700.0 µs on the GPU")

@@ -30,17 +30,18 @@ _REPORTED = 5
 def call_chain(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     step_lanes = {id(step.span.lane) for step in facts.steps}  # few lanes: compare identity
+    whole = not facts.steps  # no steps: a launch anywhere in the recording
     communication = facts.communication_ids
     launch, longest = None, -1.0
     # The launch with the most GPU time, made inside a step, collectives left out: their
     # chain runs through c10d, not through the compute the step is built of.
     for candidate in facts.launches:
-        if candidate.op is None or id(candidate.call.lane) not in step_lanes:
+        if candidate.op is None or not (whole or id(candidate.call.lane) in step_lanes):
             continue
         if communication and any(work.id in communication for work in candidate.work):
             continue
         gpu_us = sum(work.dur for work in candidate.work)
-        if gpu_us > longest and facts.step_number_of(candidate.call) is not None:
+        if gpu_us > longest and (whole or facts.step_number_of(candidate.call) is not None):
             launch, longest = candidate, gpu_us
     if launch is None:
         return
