@@ -18,6 +18,9 @@ Commands:
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
       compute_capability, shared_memory_per_sm_bytes, registers_per_sm, threads_per_sm,
       description}]``;
+      ``gpu_numbers_may_be_agent_ids`` (on ROCm, whether the GPU numbers may be HSA agent
+      ids rather than device indices, the CPU sockets numbered first; see
+      :attr:`profiling_utils.trace.Trace.gpu_numbers_may_be_agent_ids`);
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, busy_us}]``; ``busy_us`` is
@@ -510,6 +513,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             {**msgspec.structs.asdict(device), "description": device.describe()}
             for device in trace.devices
         ],
+        "gpu_numbers_may_be_agent_ids": trace.gpu_numbers_may_be_agent_ids,
         "cuda_runtime_version": trace.cuda_runtime_version,
         "cuda_driver_version": trace.cuda_driver_version,
         "cupti_version": trace.cupti_version,
@@ -591,6 +595,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         # An accelerator of unknown vendor (MTIA) is no GPU the analysis reads.
         kind = "GPU" if device["vendor"] != "unknown" or device["name"] == "unknown" else "device"
         out.append(f"  {kind} {device['id']}: {device['description']}{size}")
+    if summary["gpu_numbers_may_be_agent_ids"]:
+        out.append(
+            "  (ROCm numbers GPUs by HSA agent, CPU sockets first: a lane's GPU number may be "
+            "the agent's, GPU 2 the host's first GPU)"
+        )
     versions = [
         f"{label} {summary[key]}"
         for label, key in (

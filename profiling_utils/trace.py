@@ -691,6 +691,11 @@ class Trace:
     gpu_work_steps: dict[int, int]
     """The step number of each GPU activity launched inside a step, by span id (the step
     whose :attr:`Step.gpu_work` lists it)."""
+    gpu_numbers_may_be_agent_ids: bool
+    """On ROCm: whether the GPU numbers (:attr:`Lane.device`) may be HSA agent ids rather
+    than device indices. Kineto on ROCm writes the agent id, and HSA numbers the CPU sockets
+    first (the first GPU of a two-socket host is agent 2); when every number fits the device
+    list and none is 0, the trace cannot tell the two apart. False on NVIDIA."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -913,6 +918,11 @@ class Trace:
         device_of_pid: dict[int | str, int] = {
             pid: number - offset for pid, number in numbers.items()
         }
+        # HSA numbers the CPU agents first, so agent ids of GPUs start at 1 or 2: numbers that
+        # all fit the device list without a 0 among them may be agent ids as well as indices.
+        self.gpu_numbers_may_be_agent_ids = bool(
+            is_amd and offset == 0 and numbers and min(numbers.values()) >= 1
+        )
         # Other accelerators (MTIA) write their device's work under its id as pid too.
         for pid in all_pids - gpu_pids:
             number = _as_int(pid)

@@ -32,6 +32,7 @@ SUMMARY_KEYS = {
     "has_gpu",
     "gpu_work",
     "devices",
+    "gpu_numbers_may_be_agent_ids",
     "cuda_runtime_version",
     "cuda_driver_version",
     "cupti_version",
@@ -692,3 +693,18 @@ def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace,
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "step 2: 8 of its 10 kernel launches have no GPU record" in text
     assert [step.number for step in Facts(load_trace(path)).steps] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "may_be"),
+    [
+        ("hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", True),  # pid 2, 4 GPUs
+        ("tracelens__gemm_01_compute_few_tiles.json.gz", True),  # pid 2, no device list
+        ("hta__timeline_analysis_sampled_rank-0.json.gz", False),  # NVIDIA
+    ],
+)
+def test_rocm_gpu_numbers_are_said_to_be_perhaps_agent_ids(capsys, name: str, may_be: bool) -> None:
+    path = FIXTURES / "foreign" / name
+    assert cli.summarize(load_trace(path))["gpu_numbers_may_be_agent_ids"] is may_be
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert ("(ROCm numbers GPUs by HSA agent, CPU sockets first" in text) is may_be
