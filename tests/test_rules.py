@@ -2133,3 +2133,25 @@ def test_call_chain_reads_the_whole_recording_without_steps(make_trace) -> None:
     (finding,) = diagnose(make_trace(events), select=["call-chain"])
     assert finding.evidence["step"] is None
     assert finding.message.startswith("aten::mm → cudaLaunchKernel → gemm (15700.0 µs on the GPU")
+
+
+def test_gemm_kernel_counts_the_runs_a_graph_replays(make_trace) -> None:
+    # A serving engine's prefill runs its GEMM from aten::mm; its decode steps replay it in a
+    # CUDA graph, twice per replay, with no op around the replay's kernels.
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 30),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=1),
+        complete_event("gemm", "kernel", 20, 50, pid=0, tid=7, correlation=1),
+    ]
+    for n in range(3):
+        t = 1_000.0 * (n + 1)
+        events += [
+            complete_event("cudaGraphLaunch", "cuda_runtime", t, 10, correlation=10 + n),
+            complete_event("gemm", "kernel", t + 20, 50, pid=0, tid=7, correlation=10 + n),
+            complete_event("gemm", "kernel", t + 80, 50, pid=0, tid=7, correlation=10 + n),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["gemm-kernel"])
+    assert finding.evidence["kernels"][0]["replayed_in_graphs"] == 6
+    assert finding.message.endswith(
+        "; it also runs 6× in CUDA/HIP graph replays, where no op launches it."
+    )

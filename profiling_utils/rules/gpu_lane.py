@@ -846,6 +846,17 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
                 "gpu_share": round(total / gpu_total, 4) if gpu_total > 0 else None,
             }
         )
+    # A CUDA graph's replay runs the GEMMs it captured with no op around them (a serving
+    # engine's decode steps): counted beside the op's own runs.
+    replayed = Counter(
+        work.name
+        for launch in facts.graph_launches
+        for work in facts.trace.gpu_work_of(launch) or ()
+        if work.name in by_name
+    )
+    for row in rows:
+        if replayed[row["kernel"]]:
+            row["replayed_in_graphs"] = replayed[row["kernel"]]
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     share = top["gpu_share"]  # None when every GPU activity was recorded as 0 µs
@@ -855,6 +866,11 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
         f"{short_name(top['kernel'])}, runs {top['count']}× from {', '.join(top['ops'])} "
         f"(median {top['median_us']:.1f} µs{of_gpu_time})."
     )
+    if "replayed_in_graphs" in top:
+        message = (
+            f"{message[:-1]}; it also runs {top['replayed_in_graphs']:,}× in CUDA/HIP graph "
+            "replays, where no op launches it."
+        )
     yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
 
 
