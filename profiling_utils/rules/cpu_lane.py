@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Step
+from ..trace import Span
 from .facts import (
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
@@ -223,7 +223,7 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
             f"({usual_outside:.1f} µs in the other steps): host work the profiler does not "
             "record as an op"
         )
-        label, unseen = _emptiest_frame(facts, step)
+        label, unseen = facts.emptiest_label(step.start, step.end, frames=True)
         if label is not None and unseen >= COLD_START_OUTSIDE_OPS_SHARE * extra:
             evidence["label_without_ops"] = {"name": label, "us": us(unseen)}
             reason += f", {unseen:.1f} µs of it under {short_name(label, 48)}"
@@ -259,23 +259,6 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
 _SLOW_STEP_COMPARED = 20
 """``slow-step`` compares the slow step's unrecorded host time with this many other steps'
 (those nearest it)."""
-
-
-def _emptiest_frame(facts: Facts, step: Step) -> tuple[str | None, float]:
-    """The label or Python frame inside ``step`` (not the step) whose own time (no op or call
-    nested in it) is the longest, and that time, µs."""
-    trace = facts.trace
-    spans = trace.spans
-    inside = spans[
-        bisect_left(spans, step.start, key=_START) : bisect_left(spans, step.end, key=_START)
-    ]
-    best: tuple[str | None, float] = (None, 0.0)
-    for span in inside:
-        if span.cat in ("user_annotation", "python_function") and span.id != step.span.id:
-            unseen = facts.self_us(span)
-            if unseen > best[1]:
-                best = (span.name, unseen)
-    return best
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from operator import attrgetter
@@ -334,6 +335,28 @@ class Facts:
         if window is None:
             return 0.0
         return window[1] - window[0] - sum(end - start for start, end in self.quiet_stretches)
+
+    def emptiest_label(
+        self, start: float, end: float, frames: bool = False
+    ) -> tuple[str | None, float]:
+        """The ``record_function`` label (with ``frames``, or Python frame) inside ``[start,
+        end]``, not a step, whose occurrences there hold the most time that no op or call
+        nested in them covers (their self time), and that time, µs; ``(None, 0.0)``
+        without."""
+        categories = ("user_annotation", "python_function") if frames else ("user_annotation",)
+        spans = self.trace.spans
+        inside = spans[bisect_left(spans, start, key=_START) : bisect_left(spans, end, key=_START)]
+        unseen: Counter[str] = Counter()
+        for span in inside:
+            if span.cat not in categories or span.end > end:
+                continue
+            if span.name.startswith("ProfilerStep#"):
+                continue
+            unseen[span.name] += self.self_us(span)
+        if not unseen:
+            return None, 0.0
+        name, total = unseen.most_common(1)[0]
+        return (name, total) if total > 0 else (None, 0.0)
 
     def recording_gpu_busy(self, compute_only: bool = False) -> tuple[float, int] | None:
         """Over a whole recording: the busy time of the busiest GPU from

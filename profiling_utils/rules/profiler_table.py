@@ -360,7 +360,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
                 f"{recorded:.1f} µs of it ({percent(recorded / cpu_us)})"
             )
-            label, unseen = _emptiest_label(facts, window)
+            label, unseen = facts.emptiest_label(window.start, window.end)
             if label is not None and unseen >= 0.5 * (cpu_us - recorded):
                 evidence[f"{key}_label_without_ops"] = {"name": label, "us": us(unseen)}
                 message += (
@@ -407,23 +407,6 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
             return
         if span.cat in _CALL_CATEGORIES and span.lane.kind == "cpu" and span.end <= step.end:
             yield span, own[index]
-
-
-def _emptiest_label(facts: Facts, window: _Window) -> tuple[str | None, float]:
-    """The ``record_function`` label inside ``window`` (not a step) with the most time that no
-    op or call nested in it covers, over all its occurrences there (a whole recording holds
-    one per step), and that time (their self time), µs."""
-    unseen: Counter[str] = Counter()
-    for span in facts.trace.find(cat="user_annotation"):
-        if span.start < window.start or span.end > window.end:
-            continue
-        if span.name.startswith("ProfilerStep#"):
-            continue
-        unseen[span.name] += facts.self_us(span)
-    if not unseen:
-        return None, 0.0
-    name, total = unseen.most_common(1)[0]
-    return (name, total) if total > 0 else (None, 0.0)
 
 
 @rule(
@@ -528,7 +511,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     # Without steps, the whole recording is one: calls in it, a share of the host's time.
     whole = not facts.steps
     steps = len(facts.steps) or 1
-    steps_cpu = _host_extent_us(facts) if whole else _steps_cpu_us(facts)
+    steps_cpu = facts.host_active_us if whole else _steps_cpu_us(facts)
     if steps_cpu <= 0:
         return
     # Where the GPU sets the pace, the calls' CPU time costs the step nothing, and a long
@@ -703,7 +686,7 @@ def _median_and_long(calls: list[Any]) -> tuple[float, int]:
 )
 def cost_in_children(facts: Facts) -> Iterator[Hit]:
     # Without steps, the host's whole recording is the time a row is a share of.
-    steps_cpu = _steps_cpu_us(facts) if facts.steps else _host_extent_us(facts)
+    steps_cpu = _steps_cpu_us(facts) if facts.steps else facts.host_active_us
     if steps_cpu <= 0:
         return
     found = []
@@ -751,12 +734,6 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
             ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(steps_cpu),
         },
     )
-
-
-def _host_extent_us(facts: Facts) -> float:
-    """From the first span on a CPU thread to the last one's end, less the stretches in which
-    nothing ran (:attr:`~profiling_utils.rules.facts.Facts.host_active_us`), µs."""
-    return facts.host_active_us
 
 
 def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
