@@ -14,7 +14,9 @@ Commands:
     - ``spans``: number of complete events; ``duration_us``: end of the last one (µs from the
       first); ``has_gpu``: whether there is any GPU work; ``gpu_work``: the same in words, and
       why there is none (no GPU, host activities only, an accelerator whose own events are not
-      analysed).
+      analysed, nothing but the profiler's own events); ``host_ops_recorded``: whether the host
+      side holds any op, label or Python frame (not so in a recording without
+      ``ProfilerActivity.CPU``, whose host side is the runtime calls alone).
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
       compute_capability, shared_memory_per_sm_bytes, registers_per_sm, threads_per_sm,
       description}]``;
@@ -158,7 +160,7 @@ from .ranks import (
     trace_files,
 )
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
-from .rules.diagnose import rule_id_list
+from .rules.diagnose import NO_HOST_OPS, rule_id_list
 from .tables import byte_size, cut, distinct_cuts, percent, text_table
 from .trace import HOST_COLLECTIVE_PREFIX, Span, Trace
 
@@ -509,6 +511,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "duration_us": max((s.end for s in trace.spans), default=0.0),
         "has_gpu": trace.has_gpu,
         "gpu_work": trace.describe_gpu_work(),
+        "host_ops_recorded": trace.records_host_ops,
         "devices": [
             {**msgspec.structs.asdict(device), "description": device.describe()}
             for device in trace.devices
@@ -686,6 +689,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                 ]
     else:
         out.append("  no ProfilerStep#N annotations")
+        if summary["has_gpu"] and not summary["host_ops_recorded"]:
+            out.append(f"  {NO_HOST_OPS}")
         unrecorded = summary["unrecorded_kernel_launches"]
         if unrecorded["count"]:
             out += [

@@ -178,6 +178,7 @@ _AMD_ARCH_OF_PRODUCT = {
 }
 _AMD_PRODUCT = re.compile(r"\b(MI\d{2,3}[AX]?)\b")
 _RECORD_WINDOW_END = "Record Window End"
+_HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 _ISSUES_GPU_WORK = re.compile(r"Launch|Memcpy|Memset")  # cudaLaunchKernel, hipMemcpyAsync...
 # Kernel launches and graph replays; not copies or memsets, some of which CUPTI never records.
 _LAUNCHES_KERNELS = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch")
@@ -1113,6 +1114,14 @@ class Trace:
             return "GPU"
         return "accelerator not read" if self.unread_device_lanes() else "CPU only"
 
+    @property
+    def records_host_ops(self) -> bool:
+        """Whether the host side holds any op, label or Python frame (``cpu_op``,
+        ``user_annotation``, ``python_function``): not so in a trace recorded without
+        ``ProfilerActivity.CPU``, whose host side is the runtime calls alone, nor in one that
+        holds only the profiler's own events."""
+        return any(self._by_cat.get(category) for category in _HOST_OP_CATEGORIES)
+
     def describe_gpu_work(self) -> str:
         """What GPU work the trace gives the analysis, in words, for a report's header.
 
@@ -1152,6 +1161,16 @@ class Trace:
             return (
                 f"no GPU work recorded, though {issued:,} calls launched kernels or copied or "
                 "set memory: their GPU activities are missing from the trace"
+            )
+        if not self.records_host_ops:
+            # A profiler stopped outside its active steps still writes a few events: the
+            # synchronisation at its stop, a buffer request, its "PyTorch Profiler" span.
+            names = list(dict.fromkeys(span.name for span in self.spans))
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            return (
+                f"no op, label or GPU work recorded, only {shown} (a profiler stopped outside "
+                "its active steps writes such a trace; with a schedule, export the trace from "
+                "on_trace_ready)"
             )
         if self.devices:
             return "no GPU work recorded: the trace lists a GPU but holds host events only"

@@ -31,6 +31,7 @@ SUMMARY_KEYS = {
     "duration_us",
     "has_gpu",
     "gpu_work",
+    "host_ops_recorded",
     "devices",
     "gpu_numbers_may_be_agent_ids",
     "cuda_runtime_version",
@@ -215,6 +216,59 @@ def test_a_listed_gpu_with_host_events_only_is_said_so(capsys, make_trace) -> No
     assert status == 0 and f"  {said}" in text.splitlines()
     status, out, _ = run_cli(capsys, "summary", str(path), str(path), "--json")
     assert {r["content"] for r in json.loads(out)["cross_rank"]["ranks"]} == {"CPU only"}
+
+
+def test_a_recording_of_the_profilers_own_events_only_is_said_so(capsys, make_trace) -> None:
+    # What export_chrome_trace writes after a schedule's active steps ended (recorded so on
+    # an H100, torch 2.11): the profiler's span, its stop's synchronisation, a buffer request.
+    events = [
+        complete_event(
+            "PyTorch Profiler (0)", "Trace", 0, 527, pid="Spans", tid="PyTorch Profiler"
+        ),
+        complete_event("cudaDeviceSynchronize", "cuda_runtime", 169, 13, correlation=3346),
+        complete_event("Activity Buffer Request", "overhead", 183, 320, pid=-1, tid=0),
+    ]
+    path = make_trace(events)
+    said = (
+        "no op, label or GPU work recorded, only PyTorch Profiler (0), cudaDeviceSynchronize, "
+        "Activity Buffer Request (a profiler stopped outside its active steps writes such a "
+        "trace; with a schedule, export the trace from on_trace_ready)"
+    )
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert status == 0 and summary["gpu_work"] == said and not summary["host_ops_recorded"]
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    lines = text.splitlines()
+    # The one line says it: no word of steps the rules would read.
+    assert status == 0 and lines[2] == f"  {said}" and "ProfilerStep" not in text
+    # A host op is enough for the trace to be a CPU recording like any other.
+    path = make_trace([*events, complete_event("aten::add", "cpu_op", 50, 10)])
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert summary["host_ops_recorded"] and not summary["gpu_work"].startswith("no op, label")
+
+
+def test_gpu_work_without_host_ops_names_the_missing_cpu_activity(capsys, make_trace) -> None:
+    # ProfilerActivity.CUDA alone: runtime calls and their kernels, no op, label or step.
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 0, 5, correlation=1),
+        complete_event("k", "kernel", 10, 20, pid=0, tid=7, correlation=1, device=0, stream=7),
+    ]
+    said = (
+        "no op or label on the host, only runtime calls (as in a recording without "
+        "ProfilerActivity.CPU)"
+    )
+    path = make_trace(events)
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    lines = text.splitlines()
+    assert status == 0 and lines[lines.index("  no ProfilerStep#N annotations") + 1] == f"  {said}"
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert status == 0 and f"  {said}: no steps, and no op to name for a launch" in text
+    # With an op on the host, neither line.
+    path = make_trace([complete_event("aten::mm", "cpu_op", 0, 8), *events])
+    for command in ("summary", "diagnose"):
+        status, text, _ = run_cli(capsys, command, str(path))
+        assert status == 0 and "ProfilerActivity.CPU" not in text
 
 
 def test_launch_calls_whose_gpu_records_are_missing_are_counted(capsys, make_trace) -> None:

@@ -175,6 +175,13 @@ _WITHOUT_STEPS = (
 """What the header says of a trace whose rules have no step to read."""
 
 
+NO_HOST_OPS = (
+    "no op or label on the host, only runtime calls (as in a recording without "
+    "ProfilerActivity.CPU)"
+)
+"""What the header says of a trace with GPU work and no host op, label or Python frame."""
+
+
 def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = None) -> str:
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
@@ -191,7 +198,7 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         f"  {device}; {len(steps)} profiler steps; "
         f"{len(findings)} finding(s), {warnings} warning(s)",
     ]
-    if described and trace.spans and not trace.has_gpu:
+    if (described or not trace.records_host_ops) and trace.spans and not trace.has_gpu:
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
     early, most = measures.gpu_work_before_launch(trace)
@@ -200,8 +207,11 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
             f"  {early:,} GPU activities start before their launch call (by up to {most:.1f} µs): "
             "the CPU and GPU clocks disagree, and the rules that time launches read that much off"
         )
+    if trace.has_gpu and not trace.records_host_ops:
+        header.append(f"  {NO_HOST_OPS}: no steps, and no op to name for a launch")
     if not steps:
-        header.append(f"  no ProfilerStep#N annotations: {_WITHOUT_STEPS}")
+        if trace.records_host_ops or trace.has_gpu:  # else the line above says it all
+            header.append(f"  no ProfilerStep#N annotations: {_WITHOUT_STEPS}")
     elif not any(map(trace.end_recorded, steps)):
         header.append(
             f"  no step ends inside the recording (the profiler stopped in "
