@@ -53,6 +53,7 @@ __all__ = [
     "PLANNING_CALL_PREFIXES",
     "NO_OP",
     "NO_LAUNCH",
+    "IN_GRAPH_REPLAYS",
     "StepTime",
     "LaunchDelay",
     "LaneOffset",
@@ -113,6 +114,10 @@ their ``_ptsz`` forms, which code built for a per-thread default stream calls) a
 
 NO_LAUNCH = "(launch not in the trace)"
 """Where GPU work came from when the call that launched it is not in the trace."""
+
+IN_GRAPH_REPLAYS = "(replayed by a graph launch)"
+"""Where GPU work came from when a graph launch (:data:`GRAPH_LAUNCH_CALLS`) replayed it: no
+op launched it on its own."""
 
 PLANNING_CALL_PREFIXES = (
     "cudaOccupancy",

@@ -730,6 +730,34 @@ def test_hotspot_tells_a_launch_outside_any_op_from_one_not_in_the_trace(make_tr
     assert hit.evidence["ops"] == {"aten::mm": 1, "(no op)": 1, "(launch not in the trace)": 1}
 
 
+def test_hotspot_counts_every_kernel_a_graph_replays(make_trace) -> None:
+    # One cudaGraphLaunch per step replays a copy, then the GEMM: the GEMM is not the replay's
+    # first activity, and no op launches it. It was "with no launch call in the trace".
+    events = [complete_event("aten::mm", "cpu_op", 0, 10)]
+    events.append(complete_event("cudaLaunchKernel", "cuda_runtime", 2, 5, correlation=1))
+    events.append(complete_event("small", "kernel", 10, 5, pid=0, tid=7, correlation=1))
+    for n in range(3):
+        start = 100 + 200 * n
+        events += [
+            complete_event("cudaGraphLaunch", "cuda_runtime", start, 10, correlation=10 + n),
+            complete_event(
+                "Memcpy DtoD", "gpu_memcpy", start + 20, 2, pid=0, tid=7, correlation=10 + n
+            ),
+            complete_event("gemm", "kernel", start + 25, 90, pid=0, tid=7, correlation=10 + n),
+        ]
+    (hit,) = diagnose(make_trace(events), select=["hotspot"])
+    assert hit.message.endswith("(270.0 of 281.0 µs, 3 calls), 3 replayed by cudaGraphLaunch.")
+    assert hit.evidence["ops"] == {"(replayed by a graph launch)": 3}
+    # torch.compile's reduce-overhead mode: the replay runs in the compiled graph's op.
+    (hit,) = [
+        f
+        for f in diagnose(gpu_fixture("4096_bf16_warm_compile-reduce-overhead"))
+        if f.rule == "hotspot"
+    ]
+    assert "3 calls), 3 replayed by cudaGraphLaunch in ## Call CompiledFxGraph" in hit.message
+    assert hit.evidence["ops"] == {"(replayed by a graph launch)": 3}
+
+
 def test_many_calls_counts_calls_per_step() -> None:
     name = "train_tiny_transformer_a3"
     evidence = only(name, "many-calls").evidence

@@ -16,7 +16,7 @@ from operator import attrgetter, sub
 from typing import Any, NamedTuple
 
 from .. import measures
-from ..measures import NO_LAUNCH, NO_OP
+from ..measures import GRAPH_LAUNCH_CALLS, IN_GRAPH_REPLAYS, NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import Span, Step
 from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
@@ -460,16 +460,27 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     share = kernel_total / total
     if share < HOTSPOT_MIN_SHARE:
         return
+    # A graph launch replays many kernels, and the launch index pairs it with its first only:
+    # the kernels a replay runs are counted apart, all of them.
     launched = Counter(
         launch.op.name if launch.op is not None else NO_OP
         for launch, kernel in facts.kernel_launches
-        if kernel.name == name
+        if kernel.name == name and launch.call.name not in GRAPH_LAUNCH_CALLS
     )
-    unlinked = len(kernels) - sum(launched.values())
-    ops = launched + Counter({NO_LAUNCH: unlinked})
+    replays: Counter[str] = Counter()
+    for launch in facts.graph_launches:
+        runs = sum(work.name == name for work in trace.gpu_work_of(launch))
+        if runs:
+            op = trace.op_of(launch)
+            replays[launch.name if op is None else f"{launch.name} in {op.name}"] += runs
+    replayed = sum(replays.values())
+    unlinked = len(kernels) - sum(launched.values()) - replayed
+    ops = launched + Counter({IN_GRAPH_REPLAYS: replayed, NO_LAUNCH: unlinked})
     of_what = "GPU time besides communication" if communication else "all GPU time"
     places = ["outside any op" if op == NO_OP else op for op in launched]
     sources = [f"launched from {', '.join(places)}"] if places else []
+    if replayed:
+        sources.append(f"{replayed} replayed by {', '.join(replays)}")
     if unlinked:
         sources.append(f"{unlinked} with no launch call in the trace")
     sources_text = "; ".join(sources)
