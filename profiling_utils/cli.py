@@ -61,8 +61,9 @@ Commands:
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
       median_bandwidth_gb_s, ops}``; ``total_bytes`` adds up the sizes the trace records
       on the copies or their calls (``null`` when none records one); ``ops`` maps the
-      issuing op (``"(no op)"`` for a call outside any op, ``"(launch not in the trace)"``)
-      to a count; the bandwidth counts bytes copied (or set) per second, each byte once,
+      issuing op (``"(no op)"`` for a call outside any op, ``"(replayed by a graph
+      launch)"`` for a copy a CUDA/HIP graph replays, ``"(launch not in the trace)"``) to a
+      count; the bandwidth counts bytes copied (or set) per second, each byte once,
       GB = 10^9 bytes.
     - ``communication``: the collective kernels (NCCL, RCCL), ``null`` when the trace has
       none: ``{kernels, communication_us, compute_us, overlapped_us, exposed_us,
@@ -407,6 +408,8 @@ def _footprint(instances: list[tuple[Span, Span | None, Any]]) -> measures.Kerne
 def _issuer(copy: measures.MemoryCopy) -> str:
     if copy.op is not None:
         return copy.op.name
+    if copy.api in measures.GRAPH_LAUNCH_CALLS:
+        return measures.IN_GRAPH_REPLAYS
     return measures.NO_OP if copy.api is not None else measures.NO_LAUNCH
 
 

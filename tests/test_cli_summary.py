@@ -500,6 +500,36 @@ def test_summarize_matches_the_model(make_trace) -> None:
     ]
 
 
+def test_copies_a_graph_replays_are_said_to_come_from_the_replay(make_trace) -> None:
+    # A captured graph's memset runs at each cudaGraphLaunch: no op issued it on its own.
+    events = [complete_event("aten::copy_", "cpu_op", 0, 10)]
+    events += [
+        complete_event("cudaMemcpyAsync", "cuda_runtime", 2, 5, correlation=1),
+        complete_event(
+            "Memcpy DtoD (Device -> Device)",
+            "gpu_memcpy",
+            10,
+            2,
+            pid=0,
+            tid=7,
+            correlation=1,
+            bytes=4096,
+        ),
+        complete_event("cudaGraphLaunch", "cuda_runtime", 20, 5, correlation=2),
+        complete_event(
+            "Memset (Device)", "gpu_memset", 30, 1, pid=0, tid=7, correlation=2, bytes=512
+        ),
+        complete_event(
+            "Memset (Device)", "gpu_memset", 40, 1, pid=0, tid=7, correlation=3, bytes=512
+        ),
+    ]
+    memory = cli.summarize(load_trace(make_trace(events)))["memory"]
+    assert [(m["kind"], m["ops"]) for m in memory] == [
+        ("DtoD", {"aten::copy_": 1}),
+        ("memset", {"(replayed by a graph launch)": 1, "(launch not in the trace)": 1}),
+    ]
+
+
 def test_copies_without_a_recorded_size_are_not_called_0_bytes(capsys, make_trace) -> None:
     # ROCm traces write no "bytes" on their copies: the size is unknown, not zero.
     events = minimal_gpu_events()
