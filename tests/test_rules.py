@@ -1268,7 +1268,20 @@ def test_addmm_nested_in_itself_is_called_by_its_callers_caller(make_trace) -> N
     assert "(under ProfilerStep#N)" in finding.message
 
 
-def test_cublas_helper_kernels_are_no_gemms(make_trace) -> None:
+@pytest.mark.parametrize(
+    ("gemm", "reduction"),
+    [
+        ("volta_sgemm_64x32_sliced1x4_nn", "void splitKreduce_kernel<float, float, float>(...)"),
+        # fp32 on an H100 (torch 2.11, cuBLAS 13): the xmma GEMM, then its split-K reduction.
+        (
+            "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize2x4x1_ffma_"
+            "aligna4_alignc4_execute_kernel__5x_cublas",
+            "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize2x4x1_ffma_"
+            "aligna4_alignc4_execute_split_k_kernel__5x_cublas",
+        ),
+    ],
+)
+def test_cublas_helper_kernels_are_no_gemms(make_trace, gemm: str, reduction: str) -> None:
     # A split-K GEMM: cuBLAS launches the GEMM, then a kernel that adds up its partial sums.
     events = []
     for n in range(3):
@@ -1280,16 +1293,14 @@ def test_cublas_helper_kernels_are_no_gemms(make_trace) -> None:
             complete_event("aten::addmm", "cpu_op", t + 10, 100),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=c + 1),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 30, 5, correlation=c + 2),
-            complete_event("volta_sgemm_64x32_sliced1x4_nn", "kernel", t + 40, 50, pid=0, tid=7,
-                           correlation=c + 1),
-            complete_event("void splitKreduce_kernel<float, float, float>(...)", "kernel",
-                           t + 95, 3, pid=0, tid=7, correlation=c + 2),
-        ]  # fmt: skip
+            complete_event(gemm, "kernel", t + 40, 50, pid=0, tid=7, correlation=c + 1),
+            complete_event(reduction, "kernel", t + 95, 3, pid=0, tid=7, correlation=c + 2),
+        ]
     found = {
         f.rule: f for f in diagnose(make_trace(events), select=["addmm-fusion", "gemm-kernel"])
     }
     assert "on the GPU: GEMM kernel + cuBLAS helper kernel" in found["addmm-fusion"].message
-    assert found["addmm-fusion"].evidence["kernels"] == {"volta_sgemm_64x32_sliced1x4_nn": 3}
+    assert found["addmm-fusion"].evidence["kernels"] == {gemm: 3}
     assert found["gemm-kernel"].evidence["gemm_kernels"] == 1
 
 

@@ -153,11 +153,17 @@ def is_aten_kernel(kernel: Span) -> bool:
     return "at::native::" in kernel.name
 
 
-GEMM_HELPER_KERNELS = ("splitKreduce_kernel", "epilogue::impl::", "_PostGSU")
+GEMM_HELPER_KERNELS = (
+    "splitKreduce_kernel",
+    "_execute_split_k_kernel",
+    "epilogue::impl::",
+    "_PostGSU",
+)
 """Name parts of the kernels a BLAS library runs beside a GEMM's own, which are no GEMM: the
-reduction of a split-K GEMM's partial results (cuBLAS's ``splitKreduce_kernel``, Tensile's
-and hipBLASLt's ``Cijk_..._PostGSU``), and cuBLASLt's separate epilogue (the bias added by a
-kernel of its own)."""
+reduction of a split-K GEMM's partial results (cuBLAS's ``splitKreduce_kernel`` and, after
+its ``sm80_xmma_gemm_..._execute_kernel__5x_cublas``, ``..._execute_split_k_kernel__5x_cublas``;
+Tensile's and hipBLASLt's ``Cijk_..._PostGSU``), and cuBLASLt's separate epilogue (the bias
+added by a kernel of its own)."""
 
 
 def is_gemm_helper(kernel: Span) -> bool:
