@@ -484,7 +484,7 @@ def test_overhead_bound_without_steps_adds_up_a_start_ups_long_calls(make_trace)
         "share": 0.9995,
     }
     assert (
-        "5 calls of 1.0% or more of it each take 9995.0 µs (99.9%) by themselves, the longest "
+        "5 calls, each 1.0% or more of it, take 9995.0 µs of it (99.9%) by themselves, the longest "
         "cudaGetDeviceCount (2000.0 µs): one-time costs (the process's CUDA start-up"
     ) in finding.message
 
@@ -1016,6 +1016,26 @@ def test_dead_window_fires_on_a_long_wait_before_the_first_op(tmp_path: Path) ->
     assert finding.evidence["first_op"]["name"] == "aten::matmul"
     assert finding.evidence["gap_us"] == pytest.approx(224.7, abs=0.1)
     assert "cold-start" in {f.rule for f in findings}  # the step is 5x wider too
+    assert "not the first step" not in finding.message  # the warm-up the rule means
+
+
+def test_dead_window_in_a_later_step_is_not_called_warm_up(tmp_path: Path) -> None:
+    def late(events: list[dict]) -> None:
+        """200 µs of nothing right after step #3's label opens: everything later moves."""
+        opened = _span(events, "matmul_add", 1, cat="user_annotation")["ts"]
+        for event in events:
+            if event.get("ph") != "X":
+                continue
+            if event["ts"] > opened:
+                event["ts"] += 200.0
+            elif event["ts"] + event.get("dur", 0) > opened:
+                event["dur"] += 200.0  # the step and the label around the pause
+
+    (finding,) = diagnose(altered(tmp_path, "64_bf16_cold_eager", late), select=["dead-window"])
+    assert finding.evidence["step"] == 3
+    assert finding.message.endswith(
+        ": not the first step, so no warm-up cost but a stall of that step alone."
+    )
 
 
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import complete_event, gpu_fixture, op_steps_events, write_trace
+from conftest import complete_event, fixture_document, gpu_fixture, op_steps_events, write_trace
 from conftest import trace_document as document
 
 from profiling_utils import Finding, diagnose
@@ -45,6 +45,19 @@ def sdpa_trace(tmp_path: Path, backend_op: str | None, dtype: str, *, on_gpu: bo
                 ]  # fmt: skip
     properties = None if not on_gpu else document([])["deviceProperties"]
     return write_trace(tmp_path / "sdpa.json", document(events, deviceProperties=properties))
+
+
+def test_attention_backend_without_shapes_says_the_type_was_not_recorded(tmp_path: Path) -> None:
+    # record_shapes off: no "Input type" to read. The count is kept under a plain label, not
+    # a Python None written as the string "None".
+    trace = fixture_document("train_tiny_transformer_a3")
+    for event in trace["traceEvents"]:
+        for key in ("Input type", "Input Dims", "Input Strides", "Concrete Inputs"):
+            event.get("args", {}).pop(key, None)
+    found = rules_on(write_trace(tmp_path / "no_shapes.json", trace))
+    cudnn = found["attention-backend"].evidence["backends"]["cuDNN"]
+    assert (cudnn["calls"], cudnn["input_types"]) == (12, {"(not recorded)": 12})
+    assert cudnn["query_dims"] is None
 
 
 def test_attention_backend_names_cudnn_on_the_recorded_transformer() -> None:

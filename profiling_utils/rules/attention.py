@@ -58,6 +58,11 @@ def _gpu_us_under(facts: Facts, ops: Iterable[Span]) -> dict[int, float]:
     return gpu_us
 
 
+_TYPE_NOT_RECORDED = "(not recorded)"
+"""``attention-backend``'s input type for a call recorded without shapes (``record_shapes``
+off)."""
+
+
 def _first_tensor_type(op: Span) -> str | None:
     shapes = input_shapes(op)
     first = shapes.types[0] if shapes is not None and shapes.types else ""
@@ -126,7 +131,9 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
                 backend: {
                     "op": ops[0].name,
                     "calls": len(ops),
-                    "input_types": dict(Counter(str(_first_tensor_type(op)) for op in ops)),
+                    "input_types": dict(
+                        Counter(_first_tensor_type(op) or _TYPE_NOT_RECORDED for op in ops)
+                    ),
                     "query_dims": _first_dims(ops[0]),
                     "gpu_us": us(sum(gpu_us[op.id] for op in ops)),
                     "steps": facts.step_numbers(ops),

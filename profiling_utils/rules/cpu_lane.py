@@ -311,10 +311,16 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
             if gap - typical < min_excess:
                 continue
             times = f" ({gap / typical:.0f}×)" if typical > 0 else ""
+            # The cheatsheet reads a first step's gap as warm-up; a later one is not that.
+            later = (
+                ": not the first step, so no warm-up cost but a stall of that step alone"
+                if number > min(gaps)
+                else ""
+            )
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
                 f"{window.first_op.name}, against {typical:.1f} µs in the quickest other "
-                f"step{times}.",
+                f"step{times}{later}.",
                 {
                     "step": number,
                     "annotation": span_ref(window.annotation),

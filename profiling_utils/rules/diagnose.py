@@ -195,7 +195,7 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     warnings = sum(f.severity == "warning" for f in findings)
     header = [
         str(trace.path) if file is None else file,
-        f"  {device}; {len(steps)} profiler steps; "
+        f"  {device}; {len(steps)} profiler step{'' if len(steps) == 1 else 's'}; "
         f"{len(findings)} finding(s), {warnings} warning(s)",
     ]
     if (described or not trace.records_host_ops) and trace.spans and not trace.has_gpu:

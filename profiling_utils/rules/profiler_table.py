@@ -235,6 +235,7 @@ def _bound_message(
     ratio: Callable[[float], str],
     unit: str,
     pace: str,
+    busy: str = "busy",
 ) -> str:
     """``In the step with the median share (ProfilerStep#3) the GPU is busy 3.2 µs for
     122.4 µs of CPU time (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
@@ -255,7 +256,7 @@ def _bound_message(
                 f"{evidence['quiet_us']:.1f} µs, left out"
             )
         return (
-            f"Over the whole recording ({why}) the {which} is busy "
+            f"Over the whole recording ({why}) the {which} is {busy} "
             f"{evidence['recording_gpu_busy_us']:.1f} µs for "
             f"{evidence['recording_cpu_us']:.1f} µs of CPU time, from the first host event to "
             f"the last{' less those' if 'quiet_stretches' in evidence else ''} "
@@ -265,7 +266,7 @@ def _bound_message(
     spread = f"; {low} to {high} over {len(evidence['steps'])} steps" if low != high else ""
     return (
         f"In the step with the median share ({step_label(evidence['median_step'])}) the {which} "
-        "is busy "
+        f"is {busy} "
         f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
         f"CPU time ({ratio(typical)}{unit}{spread}): {pace}."
     )
@@ -345,8 +346,8 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     "share": round(held / cpu_us, 4),
                 }
                 held_by = (
-                    f"{len(long_calls)} calls of {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} or "
-                    f"more of it each take {held:.1f} µs ({percent(held / cpu_us)}) by "
+                    f"{len(long_calls)} calls, each {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} "
+                    f"or more of it, take {held:.1f} µs of it ({percent(held / cpu_us)}) by "
                     f"themselves, the longest {short_name(longest.name, 40)}{under} "
                     f"({own:.1f} µs): one-time costs (the process's CUDA start-up, first "
                     "launches loading their kernels, first allocations) look like this"
@@ -435,7 +436,9 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
             if shown[0] >= 1
             else "the GPU is busy for most of the CPU's time"
         )
-        message = _bound_message(evidence, shown, _times, " as long", pace)
+        # Its busy time leaves the collectives out: said, as it differs from summary's GPU busy.
+        busy = "busy with compute (collectives left out)" if facts.communication_ids else "busy"
+        message = _bound_message(evidence, shown, _times, " as long", pace, busy)
         yield message, evidence
 
 
@@ -486,7 +489,8 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     sources_text = "; ".join(sources)
     yield (
         f"{short_name(name)} takes {percent(share)} of {of_what} ({kernel_total:.1f} of "
-        f"{total:.1f} µs, {len(kernels)} calls), {sources_text}.",
+        f"{total:.1f} µs, {len(kernels)} call{'s' if len(kernels) > 1 else ''}), "
+        f"{sources_text}.",
         {
             "kernel": name,
             "calls": len(kernels),
