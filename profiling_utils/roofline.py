@@ -149,6 +149,10 @@ class RooflineEntry:
     """The datasheet's memory bandwidth, when the device is known."""
     note: str = ""
     """What the count assumed, or why there is none (``"causal: halved"``...)."""
+    gpu_records_whole: bool = True
+    """False when a kernel launch made during the op has no GPU record in the trace (a trace
+    cut short, or records the profiler dropped): :attr:`gpu_us` is then a lower bound, and no
+    rate is given (a GEMM timed on its memset alone would run at many times its peak)."""
 
     @property
     def name(self) -> str:
@@ -165,14 +169,14 @@ class RooflineEntry:
     @property
     def tflops(self) -> float | None:
         """Achieved TFLOP/s (10^12 FLOPs per second) over the op's GPU time."""
-        if self.flops is None or not self.gpu_us > 0:
+        if self.flops is None or not self.gpu_us > 0 or not self.gpu_records_whole:
             return None
         return self.flops / self.gpu_us / 1e6
 
     @property
     def gb_s(self) -> float | None:
         """Achieved GB/s (10^9 bytes per second) over the op's GPU time."""
-        if self.bytes is None or not self.gpu_us > 0:
+        if self.bytes is None or not self.gpu_us > 0 or not self.gpu_records_whole:
             return None
         return self.bytes / self.gpu_us / 1e3
 
@@ -327,6 +331,10 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             # What crosses the link: the largest tensor once, not a read and a write on the GPU.
             num_bytes = max((inputs.tensor_bytes(i) for i in inputs.tensors), default=num_bytes)
             note = "host-device copy: the bytes it moves at the host link's rate"
+        whole = trace.kernel_launches_without_gpu_record((op.start, op.end))[0] == 0
+        if not whole:
+            missing = "a kernel launch in its time has no GPU record: GPU time a lower bound"
+            note = f"{note}; {missing}" if note else missing
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
         compute_peak = None
@@ -347,6 +355,7 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
                 compute_peak=compute_peak,
                 memory_peak=None if over_host_link else peak(device, "memory"),
                 note=note,
+                gpu_records_whole=whole,
             )
         )
     if not entries and sizes_only:

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEVICE_PROPERTIES, complete_event, flow_pair, gpu_fixture, run_cli
+from conftest import (
+    DEVICE_PROPERTIES,
+    complete_event,
+    fixture_document,
+    flow_pair,
+    gpu_fixture,
+    run_cli,
+    write_trace,
+)
 
 from profiling_utils import load_trace, roofline
 from profiling_utils.datasheet import datasheet_peak
@@ -469,6 +477,27 @@ def test_the_mlp_gemms_each_do_38_7_gflop() -> None:
         assert len(gemms) == 3 * len(trace.steps)
         assert {e.flops for e in gemms} == {2 * 8192 * 768 * 3072}
         assert all(e.bound == "compute" and 0.3 < e.peak_share < 1.0 for e in gemms)
+
+
+def test_a_gemm_whose_kernel_record_is_missing_gets_no_rate(tmp_path: Path) -> None:
+    # The profiler dropped two GEMM kernels' records (their launches kept): each op is left
+    # with its 0.8 µs memset, which would "run" 38.7 GFLOP at 50 PFLOP/s.
+    document = fixture_document(MLP.format("eager"))
+    gemms = [
+        e
+        for e in document["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"].startswith("nvjet")
+    ]
+    dropped = {id(e) for e in gemms[:2]}
+    document["traceEvents"] = [e for e in document["traceEvents"] if id(e) not in dropped]
+    trace = load_trace(write_trace(tmp_path / "dropped.json.gz", document))
+    entries = [e for e in roofline(trace).entries if e.kind == "gemm"]
+    short = [e for e in entries if not e.gpu_records_whole]
+    assert len(short) == 2 and len(entries) == 3 * len(trace.steps)
+    assert all(e.tflops is None and e.gb_s is None and e.peak_share is None for e in short)
+    assert all(e.note.endswith("no GPU record: GPU time a lower bound") for e in short)
+    # Every other GEMM keeps its rate, within the peak.
+    assert all(0.3 < e.peak_share < 1.0 for e in entries if e.gpu_records_whole)
 
 
 def test_a_named_op_without_tensor_sizes_has_no_count(make_trace: Callable[..., Path]) -> None:
