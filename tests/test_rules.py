@@ -1972,6 +1972,57 @@ def test_cost_in_children_follows_the_one_call_that_holds_the_total(make_trace) 
     assert "spread over its children: ." not in finding.message
 
 
+def test_cost_in_children_names_one_calls_children_by_name_with_that_calls_time(
+    make_trace,
+) -> None:
+    # Five steps, each one forward_backward label holding three matmuls of 40, 30, 20 µs and
+    # 10 µs of its own: the children are those of one call, summed by name.
+    events = []
+    for k in range(5):
+        t = 1_000.0 * k
+        events.append(complete_event(f"ProfilerStep#{k}", "user_annotation", t, 500))
+        events.append(complete_event("forward_backward", "user_annotation", t + 10, 100))
+        for start, dur in ((t + 15, 40), (t + 60, 30), (t + 92, 18)):
+            events.append(complete_event("aten::matmul", "cpu_op", start, dur))
+    (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
+    assert finding.message == (
+        "forward_backward: 500.0 µs total, 60.0 µs self (12%); in its median call (100.0 µs) "
+        "the time is spread over its children: 3× aten::matmul (88.0 µs)."
+    )
+    assert finding.evidence["children"] == [{"name": "aten::matmul", "calls": 3, "total_us": 88.0}]
+
+
+def test_cost_in_children_says_when_the_call_it_ends_on_waits_for_another_thread(
+    make_trace,
+) -> None:
+    # with_stack: the backward label's Python frames end in run_backward, which holds the
+    # main thread while autograd's own thread runs the backward ops.
+    events = []
+    for k in range(3):
+        t = 10_000.0 * k
+        events += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 5_000),
+            complete_event("backward", "user_annotation", t + 100, 1_000),
+            complete_event("torch/_tensor.py(576): backward", "python_function", t + 105, 990),
+            complete_event("<built-in method run_backward>", "python_function", t + 110, 980),
+            complete_event("autograd::engine::evaluate_function: MmBackward0", "cpu_op",
+                           t + 120, 700, tid=653),
+            complete_event("aten::mm", "cpu_op", t + 130, 680, tid=653),
+        ]  # fmt: skip
+    metadata = [{"ph": "M", "name": "thread_name", "pid": 429, "tid": 653,
+                 "args": {"name": "thread 653 (pt_autograd_0)"}}]  # fmt: skip
+    (finding,) = diagnose(make_trace(events + metadata), select=["cost-in-children"])
+    assert finding.message.endswith(
+        "the time is below it: backward → torch/_tensor.py(576): backward → <built-in method "
+        "run_backward>, which waits there while thread 653 (pt_autograd_0) runs "
+        "ops for 700.0 of its 980.0 µs."
+    )
+    # Without the other thread's ops, the same chain ends on a call of its own.
+    alone = [e for e in events if e.get("tid") != 653]
+    (finding,) = diagnose(make_trace(alone, name="alone.json"), select=["cost-in-children"])
+    assert finding.message.endswith("<built-in method run_backward>.")
+
+
 def test_call_chain_leaves_the_python_stack_out(make_trace) -> None:
     # with_stack: Python frames nest between the step and the op; the chain names the ops.
     events = [complete_event("ProfilerStep#1", "user_annotation", 0, 1_000)]

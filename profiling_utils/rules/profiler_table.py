@@ -724,19 +724,34 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     typical = (
         longest if one_call else sorted(occurrences, key=lambda s: s.dur)[len(occurrences) // 2]
     )
-    path = _drill(facts, typical)
-    children = sorted(facts.trace.children(typical), key=lambda child: -child.dur)[:3]
+    path, leaf = _drill(facts, typical)
+    # The children of that one call, by name (three matmuls are one entry, not three).
+    by_name: dict[str, list[float]] = {}
+    for child in facts.trace.children(typical):
+        by_name.setdefault(child.name, []).append(child.dur)
+    children = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:3]
     if len(path) > 1:
         where = "the time is below it: " + " → ".join(link["name"] for link in path)
+        waited = _waits_for_another_thread(facts, leaf)
+        if waited is not None:
+            thread, busy = waited
+            where += (
+                f", which waits there while {thread} runs ops for {busy:.1f} of its "
+                f"{leaf.dur:.1f} µs"
+            )
     elif children:
         where = "the time is spread over its children: " + ", ".join(
-            f"{child.name} ({child.dur:.1f} µs)" for child in children
+            f"{name} ({durs[0]:.1f} µs)" if len(durs) == 1 else f"{len(durs)}× {name} "
+            f"({sum(durs):.1f} µs)"
+            for name, durs in children
         )
     else:
         where = "its typical call has no child: a few long calls hold the time"
     if one_call:
         share = percent(longest.dur / name_total)
         where = f"one call holds {share} of it ({longest.dur:.1f} µs); {where}"
+    elif len(occurrences) > 1 and (len(path) > 1 or children):
+        where = f"in its median call ({typical.dur:.1f} µs) {where}"
     yield (
         f"{name}: {name_total:.1f} µs total, {self_us:.1f} µs self "
         f"({percent(self_us / name_total)}); {where}.",
@@ -746,14 +761,18 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
                 for n, t, s in found[:_REPORTED_ROWS]
             ],
             "drill_down": path,
+            "children": [
+                {"name": name, "calls": len(durs), "total_us": us(sum(durs))}
+                for name, durs in children
+            ],
             ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(steps_cpu),
         },
     )
 
 
-def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
+def _drill(facts: Facts, span: Span) -> tuple[list[dict[str, Any]], Span]:
     """From ``span`` (a typical occurrence), follow the longest child down as long as it holds
-    most of its parent's time."""
+    most of its parent's time: the path, and the span it ends on."""
     path = []
     while True:
         self_us = facts.self_us(span)
@@ -761,5 +780,29 @@ def _drill(facts: Facts, span: Span) -> list[dict[str, Any]]:
         children = facts.trace.children(span)
         longest = max(children, key=lambda child: child.dur, default=None)
         if longest is None or longest.dur < DRILL_MIN_CHILD_SHARE * span.dur:
-            return path
+            return path, span
         span = longest
+
+
+def _waits_for_another_thread(facts: Facts, span: Span) -> tuple[str, float] | None:
+    """The thread (by name) that runs ops for at least half of ``span``'s own time while
+    ``span`` holds its thread with no child, and how long: a call that only waits (autograd's
+    ``run_backward`` while the engine's thread runs the backward ops), or None."""
+    own = facts.self_us(span)
+    if own < DRILL_MIN_CHILD_SHARE * span.dur:
+        return None
+    trace = facts.trace
+    busiest = max(
+        (
+            measures.thread_activity(trace, lane, span.start, span.end)
+            for lane in trace.lanes
+            if lane.kind == "cpu" and lane != span.lane
+        ),
+        key=lambda activity: activity.op_us,
+        default=None,
+    )
+    if busiest is None or busiest.op_us < 0.5 * own:
+        return None
+    name = trace.thread_name(busiest.lane)
+    thread = f"thread {busiest.lane.tid}" + (f" ({name})" if name else "")
+    return thread, busiest.op_us
