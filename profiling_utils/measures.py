@@ -30,7 +30,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, compress, count, islice
+from itertools import accumulate, compress, count, islice, pairwise
 from operator import add, attrgetter, gt, sub
 from typing import Any
 
@@ -80,6 +80,7 @@ __all__ = [
     "lane_offset",
     "dead_windows",
     "gpu_gaps",
+    "gpu_gaps_between_steps",
     "queued_idle",
     "kernel_stats",
     "launches",
@@ -613,6 +614,35 @@ def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
                 gap = after.start - starts[index]
                 if gap >= min_gap_us:
                     results.append(GpuGap(step.number, device, before, after, gap))
+    return results
+
+
+def gpu_gaps_between_steps(trace: Trace) -> list[GpuGap]:
+    """Stretches in which a GPU ran nothing from the end of a step's work to the start of the
+    next step's (the steps in :attr:`Trace.steps` order): a sync at the end of a step
+    (``loss.item()`` after the optimizer) leaves the GPU idle there, across the boundary,
+    while the CPU finishes the step and launches the next one's work. Each is listed under the
+    earlier step (``step``); where other work ran in between, there is none.
+
+    Returns:
+        The gaps, in step order.
+    """
+    idle = _idle_stretches(trace.gpu_work)
+    results = []
+    steps = trace.steps
+    for step, following in pairwise(steps):
+        later = _work_by_device(following.gpu_work)
+        for device, work in _work_by_device(step.gpu_work).items():
+            stretches = idle.get(device)
+            if not stretches or device not in later:
+                continue
+            starts, found = stretches
+            last_end = max(span.start + span.dur for span in work)
+            first = min(later[device], key=_START)
+            index = bisect_left(starts, last_end)  # a stretch starts where an activity ends
+            if index < len(starts) and starts[index] == last_end and found[index][1] is first:
+                before = found[index][0]
+                results.append(GpuGap(step.number, device, before, first, first.start - last_end))
     return results
 
 

@@ -10,6 +10,8 @@ step while another process runs GEMMs on the same GPU.
 
 from __future__ import annotations
 
+import gzip
+import json
 import statistics
 from itertools import pairwise
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import complete_event, fixture_document, fixture_events, write_trace
 
-from profiling_utils import Finding, diagnose, load_trace
+from profiling_utils import Finding, diagnose, load_trace, measures
 from profiling_utils.rules import RULES, Facts, get_rule, gpu_lane
 
 ITEM_SYNC = "4096_bf16_item-sync"
@@ -26,6 +28,7 @@ TRAIN_BUFFER = "train_tiny_transformer_a40_buffer-request"
 SHARED_GPU = "4096_bf16_shared-gpu_a30"
 STEADY = "4096_bf16_warm_eager_w0a20"
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
+FEATURES = Path(__file__).parent / "fixtures" / "features"
 
 
 def findings(path: str | Path, rule_id: str) -> list[Finding]:
@@ -183,6 +186,49 @@ def test_a_pinned_copy_that_returns_at_once_is_no_host_sync(make_trace: Any) -> 
     assert findings(path, "intra-step-gap") == []
     stretches = gpu_lane.idle_stretches(load_trace(path), 100.0)
     assert [idle.cause for idle in stretches] == ["CPU time"] * 3
+
+
+def test_a_sync_closing_each_step_leaves_the_gpu_idle_across_the_boundary() -> None:
+    # A CUDA graph replayed per step, then .item(): the GPU runs dry while the CPU waits, and
+    # idles until the next step's first launch, past the step's end. No step holds that
+    # stretch between two of its own activities.
+    path = FEATURES / "cuda_graph_replay_steps.json.gz"
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]]
+    steps = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and "ProfilerStep#" in e["name"]),
+        key=lambda e: e["ts"],
+    )
+    launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    work: dict[int, list[dict]] = {}
+    for event in events:
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            call = launches[event["args"]["correlation"]]
+            step = next(s for s in steps if s["ts"] <= call["ts"] < s["ts"] + s["dur"])
+            work.setdefault(int(step["name"].split("#")[1]), []).append(event)
+    numbers = sorted(work)
+    idle = {
+        n: min(e["ts"] for e in work[following]) - max(e["ts"] + e["dur"] for e in work[n])
+        for n, following in pairwise(numbers)
+    }
+    (hit,) = diagnose(path, select=["intra-step-gap"])
+    assert hit.evidence["cause"] == "host sync"
+    assert hit.evidence["steps_with_gap"] == numbers[:-1]  # the last step has no next one
+    assert hit.evidence["median_gap_us"] == pytest.approx(
+        statistics.median(idle.values()), abs=1e-3
+    )
+    assert hit.evidence["sync"]["name"] == "cudaStreamSynchronize"
+    assert hit.message.startswith(f"In {len(idle)} of {len(numbers)} steps the GPU idles after")
+    # Its measure: one stretch per step boundary, given to the earlier step.
+    gaps = measures.gpu_gaps_between_steps(load_trace(path))
+    assert {gap.step: gap.gap_us for gap in gaps} == pytest.approx(idle, abs=1e-3)
+
+
+def test_a_short_wait_at_the_end_of_each_step_is_no_finding() -> None:
+    # loss.item() closes each training step too, but the GPU had finished: 15-25 µs of
+    # return and launch, under the trace's floor.
+    path = FEATURES / "all_options_mlp_train.json.gz"
+    assert diagnose(path, select=["intra-step-gap"]) == []
+    assert measures.gpu_gaps_between_steps(load_trace(path))  # the stretches are there
 
 
 def test_a_host_sync_in_a_single_step_is_no_habit(make_trace: Any) -> None:

@@ -378,6 +378,21 @@ def _read_idle_stretches(
         launch = launch_of(work.id)
         if gap.gap_us >= floor_us and launch is not None:
             found.append(_read(facts, number, before, before.end, work, launch, syncs, requests))
+    if syncs.calls:
+        # A sync that closes a step (loss.item() after the optimizer) leaves the GPU idle
+        # across the boundary, until the next step's first launch: the step's own cost, when
+        # the sync ran in it. Only that cause is read there (CPU time between steps is the
+        # step's own business, a one-off is compared within steps).
+        for gap in measures.gpu_gaps_between_steps(trace):
+            launch = launch_of(gap.after.id)
+            if gap.gap_us < floor_us or launch is None:
+                continue
+            idle = _read(
+                facts, gap.step, gap.before, gap.before.end, gap.after, launch, syncs, requests
+            )
+            closing = trace.step_of(idle.sync) if idle.sync is not None else None
+            if idle.cause == "host sync" and closing is not None and closing.number == gap.step:
+                found.append(idle)
     return found, longest
 
 

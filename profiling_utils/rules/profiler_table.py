@@ -741,8 +741,9 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
             )
     elif children:
         where = "the time is spread over its children: " + ", ".join(
-            f"{name} ({durs[0]:.1f} µs)" if len(durs) == 1 else f"{len(durs)}× {name} "
-            f"({sum(durs):.1f} µs)"
+            f"{name} ({durs[0]:.1f} µs)"
+            if len(durs) == 1
+            else f"{len(durs)}× {name} ({sum(durs):.1f} µs)"
             for name, durs in children
         )
     else:

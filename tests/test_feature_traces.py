@@ -1,0 +1,86 @@
+"""The recordings of ``tests/fixtures/features/``: profiler settings the gallery never uses, each
+read as the trace shows it (see that folder's README and ``scripts/record_feature_traces.py``).
+
+The expected figures are read from the raw JSON here, not from the model.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import run_cli
+
+from profiling_utils import diagnose, load_trace
+
+FEATURES = Path(__file__).parent / "fixtures" / "features"
+
+
+def events(name: str) -> list[dict[str, Any]]:
+    path = FEATURES / f"{name}.json.gz"
+    return [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]]
+
+
+def fired(name: str, rule: str) -> list[Any]:
+    return diagnose(FEATURES / f"{name}.json.gz", select=[rule])
+
+
+def test_every_kernel_a_cuda_graph_replays_is_its_launchs() -> None:
+    raw = events("cuda_graph_replay_steps")
+    graph_launches = {e["args"]["correlation"] for e in raw if e.get("name") == "cudaGraphLaunch"}
+    kernels = [e for e in raw if e.get("cat") == "kernel"]
+    gemm = max({e["name"] for e in kernels}, key=lambda n: sum(
+        e["dur"] for e in kernels if e["name"] == n))  # fmt: skip
+    runs = [e for e in kernels if e["name"] == gemm]
+    assert all(e["args"]["correlation"] in graph_launches for e in runs)
+    (hit,) = fired("cuda_graph_replay_steps", "hotspot")
+    assert hit.evidence["kernel"] == gemm
+    assert hit.evidence["ops"] == {"(replayed by a graph launch)": len(runs)}
+    assert hit.message.endswith(f"{len(runs)} replayed by cudaGraphLaunch.")
+
+
+def test_cublas_split_k_reduction_is_not_counted_as_a_gemm() -> None:
+    raw = events("all_options_mlp_train")
+    names = {e["name"] for e in raw if e.get("cat") == "kernel"}
+    reductions = {n for n in names if "_execute_split_k_kernel" in n}
+    assert reductions  # cuBLAS split the fp32 backward GEMMs along K
+    (hit,) = fired("all_options_mlp_train", "gemm-kernel")
+    listed = {row["kernel"] for row in hit.evidence["kernels"]}
+    assert not listed & reductions and hit.evidence["gemm_kernels"] == len(listed)
+
+
+def test_the_backward_label_waits_for_autograds_thread() -> None:
+    # with_stack: under the backward label, Python frames down to run_backward, which holds
+    # the main thread while the engine's own thread runs the backward ops.
+    raw = events("all_options_mlp_train")
+    main = next(e["tid"] for e in raw if e.get("name") == "backward")
+    engine = {e["tid"] for e in raw if e.get("cat") == "cpu_op" and "Backward0" in e["name"]}
+    assert engine and main not in engine
+    (hit,) = fired("all_options_mlp_train", "cost-in-children")
+    assert hit.message.startswith("backward: ")
+    assert "run_backward" in hit.evidence["drill_down"][-1]["name"]
+    assert f"which waits there while thread {engine.pop()} " in hit.message
+
+
+def test_a_recording_without_the_cpu_activity_says_so(capsys) -> None:
+    raw = events("cuda_only_mlp_train")
+    assert not [e for e in raw if e.get("cat") in ("cpu_op", "user_annotation")]
+    assert [e for e in raw if e.get("cat") == "kernel"]
+    path = str(FEATURES / "cuda_only_mlp_train.json.gz")
+    status, text, _ = run_cli(capsys, "diagnose", path)
+    assert status == 0 and "(as in a recording without ProfilerActivity.CPU)" in text
+    status, out, _ = run_cli(capsys, "summary", path, "--json")
+    summary = json.loads(out)
+    assert summary["has_gpu"] and not summary["host_ops_recorded"]
+
+
+def test_an_empty_recording_names_what_it_holds(capsys) -> None:
+    raw = events("empty_after_schedule_cycle")
+    spans = [e["name"] for e in raw if e.get("ph") == "X"]
+    trace = load_trace(FEATURES / "empty_after_schedule_cycle.json.gz")
+    assert not trace.records_host_ops and not trace.has_gpu and len(trace.spans) == len(spans)
+    status, text, _ = run_cli(capsys, "diagnose", str(trace.path))
+    assert status == 0 and "no op, label or GPU work recorded, only " in text
+    assert all(name in text for name in spans) and "export the trace from on_trace_ready" in text
