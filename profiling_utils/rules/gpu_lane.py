@@ -249,8 +249,9 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
     "intra-step-gap",
     "GPU lane",
     see="""Inside one step, the GPU idles between two activities for a stretch that is long
-    against the trace's own launch latency: after a host sync in every step, or in one step
-    (or few) far longer than the other steps' longest idle.""",
+    against the trace's own launch latency: after a host sync in every step (one that
+    closes the step too: the GPU then idles until the next step's first launch), or in one
+    step (or few) far longer than the other steps' longest idle.""",
     means="""Read the cause from what the trace shows around the idle stretch. After a host
     sync (.item(), printing a loss, nonzero, a copy to or from unpinned host memory) the
     CPU waited for the GPU to
@@ -274,9 +275,12 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
 
     - **host sync**: a sync call (:func:`is_host_sync`: also a copy to or from pageable
       memory) that began while the GPU still ran earlier work, was waiting when the GPU ran
-      dry, and returned before the next launch.
-      Reported once for the trace, with every step that shows it: the code syncs, the GPU
-      drains and waits for the CPU.
+      dry, and returned before the next launch. A sync that closes a step (``loss.item()``
+      after the optimizer) counts for that step: the stretch after it runs past the step's
+      end to the next step's first activity
+      (:func:`profiling_utils.measures.gpu_gaps_between_steps`), and only this cause is read
+      there. Reported once for the trace, with every step that shows it: the code syncs, the
+      GPU drains and waits for the CPU.
     - **buffer request**: launched after the GPU went idle while the profiler's Activity
       Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
       as one-offs, when the step's stretch stands out against the median of the other steps'
@@ -326,8 +330,9 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
 
 
 class IdleStretch(msgspec.Struct, frozen=True, gc=False):
-    """A stretch in which no stream of a GPU ran, between two activities of one step, and the
-    cause the trace shows for it, as ``intra-step-gap`` reads it."""
+    """A stretch in which no stream of a GPU ran, between two activities of one step (or, after
+    a host sync that closes a step, from that step's last activity to the next step's first),
+    and the cause the trace shows for it, as ``intra-step-gap`` reads it."""
 
     step: int
     """N in ``ProfilerStep#N``."""
@@ -487,7 +492,8 @@ def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     A stretch is a gap of :func:`profiling_utils.measures.gpu_gaps` (no stream of a device
     ran, after one of the step's activities ended and before another started) at least
     ``min_gap_us`` long; it is listed when the launch call of the activity that ends it is in
-    the trace. They come step by step, each step's in time order. The rule reports only
+    the trace. They come step by step, each step's in time order, then the stretches after a
+    host sync that closes a step (under that step). The rule reports only
     some of them: those after a
     host sync, and one-offs that stand out against the other steps, each at least
     :data:`GAP_MIN_US` and :data:`GAP_MIN_LAUNCH_LATENCIES` launch latencies long; with the
