@@ -37,7 +37,11 @@ Commands:
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
-      without them;
+      without them; ``gpu_busy_us`` is the union of the step's own work wherever it ran
+      (a GPU running behind the CPU runs it past the window, so it may exceed
+      ``gpu_window_us``); the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
+      stretches in which no stream ran between the step's first activity's end and its last
+      one's start, each counted in every step whose work lies on both sides of it;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
       (:meth:`profiling_utils.trace.Trace.end_recorded`);
       ``kernel_launches_without_gpu_record`` counts the step's kernel launch calls with no GPU

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import gpu_fixture, run_cli
+from conftest import gpu_fixture, run_cli, write_trace
 
 from profiling_utils.cli import main
 from profiling_utils.rules import TABLES, rule_ids
@@ -31,11 +31,23 @@ def test_diagnose_text_groups_findings_under_their_table(capsys: pytest.CaptureF
     assert "      during_op: " in out  # evidence follows each finding
 
 
-def test_diagnose_header_counts_identical_gpus(capsys: pytest.CaptureFixture) -> None:
-    # Each rank of the two-GPU NCCL run lists both H200s in deviceProperties.
-    path = str(ROOT / "tests" / "fixtures" / "nccl" / "balanced" / "rank0.json.gz")
-    status, out, _ = run_cli(capsys, "diagnose", path)
+def test_diagnose_header_names_the_gpus_that_ran_the_work(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    # Each rank of the two-GPU NCCL run lists both H200s in deviceProperties; rank 1 ran on
+    # GPU 1 alone.
+    path = ROOT / "tests" / "fixtures" / "nccl" / "balanced" / "rank1.json.gz"
+    status, out, _ = run_cli(capsys, "diagnose", str(path))
     assert status == 0
+    assert out.splitlines()[1].startswith(
+        "  NVIDIA H200, 132 SMs, compute capability 9.0 (GPU 1 of the 2 listed); "
+    )
+    # Work on both: identical GPUs are counted.
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    kernel = next(e for e in document["traceEvents"] if e.get("cat") == "kernel")
+    document["traceEvents"].append({**kernel, "pid": 1 - kernel["pid"]})
+    both = write_trace(tmp_path / "both.json", document)
+    status, out, _ = run_cli(capsys, "diagnose", str(both))
     assert out.splitlines()[1].startswith("  2× NVIDIA H200, 132 SMs, compute capability 9.0; ")
 
 

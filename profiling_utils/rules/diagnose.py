@@ -186,12 +186,19 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     """The readable text of ``diagnose``: a header, then the findings under their table, each
     with its evidence (long lists and lines shortened; ``--json`` has everything)."""
     steps = trace.steps
-    described = Counter(device.describe() for device in trace.devices)
+    # deviceProperties lists every GPU the process could see; the header names those that ran
+    # the trace's work (one rank of eight lists all eight).
+    working = {work.lane.device for work in trace.gpu_work}
+    used = [device for device in trace.devices if device.id in working] or trace.devices
+    described = Counter(device.describe() for device in used)
     device = (
         ", ".join(f"{count}× {text}" if count > 1 else text for text, count in described.items())
         if described
         else "no GPU recorded"
     )
+    if len(used) < len(trace.devices):
+        ids = ", ".join(str(device.id) for device in used)
+        device += f" (GPU {ids} of the {len(trace.devices)} listed)"
     warnings = sum(f.severity == "warning" for f in findings)
     header = [
         str(trace.path) if file is None else file,
