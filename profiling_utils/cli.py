@@ -275,8 +275,9 @@ _CROSS_RANK_KEYS = """\
                  gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
                  last_arrivals}] in rank order. label is "rank N", or the file name when the
                  trace records no distributedInfo.rank; content is "GPU", "accelerator
-                 not read" (an accelerator whose own events are not analysed), "CPU only"
-                 or "no events"; gpu_busy_us is the time the GPU ran kernels, copies or
+                 not read" (an accelerator whose own events are not analysed), "CPU only",
+                 "profiler only" (the profiler's own events alone) or "no events";
+                 gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
                  the matched collectives' part of it split into wait_us (waiting for the
@@ -912,13 +913,17 @@ rule id or a --select/--ignore naming none, with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
-  baseline, trace  {trace, device, content, steps, median_step_cpu_us, median_step_gpu_busy_us,
-                   recording_cpu_us, recording_gpu_busy_us, kernels, launches,
+  baseline, trace  {trace, device, content, host_ops_recorded, steps, median_step_cpu_us,
+                   median_step_gpu_busy_us, recording_cpu_us, recording_gpu_busy_us, kernels,
+                   launches,
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
                    exposed_communication_us};
-                   content is "GPU", "accelerator not read", "CPU only" or "no events";
+                   content is "GPU", "accelerator not read", "CPU only", "profiler
+                   only" (the profiler's own events alone) or "no events";
+                   host_ops_recorded is false for a trace whose host side holds no op or
+                   label (recorded without ProfilerActivity.CPU);
                    steps counts the steps diagnose's rules read (summary lists every
                    ProfilerStep: a step ending after the recording, or one whose kernels went
                    unrecorded while others' did not, is left out);

@@ -47,7 +47,10 @@ class RunSummary:
     or ``None`` without a device."""
     content: TraceContent
     """Whether the trace holds GPU work, only an accelerator's events that are not read, only
-    host events, or no event at all."""
+    host events, only the profiler's own, or no event at all."""
+    host_ops_recorded: bool
+    """:attr:`profiling_utils.trace.Trace.records_host_ops`: false for a recording without
+    ``ProfilerActivity.CPU``, whose ops and steps are missing rather than absent."""
     steps: int
     """The ``ProfilerStep#N`` windows diagnose's rules read
     (:attr:`profiling_utils.rules.facts.Facts.steps`): a step that ends after the recording
@@ -190,6 +193,17 @@ class Comparison:
                 )
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
+        without = [
+            name
+            for name, side in (("baseline", a), ("trace", b))
+            if side.content == "GPU" and not side.host_ops_recorded
+        ]
+        if without:
+            out.append(
+                f"          (the {' and the '.join(without)} "
+                f"record{'' if len(without) > 1 else 's'} no op or label on the host, as without "
+                "ProfilerActivity.CPU: ops and steps missing there were not recorded)"
+            )
         out.append("")
         rows: list[tuple[str, Any, Any]] = [
             ("steps", a.steps, b.steps),
@@ -325,6 +339,7 @@ def _summary(facts: Facts) -> RunSummary:
         trace=str(trace.path),
         device=", ".join(devices) or None,
         content=trace.content,
+        host_ops_recorded=trace.records_host_ops,
         steps=steps,
         median_step_cpu_us=_median([t.cpu_us for t in times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,

@@ -74,10 +74,11 @@ __all__ = [
 
 LaneKind = Literal["cpu", "gpu", "overhead", "other"]
 
-TraceContent = Literal["GPU", "accelerator not read", "CPU only", "no events"]
+TraceContent = Literal["GPU", "accelerator not read", "CPU only", "profiler only", "no events"]
 """What a trace holds, in a word for reports: GPU work (CUDA or HIP), only the events of an
 accelerator the model does not read (see :meth:`Trace.unread_device_lanes`), only host
-events, or nothing at all."""
+events, only the profiler's own (no op, label, Python frame, launch or GPU work: a profiler
+stopped outside its active steps), or nothing at all."""
 
 LEGACY_CATEGORIES = {
     "Operator": "cpu_op",
@@ -1112,7 +1113,15 @@ class Trace:
             return "no events"
         if self.has_gpu:
             return "GPU"
-        return "accelerator not read" if self.unread_device_lanes() else "CPU only"
+        if self.unread_device_lanes():
+            return "accelerator not read"
+        if (
+            not self.records_host_ops
+            and not any(lane.kind == "gpu" for lane in self.lanes)
+            and not any(_ISSUES_GPU_WORK.search(call.name) for call in self.runtime_calls)
+        ):
+            return "profiler only"
+        return "CPU only"
 
     @property
     def records_host_ops(self) -> bool:
@@ -1162,7 +1171,7 @@ class Trace:
                 f"no GPU work recorded, though {issued:,} calls launched kernels or copied or "
                 "set memory: their GPU activities are missing from the trace"
             )
-        if not self.records_host_ops:
+        if content == "profiler only":
             # A profiler stopped outside its active steps still writes a few events: the
             # synchronisation at its stop, a buffer request, its "PyTorch Profiler" span.
             names = list(dict.fromkeys(span.name for span in self.spans))

@@ -74,6 +74,20 @@ def test_a_recording_without_the_cpu_activity_says_so(capsys) -> None:
     status, out, _ = run_cli(capsys, "summary", path, "--json")
     summary = json.loads(out)
     assert summary["has_gpu"] and not summary["host_ops_recorded"]
+    # Beside the same steps recorded with the CPU activity: the missing ops are not news.
+    full = str(FEATURES / "all_options_mlp_train.json.gz")
+    status, text, _ = run_cli(capsys, "compare", full, path)
+    assert (
+        status == 0
+        and (
+            "(the trace records no op or label on the host, as without ProfilerActivity.CPU: ops "
+            "and steps missing there were not recorded)"
+        )
+        in text
+    )
+    status, out, _ = run_cli(capsys, "compare", full, path, "--json")
+    sides = json.loads(out)
+    assert sides["baseline"]["host_ops_recorded"] and not sides["trace"]["host_ops_recorded"]
 
 
 def test_an_empty_recording_names_what_it_holds(capsys) -> None:
@@ -81,6 +95,7 @@ def test_an_empty_recording_names_what_it_holds(capsys) -> None:
     spans = [e["name"] for e in raw if e.get("ph") == "X"]
     trace = load_trace(FEATURES / "empty_after_schedule_cycle.json.gz")
     assert not trace.records_host_ops and not trace.has_gpu and len(trace.spans) == len(spans)
+    assert trace.content == "profiler only"  # not "CPU only": nothing of the program ran in it
     status, text, _ = run_cli(capsys, "diagnose", str(trace.path))
     assert status == 0 and "no op, label or GPU work recorded, only " in text
     assert all(name in text for name in spans) and "export the trace from on_trace_ready" in text
