@@ -69,6 +69,7 @@ __all__ = [
     "OpStats",
     "ThreadActivity",
     "gpu_busy_us",
+    "gpu_busy_in_windows",
     "union_us",
     "union_within",
     "lane_busy_us",
@@ -242,6 +243,31 @@ def union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = Fal
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+def gpu_busy_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) -> list[float]:
+    """:func:`gpu_busy_us` of the whole trace inside each of ``windows`` (``(start, end)``
+    in µs), from one union of the GPU work: a pass over the work whatever the number of
+    windows, where a call per window reads the work from the trace's start each time."""
+    merged_starts: list[float] = []
+    merged_ends: list[float] = []
+    for span in trace.gpu_work:  # in start order
+        end = span.start + span.dur
+        if merged_ends and span.start <= merged_ends[-1]:
+            if end > merged_ends[-1]:
+                merged_ends[-1] = end
+        else:
+            merged_starts.append(span.start)
+            merged_ends.append(end)
+    before = [0.0, *accumulate(e - s for s, e in zip(merged_starts, merged_ends, strict=True))]
+
+    def covered_until(time: float) -> float:
+        index = bisect_right(merged_starts, time)
+        if index == 0:
+            return 0.0
+        return before[index - 1] + min(merged_ends[index - 1], time) - merged_starts[index - 1]
+
+    return [max(0.0, covered_until(end) - covered_until(start)) for start, end in windows]
 
 
 def gpu_busy_us(
@@ -544,14 +570,22 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
         label: Name of the ``record_function`` label to measure. ``None`` measures the labels
             directly inside each ``ProfilerStep#N`` (the label ``capture`` puts around a step).
     """
+    # The labels of each step, found in one pass (a pass per step was quadratic in steps).
+    by_step: dict[int, list[Span]] = {}
+    if label is None:
+        step_ids = {step.span.id: id(step) for step in trace.steps}
+        for annotation in trace.annotations:
+            key = step_ids.get(annotation.parent) if annotation.parent is not None else None
+            if key is not None:
+                by_step.setdefault(key, []).append(annotation)
+    else:
+        for annotation in trace.by_name.get(label, ()):
+            step = trace.step_of(annotation) if annotation.cat == "user_annotation" else None
+            if step is not None:
+                by_step.setdefault(id(step), []).append(annotation)
     results = []
     for step in trace.steps:
-        for annotation in trace.annotations:
-            if label is None:
-                if annotation.parent != step.span.id:
-                    continue
-            elif annotation.name != label or trace.step_of(annotation) is not step:
-                continue
+        for annotation in by_step.get(id(step), ()):
             first = _first_nested(trace, annotation, "cpu_op", "aten::")
             if first is not None:
                 results.append(

@@ -21,7 +21,7 @@ from conftest import (
     minimal_gpu_events,
 )
 
-from profiling_utils import Trace, cli, diagnose, load_trace
+from profiling_utils import Trace, cli, diagnose, load_trace, measures
 from profiling_utils.measures import (
     compiled_regions,
     dead_windows,
@@ -937,3 +937,13 @@ def test_host_work_in_windows_is_host_work_us_of_each() -> None:
     each = [host_work_us(trace, window) for window in windows]
     assert host_work_in_windows(trace, windows) == pytest.approx(each, abs=1e-6)
     assert each[-1] == 0.0 and 0 < each[0] <= windows[0][1] - windows[0][0]
+
+
+@pytest.mark.parametrize("name", ["64_bf16_warm_eager", "train_tiny_transformer_a3"])
+def test_gpu_busy_in_windows_is_gpu_busy_in_each_window(name: str) -> None:
+    trace = load_trace(gpu_fixture(name))
+    end = max(span.end for span in trace.gpu_work)
+    windows = [(0.0, end), (end / 3, end / 2), (end / 2, end / 2), (end * 0.9, end * 2)]
+    windows += [(step.start, step.end) for step in trace.steps]
+    expected = [measures.gpu_busy_us(trace, window=window) for window in windows]
+    assert measures.gpu_busy_in_windows(trace, windows) == pytest.approx(expected, abs=1e-6)

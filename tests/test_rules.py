@@ -1038,6 +1038,27 @@ def test_dead_window_in_a_later_step_is_not_called_warm_up(tmp_path: Path) -> No
     )
 
 
+def test_dead_window_reports_the_widest_few_of_many_steps(make_trace) -> None:
+    # 40 steps, each a label then its first op; in 8 of them the op comes 200 µs late. Each
+    # of those stands out, but a finding per step would bury the rest: the 5 widest.
+    events = []
+    for k in range(40):
+        t = 1_000.0 * k
+        wait = 200.0 + k if k % 5 == 2 else 2.0
+        events += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 600),
+            complete_event("forward", "user_annotation", t + 1, 400),
+            complete_event("aten::linear", "cpu_op", t + 1 + wait, 50),
+        ]
+    found = diagnose(make_trace(events), select=["dead-window"])
+    late = [k for k in range(40) if k % 5 == 2]
+    assert [f.evidence["step"] for f in found] == late[-5:]  # the widest, in step order
+    assert all(f.evidence["steps_standing_out"] == len(late) for f in found)
+    assert all(f.message.endswith(
+        "not the first step, so no warm-up cost (one of the 5 widest of 8 steps that stand out)."
+    ) for f in found)  # fmt: skip
+
+
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:
     # The window exists (~25 µs in step #2 against ~7 µs later), but no longer than in the
     # warm run: not the one-time cost the rule is about.

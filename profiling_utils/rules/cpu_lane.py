@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
+from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
@@ -299,28 +300,40 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
     for label, windows in by_label.items():
         gaps = {number: window.gap_us for number, window in windows.items()}
+        if len(gaps) < 2:
+            continue
+        # The quickest other step's gap: the quickest, or for the quickest step the next.
+        quickest, next_quickest = sorted(gaps.items(), key=lambda item: item[1])[:2]
+        gaps_us = {str(n): us(g) for n, g in gaps.items()}  # each finding's evidence
+        min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+        standing_out = []
         for number, window in windows.items():
-            others = [g for n, g in gaps.items() if n != number]
-            if not others:
-                continue
-            typical = min(others)
+            typical = next_quickest[1] if number == quickest[0] else quickest[1]
             gap = window.gap_us
             if gap <= typical or gap < DEAD_WINDOW_MIN_RATIO * typical:
                 continue
-            min_excess = DEAD_WINDOW_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
             if gap - typical < min_excess:
                 continue
+            standing_out.append((number, window, typical))
+        # A long recording can hold many: the widest few, in step order, each saying so.
+        reported = sorted(standing_out, key=lambda hit: -hit[1].gap_us)[:_DEAD_WINDOWS_REPORTED]
+        widest = (
+            f" (one of the {len(reported)} widest of {len(standing_out)} steps that stand out)"
+            if len(standing_out) > len(reported)
+            else ""
+        )
+        for number, window, typical in sorted(reported, key=lambda hit: hit[0]):
+            gap = window.gap_us
             times = f" ({gap / typical:.0f}×)" if typical > 0 else ""
             # The cheatsheet reads a first step's gap as warm-up; a later one is not that.
-            later = (
-                ": not the first step, so no warm-up cost but a stall of that step alone"
-                if number > min(gaps)
-                else ""
-            )
+            later = ""
+            if number > min(gaps):
+                later = ": not the first step, so no warm-up cost"
+                later += " but a stall of that step alone" if len(standing_out) == 1 else ""
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
                 f"{window.first_op.name}, against {typical:.1f} µs in the quickest other "
-                f"step{times}{later}.",
+                f"step{times}{later}{widest}.",
                 {
                     "step": number,
                     "annotation": span_ref(window.annotation),
@@ -329,9 +342,14 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "quickest_other_gap_us": us(typical),
                     "ratio": round(gap / typical, 2) if typical > 0 else None,
                     "min_excess_us": us(min_excess),
-                    "gaps_us": {str(n): us(g) for n, g in gaps.items()},
+                    "gaps_us": gaps_us,
+                    "steps_standing_out": len(standing_out),
                 },
             )
+
+
+_DEAD_WINDOWS_REPORTED = 5
+"""``dead-window`` reports at most this many steps per label, the widest gaps."""
 
 
 _FOOTPRINT_REPORTED = ("registers_per_thread", "shared_memory_bytes", "grid", "block")
@@ -639,15 +657,25 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
     steps = facts.steps
     if not loaders or len(steps) < 2:
         return
-    rows = []
+    # Each step's loader calls, found by bisection (a scan of them all per step was quadratic
+    # in steps): those starting before its end, from the first that reaches past its start.
+    starts = [span.start for span in loaders]  # find() gives them in start order
+    reach = list(accumulate((span.end for span in loaders), max))
+    inside_step = []
     for step in steps:
-        inside = [
-            (max(span.start, step.start), min(span.end, step.end))
-            for span in loaders
-            if span.start < step.end and span.end > step.start
-        ]
+        first, last = bisect_right(reach, step.start), bisect_left(starts, step.end)
+        inside_step.append(
+            [
+                (max(span.start, step.start), min(span.end, step.end))
+                for span in loaders[first:last]
+                if span.end > step.start
+            ]
+        )
+    busy = iter(measures.gpu_busy_in_windows(trace, [w for inside in inside_step for w in inside]))
+    rows = []
+    for step, inside in zip(steps, inside_step, strict=True):
         loading = sum(end - start for start, end in inside)  # one next() per step, in order
-        gpu = sum(measures.gpu_busy_us(trace, window=window) for window in inside)
+        gpu = sum(next(busy) for _ in inside)
         idle = loading - gpu
         rows.append((idle / step.span.dur if step.span.dur > 0 else 0.0, step, loading, idle))
     share, step, loading, idle = sorted(rows, key=lambda row: row[0])[(len(rows) - 1) // 2]
