@@ -1,9 +1,10 @@
 """Benchmark the command line on trace shapes that once made it quadratic or never finish.
 
 Each trace is small (at most 200,000 events) but has one extreme shape: a long recursion of
-calls of one name, long ops beside busy threads, tens of thousands of steps or threads, a
-GPU pid in the trillions. A command that grows linearly reads each in about a second; the
-code before the fixes named in ``benchmarks/README.md`` took 8 s, 50 s, or never returned.
+calls of one name, long ops beside busy threads, tens of thousands of steps (bare, each with a
+label, each with a data loader's label) or threads, a GPU pid in the trillions. A command
+that grows linearly reads each in about a second; the code before the fixes named in
+``benchmarks/README.md`` took 8 s, 50 s, or never returned.
 
 Every run is a whole ``python -m profiling_utils COMMAND FILE --json`` process, timed from
 outside (wall time, ``time.perf_counter()``), with a time limit, so a command that does not
@@ -44,6 +45,9 @@ def _launched(i: int, ts: float, pid: Any = 0) -> list[dict[str, Any]]:
     ]
 
 
+_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
 def shapes() -> dict[str, tuple[str, list[dict[str, Any]], dict[str, Any]]]:
     """Name: (what is extreme about it, events, other top-level keys)."""
     chain = [_span("aten::to", "cpu_op", i, 100_000 - 2 * i) for i in range(20_000)]
@@ -56,6 +60,14 @@ def shapes() -> dict[str, tuple[str, list[dict[str, Any]], dict[str, Any]]]:
     for i in range(50_000):
         steps.append(_span(f"ProfilerStep#{i}", "user_annotation", i * 10, 9))
         steps += _launched(i + 1, i * 10 + 0.5)
+    labelled: list[dict[str, Any]] = []  # a label inside each step, as capture() writes
+    loading: list[dict[str, Any]] = []  # the data loader's label at each step's start
+    for i in range(20_000):
+        t = i * 20
+        for events, label in ((labelled, "train_step"), (loading, _LOADER)):
+            events.append(_span(f"ProfilerStep#{i}", "user_annotation", t, 19))
+            events.append(_span(label, "user_annotation", t + 0.5, 6))
+            events += _launched(i + 1, t + 8 if label == _LOADER else t + 1)
     threads = [_span("aten::add", "cpu_op", i, 1, tid=i) for i in range(30_000)]
     amd = [_span("hipLaunchKernel", "cuda_runtime", 0, 1, correlation=1)]
     amd.append(_span("k", "kernel", 5, 1, pid=9, tid=0, correlation=1))
@@ -67,6 +79,8 @@ def shapes() -> dict[str, tuple[str, list[dict[str, Any]], dict[str, Any]]]:
         "same-name chain": ("20,000 nested calls of one name", chain, {}),
         "long ops beside threads": ("20,000 overlapping 100 ms matmuls on 50 threads", beside, {}),
         "many steps": ("50,000 steps, a kernel each", steps, {}),
+        "labelled steps": ("20,000 steps, each a label around its op", labelled, {}),
+        "data loader steps": ("20,000 steps, each a data loader's next()", loading, {}),
         "many threads": ("30,000 threads", threads, {}),
         "huge AMD GPU pid": ("a ROCm GPU pid of 2**40 + 3", amd, devices),
     }
