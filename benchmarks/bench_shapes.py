@@ -2,9 +2,10 @@
 
 Each trace is small (at most 200,000 events) but has one extreme shape: a long recursion of
 calls of one name, long ops beside busy threads, tens of thousands of steps (bare, each with a
-label, each with a data loader's label) or threads, a GPU pid in the trillions. A command
-that grows linearly reads each in about a second; the code before the fixes named in
-``benchmarks/README.md`` took 8 s, 50 s, or never returned.
+label, each with a data loader's label) or threads, launches captured into thousands of
+graphs, a GPU pid in the trillions. A command that grows linearly reads each in about a
+second; the code before the fixes named in ``benchmarks/README.md`` took 8 s, 50 s, or never
+returned.
 
 Every run is a whole ``python -m profiling_utils COMMAND FILE --json`` process, timed from
 outside (wall time, ``time.perf_counter()``), with a time limit, so a command that does not
@@ -68,6 +69,15 @@ def shapes() -> dict[str, tuple[str, list[dict[str, Any]], dict[str, Any]]]:
             events.append(_span(f"ProfilerStep#{i}", "user_annotation", t, 19))
             events.append(_span(label, "user_annotation", t + 0.5, 6))
             events += _launched(i + 1, t + 8 if label == _LOADER else t + 1)
+    captured: list[dict[str, Any]] = []  # graphs captured for many shapes, as servers start
+    for c in range(2_000):
+        t = c * 200
+        captured.append(_span("cudaStreamBeginCapture", "cuda_runtime", t, 1))
+        for k in range(10):  # launches with no GPU record: captured, they run at replay
+            captured.append(_span("aten::mm", "cpu_op", t + 2 + k * 15, 10))
+            captured.append(_span("cudaLaunchKernel", "cuda_runtime", t + 3 + k * 15, 5,
+                                  correlation=c * 10 + k + 1))  # fmt: skip
+        captured.append(_span("cudaStreamEndCapture", "cuda_runtime", t + 160, 1))
     threads = [_span("aten::add", "cpu_op", i, 1, tid=i) for i in range(30_000)]
     amd = [_span("hipLaunchKernel", "cuda_runtime", 0, 1, correlation=1)]
     amd.append(_span("k", "kernel", 5, 1, pid=9, tid=0, correlation=1))
@@ -81,6 +91,7 @@ def shapes() -> dict[str, tuple[str, list[dict[str, Any]], dict[str, Any]]]:
         "many steps": ("50,000 steps, a kernel each", steps, {}),
         "labelled steps": ("20,000 steps, each a label around its op", labelled, {}),
         "data loader steps": ("20,000 steps, each a data loader's next()", loading, {}),
+        "graph captures": ("20,000 launches captured in 2,000 graphs", captured, {}),
         "many threads": ("30,000 threads", threads, {}),
         "huge AMD GPU pid": ("a ROCm GPU pid of 2**40 + 3", amd, devices),
     }

@@ -1423,7 +1423,11 @@ def _calls_of_reused_ids(calls: list[Span]) -> dict[int, tuple[list[float], list
 
 
 def _inside(stretches: list[tuple[float, float]] | None, span: Span) -> bool:
-    return bool(stretches) and any(start <= span.start < end for start, end in stretches)
+    """Whether ``span`` starts in one of ``stretches`` (disjoint, in start order)."""
+    if not stretches:
+        return False
+    index = bisect_right(stretches, (span.start, math.inf)) - 1  # the last one begun by then
+    return index >= 0 and span.start < stretches[index][1]
 
 
 def _rounded_on_decoding(starts: list[float]) -> bool:
