@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import re
-from operator import attrgetter
+from bisect import bisect_right
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -408,9 +409,17 @@ def _length(intervals: list[tuple[float, float]]) -> float:
     return sum(end - start for start, end in intervals)
 
 
+_END_OF_INTERVAL = itemgetter(1)
+
+
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two unions of sorted, disjoint intervals."""
-    total, i, j, len_a, len_b = 0.0, 0, 0, len(a), len(b)
+    """Length of the intersection of two unions of sorted, disjoint intervals: ``b`` from the
+    first of its intervals that ends after ``a`` begins (``a`` is a step's, ``b`` the whole
+    trace's: walking ``b`` from its start for each step was quadratic in steps)."""
+    if not a or not b:
+        return 0.0
+    first = bisect_right(b, a[0][0], key=_END_OF_INTERVAL)
+    total, i, j, len_a, len_b = 0.0, 0, first, len(a), len(b)
     while i < len_a and j < len_b:
         a_start, a_end = a[i]
         b_start, b_end = b[j]

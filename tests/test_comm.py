@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from conftest import complete_event
 
 from profiling_utils import diagnose, load_trace
-from profiling_utils.comm import collectives, comm_overlap
+from profiling_utils.comm import _intersection, collectives, comm_overlap
 
 COMM_STREAM = 20
 
@@ -249,3 +250,23 @@ def test_an_old_collectives_dtype_comes_from_its_kernels_name(make_trace: Any) -
         ("all_reduce", 4 << 20, "float32"),
         ("broadcast", 1024, "int8"),
     ]
+
+
+def test_intersection_starts_at_the_first_interval_that_reaches_the_steps() -> None:
+    # The compute intervals of the whole trace against one step's collectives: the walk
+    # skips the intervals that end before the step's first collective, and the length is
+    # the same as measured point by point.
+    chosen = random.Random(7)
+    for _ in range(200):
+        cuts = sorted(chosen.sample(range(1, 400), 40))
+        whole = list(zip(cuts[0::2], cuts[1::2], strict=True))  # disjoint, in order
+        first = chosen.randrange(0, 200)
+        cuts = sorted(chosen.sample(range(first, first + 200), 10))
+        step = list(zip(cuts[0::2], cuts[1::2], strict=True))
+        covered = sum(
+            1
+            for t in range(0, 400)
+            if any(s <= t < e for s, e in whole) and any(s <= t < e for s, e in step)
+        )
+        assert _intersection(step, whole) == covered
+        assert _intersection([], whole) == _intersection(step, []) == 0.0
