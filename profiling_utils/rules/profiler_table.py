@@ -774,11 +774,17 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
 def _drill(facts: Facts, span: Span) -> tuple[list[dict[str, Any]], Span]:
     """From ``span`` (a typical occurrence), follow the longest child down as long as it holds
     most of its parent's time: the path, and the span it ends on."""
+    # The subtree's spans by parent, from one scan of it: Trace.children at every level scans
+    # every descendant again (a deep with_stack chain made that depth × subtree).
+    children_of: dict[int, list[Span]] = {}
+    for inner in facts.trace.within(span):
+        if inner.parent is not None:
+            children_of.setdefault(inner.parent, []).append(inner)
     path = []
     while True:
         self_us = facts.self_us(span)
         path.append({"name": span.name, "total_us": us(span.dur), "self_us": us(self_us)})
-        children = facts.trace.children(span)
+        children = children_of.get(span.id, [])
         longest = max(children, key=lambda child: child.dur, default=None)
         if longest is None or longest.dur < DRILL_MIN_CHILD_SHARE * span.dur:
             return path, span
