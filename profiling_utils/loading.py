@@ -604,8 +604,18 @@ def decode_trace(
     Raises:
         TraceError: The bytes are not JSON, are JSON cut short, are not a trace object with a
             ``traceEvents`` list, or an event has a value of the wrong type (a string where a
-            number belongs, for example).
+            number belongs, for example), or nest values deeper than the decoder goes
+            (hundreds of levels of arrays or objects, which no profiler writes).
     """
+    try:
+        return _decode_trace(data, path, event_type)
+    except RecursionError:
+        raise TraceError(
+            path, "JSON is nested too deeply to read (hundreds of levels of arrays or objects)"
+        ) from None
+
+
+def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E]) -> RawTrace[E]:
     if data[:3] == _UTF8_BOM:  # written by some Windows editors and shells; JSON has none
         data = bytes(memoryview(data)[3:])
     # msgspec does not check UTF-8 inside strings it skips (``args``): check it up front.

@@ -306,6 +306,17 @@ def test_malformed_json(tmp_path: Path) -> None:
     assert _reason(path).startswith("not valid JSON")
 
 
+def test_json_nested_deeper_than_the_decoder_goes_is_refused(tmp_path: Path) -> None:
+    # One op's args nested 2,000 arrays deep: the decoder recurses, and gives up at a depth
+    # Python allows. Refused with one line, not a RecursionError.
+    events = minimal_gpu_events()
+    text = json.dumps(trace_document(events)).replace(
+        '"args": {', '"args": {"deep": ' + "[" * 2000 + "]" * 2000 + ", ", 1
+    )
+    path = write_trace(tmp_path / "deep.json", text.encode())
+    assert _reason(path).startswith("JSON is nested too deeply to read")
+
+
 @pytest.mark.parametrize("name", ["cut.json", "cut.json.gz"])
 def test_truncated_json(tmp_path: Path, name: str) -> None:
     data = json.dumps(trace_document(minimal_gpu_events())).encode()

@@ -1021,3 +1021,17 @@ def test_a_rocm_call_that_outlives_its_op_keeps_its_op(make_trace) -> None:
     assert trace.op_of(first).name == "aten::mm" and trace.op_of(first).external_id == 2
     assert trace.op_of(second).name == "aten::matmul"
     assert [launch.op.name for launch in launches(trace)] == ["aten::mm", "aten::matmul"]
+
+
+def test_a_step_number_beyond_64_bits_is_no_step(make_trace) -> None:
+    # Python refuses to read an int of over 4,300 digits: such a label is not a step (no
+    # profiler numbers steps past 64 bits), and the trace reads.
+    huge = "ProfilerStep#" + "9" * 5000
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+        complete_event(huge, "user_annotation", 200, 100),
+        complete_event("aten::add", "cpu_op", 210, 10),
+    ]
+    trace = load_trace(make_trace(events))
+    assert [step.number for step in trace.steps] == [1]
+    assert [span.name for span in trace.annotations] == [huge]
