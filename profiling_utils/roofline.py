@@ -77,6 +77,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
+import msgspec
+
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
 from .trace import Span, Trace, gc_paused, input_shapes
 
@@ -126,10 +128,6 @@ class RooflineEntry:
 
     op: Span
     """The ``cpu_op`` span."""
-    input_dims: list[Any]
-    """``Input Dims`` as recorded: one list of sizes per argument (``[]`` for a scalar)."""
-    input_types: list[str]
-    """``Input type`` as recorded: ``"c10::BFloat16"``, ``"float"``, ``"Scalar"``..."""
     kind: OpKind
     """Which formula applied: ``gemm``, ``convolution``, ``attention``, ``elementwise``, or
     ``other`` (no formula: GPU time only)."""
@@ -158,6 +156,20 @@ class RooflineEntry:
     def name(self) -> str:
         """The operator's name, e.g. ``"aten::mm"``."""
         return self.op.name
+
+    # Read from the op's args when asked, not kept: an op's argument lists can run to
+    # thousands of entries (a compiled graph's parameters), and a trace holds many such ops.
+    @property
+    def input_dims(self) -> list[Any]:
+        """``Input Dims`` as recorded: one list of sizes per argument (``[]`` for a scalar)."""
+        shapes = input_shapes(self.op)
+        return shapes.dims if shapes is not None else []
+
+    @property
+    def input_types(self) -> list[str]:
+        """``Input type`` as recorded: ``"c10::BFloat16"``, ``"float"``, ``"Scalar"``..."""
+        shapes = input_shapes(self.op)
+        return shapes.types if shapes is not None else []
 
     @property
     def intensity(self) -> float | None:
@@ -290,6 +302,25 @@ def roofline(trace: Trace, *, elementwise: Collection[str] = ()) -> Roofline:
         return _roofline(trace, frozenset(elementwise))
 
 
+class _RecordedConcrete(msgspec.Struct, gc=False):
+    values: Any = msgspec.field(default=None, name="Concrete Inputs")
+
+
+_CONCRETE_DECODER = msgspec.json.Decoder(_RecordedConcrete)
+
+
+def _concrete_inputs(op: Span) -> list[Any]:
+    """The op's ``Concrete Inputs`` (the values of its scalar arguments), read without
+    decoding the rest of its args; ``[]`` when it recorded none."""
+    if not op.raw_args:
+        return []
+    try:
+        values = _CONCRETE_DECODER.decode(op.raw_args).values
+    except msgspec.ValidationError:  # args that are not an object
+        return []
+    return values if isinstance(values, list) else []
+
+
 def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
     if not trace.gpu_work:
         return Roofline([], trace.describe_gpu_work())
@@ -316,8 +347,7 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             sizes_only = sizes_only or shapes is not None
             continue
         dims, types = shapes.dims, shapes.types
-        concrete = op.args.get("Concrete Inputs")
-        inputs = _Inputs(dims, types, concrete if isinstance(concrete, list) else [])
+        inputs = _Inputs(dims, types, _concrete_inputs(op))
         if op.name in elementwise:
             kind, flops, num_bytes, note = _count_fused(inputs)
         else:
@@ -344,8 +374,6 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
         entries.append(
             RooflineEntry(
                 op=op,
-                input_dims=dims,
-                input_types=types,
                 kind=kind,
                 flops=flops,
                 bytes=num_bytes,
