@@ -597,6 +597,15 @@ _STEPS_LEGEND = [
 ]
 
 
+_STEPS_SHOWN_ALL = 60
+"""The text summary's step table shows every step of a trace of up to this many; of a longer
+one, the first :data:`_STEPS_SHOWN`..."""
+_STEPS_SHOWN = 20
+"""... the first this many steps..."""
+_STEPS_SHOWN_LAST = 5
+"""... and the last this many."""
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The readable text of ``summary`` for a dict made by :func:`summarize`."""
     out = [summary["file"]]
@@ -646,7 +655,16 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  {'step':>5} {'CPU':>10} {'GPU busy':>9} {'idle':>4} {'lane off.':>9}"
             f" {'dead win.':>9} {'delay med':>9} {'delay max':>9} {'gaps':>5} {'gap max':>8}"
         )
-        for s in summary["steps"]:
+        steps = summary["steps"]
+        # A long recording's table would bury the rest: its first and last steps, the count
+        # of those between (--json has every one).
+        if len(steps) > _STEPS_SHOWN_ALL:
+            hidden = len(steps) - _STEPS_SHOWN - _STEPS_SHOWN_LAST
+            steps = [*steps[:_STEPS_SHOWN], None, *steps[-_STEPS_SHOWN_LAST:]]
+        for s in steps:
+            if s is None:
+                out.append(f"  {'...':>5} {hidden:,} more steps (--json lists every step)")
+                continue
             on_gpu = s["gpu_idle_fraction"] is not None  # else a trace without GPU work
             idle = percent(s["gpu_idle_fraction"]) if on_gpu else "-"
             busy = _us(s["gpu_busy_us"]) if on_gpu else "-"

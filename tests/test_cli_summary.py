@@ -500,6 +500,26 @@ def test_summarize_matches_the_model(make_trace) -> None:
     ]
 
 
+def test_a_long_recordings_step_table_shows_its_first_and_last_steps(capsys, make_trace) -> None:
+    events = []
+    for k in range(100):
+        events.append(complete_event(f"ProfilerStep#{k}", "user_annotation", 100.0 * k, 90))
+        events.append(complete_event("aten::add", "cpu_op", 100.0 * k + 5, 10))
+    path = str(make_trace(events))
+    status, text, _ = run_cli(capsys, "summary", path)
+    lines = text.splitlines()
+    head = lines.index("Steps (µs)") + 2
+    shown = [line.split()[0] for line in lines[head : head + 26]]
+    assert status == 0 and shown == [*map(str, range(20)), "...", *map(str, range(95, 100))]
+    assert lines[head + 20] == "    ... 75 more steps (--json lists every step)"
+    status, out, _ = run_cli(capsys, "summary", path, "--json")
+    assert [step["step"] for step in json.loads(out)["steps"]] == list(range(100))
+    # Sixty steps or fewer: every one.
+    path = str(make_trace(events[: 2 * 60], name="sixty.json"))
+    status, text, _ = run_cli(capsys, "summary", path)
+    assert "more steps" not in text and "\n     59 " in text
+
+
 def test_copies_a_graph_replays_are_said_to_come_from_the_replay(make_trace) -> None:
     # A captured graph's memset runs at each cudaGraphLaunch: no op issued it on its own.
     events = [complete_event("aten::copy_", "cpu_op", 0, 10)]
