@@ -730,6 +730,19 @@ def test_hotspot_tells_a_launch_outside_any_op_from_one_not_in_the_trace(make_tr
     assert hit.evidence["ops"] == {"aten::mm": 1, "(no op)": 1, "(launch not in the trace)": 1}
 
 
+def test_hotspot_says_its_total_sums_overlapping_streams(make_trace) -> None:
+    # A copy stream beside the compute stream: the profiler table's CUDA total (and the
+    # share) counts each stream's time, more than the GPU was busy.
+    events = [complete_event("aten::mm", "cpu_op", 0, 10)]
+    events.append(complete_event("cudaLaunchKernel", "cuda_runtime", 2, 5, correlation=1))
+    events.append(complete_event("gemm", "kernel", 10, 100, pid=0, tid=7, correlation=1))
+    events.append(complete_event("Memcpy HtoD", "gpu_memcpy", 20, 60, pid=0, tid=9))
+    (hit,) = diagnose(make_trace(events), select=["hotspot"])
+    assert "takes 62% of all GPU time summed over its 2 streams (100.0 of 160.0 µs" in hit.message
+    (hit,) = diagnose(make_trace(events[:3], name="one.json"), select=["hotspot"])
+    assert "takes 100% of all GPU time (100.0 of 100.0 µs" in hit.message
+
+
 def test_hotspot_counts_every_kernel_a_graph_replays(make_trace) -> None:
     # One cudaGraphLaunch per step replays a copy, then the GEMM: the GEMM is not the replay's
     # first activity, and no op launches it. It was "with no launch call in the trace".

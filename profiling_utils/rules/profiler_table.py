@@ -455,7 +455,10 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
 def hotspot(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     communication = facts.communication_ids
-    total = sum(work.dur for work in trace.gpu_work if work.id not in communication)
+    compute_work = [work for work in trace.gpu_work if work.id not in communication]
+    total = sum(work.dur for work in compute_work)
+    # The profiler table's CUDA total: overlapping streams each count their own time.
+    streams = len({work.lane for work in compute_work})
     if total <= 0 or not facts.compute_kernels_by_name:
         return
     name, kernels = max(facts.compute_kernels_by_name.items(), key=lambda item: _total(item[1]))
@@ -480,6 +483,8 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     unlinked = len(kernels) - sum(launched.values()) - replayed
     ops = launched + Counter({IN_GRAPH_REPLAYS: replayed, NO_LAUNCH: unlinked})
     of_what = "GPU time besides communication" if communication else "all GPU time"
+    if streams > 1:
+        of_what += f" summed over its {streams} streams"
     places = ["outside any op" if op == NO_OP else op for op in launched]
     sources = [f"launched from {', '.join(places)}"] if places else []
     if replayed:
