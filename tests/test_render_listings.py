@@ -117,3 +117,12 @@ def test_fold_lines_breaks_a_long_name_after_an_underscore_not_inside_a_word() -
     assert first.endswith("_4x1x1_") and second == "        cga1x1x1_kernel0_0"
     # No break point in the second half of the room: cut at the edge, as before.
     assert fold_lines("y" * 100).split("\n")[0] == "y" * 88
+
+
+def test_span_tree_prints_a_chain_deeper_than_pythons_recursion_limit(make_trace) -> None:
+    depth = 3_000
+    events = [complete_event("aten::to", "cpu_op", i, 2 * depth - 2 * i) for i in range(depth)]
+    trace = load_trace(make_trace(events))
+    lines = span_tree(trace, trace.spans[0]).splitlines()
+    assert len(lines) == depth
+    assert lines[-1].startswith("    " * (depth - 1) + "aten::to")

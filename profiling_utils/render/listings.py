@@ -41,18 +41,23 @@ def span_tree(
         max_depth: Levels below ``span`` to show (``None``: all).
     """
     duration_width = 13  # " 12,345.6 µs"
+    # The subtree's spans by parent, from one scan of it; a stack rather than recursion, so
+    # that a chain nested thousands deep prints like any other.
+    children_of: dict[int, list[Span]] = {}
+    for inner in trace.within(span):
+        if inner.parent is not None:
+            children_of.setdefault(inner.parent, []).append(inner)
     lines: list[str] = []
-
-    def add(node: Span, depth: int) -> None:
+    pending = [(span, 0)]
+    while pending:
+        node, depth = pending.pop()
         indent = "    " * depth
         room = max(width - duration_width - len(indent), 8)
         name = cut(node.name, room)
         lines.append(f"{indent}{name:<{room}} {node.dur:9,.1f} µs")
         if max_depth is None or depth < max_depth:
-            for child in trace.children(node):
-                add(child, depth + 1)
-
-    add(span, 0)
+            children = children_of.get(node.id, [])
+            pending.extend((child, depth + 1) for child in reversed(children))
     return "\n".join(lines)
 
 
