@@ -156,7 +156,7 @@ The function's own name must match, after ``void`` and its namespaces: a kernel 
 mentions one in its template arguments, or that fuses a GEMM with an all-reduce
 (``gemm_one_shot_all_reduce_kernel``), is compute."""
 
-_STEP_NAME = re.compile(r"ProfilerStep#(\d{1,18})")  # a step number fits in 64 bits
+_STEP_NAME = re.compile(r"ProfilerStep#(\d{1,19})")  # a 64-bit number: 19 digits or fewer
 _STEP_PREFIX = "ProfilerStep#"
 _STREAM_NUMBER = re.compile(r"\s*(?:stream\s*)?(-?\d+)\s*", re.I)
 # Tensile GEMM kernels (rocBLAS, hipBLASLt) carry the ISA they were built for: "..._ISA90a_...".

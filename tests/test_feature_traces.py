@@ -99,3 +99,20 @@ def test_an_empty_recording_names_what_it_holds(capsys) -> None:
     status, text, _ = run_cli(capsys, "diagnose", str(trace.path))
     assert status == 0 and "no op, label or GPU work recorded, only " in text
     assert all(name in text for name in spans) and "export the trace from on_trace_ready" in text
+
+
+def test_a_sync_waits_for_the_gpu_not_for_a_thread_that_runs_beside_it(tmp_path) -> None:
+    # A pin-memory thread runs ops through each .item()'s sync: the drill-down ends on the
+    # sync, which waits for the GPU; the thread is not named.
+    document = json.loads(
+        gzip.decompress((FEATURES / "cuda_graph_replay_steps.json.gz").read_bytes())
+    )
+    syncs = [e for e in document["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
+    for sync in syncs:
+        pinning = {"name": "aten::pin_memory", "cat": "cpu_op", "tid": 999_999, "args": {}}
+        document["traceEvents"].append({**sync, **pinning, "dur": 0.9 * sync["dur"]})
+    path = tmp_path / "pin.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    (hit,) = diagnose(path, select=["cost-in-children"])
+    assert hit.evidence["drill_down"][-1]["name"] == "cudaStreamSynchronize"
+    assert "waits there while" not in hit.message

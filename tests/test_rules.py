@@ -761,6 +761,7 @@ def test_hotspot_counts_every_kernel_a_graph_replays(make_trace) -> None:
     (hit,) = diagnose(make_trace(events), select=["hotspot"])
     assert hit.message.endswith("(270.0 of 281.0 µs, 3 calls), 3 replayed by cudaGraphLaunch.")
     assert hit.evidence["ops"] == {"(replayed by a graph launch)": 3}
+    assert hit.evidence["graph_replays"] == {"cudaGraphLaunch": 3}
     # torch.compile's reduce-overhead mode: the replay runs in the compiled graph's op.
     (hit,) = [
         f

@@ -223,6 +223,37 @@ def test_a_sync_closing_each_step_leaves_the_gpu_idle_across_the_boundary() -> N
     assert {gap.step: gap.gap_us for gap in gaps} == pytest.approx(idle, abs=1e-3)
 
 
+def _graph_steps() -> dict:
+    return json.loads(gzip.decompress((FEATURES / "cuda_graph_replay_steps.json.gz").read_bytes()))
+
+
+def test_a_closing_sync_before_the_next_batch_is_fetched_is_left_to_data_loader(
+    tmp_path: Path,
+) -> None:
+    # The same recording, with the next batch's fetch opening right after each sync
+    # returns: the GPU's idle time there is the loader's, which data-loader reads.
+    document = _graph_steps()
+    events = document["traceEvents"]
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    for sync in [e for e in events if e.get("name") == "cudaStreamSynchronize"]:
+        fetch = {"name": loader, "cat": "user_annotation", "dur": 5, "args": {}}
+        events.append({**sync, **fetch, "ts": sync["ts"] + sync["dur"] + 1})
+    path = write_trace(tmp_path / "loading.json.gz", document)
+    assert diagnose(path, select=["intra-step-gap"]) == []
+
+
+def test_a_closing_sync_in_one_step_of_five_is_no_habit(tmp_path: Path) -> None:
+    # Only the first step's .item() kept its sync call: one boundary of four.
+    document = _graph_steps()
+    syncs = sorted(
+        (e for e in document["traceEvents"] if e.get("name") == "cudaStreamSynchronize"),
+        key=lambda e: e["ts"],
+    )
+    document["traceEvents"] = [e for e in document["traceEvents"] if e not in syncs[1:]]
+    path = write_trace(tmp_path / "one_sync.json.gz", document)
+    assert diagnose(path, select=["intra-step-gap"]) == []
+
+
 def test_a_short_wait_at_the_end_of_each_step_is_no_finding() -> None:
     # loss.item() closes each training step too, but the GPU had finished: 15-25 µs of
     # return and launch, under the trace's floor.

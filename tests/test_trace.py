@@ -1035,3 +1035,7 @@ def test_a_step_number_beyond_64_bits_is_no_step(make_trace) -> None:
     trace = load_trace(make_trace(events))
     assert [step.number for step in trace.steps] == [1]
     assert [span.name for span in trace.annotations] == [huge]
+    # The largest 64-bit number is a step number like any other.
+    events[1]["name"] = f"ProfilerStep#{2**63 - 1}"
+    trace = load_trace(make_trace(events, name="largest.json"))
+    assert [step.number for step in trace.steps] == [1, 2**63 - 1]

@@ -13,6 +13,7 @@ from .. import measures
 from ..tables import percent
 from ..trace import Span
 from .facts import (
+    DATA_LOADER_PREFIX,
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
     MEMCPY_CALL_PREFIXES,
@@ -29,9 +30,6 @@ from .facts import (
     us,
 )
 from .registry import Hit, rule
-
-DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
-"""The label torch writes around each ``next()`` of a ``DataLoader`` iterator."""
 
 DATA_LOADER_MIN_SHARE = 0.10
 """``data-loader``: in the median step, the GPU sits idle while the next batch is fetched

@@ -20,6 +20,7 @@ from ..tables import percent
 from ..trace import LAUNCH_CATEGORIES, Span, Step, Trace
 from .facts import (
     BIAS_MATMUL_OPS,
+    DATA_LOADER_PREFIX,
     MATMUL_OPS,
     Copy,
     Facts,
@@ -62,6 +63,15 @@ request often replaces the step's usual idle time rather than adding to it."""
 GAP_MAX_STEP_SHARE = 1 / 3
 """``intra-step-gap``: one-offs show in at most this share of the steps (at least one): an
 idle stretch in most steps is a property of the code, not a one-off."""
+
+GAP_BOUNDARY_MIN_SHARE = 0.5
+"""``intra-step-gap``: the stretches after a sync that closes a step are read when they show at
+more than this share of the step boundaries (the loop's habit, not one step's)."""
+
+GAP_BOUNDARY_MIN_STEP_SHARE = 0.1
+"""``intra-step-gap``: ... and when their median is at least this share of the median step (a
+sync after which the GPU idles only through the profiler's step bookkeeping costs the step
+little)."""
 
 GAP_MIN_STEPS = 2
 """``intra-step-gap``: steps with GPU work needed to call an idle stretch a one-off (there
@@ -383,22 +393,55 @@ def _read_idle_stretches(
         launch = launch_of(work.id)
         if gap.gap_us >= floor_us and launch is not None:
             found.append(_read(facts, number, before, before.end, work, launch, syncs, requests))
-    if syncs.calls:
-        # A sync that closes a step (loss.item() after the optimizer) leaves the GPU idle
-        # across the boundary, until the next step's first launch: the step's own cost, when
-        # the sync ran in it. Only that cause is read there (CPU time between steps is the
-        # step's own business, a one-off is compared within steps).
-        for gap in measures.gpu_gaps_between_steps(trace):
-            launch = launch_of(gap.after.id)
-            if gap.gap_us < floor_us or launch is None:
-                continue
-            idle = _read(
-                facts, gap.step, gap.before, gap.before.end, gap.after, launch, syncs, requests
-            )
-            closing = trace.step_of(idle.sync) if idle.sync is not None else None
-            if idle.cause == "host sync" and closing is not None and closing.number == gap.step:
-                found.append(idle)
+    if syncs.calls and len(facts.steps) > 1:
+        found += _closing_syncs(facts, floor_us, syncs, requests)
     return found, longest
+
+
+def _closing_syncs(
+    facts: Facts, floor_us: float, syncs: _HostSyncs, requests: list[Span]
+) -> list[IdleStretch]:
+    """The stretches after a host sync that closes a step (``loss.item()`` after the
+    optimizer): the GPU idles across the boundary until the next step's first launch, the
+    step's own cost when the sync ran in it. Only that cause is read there, and only as a habit
+    of the loop that costs its steps something: at more than :data:`GAP_BOUNDARY_MIN_SHARE` of
+    the boundaries, with a median of :data:`GAP_BOUNDARY_MIN_STEP_SHARE` of the median
+    step or more. A boundary whose next step fetches its data first (a ``DataLoader`` label
+    opens in the stretch) is the data loader's, which ``data-loader`` reads."""
+    trace = facts.trace
+    kept = {step.number for step in facts.steps}
+    loaders = [
+        span
+        for span in trace.find(prefix=DATA_LOADER_PREFIX)
+        if span.cat == "user_annotation" and span.lane.kind == "cpu"
+    ]
+    loader_starts = [span.start for span in loaders]  # find() gives them in start order
+    found = []
+    for gap in measures.gpu_gaps_between_steps(trace):
+        launch = trace.launch_of_id(gap.after.id)
+        if gap.step not in kept or gap.gap_us < floor_us or launch is None:
+            continue
+        idle = _read(
+            facts, gap.step, gap.before, gap.before.end, gap.after, launch, syncs, requests
+        )
+        if idle.cause != "host sync" or idle.sync is None:
+            continue
+        closing = trace.step_of(idle.sync)
+        if closing is None or closing.number != gap.step:
+            continue
+        first = bisect_left(loader_starts, idle.sync.end)
+        if first < len(loaders) and loaders[first].start < launch.start:
+            continue  # the next batch is fetched in the stretch
+        found.append(idle)
+    boundaries = sum(1 for step in facts.steps[1:] if step.number in kept)
+    typical_step = median(step.span.dur for step in facts.steps)
+    if (
+        not found
+        or len(found) <= GAP_BOUNDARY_MIN_SHARE * boundaries
+        or median(idle.gap_us for idle in found) < GAP_BOUNDARY_MIN_STEP_SHARE * typical_step
+    ):
+        return []
+    return found
 
 
 class _HostSyncs:

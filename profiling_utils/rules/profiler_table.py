@@ -504,6 +504,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
             "share": round(share, 4),
             "median_us": us(median(k.dur for k in kernels)),
             "ops": dict(ops.most_common()),
+            **({"graph_replays": dict(replays.most_common())} if replays else {}),
             "communication_kernels_left_out": len(communication),
         },
     )
@@ -797,18 +798,19 @@ def _drill(facts: Facts, span: Span) -> tuple[list[dict[str, Any]], Span]:
 
 
 def _waits_for_another_thread(facts: Facts, span: Span) -> tuple[str, float] | None:
-    """The thread (by name) that runs ops for at least half of ``span``'s own time while
-    ``span`` holds its thread with no child, and how long: a call that only waits (autograd's
-    ``run_backward`` while the engine's thread runs the backward ops), or None."""
+    """The thread (by name) of the same process that runs ops for at least half of ``span``'s
+    own time while ``span``, a Python frame, holds its thread with no child, and how long: a
+    frame that only waits (autograd's ``run_backward`` while the engine's thread runs the
+    backward ops), or None. A runtime call or an op waits for the GPU, not for a thread."""
     own = facts.self_us(span)
-    if own < DRILL_MIN_CHILD_SHARE * span.dur:
+    if span.cat != "python_function" or own < DRILL_MIN_CHILD_SHARE * span.dur:
         return None
     trace = facts.trace
     busiest = max(
         (
             measures.thread_activity(trace, lane, span.start, span.end)
             for lane in trace.lanes
-            if lane.kind == "cpu" and lane != span.lane
+            if lane.kind == "cpu" and lane != span.lane and lane.pid == span.lane.pid
         ),
         key=lambda activity: activity.op_us,
         default=None,
