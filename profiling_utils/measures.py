@@ -249,19 +249,28 @@ def gpu_busy_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) ->
     """:func:`gpu_busy_us` of the whole trace inside each of ``windows`` (``(start, end)``
     in µs), from one union of the GPU work: a pass over the work whatever the number of
     windows, where a call per window reads the work from the trace's start each time."""
+    pieces = [(span.start, span.start + span.dur) for span in trace.gpu_work]  # start order
+    return _covered_in_windows(pieces, windows)
+
+
+def _covered_in_windows(
+    pieces: list[tuple[float, float]], windows: Sequence[tuple[float, float]]
+) -> list[float]:
+    """How long the union of ``pieces`` (``(start, end)``, in start order) covers each of
+    ``windows``: the pieces merged once, each window answered by two bisections."""
     merged_starts: list[float] = []
     merged_ends: list[float] = []
-    for span in trace.gpu_work:  # in start order
-        end = span.start + span.dur
-        if merged_ends and span.start <= merged_ends[-1]:
+    for start, end in pieces:
+        if merged_ends and start <= merged_ends[-1]:
             if end > merged_ends[-1]:
                 merged_ends[-1] = end
         else:
-            merged_starts.append(span.start)
+            merged_starts.append(start)
             merged_ends.append(end)
     before = [0.0, *accumulate(e - s for s, e in zip(merged_starts, merged_ends, strict=True))]
 
     def covered_until(time: float) -> float:
+        """Time covered from the first piece's start up to ``time``."""
         index = bisect_right(merged_starts, time)
         if index == 0:
             return 0.0
@@ -352,24 +361,7 @@ def host_work_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) -
             if span_end > first and _is_host_work(span):
                 pieces.append((span.start, span_end))
     pieces.sort()
-    merged_starts: list[float] = []
-    merged_ends: list[float] = []
-    for start, end in pieces:
-        if merged_ends and start <= merged_ends[-1]:
-            merged_ends[-1] = max(merged_ends[-1], end)
-        else:
-            merged_starts.append(start)
-            merged_ends.append(end)
-    before = [0.0, *accumulate(e - s for s, e in zip(merged_starts, merged_ends, strict=True))]
-
-    def covered_until(time: float) -> float:
-        """Work time from the trace's start up to ``time``."""
-        index = bisect_right(merged_starts, time)
-        if index == 0:
-            return 0.0
-        return before[index - 1] + min(merged_ends[index - 1], time) - merged_starts[index - 1]
-
-    return [max(0.0, covered_until(end) - covered_until(start)) for start, end in windows]
+    return _covered_in_windows(pieces, windows)
 
 
 def step_times(trace: Trace) -> list[StepTime]:
