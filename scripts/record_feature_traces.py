@@ -17,7 +17,16 @@ naming no directory of the machine):
   each step ending in ``.item()``;
 - ``empty_after_schedule_cycle``: what ``export_chrome_trace`` writes when called after the
   ``with`` block of a profiler whose schedule's active steps had already ended (the
-  profiler's own events only).
+  profiler's own events only);
+- ``dataloader_workers_pinned``: training steps fed by a ``DataLoader`` with two worker
+  processes and ``pin_memory=True``, each batch copied with ``non_blocking=True``;
+- ``side_stream_prefetch``: each step's next batch copied from pinned memory on a side stream
+  while the current batch computes on the default stream (copy and compute overlap);
+- ``decode_loop_no_steps``: a small model generating 48 tokens one at a time with a growing
+  key/value cache, each token read on the host (``.item()``) to test for the end token,
+  profiled as a whole, without a schedule or steps (as serving and inference scripts do).
+
+``--only NAME ...`` records some of them.
 """
 
 from __future__ import annotations
@@ -65,13 +74,17 @@ def train(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    out = parser.parse_args().out
+    parser.add_argument("--only", nargs="+", choices=sorted(RECORDINGS))
+    args = parser.parse_args()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    for name in args.only or RECORDINGS:
+        torch.manual_seed(0)
+        RECORDINGS[name](out)
 
-    def export_to(name: str) -> Callable[[profile], None]:
-        return lambda prof: print(export_trace(prof, out / f"{name}.json.gz"))
 
-    torch.manual_seed(0)
+def record_options_and_graphs(out: Path) -> None:
+    """The first four traces (they share one model)."""
     model = mlp()
     optimizer = torch.optim.AdamW(model.parameters())
     x = torch.randn(512, 1024, device="cuda")
@@ -85,13 +98,13 @@ def main() -> None:
         with_modules=True,
     )
     cycle = schedule(wait=1, warmup=1, active=4)
-    ready = export_to("all_options_mlp_train")
+    ready = export_to(out, "all_options_mlp_train")
     with profile(activities=BOTH, schedule=cycle, on_trace_ready=ready, **every_option) as prof:
         train(model, optimizer, x, 6, prof)
 
     cuda_only = [ProfilerActivity.CUDA]
     cycle = schedule(wait=0, warmup=1, active=3)
-    ready = export_to("cuda_only_mlp_train")
+    ready = export_to(out, "cuda_only_mlp_train")
     with profile(activities=cuda_only, schedule=cycle, on_trace_ready=ready) as prof:
         train(model, optimizer, x, 4, prof)
 
@@ -99,7 +112,7 @@ def main() -> None:
     # the schedule had started again for a fifth recorded nothing of the program.
     with profile(activities=cuda_only, schedule=schedule(wait=0, warmup=1, active=3)) as prof:
         train(model, optimizer, x, 4, prof)
-    export_to("empty_after_schedule_cycle")(prof)
+    export_to(out, "empty_after_schedule_cycle")(prof)
 
     graphed = mlp().eval()
     static_x = torch.randn(64, 1024, device="cuda")
@@ -113,13 +126,112 @@ def main() -> None:
     with torch.cuda.graph(graph), torch.no_grad():
         static_y = graphed(static_x)
     cycle = schedule(wait=0, warmup=1, active=5)
-    ready = export_to("cuda_graph_replay_steps")
+    ready = export_to(out, "cuda_graph_replay_steps")
     with profile(activities=BOTH, schedule=cycle, on_trace_ready=ready) as prof:
         for _ in range(6):
             static_x.copy_(torch.randn(64, 1024, device="cuda"))
             graph.replay()
             static_y.sum().item()
             prof.step()
+
+
+def export_to(out: Path, name: str) -> Callable[[profile], None]:
+    return lambda prof: print(export_trace(prof, out / f"{name}.json.gz"))
+
+
+def record_dataloader(out: Path) -> None:
+    model = mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    data = torch.utils.data.TensorDataset(torch.randn(256 * 8, 1024))
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=256, num_workers=2, pin_memory=True, persistent_workers=True
+    )
+    for (x,) in loader:  # warm: the workers, the optimizer's state
+        train(model, optimizer, x.cuda(non_blocking=True), 1)
+    cycle = schedule(wait=1, warmup=1, active=4, repeat=1)
+    ready = export_to(out, "dataloader_workers_pinned")
+    with profile(activities=BOTH, schedule=cycle, on_trace_ready=ready) as prof:
+        for (x,) in loader:  # 8 batches: 6 steps profiled, 2 after the cycle
+            train(model, optimizer, x.cuda(non_blocking=True), 1, prof)
+
+
+def record_side_stream(out: Path) -> None:
+    model = mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    batches = [torch.randn(4096, 1024).pin_memory() for _ in range(8)]
+    side = torch.cuda.Stream()
+
+    def prefetch(i: int) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            batch = batches[i % len(batches)].to("cuda", non_blocking=True)
+        return batch
+
+    current = prefetch(0)
+    torch.cuda.current_stream().wait_stream(side)
+    train(model, optimizer, current, 3)
+    cycle = schedule(wait=1, warmup=1, active=4, repeat=1)
+    ready = export_to(out, "side_stream_prefetch")
+    with profile(activities=BOTH, schedule=cycle, on_trace_ready=ready) as prof:
+        for i in range(6):
+            following = prefetch(i + 1)  # copies while this step computes
+            train(model, optimizer, current, 1)
+            torch.cuda.current_stream().wait_stream(side)
+            current.record_stream(torch.cuda.current_stream())
+            current = following
+            prof.step()
+
+
+class _Decoder(torch.nn.Module):
+    """A small decoder-only model whose attention reads a growing key/value cache."""
+
+    def __init__(self, vocab: int = 4096, width: int = 512, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(width, 3 * width) for _ in range(layers))
+        self.out = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
+        self.head = torch.nn.Linear(width, vocab)
+        self.heads = 8
+
+    def forward(self, token: torch.Tensor, cache: list) -> torch.Tensor:
+        h = self.embed(token)[:, None]  # (batch, 1, width)
+        for i, (qkv, out) in enumerate(zip(self.qkv, self.out, strict=True)):
+            q, k, v = qkv(h).chunk(3, dim=-1)
+            if len(cache) <= i:
+                cache.append((k, v))
+            else:
+                cache[i] = (torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1))
+            k, v = cache[i]
+            split = [t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v)]
+            attended = torch.nn.functional.scaled_dot_product_attention(*split)
+            h = h + out(attended.transpose(1, 2).flatten(2))
+        return self.head(h[:, -1])
+
+
+def record_decode_loop(out: Path) -> None:
+    model = _Decoder().cuda().half().eval()
+    end_token = -1  # never produced: the loop runs its 48 tokens
+
+    def generate(tokens: int) -> None:
+        cache: list = []
+        token = torch.zeros(4, dtype=torch.long, device="cuda")
+        with torch.no_grad():
+            for _ in range(tokens):
+                token = model(token, cache).argmax(-1)
+                if (token == end_token).any().item():
+                    break
+
+    generate(8)  # warm
+    with profile(activities=BOTH, record_shapes=True) as prof:
+        generate(48)
+    export_to(out, "decode_loop_no_steps")(prof)
+
+
+RECORDINGS: dict[str, Callable[[Path], None]] = {
+    "options_and_graphs": record_options_and_graphs,
+    "dataloader_workers_pinned": record_dataloader,
+    "side_stream_prefetch": record_side_stream,
+    "decode_loop_no_steps": record_decode_loop,
+}
 
 
 if __name__ == "__main__":

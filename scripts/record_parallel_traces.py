@@ -1,0 +1,181 @@
+"""Record ``tests/fixtures/parallel``: two ranks, one GPU each, training as the common
+parallel recipes do, so that the library's answers are checked on the collectives they use
+(not only the all_reduce of ``tests/fixtures/nccl``).
+
+Run on a machine with two GPUs, once per recipe::
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    python -m torch.distributed.run --standalone --nproc_per_node=2 \
+        scripts/record_parallel_traces.py tests/fixtures/parallel fsdp  # or pipeline...
+
+Each rank writes ``OUT/RECIPE/rank{N}.json.gz`` through
+:func:`profiling_utils.capture.export_trace`. The recipes:
+
+- ``fsdp``: FSDP2 (``fully_shard``) of a four-layer MLP, AdamW: parameters all-gathered
+  before each layer's forward and backward, gradients reduce-scattered after it, on NCCL's
+  own streams;
+- ``pipeline``: two pipeline stages (rank 0 the first, rank 1 the second), four
+  micro-batches sent forward and their gradients sent back with ``dist.send``/``dist.recv``
+  (GPipe's order: every forward, then every backward): each rank waits in its receives while
+  the other computes;
+- ``alltoall``: a mixture-of-experts layer's exchange: tokens sent to their expert's rank
+  with ``all_to_all_single``, an expert's MLP, and the results sent back; both ranks route
+  three quarters of their tokens to rank 1, whose expert does three times rank 0's work, so
+  rank 0 waits in the exchange that brings the results back;
+- ``ddp_amp``: ``DistributedDataParallel`` with float16 autocast and ``GradScaler`` (whose
+  ``step`` reads the inf check on the host: a sync every step).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling_utils.capture import export_trace  # noqa: E402
+
+out = Path(sys.argv[1])
+recipe = sys.argv[2]
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(rank)
+torch.manual_seed(0)
+DEV = "cuda"
+WIDTH = 1024
+
+
+def mlp(layers: int = 4) -> torch.nn.Sequential:
+    blocks: list[torch.nn.Module] = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU()]
+    return torch.nn.Sequential(*blocks).to(DEV)
+
+
+def fsdp_steps():
+    from torch.distributed.fsdp import fully_shard
+
+    model = mlp()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(2048, WIDTH, device=DEV)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def pipeline_steps():
+    stage = mlp(2)
+    optimizer = torch.optim.SGD(stage.parameters(), lr=1e-3)
+    micro = [torch.randn(512, WIDTH, device=DEV) for _ in range(4)]
+
+    def step() -> None:
+        outputs, inputs = [], []
+        with record_function("pipeline_forward"):
+            for x in micro:
+                if rank == 0:
+                    y = stage(x)
+                    dist.send(y.detach(), dst=1)
+                    outputs.append(y)
+                else:
+                    received = torch.empty(512, WIDTH, device=DEV)
+                    dist.recv(received, src=0)
+                    received.requires_grad_(True)
+                    inputs.append(received)
+                    outputs.append(stage(received).pow(2).mean())
+        with record_function("pipeline_backward"):
+            for i, y in enumerate(outputs):
+                if rank == 0:
+                    grad = torch.empty_like(y)
+                    dist.recv(grad, src=1)
+                    y.backward(grad)
+                else:
+                    y.backward()
+                    dist.send(inputs[i].grad, dst=0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def alltoall_steps():
+    tokens = 4096
+    expert = mlp(1)
+    # Row r: how many of rank r's tokens go to rank 0 and to rank 1. Both ranks send three
+    # quarters to rank 1, whose expert then does three times rank 0's work.
+    splits = [[tokens // 4, 3 * tokens // 4], [tokens // 4, 3 * tokens // 4]]
+    send = splits[rank]
+    receive = [splits[source][rank] for source in range(world)]
+    x = torch.randn(tokens, WIDTH, device=DEV)
+
+    def step() -> None:
+        with torch.no_grad():
+            with record_function("dispatch"):
+                routed = torch.empty(sum(receive), WIDTH, device=DEV)
+                dist.all_to_all_single(routed, x, receive, send)
+            with record_function("expert"):
+                computed = expert(routed)
+            with record_function("combine"):
+                back = torch.empty(tokens, WIDTH, device=DEV)
+                dist.all_to_all_single(back, computed, send, receive)
+            back.sum()
+
+    return step
+
+
+def ddp_amp_steps():
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(mlp(), device_ids=[rank], bucket_cap_mb=4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(2048, WIDTH, device=DEV)
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+step = {
+    "fsdp": fsdp_steps,
+    "pipeline": pipeline_steps,
+    "alltoall": alltoall_steps,
+    "ddp_amp": ddp_amp_steps,
+}[recipe]()
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+dist.barrier()
+with profile(
+    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+    schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
+    record_shapes=True,
+) as prof:
+    for _ in range(6):
+        step()
+        prof.step()
+torch.cuda.synchronize()
+target = out / recipe
+target.mkdir(parents=True, exist_ok=True)
+export_trace(prof, target / f"rank{rank}.json.gz")
+dist.barrier()
+dist.destroy_process_group()
+if rank == 0:
+    print(recipe, "done", sorted(p.name for p in target.iterdir()))
