@@ -116,3 +116,49 @@ def test_a_sync_waits_for_the_gpu_not_for_a_thread_that_runs_beside_it(tmp_path)
     (hit,) = diagnose(path, select=["cost-in-children"])
     assert hit.evidence["drill_down"][-1]["name"] == "cudaStreamSynchronize"
     assert "waits there while" not in hit.message
+
+
+def test_cost_in_children_follows_the_few_calls_that_hold_the_time() -> None:
+    # AdamW reads its step counters with .item() on the host (eight short calls a step) and
+    # the loop reads the loss (one call a step, waiting for the GPU): the loss's calls hold
+    # the time, and the drill-down follows one of them to the sync.
+    raw = events("side_stream_prefetch")
+    items = sorted(e["dur"] for e in raw if e.get("name") == "aten::item")
+    waits = [d for d in items if d > 100 * items[len(items) // 2]]
+    assert len(waits) == 4 and sum(waits) >= 0.9 * sum(items)
+    (hit,) = fired("side_stream_prefetch", "cost-in-children")
+    assert hit.message.startswith("aten::item: ")
+    assert f"4 of its {len(items)} calls hold " in hit.message
+    assert hit.evidence["drill_down"][0]["total_us"] in [round(d, 3) for d in waits]
+    assert hit.evidence["drill_down"][-1]["name"] == "cudaStreamSynchronize"
+    assert hit.message.endswith("a host sync: it waits for the GPU to finish the work queued "
+                                "before it.")  # fmt: skip
+
+
+def test_a_cost_paid_for_every_new_shape_is_named() -> None:
+    # cuDNN's attention builds a plan for each new key/value length: the first call with each
+    # length is slow, the three other layers' calls with it are not, and every token brings
+    # a new length.
+    raw = events("decode_loop_no_steps")
+    calls = sorted(
+        (e for e in raw if e.get("name") == "aten::_cudnn_attention_forward"),
+        key=lambda e: e["ts"],
+    )
+    by_shape: dict[str, list[float]] = {}
+    for call in calls:
+        key = json.dumps([call["args"]["Input Dims"], call["args"]["Input type"]])
+        by_shape.setdefault(key, []).append(call["dur"])
+    slow = {
+        key: durs for key, durs in by_shape.items()
+        if len(durs) > 1 and durs[0] >= 10 * sorted(durs[1:])[(len(durs) - 2) // 2]
+    }  # fmt: skip
+    assert len(slow) >= 30
+    (hit,) = fired("decode_loop_no_steps", "new-shape-cost")
+    evidence = hit.evidence
+    assert evidence["op"] == "aten::_cudnn_attention_forward"
+    assert evidence["outer_op"] == "aten::scaled_dot_product_attention"
+    assert evidence["slow_first_calls"] == len(slow)
+    assert evidence["later_calls"] == sum(len(durs) - 1 for durs in slow.values())
+    assert evidence["shapes"] == len(by_shape)
+    assert evidence["in_later_half"] > 0 and evidence["share"] > 0.5
+    assert "a cost paid once per new shape" in hit.message

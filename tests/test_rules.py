@@ -28,6 +28,7 @@ from conftest import (
     fixture_steps,
     gpu_fixture,
     gpu_fixture_names,
+    op_steps_events,
     write_trace,
 )
 
@@ -118,6 +119,9 @@ FIRES: dict[str, set[str]] = {
     # The GPU is the bottleneck for a 4096x4096 GEMM (reduce-overhead's input copies and CPU
     # wrapper leave it in between: neither rule).
     "compute-bound": EAGER_4096 | FP32 | COMPILE_4096 | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
+    # In between, the GPU idle for most of the step: one fused attention call a step, whose
+    # dispatch takes longer than its kernel, and the eager MLP's host time between launches.
+    "gpu-idle": SDPA_FLASH | SDPA_CUDNN | MLP_EAGER,
     # One GEMM (or the add) dominates a two-op trace; the transformer spreads its GPU time.
     "hotspot": MATMUL | SDPA_FUSED | LINEAR | MLP - MLP_EAGER,
     # Autocast re-casts the weights every step: ~100 aten::copy_/to calls per step.
@@ -188,6 +192,9 @@ FIRES: dict[str, set[str]] = {
     # No recording has a later step 3x the others (the widest: 2.3x, the step after a cold
     # start); see the synthetic stalls below.
     "slow-step": set(),
+    # Every recording's shapes repeat from step to step (see the synthetic steps below and
+    # the decode loop of tests/fixtures/features).
+    "new-shape-cost": set(),
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),
     "comm-overlap": set(),
@@ -276,6 +283,8 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "elementwise-chain",
         "mask-rebuilt",
         "slow-step",
+        "new-shape-cost",
+        "gpu-idle",
     }
 
 
@@ -321,6 +330,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "comm-overlap",
         "collective-bandwidth",
         "slow-step",
+        "new-shape-cost",
     }
 
 
@@ -353,6 +363,45 @@ def test_findings_are_plain_json() -> None:
 
 
 # -- profiler table ----------------------------------------------------------------------------
+
+
+def kernel_steps(kernels: int, steps: int = 2) -> list[dict[str, Any]]:
+    """Steps of 1000 µs, each running ``kernels`` 30 µs ops 40 µs apart, each launching a
+    20 µs kernel 10 µs after it starts (the launch returns 5 µs later, after the GPU ran dry)."""
+    return op_steps_events([(f"aten::op{i}", {}, True) for i in range(kernels)], steps)
+
+
+def test_gpu_idle_reads_where_the_gpu_waits_in_the_median_step(make_trace) -> None:
+    # 15 kernels of 20 µs: busy 300 µs of each 1000 µs step, neither bound.
+    findings = diagnose(make_trace(kernel_steps(15)), select=["gpu-idle", "overhead-bound"])
+    (finding,) = findings
+    assert finding.rule == "gpu-idle"
+    assert finding.message == (
+        "In the step with the median share (ProfilerStep#1) the GPU is busy 300.0 µs for "
+        "1000.0 µs of CPU time (30%): it waits for most of the step. It idles 30.0 µs before "
+        "the step's first GPU activity starts, 280.0 µs between its activities (14 "
+        "stretches: 280.0 µs until a launch call that returned after the GPU had run dry) "
+        "and 390.0 µs after its last ends."
+    )
+    assert finding.evidence["median_step_idle_by_cause"] == {
+        "CPU time": {"stretches": 14, "us": 280.0}
+    }
+    # Packed into the first half of the step, the host's launches set the pace.
+    (finding,) = diagnose(make_trace(kernel_steps(24)), select=["gpu-idle"])
+    assert finding.message.endswith(": the host's work before and between launches sets the pace.")
+
+
+def test_gpu_idle_is_silent_where_a_bound_rule_speaks_or_the_gpu_is_busy(make_trace) -> None:
+    def rules(kernels: int) -> set[str]:
+        path = make_trace(kernel_steps(kernels))
+        return {f.rule for f in diagnose(path, select=["gpu-idle", "overhead-bound"])}
+
+    assert rules(4) == {"overhead-bound"}  # 80 µs busy of 1000: 8%
+    assert rules(6) == {"gpu-idle"}  # 12%
+    assert rules(24) == {"gpu-idle"}  # 48%
+    assert rules(0) == set()  # no GPU work
+    # Over half the step busy: 26 kernels, 52%.
+    assert rules(26) == set()
 
 
 def test_overhead_bound_reports_each_steps_cpu_and_gpu_time() -> None:
@@ -952,6 +1001,66 @@ def test_slow_step_is_silent_on_a_slow_first_step_and_under_three_times(make_tra
     assert [f.rule for f in diagnose(make_trace(events), select=["cold-start"])] == ["cold-start"]
 
 
+def shape_steps(
+    shapes_by_step: list[list[int]], first_us: float = 400.0, step_us: float = 1000.0
+) -> list[dict[str, Any]]:
+    """Steps of ``step_us``, each calling ``aten::conv`` three times per shape it lists (the
+    shape ``[n, 64]``): a call with a shape not called before takes ``first_us``, every
+    other call 20 µs."""
+    events, seen = [], set()
+    for step, shapes in enumerate(shapes_by_step, start=1):
+        t = 2 * step_us * step
+        events.append(complete_event(f"ProfilerStep#{step}", "user_annotation", t, step_us))
+        t += 10
+        for n in shapes:
+            for _ in range(3):
+                dur = 20.0 if n in seen else first_us
+                seen.add(n)
+                args = {"Input Dims": [[n, 64]], "Input type": ["float"]}
+                events.append(complete_event("aten::conv", "cpu_op", t, dur, **args))
+                t += dur + 5
+    return events
+
+
+def test_new_shape_cost_names_shapes_that_keep_coming(make_trace) -> None:
+    # Every step brings a new shape (a growing sequence): its first call takes 400 µs, the
+    # two after it 20 µs.
+    (finding,) = diagnose(make_trace(shape_steps([[1], [2], [3], [4]])), select=["new-shape-cost"])
+    evidence = finding.evidence
+    assert (evidence["op"], evidence["outer_op"]) == ("aten::conv", None)
+    assert evidence["slow_first_calls"] == 4 and evidence["later_calls"] == 8
+    assert evidence["in_later_half"] == 2 and evidence["excess_us"] == 4 * 380.0
+    assert finding.message == (
+        "aten::conv: the first call with each of 4 input shapes takes a median of 400.0 µs, "
+        "against 20.0 µs for the 8 later calls with the same shapes (20×); 1520.0 µs more in "
+        "all, 38% of the steps' CPU time, 2 of them in the later half of its calls: a cost "
+        "paid once per new shape, and again as new shapes keep coming."
+    )
+
+
+def test_new_shape_cost_is_silent_on_a_warm_up_and_on_shapes_of_more_work(make_trace) -> None:
+    def fires(events: list[dict[str, Any]]) -> bool:
+        return bool(diagnose(make_trace(events), select=["new-shape-cost"]))
+
+    assert fires(shape_steps([[1], [2], [3], [4]]))
+    # The first step calls every shape first (a warm-up): cold-start's business.
+    assert not fires(shape_steps([[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 3]]))
+    # One new shape per step, but its later calls as slow: a shape of more work, no set-up.
+    slow_alike = shape_steps([[1], [2], [3], [4]])
+    for event in slow_alike:
+        if event["name"] == "aten::conv":
+            event["dur"] = 400.0
+    assert not fires(slow_alike)
+    # No shapes recorded: nothing to group calls by.
+    unshaped = shape_steps([[1], [2], [3], [4]])
+    for event in unshaped:
+        event.pop("args", None)
+    assert not fires(unshaped)
+    # Under 10x the later calls, or under 5% of the steps' CPU time.
+    assert not fires(shape_steps([[1], [2], [3], [4]], first_us=190.0))
+    assert not fires(shape_steps([[1], [2], [3], [4]], step_us=10_000.0))
+
+
 def test_many_calls_counts_one_of_two_ops_that_run_inside_each_other(make_trace) -> None:
     # Per step: aten::x holding 60 aten::y, then aten::y around aten::y holding 60 aten::x.
     # 60 of x's 61 calls sit in a y, and 60 of y's 61 (the inner y folded) in an x: each runs
@@ -1214,6 +1323,33 @@ def test_buffer_request_lands_inside_the_first_mm() -> None:
     assert (evidence["step"], evidence["requests"], evidence["steps"]) == (0, 1, 20)
     assert evidence["during_op"]["name"] == "aten::mm"
     assert evidence["first_launch"]["name"] == "cuLaunchKernelEx"
+
+
+def test_buffer_request_names_the_lane_offset_only_when_it_came_first(tmp_path) -> None:
+    # The same recording with the request moved after the step's first GPU work started: it
+    # cannot have delayed that work, and the step's lane offset is not its business.
+    document = fixture_document("64_bf16_warm_eager_w0a20")
+    events = document["traceEvents"]
+    step = next(e for e in events if e.get("name") == "ProfilerStep#0")
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    first_gpu = min(
+        e["ts"]
+        for e in events
+        if e.get("cat") == "kernel"
+        and step["ts"] <= launches[e["args"]["correlation"]]["ts"] < step["ts"] + step["dur"]
+    )
+    request = next(e for e in events if e.get("name") == "Activity Buffer Request")
+    assert request["ts"] < first_gpu
+    (hit,) = diagnose(write_trace(tmp_path / "before.json", document), select=["buffer-request"])
+    assert "first_launch" in hit.evidence and "first GPU work starts" in hit.message
+    request["ts"] = first_gpu + 1.0
+    (hit,) = diagnose(write_trace(tmp_path / "after.json", document), select=["buffer-request"])
+    assert hit.evidence["step"] == 0
+    assert "first_launch" not in hit.evidence and "first GPU work" not in hit.message
 
 
 def _request_in_an_op(make_trace, *, second_thread: bool) -> list:

@@ -496,6 +496,12 @@ def driver_launch(facts: Facts) -> Iterator[Hit]:
     )
 
 
+SYNC_FLUSH_BEHIND_SHARE = 0.5
+"""``sync-flush`` reads a sync that covers little GPU work as the GPU held back, not as a
+flush, when the first work it waits for started this share of the sync's length or more after
+its launch."""
+
+
 @rule(
     "sync-flush",
     "CPU lane",
@@ -522,22 +528,49 @@ def sync_flush(facts: Facts) -> Iterator[Hit]:
             continue
         busy = _gpu_busy_within(facts, sync.start, sync.end)
         fraction = busy / sync.dur if sync.dur > 0 else 0.0
+        evidence = {
+            "sync": span_ref(sync),
+            "median_step_cpu_us": us(typical_step),
+            "gpu_busy_during_us": us(busy),
+            "gpu_busy_fraction": round(fraction, 4),
+            "last_step_end_us": us(last_end),
+        }
+        behind = _behind_before(facts, sync)
         if fraction >= 0.5:
             reading = "the CPU had run ahead and the sync is the GPU finishing queued work"
+        elif behind is not None and behind[1] >= SYNC_FLUSH_BEHIND_SHARE * sync.dur:
+            first, lag = behind
+            evidence["first_work_in_sync"] = span_ref(first)
+            evidence["first_work_after_launch_us"] = us(lag)
+            reading = (
+                f"the first GPU work it waits for ({short_name(first.name, 40)}) started "
+                f"{lag:.1f} µs after its launch, so the GPU had been held before that by "
+                "something the trace does not hold (work launched before the recording, a "
+                "collective waiting for another rank), not a flush"
+            )
         else:
             reading = "little GPU work was left: the wait is mostly the flush itself"
         yield (
             f"{sync.name} after the last step takes {sync.dur:.1f} µs, "
             f"{sync.dur / typical_step:.1f}× a median step, and the GPU is busy for "
             f"{percent(fraction)} of it: {reading}.",
-            {
-                "sync": span_ref(sync),
-                "median_step_cpu_us": us(typical_step),
-                "gpu_busy_during_us": us(busy),
-                "gpu_busy_fraction": round(fraction, 4),
-                "last_step_end_us": us(last_end),
-            },
+            evidence,
         )
+
+
+def _behind_before(facts: Facts, sync: Span) -> tuple[Span, float] | None:
+    """The first GPU activity that started during ``sync`` and was launched before it, and
+    how long after its launch call returned it started; None when there is none."""
+    trace = facts.trace
+    work = trace.gpu_work
+    index = bisect_left([w.start for w in work], sync.start)
+    for activity in work[index:]:
+        if activity.start >= sync.end:
+            return None
+        launch = trace.launch_of(activity)
+        if launch is not None and launch.end <= sync.start:
+            return activity, activity.start - launch.end
+    return None
 
 
 def _gpu_busy_within(facts: Facts, start: float, end: float) -> float:

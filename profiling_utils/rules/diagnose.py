@@ -170,7 +170,8 @@ def _evidence_lines(key: str, value: Any, indent: str) -> list[str]:
 
 _WITHOUT_STEPS = (
     "the rules that read steps stay silent; overhead-bound, compute-bound, many-calls, "
-    "call-chain, exposed-communication and cost-in-children read the whole recording"
+    "call-chain, exposed-communication, cost-in-children and new-shape-cost read the whole "
+    "recording"
 )
 """What the header says of a trace whose rules have no step to read."""
 

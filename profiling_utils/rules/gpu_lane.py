@@ -80,6 +80,7 @@ code."""
 
 _START = attrgetter("start")
 _END = attrgetter("end")
+_DUR = attrgetter("dur")
 
 HOST_SYNC_CALLS = frozenset(
     {
@@ -228,7 +229,13 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
         if number is not None:
             where += f" in {step_label(number)}"
             offset = offsets.get(number)
-            if offset is not None:
+            # The step's lane offset is the request's business only where the request began
+            # before the step's first GPU work started.
+            if (
+                offset is not None
+                and step is not None
+                and (request.start < step.start + offset.step_start_to_gpu_us)
+            ):
                 evidence["first_launch"] = span_ref(offset.launch)
                 evidence["lane_offset_us"] = us(offset.offset_us)
                 evidence["step_start_to_gpu_us"] = us(offset.step_start_to_gpu_us)
@@ -545,6 +552,44 @@ def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     return _read_idle_stretches(Facts(trace), min_gap_us)[0]
 
 
+def step_idle_by_cause(
+    facts: Facts, step: Step
+) -> tuple[dict[str, tuple[int, float]], tuple[float, float]]:
+    """The idle stretches between ``step``'s own GPU activities (every
+    :func:`profiling_utils.measures.gpu_gaps` of the step, on the GPU that ran most of its
+    work), by the cause :func:`idle_stretches` reads: cause -> (stretches, µs), a stretch
+    whose closing activity's launch is not in the trace under ``"launch not recorded"``;
+    and how long the step's CPU window runs before that GPU's first activity of the step
+    starts and after its last one ends (µs, 0 where the GPU work runs past the window)."""
+    work: dict[Any, list[Span]] = {}
+    for activity in step.gpu_work:
+        work.setdefault(activity.lane.device, []).append(activity)
+    if not work:
+        return {}, (0.0, 0.0)
+    device = max(work, key=lambda device: sum(map(_DUR, work[device])))
+    first = min(map(_START, work[device]))
+    last = max(map(_END, work[device]))
+    edges = (max(0.0, first - step.start), max(0.0, step.end - last))
+    trace = facts.trace
+    syncs = _HostSyncs(trace)
+    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
+    by_cause: dict[str, tuple[int, float]] = {}
+    for gap in measures.gpu_gaps(trace):
+        if gap.step != step.number or gap.device != device:
+            continue
+        launch = trace.launch_of_id(gap.after.id)
+        if launch is None:
+            cause = "launch not recorded"
+        else:
+            before = gap.before
+            cause = _read(
+                facts, gap.step, before, before.end, gap.after, launch, syncs, requests
+            ).cause
+        count, total = by_cause.get(cause, (0, 0.0))
+        by_cause[cause] = (count + 1, total + gap.gap_us)
+    return by_cause, edges
+
+
 def _idle_evidence(idle: IdleStretch) -> dict[str, Any]:
     return {
         "step": idle.step,
@@ -584,6 +629,20 @@ def _host_sync_hit(
             direction = "to" if copies and f"-> {_ROCM_HOST}" in copies[0].name else "from"
             under += f", a copy {direction} host memory that returned only once it was done,"
     steps = len(facts.steps)
+    # The same sync where the GPU had already run dry when it began: no idle of its making.
+    outer_name = outermost.name if outermost is not None else None
+    syncing: dict[int, Span] = {}
+    for call in facts.named(sync.name):
+        if call.lane != sync.lane:
+            continue
+        calling = [span for span in trace.ancestors(call) if span.cat == "cpu_op"]
+        if (calling[-1].name if calling else None) != outer_name:
+            continue
+        step = trace.step_of(call)
+        if step is not None:
+            syncing.setdefault(step.number, call)
+    kept_steps = {step.number for step in facts.steps}
+    syncing = {number: call for number, call in syncing.items() if number in kept_steps}
     message = (
         f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
         f"{median(gaps):.1f} µs ({median(gaps) / latency:.1f} launch latencies of "
@@ -592,6 +651,29 @@ def _host_sync_hit(
         f"waited in {sync.name}{under} until the GPU ran dry, and the call launching "
         f"{short_name(idle.after.name, 40)} returned {idle.launched_late_us:.1f} µs after that."
     )
+    # A sync that closes the last step has no next step's launch to be read against.
+    closing = any(trace.step_of(idle.launch) is not trace.step_of(idle.sync) for idle in after_sync)
+    last = facts.steps[-1].number
+    others = [
+        call
+        for number, call in syncing.items()
+        if number not in by_step and not (closing and number == last)
+    ]
+    if others:
+        pending = _HostSyncs(trace)._pending
+        device = idle.after.lane.device
+        # As the rule reads a stretch: a sync that began less than a launch latency before
+        # the GPU ran dry waited for nothing it had to do.
+        dry = sum(not pending(device, call.start + latency) for call in others)
+        why = (
+            "the GPU had run dry, or had less than a launch latency of work left, when it began"
+            if dry == len(others)
+            else "the GPU had run dry when it began, or idled after it for less than the rule reads"
+        )
+        message += (
+            f" The thread makes this sync in {len(syncing | by_step.keys())} of the {steps} "
+            f"steps; in the other {len(others)} {why}."
+        )
     kept = {step.number for step in facts.steps}
     widest_step, widest = max(
         ((number, gap) for number, gap in longest.items() if number in kept),
@@ -611,6 +693,7 @@ def _host_sync_hit(
             "sync": span_ref(sync),
             "sync_op": span_ref(outermost) if outermost is not None else None,
             "steps_with_gap": sorted(by_step),
+            "steps_with_sync": sorted(syncing.keys() | by_step.keys()),
             "steps": steps,
             "median_gap_us": us(median(gaps)),
             "gap_by_step_us": [[number, us(by_step[number].gap_us)] for number in sorted(by_step)],
@@ -884,7 +967,8 @@ def _overlapping_work(facts: Facts, kernel: Span) -> list[dict[str, Any]]:
     GPU. Its name encodes the architecture and tiling, so compare runs by op and duration,
     not by name: the same shapes can pick another variant when the bias is added differently
     (on an H100, compiling the post's mm + add into an addmm with a full-matrix bias runs a
-    bias-accumulating variant of the eager kernel).""",
+    bias-accumulating variant of the eager kernel). Its share of GPU time leaves the
+    collectives' kernels out, as hotspot's does.""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_08_torch_compile",
 )
@@ -895,7 +979,9 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     by_name: dict[str, list[tuple[Launch, Span]]] = {}
     for launch, kernel in gemms:
         by_name.setdefault(kernel.name, []).append((launch, kernel))
-    gpu_total = sum(work.dur for work in facts.trace.gpu_work)
+    # As hotspot: a collective's kernel spins while it waits for its peers, no compute.
+    communication = facts.communication_ids
+    gpu_total = sum(work.dur for work in facts.trace.gpu_work if work.id not in communication)
     rows = []
     for name, members in by_name.items():
         total = sum(kernel.dur for _, kernel in members)
@@ -924,7 +1010,8 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     share = top["gpu_share"]  # None when every GPU activity was recorded as 0 µs
-    of_gpu_time = f", {percent(share)} of GPU time" if share is not None else ""
+    besides = " besides communication" if communication else ""
+    of_gpu_time = f", {percent(share)} of GPU time{besides}" if share is not None else ""
     message = (
         f"{len(rows)} GEMM kernel(s) under matrix-multiply ops; the largest, "
         f"{short_name(top['kernel'])}, runs {top['count']}× from {', '.join(top['ops'])} "

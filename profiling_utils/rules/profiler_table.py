@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator
 from operator import attrgetter, sub
 from typing import Any, NamedTuple
 
+import msgspec
+
 from .. import measures
 from ..measures import GRAPH_LAUNCH_CALLS, IN_GRAPH_REPLAYS, NO_LAUNCH, NO_OP
 from ..tables import percent
-from ..trace import Span, Step
+from ..trace import Span, Step, input_shapes
 from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
+from .gpu_lane import is_host_sync, step_idle_by_cause
 from .registry import Hit, rule
 
 _START = attrgetter("start")
@@ -52,6 +55,11 @@ OVERHEAD_BOUND_ONE_CALL_SHARE = 0.5
 share of the median step's CPU time (or of the whole recording's): one long call is more
 often a one-time cost (a first launch loading its kernel's code, a first allocation) than the
 per-op overhead of many."""
+
+GPU_IDLE_MAX_BUSY_FRACTION = 0.5
+"""``gpu-idle``: the GPU is busy for more than :data:`OVERHEAD_BOUND_MAX_BUSY_FRACTION` of a
+median step's CPU time (of the whole recording's without steps), so ``overhead-bound`` is
+silent, and for less than this fraction: idle for most of it."""
 
 COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
 """``compute-bound``: the GPU is busy for at least this fraction of a median step's CPU time,
@@ -90,6 +98,25 @@ time..."""
 
 COST_IN_CHILDREN_MAX_SELF = 0.2
 """... and whose self time is at most this share of its total."""
+
+NEW_SHAPE_RATIO = 10.0
+"""``new-shape-cost``: an op's first call with some input shapes (and dtypes) is slow when it
+takes at least this many times the median of its later calls with the same shapes (the same
+work, without what the first call set up)..."""
+
+NEW_SHAPE_MIN_SLOW = 3
+"""... the rule asks for at least this many slow first calls, some of them in the later half
+of the op's calls (new shapes still coming after a warm-up)..."""
+
+NEW_SHAPE_MIN_SHARE = 0.05
+"""... whose time beyond their shapes' later calls is at least this share of the steps' CPU
+time (of the host's active time without steps)."""
+
+COST_IN_CHILDREN_LONG_CALL = 2.0
+"""``cost-in-children`` drills into the typical one of a few long calls, not into the median
+call, when the fewest calls that hold :data:`COST_IN_CHILDREN_ONE_CALL` of the row's time
+each last over this many times its median call: nine ``aten::item`` calls per step on the
+host's own tensors, one waiting for the GPU, have their time in the one."""
 
 DRILL_MIN_CHILD_SHARE = 0.5
 """``cost-in-children`` drills into a row's longest child while it holds at least this share of
@@ -376,6 +403,80 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
         yield message, evidence
 
 
+_SHOWN_US = 0.05
+"""Idle time below this (µs: it prints as 0.0) is not listed."""
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+_IDLE_CAUSES = {
+    "CPU time": "until a launch call that returned after the GPU had run dry",
+    "host sync": "after a host sync",
+    "buffer request": "while the profiler's Activity Buffer Request held the launching thread",
+    "held back": "with the next work already queued",
+    "launch not recorded": "before work whose launch call is not in the trace",
+}
+
+
+@rule(
+    "gpu-idle",
+    "profiler table",
+    see="""Self CUDA time total well under Self CPU time total, though not ten times under. In
+    the trace: the GPU is busy for under half of the median step's CPU time (of the whole
+    recording, without steps), and for more than overhead-bound's tenth.""",
+    means="""The GPU waits for most of the step. Where it idles until launch calls that came
+    after it had run dry, the host's work between launches sets the pace (Python, dispatch,
+    an optimizer's many small ops): the remedies are overhead-bound's (larger or fewer
+    kernels, torch.compile, CUDA graphs). Idle after host syncs is intra-step-gap's, idle
+    before the step's first GPU work often data loading (data-loader).""",
+    severity="warning",
+    from_post=False,
+)
+def gpu_idle(facts: Facts) -> Iterator[Hit]:
+    rows, ratios = _busy_fractions(facts)
+    if not facts.trace.has_gpu or not rows:
+        return
+    evidence, shown, window = _bound_evidence(facts, rows, ratios)
+    fraction = shown[0]
+    if not OVERHEAD_BOUND_MAX_BUSY_FRACTION < round(fraction, 4) < GPU_IDLE_MAX_BUSY_FRACTION:
+        return
+    where = "the recording" if window.step is None else "the step"
+    message = _bound_message(evidence, shown, percent, "", f"it waits for most of {where}")
+    if window.step is not None:
+        by_cause, (before, after) = step_idle_by_cause(facts, window.step)
+        evidence["median_step_idle_by_cause"] = {
+            cause: {"stretches": count, "us": us(total)}
+            for cause, (count, total) in by_cause.items()
+        }
+        evidence["median_step_before_first_gpu_us"] = us(before)
+        evidence["median_step_after_last_gpu_us"] = us(after)
+        idle = sum(total for _, total in by_cause.values())
+        pieces = []
+        if before >= _SHOWN_US:
+            pieces.append(f"{before:.1f} µs before the step's first GPU activity starts")
+        if by_cause:
+            count = sum(n for n, _ in by_cause.values())
+            causes = "; ".join(
+                f"{total:.1f} µs {_IDLE_CAUSES[cause]}"
+                for cause, (_, total) in sorted(by_cause.items(), key=lambda item: -item[1][1])
+            )
+            pieces.append(
+                f"{idle:.1f} µs between its activities ({count} "
+                f"stretch{'es' if count > 1 else ''}: {causes})"
+            )
+        if after >= _SHOWN_US:
+            pieces.append(f"{after:.1f} µs after its last ends")
+        if pieces:
+            message = f"{message[:-1]}. It idles {_and_list(pieces)}"
+            late = by_cause.get("CPU time", (0, 0.0))[1]
+            if before + late >= GPU_IDLE_MAX_BUSY_FRACTION * (before + idle + after):
+                message += ": the host's work before and between launches sets the pace"
+            message += "."
+    yield message, evidence
+
+
 def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
     """How long GPU work whose launch call is not in the trace ran inside ``step``'s CPU
     window (streams' overlaps counted once), µs: work no step's busy time counts."""
@@ -640,6 +741,151 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     )
 
 
+class _ShapeCost(NamedTuple):
+    """The calls of one op that ``new-shape-cost`` reads."""
+
+    name: str
+    slow: list[Span]
+    """First calls with their input shapes, slow against the later calls with them."""
+    later_median_us: float
+    """The median, over :attr:`slow`'s shapes, of the median of each shape's later calls."""
+    later_calls: int
+    """The later calls of :attr:`slow`'s shapes."""
+    late: int
+    """How many of :attr:`slow` lie in the later half of the op's calls."""
+    shapes: int
+    """How many distinct input shapes (with dtypes) the op was called with."""
+    excess_us: float
+    """:attr:`slow`'s time beyond the median of their shapes' later calls, each."""
+
+
+def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
+    """``name``'s calls read by input shape, when its first calls with a shape cost at least
+    ``floor_us`` beyond the later calls with that shape, and new shapes keep coming; else
+    None."""
+    # Cheap first (C-level passes over a row of thousands of calls): without a few calls far
+    # above the usual one, no first call can be slow.
+    durations = sorted(map(_DUR, facts.trace.by_name.get(name, ())))
+    if len(durations) < 2 * NEW_SHAPE_MIN_SLOW or (
+        durations[-NEW_SHAPE_MIN_SLOW] < NEW_SHAPE_RATIO * durations[len(durations) // 4]
+    ):
+        return None
+    calls = [span for span in facts.named(name) if span.cat == "cpu_op"]
+    by_shape: dict[bytes, list[int]] = {}
+    for index, call in enumerate(calls):
+        shapes = input_shapes(call)
+        if shapes is None:
+            return None  # recorded without shapes
+        by_shape.setdefault(msgspec.json.encode((shapes.dims, shapes.types)), []).append(index)
+    slow: list[tuple[int, float]] = []  # (index, the median of the shape's later calls)
+    later_calls = 0
+    for indices in by_shape.values():
+        if len(indices) < 2:
+            continue  # one call: nothing to tell its set-up from its work
+        later = median(calls[i].dur for i in indices[1:])
+        if calls[indices[0]].dur >= NEW_SHAPE_RATIO * later:
+            slow.append((indices[0], later))
+            later_calls += len(indices) - 1
+    late = sum(index >= len(calls) // 2 for index, _ in slow)
+    if len(slow) < NEW_SHAPE_MIN_SLOW or not late:
+        return None
+    slow.sort()
+    spans = [calls[index] for index, _ in slow]
+    if facts.steps:  # in two steps or more: one warm-up step's first calls are cold-start's
+        starts = [step.start for step in facts.steps]
+        inside = set()
+        for call in spans:
+            at = bisect_left(starts, call.start + 1e-9) - 1
+            if at >= 0 and call.start < facts.steps[at].end:
+                inside.add(at)
+        if len(inside) < 2:
+            return None
+    excess = sum(calls[index].dur - later for index, later in slow)
+    if excess < floor_us:
+        return None
+    typical = median(later for _, later in slow)
+    return _ShapeCost(name, spans, typical, later_calls, late, len(by_shape), excess)
+
+
+@rule(
+    "new-shape-cost",
+    "profiler table",
+    see="""Grouped by input shape (key_averages(group_by_input_shape=True)), an op's rows
+    called once are far slower than its rows called many times. In the trace: the op's
+    calls with input shapes not seen earlier in the trace take many times its calls with
+    shapes seen before, in two steps or more (over the whole recording, without steps).""",
+    means="""A cost paid on the first call with each new shape, and paid again for every new
+    shape: libraries that pick or build a kernel per shape (cuDNN's attention builds an
+    execution plan per shape, cudnn.benchmark times candidates per shape, cuBLAS chooses
+    per shape) and torch.compile (a recompile) do this. A length that grows each step (a
+    key/value cache), or batches of many sizes, keep paying it. Pad or bucket the shapes
+    to a few sizes, warm up every size before the timed run, or choose a path without
+    per-shape set-up.""",
+    severity="warning",
+    from_post=False,
+)
+def new_shape_cost(facts: Facts) -> Iterator[Hit]:
+    cpu_us = _steps_cpu_us(facts) if facts.steps else facts.host_active_us
+    if cpu_us <= 0:
+        return
+    floor = NEW_SHAPE_MIN_SHARE * cpu_us
+    costs = [
+        cost
+        for name, row in facts.rows.items()
+        if row.is_op
+        and row.total_us >= floor
+        and (cost := _shape_cost(facts, name, floor)) is not None
+    ]
+    if not costs:
+        return
+    # Nested ops share their slow calls (scaled_dot_product_attention around the backend's
+    # op): report the innermost, which holds the time itself, under the outermost.
+    slow_ids = {call.id: cost.name for cost in costs for call in cost.slow}
+    trace = facts.trace
+    outer_of: dict[str, str] = {}
+    for cost in costs:
+        longest = max(cost.slow, key=_DUR)
+        for ancestor in trace.ancestors(longest):
+            if ancestor.id in slow_ids and slow_ids[ancestor.id] != cost.name:
+                outer_of[cost.name] = slow_ids[ancestor.id]  # the nearest
+                break
+    innermost = [cost for cost in costs if cost.name not in set(outer_of.values())]
+    cost = max(innermost, key=lambda cost: cost.excess_us)
+    outermost = cost.name
+    while outermost in outer_of:
+        outermost = outer_of[outermost]
+    under = f" (under {short_name(outermost, 48)})" if outermost != cost.name else ""
+    slow_median = median(map(_DUR, cost.slow))
+    where = "the steps'" if facts.steps else "the recording's"
+    evidence: dict[str, Any] = {
+        "op": cost.name,
+        "outer_op": outermost if outermost != cost.name else None,
+        "slow_first_calls": len(cost.slow),
+        "slow_median_us": us(slow_median),
+        "in_later_half": cost.late,
+        "later_calls": cost.later_calls,
+        "later_median_us": us(cost.later_median_us),
+        "shapes": cost.shapes,
+        "excess_us": us(cost.excess_us),
+        ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(cpu_us),
+        "share": round(cost.excess_us / cpu_us, 4),
+        "slowest": [
+            {**span_ref(call), "input_dims": getattr(input_shapes(call), "dims", None)}
+            for call in sorted(cost.slow, key=_DUR, reverse=True)[:3]
+        ],
+    }
+    yield (
+        f"{short_name(cost.name, 48)}{under}: the first call with each of {len(cost.slow)} "
+        f"input shapes takes a median of {slow_median:.1f} µs, against {cost.later_median_us:.1f} "
+        f"µs for the {cost.later_calls} later calls with the same shapes "
+        f"({slow_median / cost.later_median_us:.0f}×); {cost.excess_us:.1f} µs more in all, "
+        f"{percent(cost.excess_us / cpu_us)} of {where} CPU time, {cost.late} of them in the "
+        "later half of its calls: a cost paid once per new shape, and again as new shapes "
+        "keep coming.",
+        evidence,
+    )
+
+
 def _break_cycles(found: list[dict[str, Any]]) -> None:
     """Ops that run inside each other by turns (x in y in x) all have a ``within``: the op of
     such a cycle with the most calls is counted as its own."""
@@ -722,14 +968,20 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     if not found:
         return
     name, name_total, self_us = found[0]
-    occurrences = [span for span in facts.named(name) if span.cat in _ROW_CATEGORIES]
-    longest = max(occurrences, key=lambda span: span.dur)
-    # One call of several holds nearly all of the total (CUDA's start-up inside a first
-    # call): follow it, not the typical call, which holds none of it.
-    one_call = len(occurrences) > 1 and longest.dur >= COST_IN_CHILDREN_ONE_CALL * name_total
-    typical = (
-        longest if one_call else sorted(occurrences, key=lambda s: s.dur)[len(occurrences) // 2]
+    occurrences = sorted(
+        (span for span in facts.named(name) if span.cat in _ROW_CATEGORIES), key=_DUR
     )
+    middle = occurrences[len(occurrences) // 2]
+    # One call, or a few, of many hold nearly all of the total (CUDA's start-up inside a
+    # first call, a sync in one call per step): follow the typical one of them, not the
+    # median call, which holds none of it.
+    held = _calls_holding(occurrences, COST_IN_CHILDREN_ONE_CALL * name_total)
+    lower_middle = occurrences[(len(occurrences) - 1) // 2]
+    if len(held) == len(occurrences) or (
+        held[0].dur <= COST_IN_CHILDREN_LONG_CALL * lower_middle.dur
+    ):
+        held = []
+    typical = held[len(held) // 2] if held else middle
     path, leaf = _drill(facts, typical)
     # The children of that one call, by name (three matmuls are one entry, not three).
     by_name: dict[str, list[float]] = {}
@@ -745,6 +997,8 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
                 f", which waits there while {thread} runs ops for {busy:.1f} of its "
                 f"{leaf.dur:.1f} µs"
             )
+        elif leaf.cat in _CALL_CATEGORIES and is_host_sync(facts.trace, leaf):
+            where += ", a host sync: it waits for the GPU to finish the work queued before it"
     elif children:
         where = "the time is spread over its children: " + ", ".join(
             f"{name} ({durs[0]:.1f} µs)"
@@ -754,9 +1008,16 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         )
     else:
         where = "its typical call has no child: a few long calls hold the time"
-    if one_call:
-        share = percent(longest.dur / name_total)
-        where = f"one call holds {share} of it ({longest.dur:.1f} µs); {where}"
+    if len(held) == 1:
+        share = percent(typical.dur / name_total)
+        where = f"one call holds {share} of it ({typical.dur:.1f} µs); {where}"
+    elif held:
+        where = (
+            f"{len(held)} of its {len(occurrences)} calls hold "
+            f"{percent(sum(map(_DUR, held)) / name_total)} of it ({held[0].dur:.1f} to "
+            f"{held[-1].dur:.1f} µs each, its median call {middle.dur:.1f} µs); in the median "
+            f"of those ({typical.dur:.1f} µs) {where}"
+        )
     elif len(occurrences) > 1 and (len(path) > 1 or children):
         where = f"in its median call ({typical.dur:.1f} µs) {where}"
     yield (
@@ -775,6 +1036,17 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
             ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(steps_cpu),
         },
     )
+
+
+def _calls_holding(calls: list[Span], share_us: float) -> list[Span]:
+    """The fewest of ``calls`` (sorted by duration) whose durations add up to ``share_us``:
+    the longest ones, in the same order; all of them when they add up to less."""
+    total = 0.0
+    for index in range(len(calls) - 1, -1, -1):
+        total += calls[index].dur
+        if total >= share_us:
+            return calls[index:]
+    return calls
 
 
 def _drill(facts: Facts, span: Span) -> tuple[list[dict[str, Any]], Span]:
