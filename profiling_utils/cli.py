@@ -29,6 +29,11 @@ Commands:
       :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
       copies and memsets; on a CPU thread, of its operators and runtime calls; never labels
       such as ``ProfilerStep#N``).
+    - ``gpus_with_streams``: ``[{device, streams, busy_us, streams_busy_us, concurrent_us}]``,
+      for each GPU whose work ran on two streams or more: ``busy_us`` the union of its
+      streams' work (the time the GPU ran anything), ``streams_busy_us`` the sum of their
+      ``busy_us``, ``concurrent_us`` the difference: time counted on two streams at once (a
+      copy on its own stream beside a kernel, a collective beside compute).
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_us,
       gpu_idle_fraction, gpu_activities, lane_offset_us, dead_window_us,
       launch_delay_median_us, launch_delay_max_us, gpu_gap_count, gpu_gap_total_us,
@@ -167,7 +172,7 @@ from .ranks import (
 from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .rules.diagnose import NO_HOST_OPS, rule_id_list
 from .tables import byte_size, cut, distinct_cuts, percent, text_table
-from .trace import HOST_COLLECTIVE_PREFIX, Span, Trace
+from .trace import HOST_COLLECTIVE_PREFIX, Lane, Span, Trace
 
 __all__ = ["main", "build_parser", "summarize", "format_summary", "run_diagnose", "run_compare"]
 
@@ -233,7 +238,7 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
         "  (µs; median step: of its CPU step times; GPU busy: over the whole trace; GPU idle:",
         "  in its steps' GPU windows, or without steps from its first GPU activity to its last;",
         "  wait: for a late rank to arrive, and transfer: the rest, both of the matched",
-        "  collectives only; last: matched collectives it reached last)",
+        "  collectives (and send/receive pairs) only; last: those it reached last)",
     ]
     out.append(text_table(headers, rows))
     if report.steps:
@@ -270,13 +275,14 @@ _LINE_WIDTH = 88
 """The header's sentences go on lines of their own beyond this width."""
 
 _CROSS_RANK_KEYS = """\
-  {ranks, steps, matched_collectives, straggler, findings, notes}
+  {ranks, steps, matched_collectives, paired_sends, straggler, findings, notes}
     ranks        [{label, rank, file, device, content, steps, median_step_us, gpu_busy_us,
                  gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
-                 last_arrivals}] in rank order. label is "rank N", or the file name when the
-                 trace records no distributedInfo.rank; content is "GPU", "accelerator
-                 not read" (an accelerator whose own events are not analysed), "CPU only",
-                 "profiler only" (the profiler's own events alone) or "no events";
+                 last_arrivals, matched_bytes}] in rank order. label is "rank N", or the
+                 file name when the trace records no distributedInfo.rank; content is
+                 "GPU", "accelerator not read" (an accelerator whose own events are not
+                 analysed), "CPU only", "profiler only" (the profiler's own events alone)
+                 or "no events";
                  gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
@@ -284,12 +290,19 @@ _CROSS_RANK_KEYS = """\
                  last rank to arrive: skew) and transfer_us (the rest), both null when no
                  collective could be matched (their sum is less than collective_us when
                  some collectives are left out, see notes);
-                 last_arrivals counts the matched collectives this rank reached last.
+                 last_arrivals counts the matched collectives this rank reached last;
+                 matched_bytes adds up their message sizes (null where one is not
+                 recorded): ranks of an uneven all_to_all move different amounts.
     steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
                  of each step number that two traces or more have; spread = (max - min) /
                  median; slowest is the label of the longest.
     matched_collectives  collectives found on two ranks or more with the same process
-                 group, position in that group and op, whose kernels overlap in time.
+                 group, position in that group and op, whose kernels overlap in time; and
+                 the send/receive pairs of paired_sends.
+    paired_sends the sends paired with their receive on the peer rank, by the peer each
+                 records (Dst Rank, Src Rank): the k-th send from rank A to rank B with
+                 the k-th receive on B from A. A send that ended before its receive began
+                 (the data waited at the peer) counts no wait on either side.
     straggler    {label, rank, basis, last_arrivals, matched, caused_wait_us,
                  median_step_us}, the rank the others wait for, or null. basis
                  "collectives": it reaches collectives last and caused_wait_us is the
@@ -297,7 +310,7 @@ _CROSS_RANK_KEYS = """\
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,
                  collective-skew, rank-gpu-idle, rank-step-spread (table "Across ranks").
     notes        caveats: clocks, ranks missing or repeated, collectives left out, sends
-                 and receives (not lined up: each pairs with another rank's opposite call).
+                 and receives paired, or not (no peer recorded, or its trace not given).
   Ranks are lined up on absolute time (baseTimeNanoseconds + ts; ts alone in traces older
   than torch 2.4), so the numbers hold as far as the hosts' clocks agree."""
 
@@ -542,6 +555,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             }
             for lane in trace.lanes
         ],
+        "gpus_with_streams": _gpus_with_streams(trace),
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
         "gpu_work_before_launch": _gpu_work_before_launch(trace),
@@ -581,6 +595,37 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
 
 def _us(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _gpus_with_streams(trace: Trace) -> list[dict[str, Any]]:
+    """Per GPU whose work ran on two streams or more, its busy time over all of them and
+    how much of the streams' own busy time ran at once (``gpus_with_streams`` in the JSON)."""
+    lanes: dict[Any, list[Lane]] = {}
+    for lane in trace.lanes:
+        if lane.kind == "gpu" and measures.gpu_busy_us(trace, lane) > 0:
+            lanes.setdefault(lane.device, []).append(lane)
+    found = []
+    for device, streams in lanes.items():
+        if len(streams) < 2:
+            continue
+        work = [span for span in trace.gpu_work if span.lane.device == device]
+        busy = measures.union_us(work, in_start_order=True)
+        each = sum(measures.gpu_busy_us(trace, lane) for lane in streams)
+        found.append(
+            {
+                "device": device,
+                "streams": len(streams),
+                "busy_us": busy,
+                "streams_busy_us": each,
+                "concurrent_us": max(each - busy, 0.0),
+            }
+        )
+    return found
+
+
+def _rate(gb_s: float | None) -> str:
+    """A bandwidth to two decimals; one under them (a 4-byte copy's) as ``<0.01``, not 0.00."""
+    return "<0.01" if gb_s is not None and 0 < gb_s < 0.005 else _us(gb_s, 2)
 
 
 def _counts(counter: dict[str, int]) -> str:
@@ -648,6 +693,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  {lane['label']:<28} {lane['kind']:<9} {lane['spans']:>8,} spans"
             f"  {_us(lane['busy_us']):>12} µs busy"
         )
+    for gpu in summary["gpus_with_streams"]:
+        name = "GPU" if gpu["device"] is None else f"GPU {gpu['device']}"
+        out += [
+            f"  {name}, its {gpu['streams']} streams together: {_us(gpu['busy_us'])} µs busy",
+            f"    (their own busy times add up to {_us(gpu['streams_busy_us'])} µs: "
+            f"{_us(gpu['concurrent_us'])} µs more, when two of them or more ran at once)",
+        ]
 
     out += ["", "Steps (µs)"]
     if summary["steps"]:
@@ -772,7 +824,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         rate = (
             ""
             if m["kind"] == "memset"
-            else f" median {_us(m['median_bandwidth_gb_s'], 2)} GB/s copied,"
+            else f" median {_rate(m['median_bandwidth_gb_s'])} GB/s copied,"
         )
         size = (
             "size not recorded,"

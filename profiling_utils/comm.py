@@ -220,6 +220,10 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     ratio (one holds every rank's share of the other)."""
     step: int | None
     """The ``ProfilerStep#N`` its launch lies in, if any."""
+    peer: int | None
+    """For a send or a receive, the other rank (global), where the trace records it
+    (``Dst Rank`` of a send, ``Src Rank`` of a receive: a rank of the group, turned into the
+    global rank through ``Process Group Ranks``); else ``None``."""
     index: int
     """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
     order: the k-th collective of a group on one rank pairs with the k-th on every other."""
@@ -266,8 +270,8 @@ def bus_factor(op: str, group_size: int | None) -> float | None:
 
 def _describe(
     trace: Trace, kernel: Span
-) -> tuple[str, int | None, str | None, str | None, int | None]:
-    """(op, bytes, dtype, group, group size) from the kernel's args, else from the
+) -> tuple[str, int | None, str | None, str | None, int | None, int | None]:
+    """(op, bytes, dtype, group, group size, peer) from the kernel's args, else from the
     ``record_param_comms`` op, ``nccl:<op>`` label and ``c10d::<op>`` op around its launch."""
     sources = [kernel.args]
     label_op = c10d_op = None
@@ -322,7 +326,28 @@ def _describe(
         dtype,
         None if group is None else str(group),
         group_size,
+        _peer(recorded, op),
     )
+
+
+def _peer(recorded: dict[str, Any], op: str) -> int | None:
+    """The global rank a send goes to or a receive comes from (:attr:`Collective.peer`)."""
+    if op not in ("send", "recv"):
+        return None
+    peer = _as_int(recorded.get("Dst Rank" if op == "send" else "Src Rank"))
+    if peer is None or peer < 0:
+        return None
+    ranks = recorded.get("Process Group Ranks")
+    if isinstance(ranks, str):  # written as a string: "[0, 1]"
+        try:
+            ranks = msgspec.json.decode(ranks)
+        except msgspec.DecodeError:
+            ranks = None
+    if isinstance(ranks, list) and ranks:
+        if peer >= len(ranks) or not isinstance(ranks[peer], int):
+            return None
+        return ranks[peer]
+    return peer
 
 
 def collectives(trace: Trace) -> list[Collective]:
@@ -337,7 +362,7 @@ def collectives(trace: Trace) -> list[Collective]:
     found = []
     seen_in_group: dict[str | None, int] = {}
     for kernel in trace.communication:
-        op, message_bytes, dtype, group, group_size = _describe(trace, kernel)
+        op, message_bytes, dtype, group, group_size, peer = _describe(trace, kernel)
         index = seen_in_group.get(group, 0)
         seen_in_group[group] = index + 1
         step = trace.step_of(kernel)
@@ -350,6 +375,7 @@ def collectives(trace: Trace) -> list[Collective]:
                 group=group,
                 group_size=group_size,
                 step=None if step is None else step.number,
+                peer=peer,
                 index=index,
             )
         )

@@ -49,7 +49,7 @@ from . import comm, measures
 from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Facts, Finding
-from .tables import percent, without_float_noise
+from .tables import byte_size, percent, without_float_noise
 from .trace import Trace, TraceContent, gc_paused, load_trace
 
 if TYPE_CHECKING:
@@ -313,6 +313,12 @@ class CollectiveCall(msgspec.Struct, frozen=True):
     """Start of the kernel, µs after the rank's :attr:`RankProfile.clock_base_ns`."""
     dur_us: float
     """Duration of the kernel."""
+    bytes: int | None = None
+    """Its message size (:attr:`profiling_utils.comm.Collective.bytes`), where recorded."""
+    peer: int | None = None
+    """For a send or a receive whose trace records it, the other rank (global): the k-th send
+    from rank A to rank B pairs with the k-th receive on B from A (``index`` then counts the
+    calls to or from that peer)."""
 
 
 class RankStep(msgspec.Struct, frozen=True):
@@ -399,12 +405,17 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         for s in kept
     )
     calls = []
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str, int | None], int] = {}
     for collective in comm.collectives(trace):
-        key = (collective.group or "default", collective.op)
+        peer = collective.peer
+        key = (collective.group or "default", collective.op, peer)
         index = seen[key] = seen.get(key, -1) + 1
         span = collective.span
-        calls.append(CollectiveCall(key[0], index, key[1], origin + span.start, span.dur))
+        calls.append(
+            CollectiveCall(
+                key[0], index, key[1], origin + span.start, span.dur, collective.bytes, peer
+            )
+        )
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
     return RankProfile(
         file=str(trace.path) if file is None else file,
@@ -455,6 +466,10 @@ class RankTiming(msgspec.Struct, frozen=True):
     """The rest of the matched collectives' duration: moving the data."""
     last_arrivals: int
     """Matched collectives this rank reached last (the others waited for it)."""
+    matched_bytes: int | None = None
+    """The message sizes of its matched collectives added up, where every one of them
+    records its size; ``None`` otherwise. Ranks that move different amounts in the same
+    collectives (an uneven all_to_all) show it here."""
 
 
 class StepSpread(msgspec.Struct, frozen=True):
@@ -501,11 +516,15 @@ class CrossRank(msgspec.Struct, frozen=True):
     """Step numbers that at least two ranks have, in order."""
     matched_collectives: int
     """Collectives found on at least two ranks under the same group, op and index, whose
-    kernels overlap in time."""
+    kernels overlap in time; and send/receive pairs (:attr:`paired_sends`)."""
     straggler: Straggler | None
     findings: list[Finding]
     notes: list[str] = msgspec.field(default_factory=list)
     """Caveats on the comparison (clocks, missing or repeated ranks, unmatched collectives)."""
+    paired_sends: int = 0
+    """Of :attr:`matched_collectives`, sends paired with their receive on the peer rank (the
+    k-th send from rank A to rank B with the k-th receive on B from A, by the peer each
+    records)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the ``cross_rank`` key of the CLI's multi-rank ``--json``)."""
@@ -514,6 +533,7 @@ class CrossRank(msgspec.Struct, frozen=True):
                 "ranks": [msgspec.structs.asdict(r) for r in self.ranks],
                 "steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in self.steps],
                 "matched_collectives": self.matched_collectives,
+                "paired_sends": self.paired_sends,
                 "straggler": None
                 if self.straggler is None
                 else msgspec.structs.asdict(self.straggler),
@@ -543,14 +563,23 @@ class _Waits(msgspec.Struct, frozen=True):
     transfer: list[float]
     last: list[int]
     caused: list[float]
+    moved: list[int | None] = msgspec.field(default_factory=list)
+    """Per rank, the bytes of its matched collectives (``None`` where one has no size)."""
     matched: int = 0
     alone: int = 0
     """Collectives found on one rank only."""
     apart: int = 0
     """Collectives whose kernels do not overlap across ranks: not the same call."""
     point_to_point: int = 0
-    """Sends and receives: a send pairs with a receive on another rank, not with the other
-    ranks' k-th send, so they are not lined up."""
+    """Sends and receives not paired: their trace records no peer or rank, or the peer's
+    trace was not given (a send pairs with a receive on another rank, not with the other
+    ranks' k-th send)."""
+    paired: int = 0
+    """Send/receive pairs: the k-th send from rank A to rank B with the k-th receive on B
+    from A (counted in :attr:`matched` too)."""
+    buffered: int = 0
+    """Of :attr:`paired`, sends that ended before their receive began (NCCL had room for the
+    data at the peer): neither side waited."""
     realigned: dict[tuple[int, str, str], tuple[int, int]] = msgspec.field(default_factory=dict)
     """The sequences of one group and op lined up calls apart on a rank: (its position, the
     group, the op) to (the shift, the position of the rank it is lined up with), as
@@ -621,19 +650,34 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     offsets = _offsets_us(profiles)
     shifts = _index_shifts(profiles, offsets)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
+    # (group, sender, receiver, k) -> per side ("send"/"recv"): (position, start, duration)
+    pairs: dict[tuple[str, int, int, int], dict[str, tuple[int, float, float]]] = {}
+    sizes: dict[tuple[tuple[str, int, str], int], int | None] = {}
+    moved: list[int | None] = [0] * count
     point_to_point = 0
     for position, profile in enumerate(profiles):
         for call in profile.collectives:
             if call.op in _POINT_TO_POINT:
-                point_to_point += 1
+                if call.peer is None or profile.rank is None:
+                    point_to_point += 1
+                    continue
+                sender, receiver = (
+                    (profile.rank, call.peer) if call.op == "send" else (call.peer, profile.rank)
+                )
+                pairs.setdefault((call.group, sender, receiver, call.index), {})[call.op] = (
+                    position,
+                    call.start_us + offsets[position],
+                    call.dur_us,
+                )
                 continue
             index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
             key = (call.group, index, call.op)
             by_key.setdefault(key, []).append(
                 (position, call.start_us + offsets[position], call.dur_us)
             )
+            sizes[key, position] = call.bytes
     matched = alone = apart = 0
-    for arrivals in by_key.values():
+    for key, arrivals in by_key.items():
         if len({position for position, _, _ in arrivals}) < 2:
             alone += 1
             continue
@@ -644,6 +688,9 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             apart += 1
             continue
         matched += 1
+        for position, _, _ in arrivals:
+            size, so_far = sizes[key, position], moved[position]
+            moved[position] = None if size is None or so_far is None else so_far + size
         others = max(start for position, start, _ in arrivals if position != latest_position)
         if latest_start - others > _SAME_START_US:  # a tie has no last rank
             result.last[latest_position] += 1
@@ -652,13 +699,44 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             result.wait[position] += waited
             result.transfer[position] += duration - waited
             result.caused[latest_position] += waited
+    paired = buffered = 0
+    for sides in pairs.values():
+        if len(sides) < 2:
+            point_to_point += 1  # its peer's trace was not given, or was cut before it
+            continue
+        send, recv = sides["send"], sides["recv"]
+        if send[1] + send[2] <= recv[1]:
+            # The send ended before the receive began: NCCL held the data at the peer, and
+            # neither side waited for the other.
+            paired += 1
+            buffered += 1
+            for position, _, duration in (send, recv):
+                result.transfer[position] += duration
+            continue
+        arrivals = [send, recv]
+        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
+        if latest_start > min(start + duration for _, start, duration in arrivals):
+            apart += 1  # a receive that ended before its send began: the clocks disagree
+            continue
+        paired += 1
+        earliest_start = min(start for _, start, _ in arrivals)
+        if latest_start - earliest_start > _SAME_START_US:
+            result.last[latest_position] += 1
+        for position, start, duration in arrivals:
+            waited = latest_start - start
+            result.wait[position] += waited
+            result.transfer[position] += duration - waited
+            result.caused[latest_position] += waited
     return msgspec.structs.replace(
         result,
-        matched=matched,
+        matched=matched + paired,
         alone=alone,
         apart=apart,
         point_to_point=point_to_point,
+        paired=paired,
+        buffered=buffered,
         realigned=shifts,
+        moved=moved,
     )
 
 
@@ -698,6 +776,9 @@ _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
 _STANDS_OUT = 2.0
 """A straggler has caused at least twice the wait any other rank has caused."""
+_UNEVEN_BYTES = 1.25
+"""A straggler whose matched collectives move this many times the others' median bytes is
+said to move more."""
 _WAIT_WARNING_SHARE = 0.05
 """A straggler whose wait costs the others 5% of their step time or more is worth acting on."""
 
@@ -767,10 +848,22 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"{labels[position]}'s trace starts {calls} {'after' if shift > 0 else 'before'} "
             f"{labels[reference]}'s: its {op} calls are lined up that many apart"
         )
+    if waits.paired:
+        buffered = (
+            f"; in {waits.buffered} the send ended before its receive began (the data waited "
+            "at the peer, neither rank did)"
+            if waits.buffered
+            else ""
+        )
+        notes.append(
+            f"{waits.paired} send/receive pair(s) lined up by the peer each call records (the "
+            f"k-th send from one rank to another with the k-th receive there){buffered}"
+        )
     if waits.point_to_point:
         notes.append(
-            f"{waits.point_to_point} send(s) and receive(s) not lined up: each pairs with "
-            "another rank's opposite call, which the trace does not name"
+            f"{waits.point_to_point} send(s) and receive(s) not paired: each pairs with "
+            "another rank's opposite call, which the trace does not name, or whose trace was "
+            "not given"
         )
     if matched:
         notes.append(
@@ -796,6 +889,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
                 wait_us=waits.wait[position] if matched and profile.collectives else None,
                 transfer_us=waits.transfer[position] if matched and profile.collectives else None,
                 last_arrivals=waits.last[position],
+                matched_bytes=waits.moved[position] if matched and waits.moved else None,
             )
         )
     spreads = _step_spreads(profiles, labels)
@@ -811,7 +905,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "no trace records a rank and no collective lines them up: they are shown side by "
             "side, not judged as the ranks of one run (no straggler, idle or spread finding)"
         )
-        return CrossRank(rows, spreads, matched, None, [], notes)
+        return CrossRank(rows, spreads, matched, None, [], notes, waits.paired)
     if len(set(ranks)) < len(ranks) or len(worlds) > 1:
         # The traces say they are not one run's ranks (the same trace given twice lines up
         # with itself, and one copy would be "last" at every collective).
@@ -819,10 +913,17 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "the traces are shown side by side, not judged as the ranks of one run (no "
             "straggler, idle or spread finding)"
         )
-        return CrossRank(rows, spreads, matched, None, [], notes)
+        return CrossRank(rows, spreads, matched, None, [], notes, waits.paired)
     straggler = _straggler(rows, waits.caused, matched, spreads)
-    findings = _findings(rows, spreads, straggler)
-    return CrossRank(rows, spreads, matched, straggler, findings, notes)
+    calls = (
+        "collectives"
+        if not waits.paired
+        else "sends and receives"
+        if waits.paired == matched
+        else "collectives, sends and receives"
+    )
+    findings = _findings(rows, spreads, straggler, calls)
+    return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
 
 
 def _straggler(
@@ -855,8 +956,13 @@ def _us(value: float | None) -> str:
 
 
 def _findings(
-    rows: list[RankTiming], spreads: list[StepSpread], straggler: Straggler | None
+    rows: list[RankTiming],
+    spreads: list[StepSpread],
+    straggler: Straggler | None,
+    calls: str = "collectives",
 ) -> list[Finding]:
+    """The cross-rank findings; ``calls`` names what was matched across ranks
+    (``"collectives"``, ``"sends and receives"``...)."""
     findings = []
     others = [
         r for r in rows if r.collectives and straggler is not None and r.label != straggler.label
@@ -866,7 +972,7 @@ def _findings(
         others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
         own_steps = straggler.median_step_us
         if own_steps is None or not other_steps:
-            steps_compared = "The others wait in their collectives:"
+            steps_compared = f"The others wait in their {calls}:"
         elif abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps:
             steps_compared = (
                 f"Its median step ({_us(own_steps)}) is about the others' "
@@ -875,16 +981,27 @@ def _findings(
         else:
             steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
         share = straggler.caused_wait_us / others_time if others_time else None
+        own_row = next(r for r in rows if r.label == straggler.label)
+        others_bytes = [r.matched_bytes for r in others if r.matched_bytes]
+        uneven = ""
+        if own_row.matched_bytes and others_bytes:
+            typical_bytes = statistics.median(others_bytes)
+            if own_row.matched_bytes >= _UNEVEN_BYTES * typical_bytes:
+                uneven = (
+                    f" In them it moves {byte_size(own_row.matched_bytes)}, the others "
+                    f"{byte_size(int(typical_bytes))}: more work of its own (an uneven split "
+                    "of tokens among experts, of data among ranks) can make it late."
+                )
         findings.append(
             Finding(
                 "rank-straggler",
                 _TABLE,
                 "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
                 f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
-                f"{straggler.matched} collectives last, and the other ranks waited "
+                f"{straggler.matched} {calls} last, and the other ranks waited "
                 f"{_us(straggler.caused_wait_us)} in them for it. {steps_compared} "
-                "look at what it does before its collectives (host work, data loading, a "
-                "slower GPU).",
+                f"look at what it does before its {calls} (host work, data loading, a "
+                f"slower GPU).{uneven}",
                 {
                     "rank": straggler.rank,
                     "last_arrivals": straggler.last_arrivals,
@@ -917,14 +1034,14 @@ def _findings(
         late = (
             f"mostly for {straggler.label}"
             if straggler is not None and straggler.basis == "collectives"
-            else "spread across the ranks (no one rank is late most of the time: jitter)"
+            else "spread across the ranks (no one rank is last most of the time)"
         )
         findings.append(
             Finding(
                 "collective-skew",
                 _TABLE,
                 "warning" if straggler is not None and share >= 0.25 else "info",
-                f"{percent(share)} of the time in matched collectives is waiting for a late rank, "
+                f"{percent(share)} of the time in matched {calls} is waiting for a late rank, "
                 f"not transfer ({_us(total_wait)} of {_us(total)}), {late}; "
                 f"{worst.label} waits most ({_us(worst.wait_us)}).",
                 {
@@ -956,7 +1073,7 @@ def _findings(
             if others_wait >= 0.5 * ((most.gpu_idle_us or 0.0) - median):
                 whose = "the other rank's" if len(others) == 1 else "the other ranks'"
                 message += (
-                    f"; {_us(others_wait)} of {whose} GPU busy time is waiting in collectives "
+                    f"; {_us(others_wait)} of {whose} GPU busy time is waiting in {calls} "
                     "for a late rank (busy, not working)"
                 )
             findings.append(

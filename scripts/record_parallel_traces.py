@@ -13,7 +13,7 @@ Each rank writes ``OUT/RECIPE/rank{N}.json.gz`` through
 
 - ``fsdp``: FSDP2 (``fully_shard``) of a four-layer MLP, AdamW: parameters all-gathered
   before each layer's forward and backward, gradients reduce-scattered after it, on NCCL's
-  own streams;
+  own streams (audited, not kept as a fixture: 280 KB for two ranks);
 - ``pipeline``: two pipeline stages (rank 0 the first, rank 1 the second), four
   micro-batches sent forward and their gradients sent back with ``dist.send``/``dist.recv``
   (GPipe's order: every forward, then every backward): each rank waits in its receives while

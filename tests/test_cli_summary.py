@@ -38,6 +38,7 @@ SUMMARY_KEYS = {
     "cuda_driver_version",
     "cupti_version",
     "base_time_ns",
+    "gpus_with_streams",
     "lanes",
     "steps",
     "unlaunched_gpu_work",
@@ -812,3 +813,35 @@ def test_rocm_gpu_numbers_are_said_to_be_perhaps_agent_ids(capsys, name: str, ma
     assert cli.summarize(load_trace(path))["gpu_numbers_may_be_agent_ids"] is may_be
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert ("(ROCm numbers GPUs by HSA agent, CPU sockets first" in text) is may_be
+
+
+def test_a_copy_of_a_few_bytes_prints_its_rate_as_under_the_digits(capsys) -> None:
+    trace = Path(__file__).parent / "fixtures" / "features" / "side_stream_prefetch.json.gz"
+    status, out, _ = run_cli(capsys, "summary", str(trace))
+    (line,) = [line for line in out.splitlines() if line.lstrip().startswith("DtoH")]
+    assert status == 0 and "16 B total, median <0.01 GB/s copied" in line
+    assert "0.00 GB/s" not in out
+
+
+def test_a_gpu_with_a_copy_stream_says_how_long_its_streams_ran_at_once(capsys) -> None:
+    # The next batch is copied on a side stream while the current one computes.
+    trace = Path(__file__).parent / "fixtures" / "features" / "side_stream_prefetch.json.gz"
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    work = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    union, reached = 0.0, float("-inf")
+    for start, end in work:
+        if end > reached:
+            union += end - max(start, reached)
+            reached = end
+    status, out, _ = run_cli(capsys, "summary", str(trace), "--json")
+    (gpu,) = json.loads(out)["gpus_with_streams"]
+    assert (gpu["device"], gpu["streams"]) == (0, 2)
+    assert gpu["busy_us"] == pytest.approx(union, abs=0.01)
+    assert gpu["concurrent_us"] == pytest.approx(gpu["streams_busy_us"] - union, abs=0.01)
+    assert gpu["concurrent_us"] > 100  # the copies ran beside the compute
+    status, out, _ = run_cli(capsys, "summary", str(trace))
+    assert f"GPU 0, its 2 streams together: {union:,.1f} µs busy" in out

@@ -12,7 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from profiling_utils import diagnose
+from profiling_utils.ranks import cross_rank, rank_profile, trace_files
+from profiling_utils.trace import load_trace
 
 PARALLEL = Path(__file__).parent / "fixtures" / "parallel"
 
@@ -65,3 +69,60 @@ def test_a_host_sync_in_every_step_is_counted_where_it_left_no_idle() -> None:
     assert f"The thread makes this sync in 4 of the 4 steps; in the other {4 - found} " in (
         hit.message
     )
+
+
+def test_sends_pair_with_their_receives_by_the_peer_each_records() -> None:
+    # Rank 0 (the first stage) sends each micro-batch's activations to rank 1 and receives
+    # its gradients back. The k-th send from one rank to the other pairs with the k-th
+    # receive there; the call that starts first waits for the other.
+    def calls(rank: int, op: str) -> list[dict[str, Any]]:
+        kernels = [e for e in events("pipeline", rank) if e.get("cat") == "kernel"]
+        found = [e for e in kernels if e["args"].get("Collective name") == op]
+        return sorted(found, key=lambda e: e["ts"])
+
+    wait = {0: 0.0, 1: 0.0}
+    buffered = 0
+    for sender, receiver in ((0, 1), (1, 0)):
+        sends, receives = calls(sender, "send"), calls(receiver, "recv")
+        assert len(sends) == len(receives) == 16
+        assert all(e["args"]["Dst Rank"] == receiver for e in sends)
+        for send, receive in zip(sends, receives, strict=True):
+            if send["ts"] + send["dur"] <= receive["ts"]:
+                buffered += 1  # the data waited at the peer
+                continue
+            latest = max(send["ts"], receive["ts"])
+            wait[sender] += latest - send["ts"]
+            wait[receiver] += latest - receive["ts"]
+    traces = trace_files([PARALLEL / "pipeline"])
+    report = cross_rank([rank_profile(load_trace(path)) for path in traces])
+    assert report.paired_sends == report.matched_collectives == 32
+    rows = {row.rank: row for row in report.ranks}
+    for rank in (0, 1):
+        assert rows[rank].wait_us == pytest.approx(wait[rank], abs=0.01)
+    assert wait[1] > 50 * wait[0]  # the second stage waits for the first
+    assert report.straggler is not None and report.straggler.rank == 0
+    assert any(f"in {buffered} the send ended before its receive began" in n for n in report.notes)
+    (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert "of 32 sends and receives last" in straggler.message
+
+
+def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
+    # Both ranks route three quarters of their tokens to rank 1: its all_to_all calls hold
+    # three times rank 0's rows, and its expert does three times the work.
+    def moved(rank: int) -> int:
+        kernels = [e for e in events("alltoall", rank) if e.get("cat") == "kernel"]
+        return sum(
+            4 * max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"])
+            for e in kernels
+            if e["args"].get("Collective name") == "all_to_allv"
+        )
+
+    traces = trace_files([PARALLEL / "alltoall"])
+    report = cross_rank([rank_profile(load_trace(path)) for path in traces])
+    rows = {row.rank: row for row in report.ranks}
+    # The warm-up step's last exchange on rank 0 has no size and no partner: not matched.
+    assert rows[1].matched_bytes == moved(1)
+    assert rows[1].matched_bytes >= 1.25 * rows[0].matched_bytes
+    (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert "In them it moves 192 MiB, the others 128 MiB" in straggler.message

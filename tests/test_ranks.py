@@ -261,13 +261,30 @@ def test_old_traces_line_up_on_absolute_ts(tmp_path: Path) -> None:
     assert report.ranks[0].wait_us == pytest.approx(3 * 300, abs=1)  # float µs near 1.7e15
 
 
-def test_sends_and_receives_are_not_lined_up_as_collectives(tmp_path: Path) -> None:
-    write_rank(tmp_path, 0, rank_events(0, late_us=300, op_name="send"))
-    write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300, op_name="recv"))
-    report = cross_rank(profiles(tmp_path))
+def test_sends_and_receives_pair_only_by_a_recorded_peer(tmp_path: Path) -> None:
+    # Rank 0 sends to rank 1, which posts its receive 300 µs late (a host stall).
+    def run(peer: bool) -> Any:
+        sends = rank_events(0, late_us=300, op_name="send")
+        receives = rank_events(1, stall_us=300, late_us=300, op_name="recv")
+        if peer:
+            for events, key, other in ((sends, "Dst Rank", 1), (receives, "Src Rank", 0)):
+                for event in events:
+                    if event.get("cat") == "kernel" and event["name"].startswith("nccl"):
+                        event["args"][key] = other
+        write_rank(tmp_path, 0, sends)
+        write_rank(tmp_path, 1, receives)
+        return cross_rank(profiles(tmp_path))
+
+    report = run(peer=False)  # a send pairs with a receive, not with the other rank's send
     assert [row.collectives for row in report.ranks] == [3, 3]
     assert report.matched_collectives == 0 and report.straggler is None
-    assert any("6 send(s) and receive(s) not lined up" in note for note in report.notes)
+    assert any("6 send(s) and receive(s) not paired" in note for note in report.notes)
+    report = run(peer=True)
+    assert report.paired_sends == report.matched_collectives == 3
+    assert report.ranks[0].wait_us == pytest.approx(3 * 300, abs=1)
+    assert report.ranks[1].wait_us == pytest.approx(0, abs=1)
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert "it reached 3 of 3 sends and receives last" in report.findings[0].message
 
 
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
@@ -378,7 +395,7 @@ def test_real_balanced_nccl_run_has_no_straggler() -> None:
     assert report.straggler is None
     assert all(f.severity == "info" for f in report.findings)
     skew = next(f for f in report.findings if f.rule == "collective-skew")
-    assert "no one rank is late" in skew.message
+    assert "no one rank is last most of the time" in skew.message
 
 
 def test_cli_names_the_stalled_rank_of_the_real_run(capsys) -> None:
@@ -471,7 +488,10 @@ def test_cli_json_of_several_traces(capsys, stalled_run: Path, command: str) -> 
     cross = document["cross_rank"]
     assert cross["straggler"]["rank"] == 1
     assert [r["rank"] for r in cross["ranks"]] == [0, 1]
-    assert set(cross) == {"ranks", "steps", "matched_collectives", "straggler", "findings", "notes"}
+    assert set(cross) == {
+        *("ranks", "steps", "matched_collectives", "paired_sends"),
+        *("straggler", "findings", "notes"),
+    }
 
 
 def test_cli_reports_the_readable_ranks_and_exits_2(capsys, stalled_run: Path) -> None:

@@ -396,8 +396,8 @@ claim(
 #
 # Waiting alone does not make a straggler. In the balanced run both ranks wait too, for a
 # large part of their time in collectives, but the later rank is not always the same one:
-# each reaches some collectives last, and ``collective-skew`` reads the waits as jitter
-# between the ranks rather than one late rank. What names a straggler is arriving last
+# each reaches some collectives last, and ``collective-skew`` reads the waits as spread
+# across the ranks rather than one late rank. What names a straggler is arriving last
 # again and again. ``rank-step-spread``, an ``info`` finding, says how uneven single steps
 # were across the ranks, and on which rank the longest ran. With no straggler named, that
 # rank is not late: a rank whose step runs longer may spend the difference waiting for the

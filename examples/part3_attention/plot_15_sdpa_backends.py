@@ -826,8 +826,11 @@ findings_table(auto_findings, caption=runs["auto"].name)
 # A ``dead-window`` row, where the table has one, is about the time between the step's
 # label and the call in one step, not about attention (:doc:`page 02
 # <../part1_matmul_add/plot_02_cold_start>` reads that rule on a process's first call;
-# here it can fire on the first recorded step, after the warm-up calls). Each run's
-# backend as the rule names it:
+# here it can fire on the first recorded step, after the warm-up calls). A ``gpu-idle``
+# row, where the table has one, says where the GPU waits in the median step: with one
+# attention call per step, the host's work before the call (its dispatch, the step's own
+# bookkeeping) counts in the step beside the kernels. Each run's backend as the rule
+# names it:
 
 expected = {
     "math": "math",
