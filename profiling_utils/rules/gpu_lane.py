@@ -981,7 +981,7 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
         by_name.setdefault(kernel.name, []).append((launch, kernel))
     # As hotspot: a collective's kernel spins while it waits for its peers, no compute.
     communication = facts.communication_ids
-    gpu_total = sum(work.dur for work in facts.trace.gpu_work if work.id not in communication)
+    gpu_total = sum(map(_DUR, facts.trace.gpu_work)) - sum(map(_DUR, facts.trace.communication))
     rows = []
     for name, members in by_name.items():
         total = sum(kernel.dur for _, kernel in members)
