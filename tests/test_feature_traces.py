@@ -162,3 +162,22 @@ def test_a_cost_paid_for_every_new_shape_is_named() -> None:
     assert evidence["shapes"] == len(by_shape)
     assert evidence["in_later_half"] > 0 and evidence["share"] > 0.5
     assert "a cost paid once per new shape" in hit.message
+
+
+def test_attention_backends_chosen_call_by_call_show_their_key_lengths() -> None:
+    # The first token's key has length 1 (flash runs it); the growing cache's, 2 to 48 (cuDNN).
+    raw = events("decode_loop_no_steps")
+    lengths: dict[str, list[int]] = {}
+    for e in raw:
+        if e.get("name") in ("aten::_scaled_dot_product_flash_attention",
+                             "aten::_scaled_dot_product_cudnn_attention"):  # fmt: skip
+            lengths.setdefault(e["name"], []).append(e["args"]["Input Dims"][1][-2])
+    flash = lengths["aten::_scaled_dot_product_flash_attention"]
+    cudnn = lengths["aten::_scaled_dot_product_cudnn_attention"]
+    (hit,) = fired("decode_loop_no_steps", "attention-backend")
+    assert hit.evidence["backends"]["flash"]["key_lengths"] == [min(flash), max(flash)]
+    assert hit.evidence["backends"]["cuDNN"]["key_lengths"] == [min(cudnn), max(cudnn)]
+    assert (
+        f"flash {len(flash)}× (key length 1), cuDNN {len(cudnn)}× (key lengths "
+        f"{min(cudnn)} to {max(cudnn)})" in hit.message
+    )

@@ -75,6 +75,19 @@ def _first_dims(op: Span) -> list[int] | None:
     return list(sizes) if sizes is not None else None
 
 
+def _key_lengths(ops: list[Span]) -> list[int] | None:
+    """The shortest and longest key length (the key's second-to-last dimension) over the
+    calls, or None where a call recorded no key of three dimensions or more."""
+    lengths = []
+    for op in ops:
+        shapes = input_shapes(op)
+        key = shapes.sizes(1) if shapes is not None else None
+        if key is None or len(key) < 3:
+            return None
+        lengths.append(key[-2])
+    return [min(lengths), max(lengths)] if lengths else None
+
+
 def _inline_math_calls(facts: Facts) -> list[Span]:
     """Outermost ``aten::scaled_dot_product_attention`` ops that call no backend op but matrix
     multiplies: the math path written out inline, as PyTorch releases before the math backend
@@ -123,7 +136,22 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
     per_backend: dict[str, list[Span]] = defaultdict(list)
     for backend, op in calls:
         per_backend[backend].append(op)
-    summary = ", ".join(f"{backend} {len(ops)}×" for backend, ops in per_backend.items())
+    keys = {backend: _key_lengths(ops) for backend, ops in per_backend.items()}
+    # Backends chosen call by call: the key length often tells them apart (a first token's
+    # key of length 1 against a growing cache's).
+    told = len(per_backend) > 1 and all(keys.values())
+
+    texts = {
+        backend: ""
+        if not told or lengths is None
+        else f" (key length {lengths[0]})"
+        if lengths[0] == lengths[1]
+        else f" (key lengths {lengths[0]} to {lengths[1]})"
+        for backend, lengths in keys.items()
+    }
+    summary = ", ".join(
+        f"{backend} {len(ops)}×{texts[backend]}" for backend, ops in per_backend.items()
+    )
     yield (
         f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU).",
         {
@@ -135,6 +163,7 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
                         Counter(_first_tensor_type(op) or _TYPE_NOT_RECORDED for op in ops)
                     ),
                     "query_dims": _first_dims(ops[0]),
+                    "key_lengths": keys[backend],
                     "gpu_us": us(sum(gpu_us[op.id] for op in ops)),
                     "steps": facts.step_numbers(ops),
                 }
