@@ -68,7 +68,9 @@ Commands:
     - ``launch_apis``: kernels per launch API (``"(launch not in the trace)"`` when the launch
       is not in the trace); ``planning_calls``: planning calls per name.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
-      median_bandwidth_gb_s, ops}``; ``total_bytes`` adds up the sizes the trace records
+      median_bandwidth_gb_s, ops, host_memory}``; ``host_memory`` counts a copy to or from
+      the host by the host memory its name gives (``Pinned``, ``Pageable``; ``Host`` on
+      ROCm, which does not say which); ``total_bytes`` adds up the sizes the trace records
       on the copies or their calls (``null`` when none records one); ``ops`` maps the
       issuing op (``"(no op)"`` for a call outside any op, ``"(replayed by a graph
       launch)"`` for a copy a CUDA/HIP graph replays, ``"(launch not in the trace)"``) to a
@@ -451,9 +453,24 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
                 [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
             ),
             "ops": dict(Counter(map(_issuer, copies)).most_common()),
+            "host_memory": dict(
+                Counter(m for m in map(_host_memory, copies) if m is not None).most_common()
+            ),
         }
         for kind, copies in sorted(by_kind.items())
     ]
+
+
+_COPY_ENDS = re.compile(r"\((\w+) -> (\w+)\)")
+
+
+def _host_memory(copy: measures.MemoryCopy) -> str | None:
+    """The host side of a copy to or from the host as its name says it (``Pinned`` in
+    ``Memcpy HtoD (Pinned -> Device)``, ``Pageable``; ``Host`` on ROCm, either), or None."""
+    found = _COPY_ENDS.search(copy.span.name)
+    if found is None or copy.kind not in ("HtoD", "DtoH"):
+        return None
+    return found.group(1 if copy.kind == "HtoD" else 2)
 
 
 def _communication(trace: Trace) -> dict[str, Any] | None:
@@ -831,7 +848,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             if m["total_bytes"] is None
             else f"{byte_size(m['total_bytes']):>12} total,{rate}"
         )
-        out.append(f"  {m['kind']:<8} x{m['count']:<5} {size} from {_counts(m['ops'])}")
+        # ROCm's "Host" says nothing of pinned or pageable: left to the JSON.
+        host = ", ".join(
+            f"{memory.lower()} x{n}" for memory, n in m["host_memory"].items() if memory != "Host"
+        )
+        host = f" host memory {host}," if host else ""
+        out.append(f"  {m['kind']:<8} x{m['count']:<5} {size}{host} from {_counts(m['ops'])}")
     if not summary["memory"]:
         out.append("  none")
 

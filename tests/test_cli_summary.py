@@ -497,6 +497,7 @@ def test_summarize_matches_the_model(make_trace) -> None:
             "total_bytes": 4096,
             "median_bandwidth_gb_s": pytest.approx(2.048),
             "ops": {"aten::copy_": 1},
+            "host_memory": {},
         }
     ]
 
@@ -845,3 +846,18 @@ def test_a_gpu_with_a_copy_stream_says_how_long_its_streams_ran_at_once(capsys) 
     assert gpu["concurrent_us"] > 100  # the copies ran beside the compute
     status, out, _ = run_cli(capsys, "summary", str(trace))
     assert f"GPU 0, its 2 streams together: {union:,.1f} µs busy" in out
+
+
+def test_memory_rows_say_which_host_memory_a_copy_used(capsys) -> None:
+    # The side-stream batches come from pinned memory, as pin_memory() made them.
+    trace = Path(__file__).parent / "fixtures" / "features" / "side_stream_prefetch.json.gz"
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    uploads = [e["name"] for e in events if e.get("name", "").startswith("Memcpy HtoD")]
+    assert uploads and set(uploads) == {"Memcpy HtoD (Pinned -> Device)"}
+    status, out, _ = run_cli(capsys, "summary", str(trace), "--json")
+    rows = {row["kind"]: row for row in json.loads(out)["memory"]}
+    assert rows["HtoD"]["host_memory"] == {"Pinned": len(uploads)}
+    assert rows["DtoD"]["host_memory"] == {} and rows["memset"]["host_memory"] == {}
+    status, out, _ = run_cli(capsys, "summary", str(trace))
+    (line,) = [line for line in out.splitlines() if line.lstrip().startswith("HtoD")]
+    assert f"host memory pinned x{len(uploads)}, from aten::copy_" in line
