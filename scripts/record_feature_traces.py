@@ -26,6 +26,11 @@ naming no directory of the machine):
   key/value cache, each token read on the host (``.item()``) to test for the end token,
   profiled as a whole, without a schedule or steps (as serving and inference scripts do).
 
+- ``varying_batch_cudnn_benchmark``: a small convolutional network trained with
+  ``torch.backends.cudnn.benchmark = True`` on batches whose size changes from step to step
+  (48, 32, 64, 32, 80, 32 after a warm-up at 32): cuDNN times its candidate algorithms on
+  the first call with each new size.
+
 ``--only NAME ...`` records some of them.
 """
 
@@ -226,11 +231,40 @@ def record_decode_loop(out: Path) -> None:
     export_to(out, "decode_loop_no_steps")(prof)
 
 
+def record_varying_batch(out: Path) -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    ).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    previous = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        sizes = [32, 48, 32, 64, 32, 80, 32]  # the first, the schedule's warm-up step
+        images = {n: torch.randn(n, 3, 64, 64, device="cuda") for n in sizes}
+        train(model, optimizer, images[32], 3)  # warm at 32 only
+        cycle = schedule(wait=0, warmup=1, active=6, repeat=1)
+        ready = export_to(out, "varying_batch_cudnn_benchmark")
+        with profile(
+            activities=BOTH, schedule=cycle, on_trace_ready=ready, record_shapes=True
+        ) as prof:
+            for n in sizes:
+                train(model, optimizer, images[n], 1, prof)
+    finally:
+        torch.backends.cudnn.benchmark = previous
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
     "side_stream_prefetch": record_side_stream,
     "decode_loop_no_steps": record_decode_loop,
+    "varying_batch_cudnn_benchmark": record_varying_batch,
 }
 
 

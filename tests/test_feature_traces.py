@@ -157,8 +157,7 @@ def test_a_cost_paid_for_every_new_shape_is_named() -> None:
     evidence = hit.evidence
     assert evidence["op"] == "aten::_cudnn_attention_forward"
     assert evidence["outer_op"] == "aten::scaled_dot_product_attention"
-    assert evidence["slow_first_calls"] == len(slow)
-    assert evidence["later_calls"] == sum(len(durs) - 1 for durs in slow.values())
+    assert evidence["slow_first_calls"] == evidence["shapes_called_again"] == len(slow)
     assert evidence["shapes"] == len(by_shape)
     assert evidence["in_later_half"] > 0 and evidence["share"] > 0.5
     assert "a cost paid once per new shape" in hit.message
@@ -181,3 +180,21 @@ def test_attention_backends_chosen_call_by_call_show_their_key_lengths() -> None
         f"flash {len(flash)}× (key length 1), cuDNN {len(cudnn)}× (key lengths "
         f"{min(cudnn)} to {max(cudnn)})" in hit.message
     )
+
+
+def test_a_benchmarked_algorithm_search_per_new_batch_size_is_named() -> None:
+    # cudnn.benchmark times its candidates on the first call with each new batch size; the
+    # new sizes come once each, so their calls are set against the op's other calls per
+    # input element.
+    raw = events("varying_batch_cudnn_benchmark")
+    calls = sorted(
+        (e for e in raw if e.get("name") == "aten::convolution_backward"), key=lambda e: e["ts"]
+    )
+    batch = [e["args"]["Input Dims"][0][0] for e in calls]
+    slow = [e["dur"] for e, n in zip(calls, batch, strict=True) if n != 32 and e["dur"] > 1e5]
+    usual = [e["dur"] for e, n in zip(calls, batch, strict=True) if n == 32]
+    assert len(slow) == 3 and max(usual) * 100 < min(slow)
+    (hit,) = fired("varying_batch_cudnn_benchmark", "new-shape-cost")
+    assert hit.evidence["op"] == "aten::convolution_backward"
+    assert hit.evidence["slow_first_calls"] == 3 and hit.evidence["shapes_called_again"] == 0
+    assert "scaled by input elements" in hit.message

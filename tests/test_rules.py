@@ -1028,13 +1028,38 @@ def test_new_shape_cost_names_shapes_that_keep_coming(make_trace) -> None:
     (finding,) = diagnose(make_trace(shape_steps([[1], [2], [3], [4]])), select=["new-shape-cost"])
     evidence = finding.evidence
     assert (evidence["op"], evidence["outer_op"]) == ("aten::conv", None)
-    assert evidence["slow_first_calls"] == 4 and evidence["later_calls"] == 8
+    assert evidence["slow_first_calls"] == 4 and evidence["shapes_called_again"] == 4
+    assert evidence["seen_shape_calls"] == 8 and evidence["expected_median_us"] == 20.0
     assert evidence["in_later_half"] == 2 and evidence["excess_us"] == 4 * 380.0
     assert finding.message == (
         "aten::conv: the first call with each of 4 input shapes takes a median of 400.0 µs, "
-        "against 20.0 µs for the 8 later calls with the same shapes (20×); 1520.0 µs more in "
-        "all, 38% of the steps' CPU time, 2 of them in the later half of its calls: a cost "
-        "paid once per new shape, and again as new shapes keep coming."
+        "20× as long as expected (the same shapes' later calls take a median of 20.0 µs); "
+        "1520.0 µs more in all, 38% of the steps' CPU time, 2 of them in the later half of "
+        "its calls: a cost paid once per new shape, and again as new shapes keep coming."
+    )
+
+
+def test_new_shape_cost_reads_a_shape_called_once_by_its_elements(make_trace) -> None:
+    # Steps of shape [1, 64] (three calls, 20 µs each) and, in steps 2 to 4, one call of a new
+    # shape [n, 64]: 20 µs per 64 elements would make it 20n µs.
+    def steps(first_us: dict[int, float]) -> list[dict[str, Any]]:
+        events = shape_steps([[1], [1], [1], [1]], first_us=20.0, step_us=10_000.0)
+        for step, (n, dur) in enumerate(first_us.items(), start=2):
+            t = 20_000.0 * step + 500
+            args = {"Input Dims": [[n, 64]], "Input type": ["float"]}
+            events.append(complete_event("aten::conv", "cpu_op", t, dur, **args))
+        return events
+
+    # 100 times what the elements say or more: the set-up of a new shape.
+    (finding,) = diagnose(
+        make_trace(steps({2: 4_000.0, 3: 6_000.0, 4: 8_000.0})), select=["new-shape-cost"]
+    )
+    assert finding.evidence["shapes_called_again"] == 0
+    assert finding.evidence["expected_median_us"] == 60.0  # 3 × 20 µs
+    assert "scaled by input elements, suggest a median of 60.0 µs" in finding.message
+    # Ten times: a shape of more work per element, no set-up to tell.
+    assert (
+        diagnose(make_trace(steps({2: 400.0, 3: 600.0, 4: 800.0})), select=["new-shape-cost"]) == []
     )
 
 

@@ -9,6 +9,7 @@ start on (:meth:`~profiling_utils.rules.facts.Facts.recording_gpu_busy`).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import msgspec
 from .. import measures
 from ..measures import GRAPH_LAUNCH_CALLS, IN_GRAPH_REPLAYS, NO_LAUNCH, NO_OP
 from ..tables import percent
-from ..trace import Span, Step, input_shapes
+from ..trace import InputShapes, Span, Step, input_shapes
 from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
 from .gpu_lane import is_host_sync, step_idle_by_cause
 from .registry import Hit, rule
@@ -103,6 +104,11 @@ NEW_SHAPE_RATIO = 10.0
 """``new-shape-cost``: an op's first call with some input shapes (and dtypes) is slow when it
 takes at least this many times the median of its later calls with the same shapes (the same
 work, without what the first call set up)..."""
+
+NEW_SHAPE_ONCE_RATIO = 100.0
+"""... or, for a shape the op was called with once, at least this many times what the op's
+calls with shapes seen before take per input element, times its elements (a shape of
+more work takes longer without any set-up: hence a wide margin)..."""
 
 NEW_SHAPE_MIN_SLOW = 3
 """... the rule asks for at least this many slow first calls, some of them in the later half
@@ -746,23 +752,37 @@ class _ShapeCost(NamedTuple):
 
     name: str
     slow: list[Span]
-    """First calls with their input shapes, slow against the later calls with them."""
-    later_median_us: float
-    """The median, over :attr:`slow`'s shapes, of the median of each shape's later calls."""
-    later_calls: int
-    """The later calls of :attr:`slow`'s shapes."""
+    """First calls with their input shapes, slow against what the op's other calls take."""
+    expected_us: list[float]
+    """For each of :attr:`slow`, what the op's calls with shapes seen before say it should
+    take: the median of its shape's later calls, or for a shape called once, the op's median
+    time per input element times its elements."""
+    repeated: int
+    """How many of :attr:`slow`'s shapes were called again."""
+    seen_calls: int
+    """The op's calls with shapes seen before (every call of a shape but its first)."""
     late: int
     """How many of :attr:`slow` lie in the later half of the op's calls."""
     shapes: int
     """How many distinct input shapes (with dtypes) the op was called with."""
     excess_us: float
-    """:attr:`slow`'s time beyond the median of their shapes' later calls, each."""
+    """:attr:`slow`'s time beyond :attr:`expected_us`."""
+
+
+def _elements(shapes: InputShapes) -> int:
+    """The elements of the tensors among an op's recorded inputs (a tensor list's included)."""
+    total = 0
+    for sizes in shapes.dims:
+        for tensor in sizes if sizes and isinstance(sizes[0], list) else [sizes]:
+            if tensor and all(isinstance(n, int) for n in tensor):
+                total += math.prod(tensor)
+    return total
 
 
 def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
     """``name``'s calls read by input shape, when its first calls with a shape cost at least
-    ``floor_us`` beyond the later calls with that shape, and new shapes keep coming; else
-    None."""
+    ``floor_us`` beyond what its other calls say they should take, and new shapes keep
+    coming; else None."""
     # Cheap first (C-level passes over a row of thousands of calls): without a few calls far
     # above the usual one, no first call can be slow.
     durations = sorted(map(_DUR, facts.trace.by_name.get(name, ())))
@@ -772,20 +792,32 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
         return None
     calls = [span for span in facts.named(name) if span.cat == "cpu_op"]
     by_shape: dict[bytes, list[int]] = {}
+    elements: list[int] = []
     for index, call in enumerate(calls):
         shapes = input_shapes(call)
         if shapes is None:
             return None  # recorded without shapes
         by_shape.setdefault(msgspec.json.encode((shapes.dims, shapes.types)), []).append(index)
-    slow: list[tuple[int, float]] = []  # (index, the median of the shape's later calls)
-    later_calls = 0
+        elements.append(_elements(shapes))
+    seen = [i for indices in by_shape.values() for i in indices[1:]]
+    if len(seen) < 2:
+        return None
+    per_element = [calls[i].dur / elements[i] for i in seen if elements[i]]
+    typical_per_element = median(per_element) if per_element else None
+    slow: list[tuple[int, float]] = []  # (index, what it should take)
     for indices in by_shape.values():
-        if len(indices) < 2:
-            continue  # one call: nothing to tell its set-up from its work
-        later = median(calls[i].dur for i in indices[1:])
-        if calls[indices[0]].dur >= NEW_SHAPE_RATIO * later:
-            slow.append((indices[0], later))
-            later_calls += len(indices) - 1
+        first = indices[0]
+        if len(indices) > 1:  # the same shape's later calls: the same work, set up
+            expected, ratio = median(calls[i].dur for i in indices[1:]), NEW_SHAPE_RATIO
+        elif typical_per_element and elements[first]:
+            # Called once: against the op's time per input element, with a wider margin (a
+            # larger shape can do more work per element than the smaller ones seen).
+            expected = typical_per_element * elements[first]
+            ratio = NEW_SHAPE_ONCE_RATIO
+        else:
+            continue
+        if calls[first].dur >= ratio * expected:
+            slow.append((first, expected))
     late = sum(index >= len(calls) // 2 for index, _ in slow)
     if len(slow) < NEW_SHAPE_MIN_SLOW or not late:
         return None
@@ -800,11 +832,15 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
                 inside.add(at)
         if len(inside) < 2:
             return None
-    excess = sum(calls[index].dur - later for index, later in slow)
+    excess = sum(calls[index].dur - expected for index, expected in slow)
     if excess < floor_us:
         return None
-    typical = median(later for _, later in slow)
-    return _ShapeCost(name, spans, typical, later_calls, late, len(by_shape), excess)
+    slow_indices = {index for index, _ in slow}
+    repeated = sum(len(indices) > 1 for indices in by_shape.values() if indices[0] in slow_indices)
+    return _ShapeCost(
+        name, spans, [expected for _, expected in slow], repeated, len(seen), late,
+        len(by_shape), excess,
+    )  # fmt: skip
 
 
 @rule(
@@ -856,15 +892,30 @@ def new_shape_cost(facts: Facts) -> Iterator[Hit]:
         outermost = outer_of[outermost]
     under = f" (under {short_name(outermost, 48)})" if outermost != cost.name else ""
     slow_median = median(map(_DUR, cost.slow))
+    expected = median(cost.expected_us)
+    times = median(call.dur / due for call, due in zip(cost.slow, cost.expected_us, strict=True))
     where = "the steps'" if facts.steps else "the recording's"
+    if cost.repeated == len(cost.slow):
+        basis = f"the same shapes' later calls take a median of {expected:.1f} µs"
+    elif cost.repeated == 0:
+        basis = (
+            f"its calls with shapes seen before, scaled by input elements, suggest a median "
+            f"of {expected:.1f} µs"
+        )
+    else:
+        basis = (
+            "the same shapes' later calls, or for a shape called once its calls with shapes "
+            f"seen before scaled by input elements, suggest a median of {expected:.1f} µs"
+        )
     evidence: dict[str, Any] = {
         "op": cost.name,
         "outer_op": outermost if outermost != cost.name else None,
         "slow_first_calls": len(cost.slow),
         "slow_median_us": us(slow_median),
+        "expected_median_us": us(expected),
+        "shapes_called_again": cost.repeated,
         "in_later_half": cost.late,
-        "later_calls": cost.later_calls,
-        "later_median_us": us(cost.later_median_us),
+        "seen_shape_calls": cost.seen_calls,
         "shapes": cost.shapes,
         "excess_us": us(cost.excess_us),
         ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(cpu_us),
@@ -876,9 +927,8 @@ def new_shape_cost(facts: Facts) -> Iterator[Hit]:
     }
     yield (
         f"{short_name(cost.name, 48)}{under}: the first call with each of {len(cost.slow)} "
-        f"input shapes takes a median of {slow_median:.1f} µs, against {cost.later_median_us:.1f} "
-        f"µs for the {cost.later_calls} later calls with the same shapes "
-        f"({slow_median / cost.later_median_us:.0f}×); {cost.excess_us:.1f} µs more in all, "
+        f"input shapes takes a median of {slow_median:.1f} µs, {times:.0f}× as long as "
+        f"expected ({basis}); {cost.excess_us:.1f} µs more in all, "
         f"{percent(cost.excess_us / cpu_us)} of {where} CPU time, {cost.late} of them in the "
         "later half of its calls: a cost paid once per new shape, and again as new shapes "
         "keep coming.",
