@@ -641,6 +641,27 @@ def _overlapping(
     return found
 
 
+def _settle(result: _Waits, arrivals: list[tuple[int, float, float]]) -> bool:
+    """Count one call that ranks joined (``(position, start, duration)`` each, two or more)
+    into ``result``: each rank's wait for the last to arrive, the rest of its kernel as
+    transfer, the wait the last one caused, and whether it arrived last (a tie has no last
+    rank). False, and nothing counted, when the kernels do not overlap: every rank's kernel
+    of one call runs until the last has arrived, so they are different calls (or the clocks
+    disagree)."""
+    latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
+    if latest_start > min(start + duration for _, start, duration in arrivals):
+        return False
+    others = max(start for position, start, _ in arrivals if position != latest_position)
+    if latest_start - others > _SAME_START_US:
+        result.last[latest_position] += 1
+    for position, start, duration in arrivals:
+        waited = latest_start - start
+        result.wait[position] += waited
+        result.transfer[position] += duration - waited
+        result.caused[latest_position] += waited
+    return True
+
+
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
@@ -681,24 +702,13 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         if len({position for position, _, _ in arrivals}) < 2:
             alone += 1
             continue
-        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
-        # Every rank's kernel of one collective runs until the last rank has arrived; kernels
-        # that do not overlap belong to different calls (or the clocks disagree).
-        if latest_start > min(start + duration for _, start, duration in arrivals):
+        if not _settle(result, arrivals):
             apart += 1
             continue
         matched += 1
         for position, _, _ in arrivals:
             size, so_far = sizes[key, position], moved[position]
             moved[position] = None if size is None or so_far is None else so_far + size
-        others = max(start for position, start, _ in arrivals if position != latest_position)
-        if latest_start - others > _SAME_START_US:  # a tie has no last rank
-            result.last[latest_position] += 1
-        for position, start, duration in arrivals:
-            waited = latest_start - start
-            result.wait[position] += waited
-            result.transfer[position] += duration - waited
-            result.caused[latest_position] += waited
     paired = buffered = 0
     for sides in pairs.values():
         if len(sides) < 2:
@@ -713,20 +723,10 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             for position, _, duration in (send, recv):
                 result.transfer[position] += duration
             continue
-        arrivals = [send, recv]
-        latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
-        if latest_start > min(start + duration for _, start, duration in arrivals):
+        if not _settle(result, [send, recv]):
             apart += 1  # a receive that ended before its send began: the clocks disagree
             continue
         paired += 1
-        earliest_start = min(start for _, start, _ in arrivals)
-        if latest_start - earliest_start > _SAME_START_US:
-            result.last[latest_position] += 1
-        for position, start, duration in arrivals:
-            waited = latest_start - start
-            result.wait[position] += waited
-            result.transfer[position] += duration - waited
-            result.caused[latest_position] += waited
     return msgspec.structs.replace(
         result,
         matched=matched + paired,
