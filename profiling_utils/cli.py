@@ -82,10 +82,12 @@ Commands:
       least one collective kernel runs (union), ``overlapped_us`` the part of it with a
       compute kernel running on the same GPU, ``exposed_us`` the rest
       (:func:`profiling_utils.comm.comm_overlap`). ``by_op``: per operation (``all_reduce``,
-      ``all_gather``...), ``[{op, count, total_us, total_bytes, median_algbw_gb_s}]`` by
-      total time; ``total_bytes`` adds up the sizes the trace records (``null`` when none
-      does), and the algorithm bandwidth is bytes / kernel time, GB = 10^9 bytes: a lower
-      bound, as a collective's kernel also waits for the slowest rank.
+      ``all_gather``...) and message size, ``[{op, message_bytes, count, total_us,
+      total_bytes, median_algbw_gb_s}]`` by total time; ``message_bytes`` is one message's
+      size (``null`` where the trace records none), ``total_bytes`` adds up the sizes the
+      trace records (``null`` when none does), and the algorithm bandwidth is bytes / kernel
+      time, GB = 10^9 bytes: a lower bound, as a collective's kernel also waits for the
+      slowest rank.
     - ``host_collectives``: collectives the CPU runs itself (Gloo's ``gloo:all_reduce``...
       labels), ``[{name, count, total_us, threads}]`` by total time (summed over the threads
       that ran them, which may run at once); ``[]`` when there are none.
@@ -477,20 +479,23 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
     if not trace.communication:
         return None
     overlap = comm.comm_overlap(trace).total
-    by_op: dict[str, list[comm.Collective]] = {}
+    # By operation and message size: a median bandwidth over 4 KiB and 4 MiB messages
+    # together (a loss's all_reduce beside the gradients') says nothing of either.
+    by_op: dict[tuple[str, int | None], list[comm.Collective]] = {}
     for collective in comm.collectives(trace):
-        by_op.setdefault(collective.op, []).append(collective)
+        by_op.setdefault((collective.op, collective.bytes), []).append(collective)
     rows = [
         {
             "op": op,
+            "message_bytes": size,
             "count": len(group),
             "total_us": sum(c.duration_us for c in group),
             "total_bytes": _total_bytes(group),
             "median_algbw_gb_s": _median([c.algbw_gb_s for c in group if c.algbw_gb_s is not None]),
         }
-        for op, group in by_op.items()
+        for (op, size), group in by_op.items()
     ]
-    rows.sort(key=lambda row: (-row["total_us"], row["op"]))
+    rows.sort(key=lambda row: (-row["total_us"], row["op"], row["message_bytes"] or 0))
     return {
         "kernels": len(trace.communication),
         "communication_us": overlap.communication_us,
@@ -500,6 +505,10 @@ def _communication(trace: Trace) -> dict[str, Any] | None:
         "overlap_fraction": overlap.overlap_fraction,
         "by_op": rows,
     }
+
+
+_COMMUNICATION_ROWS = 8
+"""summary's text shows the communication rows that take the most time, this many."""
 
 
 def _host_collectives(trace: Trace) -> list[dict[str, Any]]:
@@ -870,17 +879,33 @@ def format_summary(summary: dict[str, Any]) -> str:
             if hidden is not None
             else f"  {communication['kernels']} kernel(s) of no measurable length"
         )
+        shown = communication["by_op"][:_COMMUNICATION_ROWS]
+        sizes = {
+            (row["op"], row["message_bytes"]): "-"
+            if row["message_bytes"] is None
+            else byte_size(row["message_bytes"])
+            for row in shown
+        }
+        alike = Counter((op, label) for (op, _), label in sizes.items())
+        for (op, size), label in sizes.items():
+            if alike[op, label] > 1 and size is not None:  # 4,198,400 B and 4,194,304 B
+                sizes[op, size] = f"{size:,} B"
         rows = [
             [
                 row["op"],
+                sizes[row["op"], row["message_bytes"]],
                 f"{row['count']:,}",
                 _us(row["total_us"]),
                 "-" if row["total_bytes"] is None else byte_size(row["total_bytes"]),
                 _us(row["median_algbw_gb_s"], 2),
             ]
-            for row in communication["by_op"]
+            for row in shown
         ]
-        out.append(text_table(["operation", "count", "total", "bytes", "median algbw"], rows))
+        headers = ["operation", "message", "count", "total", "bytes", "median algbw"]
+        out.append(text_table(headers, rows))
+        more = len(communication["by_op"]) - len(shown)
+        if more:
+            out.append(f"  ... {more} more operation and size row(s) (--json lists every one)")
     if summary["host_collectives"]:
         listed = ", ".join(
             f"{row['name']} x{row['count']} ({_us(row['total_us'])} µs"

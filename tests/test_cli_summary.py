@@ -594,10 +594,17 @@ def test_summary_reports_communication_apart(capsys) -> None:
     found = collectives(trace)
     total = comm_overlap(trace).total
     assert communication["kernels"] == len(trace.communication) == len(found) == 10
-    [row] = communication["by_op"]
-    assert (row["op"], row["count"]) == ("all_reduce", 10)
-    assert row["total_bytes"] == sum(c.bytes for c in found)
-    assert row["total_us"] == pytest.approx(sum(c.duration_us for c in found))
+    # By operation and message size: the 32 MiB gradient's all_reduce and the 4 KiB loss's.
+    rows = communication["by_op"]
+    assert {(row["op"], row["message_bytes"], row["count"]) for row in rows} == {
+        ("all_reduce", 32 * 2**20, 5),
+        ("all_reduce", 4 * 2**10, 5),
+    }
+    for row in rows:
+        same = [c for c in found if c.bytes == row["message_bytes"]]
+        assert row["total_bytes"] == sum(c.bytes for c in same)
+        assert row["total_us"] == pytest.approx(sum(c.duration_us for c in same))
+    assert rows[0]["total_us"] >= rows[1]["total_us"]
     assert communication["communication_us"] == pytest.approx(total.communication_us)
     assert communication["exposed_us"] + communication["overlapped_us"] == pytest.approx(
         communication["communication_us"]
@@ -609,7 +616,9 @@ def test_summary_reports_communication_apart(capsys) -> None:
     share = f"{100 * communication['overlap_fraction']:.0f}%"
     assert section[1].startswith(f"  10 kernel(s) over {communication['communication_us']:,.1f} µs")
     assert f"compute kernels run beside {share} of it" in section[1]
-    assert section[3].split()[:2] == ["all_reduce", "10"]
+    assert section[2].split()[:3] == ["operation", "message", "count"]
+    assert section[3].split()[:4] == ["all_reduce", "32", "MiB", "5"]
+    assert section[4].split()[:4] == ["all_reduce", "4", "KiB", "5"]
 
 
 def test_summary_without_collectives_says_none(capsys, make_trace) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 
 from profiling_utils import diagnose
 from profiling_utils.ranks import cross_rank, rank_profile, trace_files
@@ -126,3 +127,21 @@ def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
     (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
     assert report.straggler is not None and report.straggler.rank == 1
     assert "In them it moves 192 MiB, the others 128 MiB" in straggler.message
+
+
+def test_summary_sets_messages_of_one_operation_apart_by_size(capsys) -> None:
+    # DDP's 4 MiB buckets (one holds the biases too) beside the 4 KiB all_reduce of the
+    # scaler's inf check: one median bandwidth over all three would describe none of them.
+    raw = events("ddp_amp", 0)
+    sizes = sorted(
+        {
+            4 * e["args"]["In msg nelems"]
+            for e in raw
+            if e.get("cat") == "kernel" and e["args"].get("Collective name") == "allreduce"
+        }
+    )
+    assert len(sizes) == 3
+    status, out, _ = run_cli(capsys, "summary", str(PARALLEL / "ddp_amp" / "rank0.json.gz"))
+    section = out.split("\nCommunication (", 1)[1].split("\n\n", 1)[0]
+    assert status == 0 and "4,198,400 B" in section and "4,194,304 B" in section
+    assert "4 KiB" in section
