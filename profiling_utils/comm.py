@@ -221,9 +221,10 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     step: int | None
     """The ``ProfilerStep#N`` its launch lies in, if any."""
     peer: int | None
-    """For a send or a receive, the other rank (global), where the trace records it
-    (``Dst Rank`` of a send, ``Src Rank`` of a receive: a rank of the group, turned into the
-    global rank through ``Process Group Ranks``); else ``None``."""
+    """For a send or a receive, the other rank (global), where the trace records it: ``Dst
+    Rank`` of a send, ``Src Rank`` of a receive, which the profiler writes as global ranks
+    (``Rank`` beside them is the peer's rank inside the group); ``None`` where it records
+    none, or one that is not in the group's ``Process Group Ranks``."""
     index: int
     """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
     order: the k-th collective of a group on one rank pairs with the k-th on every other."""
@@ -343,10 +344,8 @@ def _peer(recorded: dict[str, Any], op: str) -> int | None:
             ranks = msgspec.json.decode(ranks)
         except msgspec.DecodeError:
             ranks = None
-    if isinstance(ranks, list) and ranks:
-        if peer >= len(ranks) or not isinstance(ranks[peer], int):
-            return None
-        return ranks[peer]
+    if isinstance(ranks, list) and ranks and peer not in ranks:
+        return None  # not a rank of the call's group: not a peer to pair with
     return peer
 
 

@@ -674,6 +674,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     # (group, sender, receiver, k) -> per side ("send"/"recv"): (position, start, duration)
     pairs: dict[tuple[str, int, int, int], dict[str, tuple[int, float, float]]] = {}
     sizes: dict[tuple[tuple[str, int, str], int], int | None] = {}
+    pair_sizes: dict[tuple[tuple[str, int, int, int], str], int | None] = {}
     moved: list[int | None] = [0] * count
     point_to_point = 0
     for position, profile in enumerate(profiles):
@@ -685,11 +686,13 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
                 sender, receiver = (
                     (profile.rank, call.peer) if call.op == "send" else (call.peer, profile.rank)
                 )
-                pairs.setdefault((call.group, sender, receiver, call.index), {})[call.op] = (
+                pair = (call.group, sender, receiver, call.index)
+                pairs.setdefault(pair, {})[call.op] = (
                     position,
                     call.start_us + offsets[position],
                     call.dur_us,
                 )
+                pair_sizes[pair, call.op] = call.bytes
                 continue
             index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
             key = (call.group, index, call.op)
@@ -710,7 +713,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             size, so_far = sizes[key, position], moved[position]
             moved[position] = None if size is None or so_far is None else so_far + size
     paired = buffered = 0
-    for sides in pairs.values():
+    for pair, sides in pairs.items():
         if len(sides) < 2:
             point_to_point += 1  # its peer's trace was not given, or was cut before it
             continue
@@ -718,15 +721,16 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         if send[1] + send[2] <= recv[1]:
             # The send ended before the receive began: NCCL held the data at the peer, and
             # neither side waited for the other.
-            paired += 1
             buffered += 1
             for position, _, duration in (send, recv):
                 result.transfer[position] += duration
-            continue
-        if not _settle(result, [send, recv]):
+        elif not _settle(result, [send, recv]):
             apart += 1  # a receive that ended before its send began: the clocks disagree
             continue
         paired += 1
+        for op, (position, _, _) in sides.items():
+            size, so_far = pair_sizes[pair, op], moved[position]
+            moved[position] = None if size is None or so_far is None else so_far + size
     return msgspec.structs.replace(
         result,
         matched=matched + paired,

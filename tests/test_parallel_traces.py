@@ -98,6 +98,8 @@ def test_sends_pair_with_their_receives_by_the_peer_each_records() -> None:
     report = cross_rank([rank_profile(load_trace(path)) for path in traces])
     assert report.paired_sends == report.matched_collectives == 32
     rows = {row.rank: row for row in report.ranks}
+    moved = sum(4 * e["args"]["In msg nelems"] for e in calls(0, "send") + calls(0, "recv"))
+    assert rows[0].matched_bytes == rows[1].matched_bytes == moved == 64 * 2**20
     for rank in (0, 1):
         assert rows[rank].wait_us == pytest.approx(wait[rank], abs=0.01)
     assert wait[1] > 50 * wait[0]  # the second stage waits for the first

@@ -287,6 +287,28 @@ def test_sends_and_receives_pair_only_by_a_recorded_peer(tmp_path: Path) -> None
     assert "it reached 3 of 3 sends and receives last" in report.findings[0].message
 
 
+def test_sends_in_a_sub_group_pair_by_the_global_ranks_they_record(tmp_path: Path) -> None:
+    # Ranks 1 and 2 of a group [1, 2] (a pipeline's stages once data parallelism splits the
+    # world): Dst Rank and Src Rank are global ranks, Rank the peer's rank in the group.
+    sends = rank_events(1, late_us=300, op_name="send")
+    receives = rank_events(2, stall_us=300, late_us=300, op_name="recv")
+    for events, fields in (
+        (sends, {"Dst Rank": 2, "Rank": 1}),
+        (receives, {"Src Rank": 1, "Rank": 0}),
+    ):
+        for event in events:
+            if event.get("cat") == "kernel" and event["name"].startswith("nccl"):
+                event["args"].update(fields, **{"Process Group Ranks": "[1, 2]"})
+    info = {"backend": "nccl", "world_size": 3}
+    for rank, events in ((1, sends), (2, receives)):
+        document = trace_document(events, distributedInfo={**info, "rank": rank})
+        write_trace(tmp_path / f"rank-{rank}.json", document)
+    report = cross_rank(profiles(tmp_path))
+    assert report.paired_sends == 3
+    assert [row.rank for row in report.ranks] == [1, 2]
+    assert report.straggler is not None and report.straggler.rank == 2
+
+
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
     write_rank(tmp_path, 0, rank_events(0, late_us=300))
     write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300), baseTimeNanoseconds=None)

@@ -378,10 +378,10 @@ def test_gpu_idle_reads_where_the_gpu_waits_in_the_median_step(make_trace) -> No
     assert finding.rule == "gpu-idle"
     assert finding.message == (
         "In the step with the median share (ProfilerStep#1) the GPU is busy 300.0 µs for "
-        "1000.0 µs of CPU time (30%): it waits for most of the step. It idles 30.0 µs before "
-        "the step's first GPU activity starts, 280.0 µs between its activities (14 "
-        "stretches: 280.0 µs until a launch call that returned after the GPU had run dry) "
-        "and 390.0 µs after its last ends."
+        "1000.0 µs of CPU time (30%): it waits for most of the step. In the step's CPU window "
+        "it idles 30.0 µs before the step's first GPU activity starts, 280.0 µs between its "
+        "activities (14 stretches: 280.0 µs until a launch call that returned after the GPU "
+        "had run dry) and 390.0 µs after its last ends."
     )
     assert finding.evidence["median_step_idle_by_cause"] == {
         "CPU time": {"stretches": 14, "us": 280.0}
@@ -402,6 +402,19 @@ def test_gpu_idle_is_silent_where_a_bound_rule_speaks_or_the_gpu_is_busy(make_tr
     assert rules(0) == set()  # no GPU work
     # Over half the step busy: 26 kernels, 52%.
     assert rules(26) == set()
+
+
+def test_gpu_idle_is_silent_where_the_gpu_runs_other_work_in_the_step(make_trace) -> None:
+    # The same 30% of its own, and a 600 µs kernel whose launch the trace does not hold in
+    # each step's window: the GPU is busy for most of the step, with work it did not launch.
+    events = kernel_steps(15)
+    for step in (1, 2):
+        events.append(complete_event("other_kernel", "kernel", 2000.0 * step + 650, 300,
+                                     pid=0, tid=7, correlation=9000 + step))  # fmt: skip
+    assert [f.rule for f in diagnose(make_trace(kernel_steps(15)), select=["gpu-idle"])] == [
+        "gpu-idle"
+    ]
+    assert diagnose(make_trace(events), select=["gpu-idle"]) == []
 
 
 def test_overhead_bound_reports_each_steps_cpu_and_gpu_time() -> None:
@@ -1081,6 +1094,15 @@ def test_new_shape_cost_is_silent_on_a_warm_up_and_on_shapes_of_more_work(make_t
     for event in unshaped:
         event.pop("args", None)
     assert not fires(unshaped)
+    # Each new shape's first call waits in a host sync (a copy back to the host of a tensor
+    # that grows every step): as long as the GPU's queued work, whatever the shape.
+    syncing = shape_steps([[1], [2], [3], [4]])
+    for event in list(syncing):
+        if event["name"] == "aten::conv" and event["dur"] == 400.0:
+            syncing.append(
+                complete_event("cudaStreamSynchronize", "cuda_runtime", event["ts"] + 5, 390)
+            )
+    assert not fires(syncing)
     # Under 10x the later calls, or under 5% of the steps' CPU time.
     assert not fires(shape_steps([[1], [2], [3], [4]], first_us=190.0))
     assert not fires(shape_steps([[1], [2], [3], [4]], step_us=10_000.0))
@@ -1351,8 +1373,8 @@ def test_buffer_request_lands_inside_the_first_mm() -> None:
 
 
 def test_buffer_request_names_the_lane_offset_only_when_it_came_first(tmp_path) -> None:
-    # The same recording with the request moved after the step's first GPU work started: it
-    # cannot have delayed that work, and the step's lane offset is not its business.
+    # The same recording with the request moved after the step's first launch call returned:
+    # it cannot have delayed that launch, and the step's lane offset is not its business.
     document = fixture_document("64_bf16_warm_eager_w0a20")
     events = document["traceEvents"]
     step = next(e for e in events if e.get("name") == "ProfilerStep#0")
@@ -1361,17 +1383,18 @@ def test_buffer_request_names_the_lane_offset_only_when_it_came_first(tmp_path) 
         for e in events
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
-    first_gpu = min(
-        e["ts"]
-        for e in events
-        if e.get("cat") == "kernel"
-        and step["ts"] <= launches[e["args"]["correlation"]]["ts"] < step["ts"] + step["dur"]
+    first_launch = min(
+        (launches[e["args"]["correlation"]] for e in events if e.get("cat") == "kernel"),
+        key=lambda launch: (
+            not step["ts"] <= launch["ts"] < step["ts"] + step["dur"],
+            launch["ts"],
+        ),
     )
     request = next(e for e in events if e.get("name") == "Activity Buffer Request")
-    assert request["ts"] < first_gpu
+    assert request["ts"] < first_launch["ts"] + first_launch["dur"]
     (hit,) = diagnose(write_trace(tmp_path / "before.json", document), select=["buffer-request"])
     assert "first_launch" in hit.evidence and "first GPU work starts" in hit.message
-    request["ts"] = first_gpu + 1.0
+    request["ts"] = first_launch["ts"] + first_launch["dur"] + 1.0
     (hit,) = diagnose(write_trace(tmp_path / "after.json", document), select=["buffer-request"])
     assert hit.evidence["step"] == 0
     assert "first_launch" not in hit.evidence and "first GPU work" not in hit.message
@@ -2461,3 +2484,20 @@ def test_gemm_kernel_counts_the_runs_a_graph_replays(make_trace) -> None:
     assert finding.message.endswith(
         "; it also runs 6× in CUDA/HIP graph replays, where no op launches it."
     )
+
+
+def test_cost_in_children_follows_the_call_that_holds_most_of_the_few_long_ones(
+    make_trace,
+) -> None:
+    # 300 calls of 10 µs, 8 of 300 µs and one of 30,000 µs, each with one child holding 90%:
+    # the few long calls hold 90% of the row, and one of them most of that.
+    events, t = [], 0.0
+    for dur in [10.0] * 150 + [300.0] * 8 + [30_000.0] + [10.0] * 150:
+        events += [
+            complete_event("outer", "cpu_op", t, dur),
+            complete_event("inner", "cpu_op", t + 0.05 * dur, 0.9 * dur),
+        ]
+        t += dur + 5
+    (hit,) = diagnose(make_trace(events), select=["cost-in-children"])
+    assert hit.evidence["drill_down"][0]["total_us"] == 30_000.0
+    assert "the one at the middle of their time (30000.0 µs)" in hit.message

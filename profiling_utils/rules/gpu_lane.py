@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from itertools import accumulate
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -230,12 +230,8 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
             where += f" in {step_label(number)}"
             offset = offsets.get(number)
             # The step's lane offset is the request's business only where the request began
-            # before the step's first GPU work started.
-            if (
-                offset is not None
-                and step is not None
-                and (request.start < step.start + offset.step_start_to_gpu_us)
-            ):
+            # before the step's first launch call returned.
+            if offset is not None and request.start < offset.launch.end:
                 evidence["first_launch"] = span_ref(offset.launch)
                 evidence["lane_offset_us"] = us(offset.offset_us)
                 evidence["step_start_to_gpu_us"] = us(offset.step_start_to_gpu_us)
@@ -552,31 +548,49 @@ def idle_stretches(trace: Trace, min_gap_us: float = 0.0) -> list[IdleStretch]:
     return _read_idle_stretches(Facts(trace), min_gap_us)[0]
 
 
-def step_idle_by_cause(
-    facts: Facts, step: Step
-) -> tuple[dict[str, tuple[int, float]], tuple[float, float]]:
-    """The idle stretches between ``step``'s own GPU activities (every
-    :func:`profiling_utils.measures.gpu_gaps` of the step, on the GPU that ran most of its
-    work), by the cause :func:`idle_stretches` reads: cause -> (stretches, µs), a stretch
-    whose closing activity's launch is not in the trace under ``"launch not recorded"``;
-    and how long the step's CPU window runs before that GPU's first activity of the step
-    starts and after its last one ends (µs, 0 where the GPU work runs past the window)."""
+class StepIdle(NamedTuple):
+    """Where the GPU idles in one step's CPU window, as ``gpu-idle`` reads it
+    (:func:`step_idle`), on the GPU that ran most of the step's work."""
+
+    busy_in_window_us: float
+    """How long that GPU ran anything (any step's work) inside the step's CPU window."""
+    before_us: float
+    """From the window's start to the GPU's first activity of the step (0 if it started
+    before the window)."""
+    between: dict[str, tuple[int, float]]
+    """The idle stretches between the step's own activities, cut to the window, by the cause
+    :func:`idle_stretches` reads: cause -> (stretches, µs); a stretch whose closing activity's
+    launch is not in the trace under ``"launch not recorded"``."""
+    after_us: float
+    """From the GPU's last activity of the step to the window's end (0 if it ran past it)."""
+    past_end_us: float
+    """How long the step's last GPU activity runs past the window's end."""
+
+
+def step_idle(facts: Facts, step: Step) -> StepIdle | None:
+    """Where the GPU that ran most of ``step``'s work idles inside the step's CPU window:
+    before its first activity of the step, between them (by cause), after its last; None
+    for a step without GPU work."""
     work: dict[Any, list[Span]] = {}
     for activity in step.gpu_work:
         work.setdefault(activity.lane.device, []).append(activity)
     if not work:
-        return {}, (0.0, 0.0)
+        return None
     device = max(work, key=lambda device: sum(map(_DUR, work[device])))
     first = min(map(_START, work[device]))
     last = max(map(_END, work[device]))
-    edges = (max(0.0, first - step.start), max(0.0, step.end - last))
     trace = facts.trace
+    on_device = [span for span in trace.gpu_work if span.lane.device == device]
+    busy = measures.union_within(on_device, step.start, step.end)
     syncs = _HostSyncs(trace)
     requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
-    by_cause: dict[str, tuple[int, float]] = {}
+    between: dict[str, tuple[int, float]] = {}
     for gap in measures.gpu_gaps(trace):
         if gap.step != step.number or gap.device != device:
             continue
+        inside = min(gap.after.start, step.end) - max(gap.before.end, step.start)
+        if inside <= 0:
+            continue  # after the window: the GPU behind the CPU, not waiting in the step
         launch = trace.launch_of_id(gap.after.id)
         if launch is None:
             cause = "launch not recorded"
@@ -585,9 +599,15 @@ def step_idle_by_cause(
             cause = _read(
                 facts, gap.step, before, before.end, gap.after, launch, syncs, requests
             ).cause
-        count, total = by_cause.get(cause, (0, 0.0))
-        by_cause[cause] = (count + 1, total + gap.gap_us)
-    return by_cause, edges
+        count, total = between.get(cause, (0, 0.0))
+        between[cause] = (count + 1, total + inside)
+    return StepIdle(
+        busy,
+        max(0.0, first - step.start),
+        between,
+        max(0.0, step.end - last),
+        max(0.0, last - step.end),
+    )
 
 
 def _idle_evidence(idle: IdleStretch) -> dict[str, Any]:
@@ -633,7 +653,7 @@ def _host_sync_hit(
     outer_name = outermost.name if outermost is not None else None
     syncing: dict[int, Span] = {}
     for call in facts.named(sync.name):
-        if call.lane != sync.lane:
+        if call.lane != sync.lane or not is_host_sync(trace, call):
             continue
         calling = [span for span in trace.ancestors(call) if span.cat == "cpu_op"]
         if (calling[-1].name if calling else None) != outer_name:

@@ -21,9 +21,9 @@ import msgspec
 from .. import measures
 from ..measures import GRAPH_LAUNCH_CALLS, IN_GRAPH_REPLAYS, NO_LAUNCH, NO_OP
 from ..tables import percent
-from ..trace import InputShapes, Span, Step, input_shapes
+from ..trace import LAUNCH_CATEGORIES, InputShapes, Span, Step, input_shapes
 from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
-from .gpu_lane import is_host_sync, step_idle_by_cause
+from .gpu_lane import is_host_sync, step_idle
 from .registry import Hit, rule
 
 _START = attrgetter("start")
@@ -451,33 +451,49 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
     where = "the recording" if window.step is None else "the step"
     message = _bound_message(evidence, shown, percent, "", f"it waits for most of {where}")
     if window.step is not None:
-        by_cause, (before, after) = step_idle_by_cause(facts, window.step)
+        idle = step_idle(facts, window.step)
+        if idle is None:
+            return
+        cpu_us = evidence["median_cpu_us"]
+        # The step's own work runs behind, while the GPU is busy with earlier steps' work
+        # inside the window: not a GPU waiting for this step's host.
+        if idle.busy_in_window_us >= GPU_IDLE_MAX_BUSY_FRACTION * cpu_us:
+            return
+        between = idle.between
+        evidence["median_step_busy_in_window_us"] = us(idle.busy_in_window_us)
         evidence["median_step_idle_by_cause"] = {
             cause: {"stretches": count, "us": us(total)}
-            for cause, (count, total) in by_cause.items()
+            for cause, (count, total) in between.items()
         }
-        evidence["median_step_before_first_gpu_us"] = us(before)
-        evidence["median_step_after_last_gpu_us"] = us(after)
-        idle = sum(total for _, total in by_cause.values())
+        evidence["median_step_before_first_gpu_us"] = us(idle.before_us)
+        evidence["median_step_after_last_gpu_us"] = us(idle.after_us)
+        evidence["median_step_gpu_past_end_us"] = us(idle.past_end_us)
+        inside = sum(total for _, total in between.values())
         pieces = []
-        if before >= _SHOWN_US:
-            pieces.append(f"{before:.1f} µs before the step's first GPU activity starts")
-        if by_cause:
-            count = sum(n for n, _ in by_cause.values())
+        if idle.before_us >= _SHOWN_US:
+            pieces.append(f"{idle.before_us:.1f} µs before the step's first GPU activity starts")
+        if between:
+            count = sum(n for n, _ in between.values())
             causes = "; ".join(
                 f"{total:.1f} µs {_IDLE_CAUSES[cause]}"
-                for cause, (_, total) in sorted(by_cause.items(), key=lambda item: -item[1][1])
+                for cause, (_, total) in sorted(between.items(), key=lambda item: -item[1][1])
             )
             pieces.append(
-                f"{idle:.1f} µs between its activities ({count} "
+                f"{inside:.1f} µs between its activities ({count} "
                 f"stretch{'es' if count > 1 else ''}: {causes})"
             )
-        if after >= _SHOWN_US:
-            pieces.append(f"{after:.1f} µs after its last ends")
+        if idle.after_us >= _SHOWN_US:
+            pieces.append(f"{idle.after_us:.1f} µs after its last ends")
         if pieces:
-            message = f"{message[:-1]}. It idles {_and_list(pieces)}"
-            late = by_cause.get("CPU time", (0, 0.0))[1]
-            if before + late >= GPU_IDLE_MAX_BUSY_FRACTION * (before + idle + after):
+            message = f"{message[:-1]}. In the step's CPU window it idles {_and_list(pieces)}"
+            if idle.past_end_us >= _SHOWN_US:
+                message += (
+                    f"; its last GPU activity ends {idle.past_end_us:.1f} µs after the window"
+                )
+            late = between.get("CPU time", (0, 0.0))[1]
+            if idle.before_us + late >= GPU_IDLE_MAX_BUSY_FRACTION * (
+                idle.before_us + inside + idle.after_us
+            ):
                 message += ": the host's work before and between launches sets the pace"
             message += "."
     yield message, evidence
@@ -779,6 +795,18 @@ def _elements(shapes: InputShapes) -> int:
     return total
 
 
+def _waits_for_the_gpu(facts: Facts, call: Span) -> bool:
+    """Whether a host sync inside ``call`` (:func:`is_host_sync`: a copy to the host, a
+    synchronize) holds half of it or more: a call that waits for the GPU takes as long as
+    the work queued before it, whatever its shape."""
+    trace = facts.trace
+    long_enough = 0.5 * call.dur
+    return any(
+        inner.cat in LAUNCH_CATEGORIES and inner.dur >= long_enough and is_host_sync(trace, inner)
+        for inner in trace.within(call)
+    )
+
+
 def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
     """``name``'s calls read by input shape, when its first calls with a shape cost at least
     ``floor_us`` beyond what its other calls say they should take, and new shapes keep
@@ -804,6 +832,9 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
         return None
     per_element = [calls[i].dur / elements[i] for i in seen if elements[i]]
     typical_per_element = median(per_element) if per_element else None
+    # No call is expected to take less than the op's quickest: a small shape against large
+    # ones scales to nothing.
+    quickest = min(calls[i].dur for i in seen)
     slow: list[tuple[int, float]] = []  # (index, what it should take)
     for indices in by_shape.values():
         first = indices[0]
@@ -812,11 +843,11 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
         elif typical_per_element and elements[first]:
             # Called once: against the op's time per input element, with a wider margin (a
             # larger shape can do more work per element than the smaller ones seen).
-            expected = typical_per_element * elements[first]
+            expected = max(typical_per_element * elements[first], quickest)
             ratio = NEW_SHAPE_ONCE_RATIO
         else:
             continue
-        if calls[first].dur >= ratio * expected:
+        if calls[first].dur >= ratio * expected and not _waits_for_the_gpu(facts, calls[first]):
             slow.append((first, expected))
     late = sum(index >= len(calls) // 2 for index, _ in slow)
     if len(slow) < NEW_SHAPE_MIN_SLOW or not late:
@@ -1031,7 +1062,7 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         held[0].dur <= COST_IN_CHILDREN_LONG_CALL * lower_middle.dur
     ):
         held = []
-    typical = held[len(held) // 2] if held else middle
+    typical = _middle_by_time(held) if held else middle
     path, leaf = _drill(facts, typical)
     # The children of that one call, by name (three matmuls are one entry, not three).
     by_name: dict[str, list[float]] = {}
@@ -1065,8 +1096,8 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         where = (
             f"{len(held)} of its {len(occurrences)} calls hold "
             f"{percent(sum(map(_DUR, held)) / name_total)} of it ({held[0].dur:.1f} to "
-            f"{held[-1].dur:.1f} µs each, its median call {middle.dur:.1f} µs); in the median "
-            f"of those ({typical.dur:.1f} µs) {where}"
+            f"{held[-1].dur:.1f} µs each, its median call {middle.dur:.1f} µs); in the one at "
+            f"the middle of their time ({typical.dur:.1f} µs) {where}"
         )
     elif len(occurrences) > 1 and (len(path) > 1 or children):
         where = f"in its median call ({typical.dur:.1f} µs) {where}"
@@ -1086,6 +1117,18 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
             ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(steps_cpu),
         },
     )
+
+
+def _middle_by_time(calls: list[Span]) -> Span:
+    """The call at the middle of ``calls``' time (sorted by duration): the one that takes the
+    summed durations past half. Of a few long calls of like length, the median one; where
+    one holds most of the time, that one."""
+    half, so_far = 0.5 * sum(map(_DUR, calls)), 0.0
+    for call in calls:
+        so_far += call.dur
+        if so_far >= half:
+            return call
+    return calls[-1]
 
 
 def _calls_holding(calls: list[Span], share_us: float) -> list[Span]:
