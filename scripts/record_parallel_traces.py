@@ -23,12 +23,18 @@ Each rank writes ``OUT/RECIPE/rank{N}.json.gz`` through
   three quarters of their tokens to rank 1, whose expert does three times rank 0's work, so
   rank 0 waits in the exchange that brings the results back;
 - ``ddp_amp``: ``DistributedDataParallel`` with float16 autocast and ``GradScaler`` (whose
-  ``step`` reads the inf check on the host: a sync every step).
+  ``step`` reads the inf check on the host: a sync every step);
+- ``subgroups`` (four ranks, ``--nproc_per_node=4``): sends and receives inside process
+  groups that are not the default one: rank 1 sends to rank 2 in the group [1, 2, 3] (after
+  sleeping 2 ms on the host), rank 2 to rank 3 in [2, 3], ranks 2 and 3 exchange with
+  ``batch_isend_irecv``, then an all_reduce over all four. Its schedule is wait=0, warmup=1,
+  active=4 (``ProfilerStep#1`` to ``#4``).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -134,6 +140,36 @@ def alltoall_steps():
     return step
 
 
+def subgroups_steps():
+    # Every rank creates every group, in the same order, as new_group requires.
+    first_group, second_group = dist.new_group([1, 2, 3]), dist.new_group([2, 3])
+    x = torch.ones(1 << 20, device=DEV)
+    w = torch.randn(2048, 2048, device=DEV)
+
+    def step() -> None:
+        y = w @ w
+        if rank == 1:
+            time.sleep(0.002)
+            dist.send(x, 2, group=first_group)
+        elif rank == 2:
+            dist.recv(x, 1, group=first_group)
+            dist.send(x, 3, group=second_group)
+        elif rank == 3:
+            dist.recv(x, 2, group=second_group)
+        if rank in (2, 3):
+            peer = 3 if rank == 2 else 2
+            ops = [
+                dist.P2POp(dist.isend, x, peer, group=second_group),
+                dist.P2POp(dist.irecv, torch.empty_like(x), peer, group=second_group),
+            ]
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+        dist.all_reduce(y)
+        torch.cuda.synchronize()
+
+    return step
+
+
 def ddp_amp_steps():
     from torch.nn.parallel import DistributedDataParallel
 
@@ -158,6 +194,7 @@ step = {
     "pipeline": pipeline_steps,
     "alltoall": alltoall_steps,
     "ddp_amp": ddp_amp_steps,
+    "subgroups": subgroups_steps,
 }[recipe]()
 for _ in range(3):
     step()
@@ -165,10 +202,10 @@ torch.cuda.synchronize()
 dist.barrier()
 with profile(
     activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-    schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
+    schedule=schedule(wait=0 if recipe == "subgroups" else 1, warmup=1, active=4, repeat=1),
     record_shapes=True,
 ) as prof:
-    for _ in range(6):
+    for _ in range(5 if recipe == "subgroups" else 6):
         step()
         prof.step()
 torch.cuda.synchronize()

@@ -147,3 +147,22 @@ def test_summary_sets_messages_of_one_operation_apart_by_size(capsys) -> None:
     section = out.split("\nCommunication (", 1)[1].split("\n\n", 1)[0]
     assert status == 0 and "4,198,400 B" in section and "4,194,304 B" in section
     assert "4 KiB" in section
+
+
+def test_sends_in_sub_groups_pair_by_the_global_ranks_they_record() -> None:
+    # Rank 1 sends to rank 2 in the group [1, 2, 3], rank 2 to rank 3 in [2, 3]: each kernel
+    # records its peer's global rank (Dst Rank, Src Rank) and its rank in the group (Rank).
+    sends, in_group = {}, {}
+    for rank in range(4):
+        for e in events("subgroups", rank):
+            if e.get("cat") == "kernel" and e["args"].get("Collective name") == "send":
+                sends.setdefault((rank, e["args"]["Dst Rank"]), []).append(e)
+            elif e.get("name") == "record_param_comms" and e["args"].get("Dst Rank") == 2:
+                in_group[rank] = e["args"]["Rank"]
+    assert set(sends) == {(1, 2), (2, 3)}
+    assert in_group == {1: 1, 3: 0}  # rank 2 is the second of [1, 2, 3], the first of [2, 3]
+    traces = trace_files([PARALLEL / "subgroups"])
+    report = cross_rank([rank_profile(load_trace(path)) for path in traces])
+    assert report.paired_sends == sum(map(len, sends.values()))
+    # Rank 1 sleeps before each send: rank 2 waits for it in its receives.
+    assert report.straggler is not None and report.straggler.rank == 1
