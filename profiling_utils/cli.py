@@ -308,7 +308,8 @@ _CROSS_RANK_KEYS = """\
                  the k-th receive on B from A. A send that ended before its receive began
                  (the data waited at the peer) counts no wait on either side.
     straggler    {label, rank, basis, last_arrivals, matched, caused_wait_us,
-                 median_step_us}, the rank the others wait for, or null. basis
+                 median_step_us, joined}, the rank the others wait for, or null; joined
+                 counts the matched calls it took part in. basis
                  "collectives": it reaches collectives last and caused_wait_us is the
                  others' wait for it; "steps": nothing matched, its steps are the longest.
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,

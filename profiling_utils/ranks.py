@@ -506,6 +506,9 @@ class Straggler(msgspec.Struct, frozen=True):
     """Time the other ranks waited in collectives this rank reached last."""
     median_step_us: float | None
     """Its median step, to set beside the others' (about equal when the others wait)."""
+    joined: int = 0
+    """Of :attr:`matched`, those it took part in (a collective of a group it is not in, a
+    send between two other ranks, is not one of them)."""
 
 
 class CrossRank(msgspec.Struct, frozen=True):
@@ -565,6 +568,8 @@ class _Waits(msgspec.Struct, frozen=True):
     caused: list[float]
     moved: list[int | None] = msgspec.field(default_factory=list)
     """Per rank, the bytes of its matched collectives (``None`` where one has no size)."""
+    joined: list[int] = msgspec.field(default_factory=list)
+    """Per rank, the matched calls it took part in."""
     matched: int = 0
     alone: int = 0
     """Collectives found on one rank only."""
@@ -651,6 +656,8 @@ def _settle(result: _Waits, arrivals: list[tuple[int, float, float]]) -> bool:
     latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
     if latest_start > min(start + duration for _, start, duration in arrivals):
         return False
+    for position, _, _ in arrivals:
+        result.joined[position] += 1
     others = max(start for position, start, _ in arrivals if position != latest_position)
     if latest_start - others > _SAME_START_US:
         result.last[latest_position] += 1
@@ -665,7 +672,7 @@ def _settle(result: _Waits, arrivals: list[tuple[int, float, float]]) -> bool:
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
-    result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count)
+    result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count, joined=[0] * count)
     if not profiles or len({p.clock for p in profiles}) > 1:  # none: every trace was refused
         return result
     offsets = _offsets_us(profiles)
@@ -724,6 +731,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             buffered += 1
             for position, _, duration in (send, recv):
                 result.transfer[position] += duration
+                result.joined[position] += 1
         elif not _settle(result, [send, recv]):
             apart += 1  # a receive that ended before its send began: the clocks disagree
             continue
@@ -918,7 +926,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "straggler, idle or spread finding)"
         )
         return CrossRank(rows, spreads, matched, None, [], notes, waits.paired)
-    straggler = _straggler(rows, waits.caused, matched, spreads)
+    straggler = _straggler(rows, waits.caused, matched, spreads, waits.joined)
     calls = (
         "collectives"
         if not waits.paired
@@ -926,12 +934,18 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         if waits.paired == matched
         else "collectives, sends and receives"
     )
-    findings = _findings(rows, spreads, straggler, calls)
+    # Message sizes compare only where every rank took part in every matched call.
+    same_calls = all(joined == matched for joined in waits.joined)
+    findings = _findings(rows, spreads, straggler, calls, same_calls)
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
 
 
 def _straggler(
-    rows: list[RankTiming], caused: list[float], matched: int, spreads: list[StepSpread]
+    rows: list[RankTiming],
+    caused: list[float],
+    matched: int,
+    spreads: list[StepSpread],
+    joined: list[int] | None = None,
 ) -> Straggler | None:
     if len(rows) < 2:
         return None
@@ -943,7 +957,7 @@ def _straggler(
         row = rows[position]
         return Straggler(
             row.label, row.rank, "collectives", row.last_arrivals, matched, caused[position],
-            row.median_step_us,
+            row.median_step_us, joined[position] if joined else matched,
         )  # fmt: skip
     timed = [row for row in rows if row.median_step_us is not None]
     if len(timed) < 2 or not spreads:
@@ -959,14 +973,24 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} µs"
 
 
+def _took_part(straggler: Straggler, calls: str) -> str:
+    """``"10 collectives"``, or where other ranks also met without it (a sub-group's calls),
+    ``"the 8 sends and receives it took part in"``."""
+    if 0 < straggler.joined < straggler.matched:
+        return f"the {straggler.joined} {calls} it took part in"
+    return f"{straggler.matched} {calls}"
+
+
 def _findings(
     rows: list[RankTiming],
     spreads: list[StepSpread],
     straggler: Straggler | None,
     calls: str = "collectives",
+    same_calls: bool = True,
 ) -> list[Finding]:
     """The cross-rank findings; ``calls`` names what was matched across ranks
-    (``"collectives"``, ``"sends and receives"``...)."""
+    (``"collectives"``, ``"sends and receives"``...), ``same_calls`` whether every rank took
+    part in every one of them (their sizes then compare)."""
     findings = []
     others = [
         r for r in rows if r.collectives and straggler is not None and r.label != straggler.label
@@ -986,9 +1010,9 @@ def _findings(
             steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
         share = straggler.caused_wait_us / others_time if others_time else None
         own_row = next(r for r in rows if r.label == straggler.label)
-        others_bytes = [r.matched_bytes for r in others if r.matched_bytes]
+        others_bytes = [r.matched_bytes for r in others]
         uneven = ""
-        if own_row.matched_bytes and others_bytes:
+        if same_calls and own_row.matched_bytes and others_bytes and all(others_bytes):
             typical_bytes = statistics.median(others_bytes)
             if own_row.matched_bytes >= _UNEVEN_BYTES * typical_bytes:
                 uneven = (
@@ -1002,7 +1026,7 @@ def _findings(
                 _TABLE,
                 "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
                 f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
-                f"{straggler.matched} {calls} last, and the other ranks waited "
+                f"{_took_part(straggler, calls)} last, and the other ranks waited "
                 f"{_us(straggler.caused_wait_us)} in them for it. {steps_compared} "
                 f"look at what it does before its {calls} (host work, data loading, a "
                 f"slower GPU).{uneven}",

@@ -164,5 +164,13 @@ def test_sends_in_sub_groups_pair_by_the_global_ranks_they_record() -> None:
     traces = trace_files([PARALLEL / "subgroups"])
     report = cross_rank([rank_profile(load_trace(path)) for path in traces])
     assert report.paired_sends == sum(map(len, sends.values()))
-    # Rank 1 sleeps before each send: rank 2 waits for it in its receives.
-    assert report.straggler is not None and report.straggler.rank == 1
+    # Rank 1 sleeps before each send: rank 2 waits for it in its receives. It takes part in
+    # its sends and the all_reduces, not in the calls between ranks 2 and 3.
+    straggler = report.straggler
+    assert straggler is not None and straggler.rank == 1
+    assert straggler.joined == 4 + len(sends[1, 2]) < straggler.matched
+    (finding,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert f"of the {straggler.joined} collectives, sends and receives it took part in" in (
+        finding.message
+    )
+    assert "moves" not in finding.message  # the ranks met in different calls: no sizes set apart
