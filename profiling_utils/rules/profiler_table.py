@@ -814,9 +814,13 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
     # Cheap first (C-level passes over a row of thousands of calls): without a few calls far
     # above the usual one, no first call can be slow.
     durations = sorted(map(_DUR, facts.trace.by_name.get(name, ())))
-    if len(durations) < 2 * NEW_SHAPE_MIN_SLOW or (
-        durations[-NEW_SHAPE_MIN_SLOW] < NEW_SHAPE_RATIO * durations[len(durations) // 4]
-    ):
+    if len(durations) < 2 * NEW_SHAPE_MIN_SLOW:
+        return None
+    far_above = NEW_SHAPE_RATIO * durations[len(durations) // 4]
+    if durations[-NEW_SHAPE_MIN_SLOW] < far_above:
+        return None
+    # Nor, where the calls that far above the usual one add up to less than the floor.
+    if sum(durations[bisect_left(durations, far_above) :]) < floor_us:
         return None
     calls = [span for span in facts.named(name) if span.cat == "cpu_op"]
     by_shape: dict[bytes, list[int]] = {}
