@@ -661,8 +661,8 @@ def _host_sync_hit(
         step = trace.step_of(call)
         if step is not None:
             syncing.setdefault(step.number, call)
-    kept_steps = {step.number for step in facts.steps}
-    syncing = {number: call for number, call in syncing.items() if number in kept_steps}
+    kept = {step.number for step in facts.steps}
+    syncing = {number: call for number, call in syncing.items() if number in kept}
     message = (
         f"In {len(by_step)} of {steps} steps the GPU idles after a host sync, a median of "
         f"{median(gaps):.1f} µs ({median(gaps) / latency:.1f} launch latencies of "
@@ -694,7 +694,6 @@ def _host_sync_hit(
             f" The thread makes this sync in {len(syncing | by_step.keys())} of the {steps} "
             f"steps; in the other {len(others)} {why}."
         )
-    kept = {step.number for step in facts.steps}
     widest_step, widest = max(
         ((number, gap) for number, gap in longest.items() if number in kept),
         key=lambda item: item[1],
