@@ -19,6 +19,9 @@ the larger of the input and output buffers, the *algorithm bandwidth* is that si
 kernel's duration, and the *bus bandwidth* scales it by how much each rank really sends, so that
 it compares with the link's peak whatever the number of ranks ``n``: ``2(n-1)/n`` for all_reduce,
 ``(n-1)/n`` for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv.
+That factor for all_to_all assumes even splits; where the trace records uneven ones (``In split
+size``, ``Out split size``) and the rank's place in its group, the bus bandwidth is the bytes
+the rank sends to or receives from the other ranks, whichever is larger, over the duration.
 """
 
 from __future__ import annotations
@@ -228,6 +231,11 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     index: int
     """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
     order: the k-th collective of a group on one rank pairs with the k-th on every other."""
+    peer_bytes: int | None = None
+    """For an all_to_all whose splits the trace records (``In split size``, ``Out split
+    size``) on a rank whose place in the group is known: the larger of the bytes this rank
+    sends to the other ranks and receives from them (its own share stays on the GPU). With
+    even splits it is ``(n-1)/n`` of :attr:`bytes`; else ``None``."""
 
     @property
     def duration_us(self) -> float:
@@ -245,8 +253,11 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     def busbw_gb_s(self) -> float | None:
         """Bus bandwidth, GB/s: :attr:`algbw_gb_s` × ``2(n-1)/n`` for all_reduce, ``(n-1)/n``
         for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv (``n`` =
-        :attr:`group_size`); ``None`` when the size, the group size or the operation is
-        unknown."""
+        :attr:`group_size`); for an all_to_all with :attr:`peer_bytes`, those bytes over the
+        duration (what ``(n-1)/n`` stands for with even splits); ``None`` when the size, the
+        group size or the operation is unknown."""
+        if self.peer_bytes is not None and self.span.dur > 0:
+            return self.peer_bytes / (self.span.dur * 1e3)
         algbw = self.algbw_gb_s
         if algbw is None:
             return None
@@ -271,8 +282,8 @@ def bus_factor(op: str, group_size: int | None) -> float | None:
 
 def _describe(
     trace: Trace, kernel: Span
-) -> tuple[str, int | None, str | None, str | None, int | None, int | None]:
-    """(op, bytes, dtype, group, group size, peer) from the kernel's args, else from the
+) -> tuple[str, int | None, str | None, str | None, int | None, int | None, int | None]:
+    """(op, bytes, dtype, group, group size, peer, peer bytes) from the kernel's args, else from the
     ``record_param_comms`` op, ``nccl:<op>`` label and ``c10d::<op>`` op around its launch."""
     sources = [kernel.args]
     label_op = c10d_op = None
@@ -328,7 +339,20 @@ def _describe(
         None if group is None else str(group),
         group_size,
         _peer(recorded, op),
+        _peer_bytes(trace, recorded, op, elements, size, group_size),
     )
+
+
+def _recorded_list(recorded: dict[str, Any], key: str) -> list | None:
+    """A list the profiler writes as a string (``"[0, 1]"``), decoded; ``None`` if absent or
+    not a list."""
+    value = recorded.get(key)
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    return value if isinstance(value, list) else None
 
 
 def _peer(recorded: dict[str, Any], op: str) -> int | None:
@@ -338,15 +362,40 @@ def _peer(recorded: dict[str, Any], op: str) -> int | None:
     peer = _as_int(recorded.get("Dst Rank" if op == "send" else "Src Rank"))
     if peer is None or peer < 0:
         return None
-    ranks = recorded.get("Process Group Ranks")
-    if isinstance(ranks, str):  # written as a string: "[0, 1]"
-        try:
-            ranks = msgspec.json.decode(ranks)
-        except msgspec.DecodeError:
-            ranks = None
-    if isinstance(ranks, list) and ranks and peer not in ranks:
+    ranks = _recorded_list(recorded, "Process Group Ranks")
+    if ranks and peer not in ranks:
         return None  # not a rank of the call's group: not a peer to pair with
     return peer
+
+
+def _peer_bytes(
+    trace: Trace,
+    recorded: dict[str, Any],
+    op: str,
+    elements: list[int | None],
+    element_bytes: int | None,
+    group_size: int | None,
+) -> int | None:
+    """:attr:`Collective.peer_bytes`: an all_to_all's bytes to and from the other ranks, from
+    its recorded splits (rows of the first dimension, one per rank of the group)."""
+    if op != "all_to_all" or element_bytes is None or trace.rank is None:
+        return None
+    splits = [_recorded_list(recorded, key) for key in ("In split size", "Out split size")]
+    ranks = _recorded_list(recorded, "Process Group Ranks")
+    if ranks:
+        place = ranks.index(trace.rank) if trace.rank in ranks else None
+    else:  # no member list: only the run's whole world is a group we can place it in
+        place = trace.rank if group_size is not None and group_size == trace.world_size else None
+    moved = []
+    for split, nelems in zip(splits, elements, strict=True):
+        if not split or nelems is None or place is None or place >= len(split):
+            return None  # even splits (an empty list), or nothing to place this rank in
+        rows = [_as_int(n) for n in split]
+        if None in rows or sum(rows) <= 0 or nelems % sum(rows):  # type: ignore[arg-type]
+            return None
+        row_elements = nelems // sum(rows)  # type: ignore[arg-type]
+        moved.append((sum(rows) - rows[place]) * row_elements * element_bytes)  # type: ignore[operator]
+    return max(moved)
 
 
 def collectives(trace: Trace) -> list[Collective]:
@@ -361,7 +410,7 @@ def collectives(trace: Trace) -> list[Collective]:
     found = []
     seen_in_group: dict[str | None, int] = {}
     for kernel in trace.communication:
-        op, message_bytes, dtype, group, group_size, peer = _describe(trace, kernel)
+        op, message_bytes, dtype, group, group_size, peer, peer_bytes = _describe(trace, kernel)
         index = seen_in_group.get(group, 0)
         seen_in_group[group] = index + 1
         step = trace.step_of(kernel)
@@ -376,6 +425,7 @@ def collectives(trace: Trace) -> list[Collective]:
                 step=None if step is None else step.number,
                 peer=peer,
                 index=index,
+                peer_bytes=peer_bytes,
             )
         )
     return found

@@ -270,3 +270,34 @@ def test_intersection_starts_at_the_first_interval_that_reaches_the_steps() -> N
         )
         assert _intersection(step, whole) == covered
         assert _intersection([], whole) == _intersection(step, []) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("distributed", "group", "peer_bytes"),
+    [
+        # Rank 2 of a four-rank group: 6 of its 12 rows go out, 9 of 12 come in.
+        ({"rank": 2, "world_size": 4}, {}, 9 * 1024 * 4),
+        ({"rank": 6, "world_size": 8}, {"Process Group Ranks": "[4, 5, 6, 7]"}, 9 * 1024 * 4),
+        # Without its place in the group, no split is its own: the even-split factor applies.
+        ({"rank": 6, "world_size": 8}, {}, None),
+        ({"rank": 1, "world_size": 8}, {"Process Group Ranks": "[4, 5, 6, 7]"}, None),
+        ({}, {}, None),
+    ],
+)
+def test_an_all_to_alls_bytes_to_other_ranks_come_from_its_splits(
+    make_trace: Any, distributed: dict, group: dict, peer_bytes: int | None
+) -> None:
+    args = {"Collective name": "all_to_allv", "In msg nelems": 12 * 1024,
+            "Out msg nelems": 12 * 1024, "dtype": "Float", "Group size": 4,
+            "In split size": "[2, 2, 6, 2]", "Out split size": "[3, 3, 3, 3]", **group}  # fmt: skip
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 0, 5, correlation=1),
+        complete_event("ncclDevKernel_SendRecv", "kernel", 10, 2, pid=0, tid=COMM_STREAM,
+                       correlation=1, **args),
+    ]  # fmt: skip
+    top = {"distributedInfo": distributed} if distributed else {}
+    (found,) = collectives(load_trace(make_trace(events, **top)))
+    assert found.peer_bytes == peer_bytes
+    even = found.algbw_gb_s * 3 / 4  # type: ignore[operator]
+    expected = even if peer_bytes is None else peer_bytes / 2e3
+    assert found.busbw_gb_s == pytest.approx(expected)

@@ -131,6 +131,39 @@ def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
     assert "In them it moves 192 MiB, the others 128 MiB" in straggler.message
 
 
+def test_an_uneven_all_to_alls_bus_bandwidth_counts_what_crosses_to_other_ranks() -> None:
+    # Rank 0 keeps a quarter of its rows and sends three quarters to rank 1, and receives
+    # rank 1's quarter: 12 MiB cross in its busier direction, not (n-1)/n = half of 16 MiB.
+    from statistics import median
+
+    def crossing(rank: int) -> list[tuple[int, float]]:
+        found = []
+        for e in events("alltoall", rank):
+            args = e.get("args", {})
+            if e.get("cat") != "kernel" or args.get("Collective name") != "all_to_allv":
+                continue
+            moved = []
+            for key, nelems in (("In split size", "In msg nelems"),
+                                ("Out split size", "Out msg nelems")):  # fmt: skip
+                rows = json.loads(args[key])
+                moved.append((sum(rows) - rows[rank]) * args[nelems] // sum(rows) * 4)
+            found.append((max(moved), e["dur"]))
+        return found
+
+    (hit,) = fired("alltoall", 0, "collective-bandwidth")
+    top = hit.evidence["kinds"][0]
+    calls = crossing(0)
+    assert {moved for moved, _ in calls} == {12 * 2**20}
+    assert top["median_busbw_gb_s"] == round(median(m / (d * 1e3) for m, d in calls), 2)
+    assert top["median_busbw_gb_s"] > 0.5 * top["median_algbw_gb_s"]  # not the even split's
+    assert top["uneven_peer_bytes"] == 12 * 2**20
+    assert "splits uneven: 12 MiB of each call crosses" in hit.message
+    # Rank 1 receives three quarters of its 24 MiB output: what an even split would send.
+    (hit,) = fired("alltoall", 1, "collective-bandwidth")
+    assert hit.evidence["kinds"][0]["uneven_peer_bytes"] is None
+    assert "splits uneven" not in hit.message
+
+
 def test_summary_sets_messages_of_one_operation_apart_by_size(capsys) -> None:
     # DDP's 4 MiB buckets (one holds the biases too) beside the 4 KiB all_reduce of the
     # scaler's inf check: one median bandwidth over all three would describe none of them.

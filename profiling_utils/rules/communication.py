@@ -193,6 +193,18 @@ def comm_overlap(facts: Facts) -> Iterator[Hit]:
     )
 
 
+def _uneven_peer_bytes(members: list[Collective]) -> int | None:
+    """The median bytes an all_to_all's calls move to or from the other ranks, where their
+    recorded splits are uneven (not ``(n-1)/n`` of the message); else ``None``."""
+    recorded = [c for c in members if c.peer_bytes is not None and c.group_size]
+    if not recorded or all(
+        c.peer_bytes * c.group_size == (c.group_size - 1) * (c.bytes or 0)  # type: ignore[operator]
+        for c in recorded
+    ):
+        return None
+    return int(median(c.peer_bytes for c in recorded))  # type: ignore[misc]
+
+
 @rule(
     "collective-bandwidth",
     "GPU lane",
@@ -200,10 +212,11 @@ def comm_overlap(facts: Facts) -> Iterator[Hit]:
     kernel or on record_param_comms; Input Dims on the nccl:* label in older traces).""",
     means="""The bandwidth each collective reached, as nccl-tests reports it: algorithm
     bandwidth (bytes / time) and bus bandwidth (scaled by 2(n-1)/n for all_reduce, (n-1)/n
-    for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv), which
-    compares with the links' peak (NVLink, InfiniBand). It is a lower bound: the kernel's
-    time includes waiting for the slowest rank. Far below the links' peak for large
-    messages, look for stragglers or a slow path between nodes.""",
+    for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv; for an
+    all_to_all with uneven recorded splits, the bytes the rank sends to or receives from the
+    others over the time), which compares with the links' peak (NVLink, InfiniBand). It is a
+    lower bound: the kernel's time includes waiting for the slowest rank. Far below the
+    links' peak for large messages, look for stragglers or a slow path between nodes.""",
     severity="info",
     from_post=False,
     example="auto_examples/part1_matmul_add/plot_11_several_ranks",
@@ -236,6 +249,7 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
                 "median_us": us(median(c.span.dur for c in members)),
                 "median_algbw_gb_s": round(median(c.algbw_gb_s or 0.0 for c in members), 2),
                 "median_busbw_gb_s": round(median(busbw), 2) if busbw else None,
+                "uneven_peer_bytes": _uneven_peer_bytes(members),
                 "first": _collective_ref(members[0]),
             }
         )
@@ -246,6 +260,12 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
     evidence_world: dict[str, Any] = {}
     if top["median_busbw_gb_s"] is not None:
         bus = f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
+        if top["uneven_peer_bytes"] is not None:
+            bus += (
+                f" (splits uneven: {byte_size(top['uneven_peer_bytes'])} of each call crosses "
+                "to or from the other ranks in the busier direction, the bytes the bus "
+                "bandwidth counts)"
+            )
     elif factor is not None and world is not None and world > 1:
         # The group is not named; the run's world is: the default group spans all of it.
         if_world = top["median_algbw_gb_s"] * factor
