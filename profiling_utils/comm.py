@@ -54,6 +54,7 @@ OPERATIONS = (
     "all_to_all",
     "send",
     "recv",
+    "send_recv",
     "barrier",
     "unknown",
 )
@@ -67,6 +68,7 @@ _BUS_FACTORS = {
     "broadcast": lambda n: 1.0,
     "send": lambda n: 1.0,
     "recv": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
 }
 
 # Element sizes by the dtype spellings traces use: ``Float``/``BFloat16`` (c10 ScalarType names,
@@ -208,8 +210,10 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     """The GPU kernel doing the collective (``ncclDevKernel_*``, ``ncclKernel_*``...)."""
     op: str
     """One of :data:`OPERATIONS`: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``,
-    ``"broadcast"``, ``"all_to_all"``, ``"send"``, ``"recv"``, ``"barrier"``, or ``"unknown"``
-    when the trace does not say (an older trace's ``SendRecv`` kernel outside any label)."""
+    ``"broadcast"``, ``"all_to_all"``, ``"send"``, ``"recv"``, ``"send_recv"`` (a batch of
+    sends and receives run as one kernel, as ``batch_isend_irecv`` does), ``"barrier"``, or
+    ``"unknown"`` when the trace does not say (an older trace's ``SendRecv`` kernel outside any
+    label)."""
     bytes: int | None
     """Message size in bytes, the larger of the input and output buffers (elements × dtype
     size), where the trace records it; else ``None``."""
@@ -231,6 +235,9 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     index: int
     """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
     order: the k-th collective of a group on one rank pairs with the k-th on every other."""
+    peers: tuple[int, ...] = ()
+    """For a ``send_recv`` batch, the global ranks its sends go to and its receives come from
+    (the recorded ``Dst Rank``/``Src Rank`` of each)."""
     peer_bytes: int | None = None
     """For an all_to_all whose splits the trace records (``In split size``, ``Out split
     size``) on a rank whose place in the group is known: the larger of the bytes this rank
@@ -273,18 +280,18 @@ def bus_factor(op: str, group_size: int | None) -> float | None:
     factor = _BUS_FACTORS.get(op)
     if factor is None:
         return None
-    if op in ("broadcast", "send", "recv"):
+    if op in ("broadcast", "send", "recv", "send_recv"):
         return 1.0
     if group_size is None or group_size < 1:
         return None
     return factor(group_size)
 
 
-def _describe(
-    trace: Trace, kernel: Span
-) -> tuple[str, int | None, str | None, str | None, int | None, int | None, int | None]:
-    """(op, bytes, dtype, group, group size, peer, peer bytes) from the kernel's args, else from the
-    ``record_param_comms`` op, ``nccl:<op>`` label and ``c10d::<op>`` op around its launch."""
+def _describe(trace: Trace, kernel: Span, used: set[int]) -> dict[str, Any]:
+    """:class:`Collective`'s fields but its step and index from the kernel's args, else from
+    the ``record_param_comms`` op, ``nccl:<op>`` label and ``c10d::<op>`` op around its launch,
+    with ``"label"``, the label if any. Adds the ``record_param_comms`` ops it read to
+    ``used``."""
     sources = [kernel.args]
     label_op = c10d_op = None
     launch = trace.launch_of(kernel)
@@ -293,6 +300,7 @@ def _describe(
             name = enclosing.name
             if name == _PARAM_COMMS:
                 sources.append(enclosing.args)
+                used.add(enclosing.id)
             elif label_op is None and name.startswith(_LABEL_PREFIXES):
                 label_op = enclosing
             elif c10d_op is None and name.startswith(_C10D_PREFIX):
@@ -332,15 +340,16 @@ def _describe(
         if op in ("all_gather", "reduce_scatter") and smaller > 0 and larger % smaller == 0:
             ratio = larger // smaller
             group_size = ratio if ratio > 1 else None
-    return (
-        op,
-        message_bytes,
-        dtype,
-        None if group is None else str(group),
-        group_size,
-        _peer(recorded, op),
-        _peer_bytes(trace, recorded, op, elements, size, group_size),
-    )
+    return {
+        "op": op,
+        "bytes": message_bytes,
+        "dtype": dtype,
+        "group": None if group is None else str(group),
+        "group_size": group_size,
+        "peer": _peer(recorded, op),
+        "peer_bytes": _peer_bytes(trace, recorded, op, elements, size, group_size),
+        "label": None if recorded else label_op,
+    }
 
 
 def _recorded_list(recorded: dict[str, Any], key: str) -> list | None:
@@ -407,28 +416,75 @@ def collectives(trace: Trace) -> list[Collective]:
     Returns:
         One :class:`Collective` per communication kernel; empty for a trace without any.
     """
+    used: set[int] = set()
+    described = [(kernel, _describe(trace, kernel, used)) for kernel in trace.communication]
+    launched: dict[Any, list[float]] = {}  # per thread, when its communication launches ended
+    for kernel in trace.communication:
+        launch = trace.launch_of(kernel)
+        if launch is not None:
+            launched.setdefault(launch.lane, []).append(launch.end)
+    for ends in launched.values():
+        ends.sort()
     found = []
     seen_in_group: dict[str | None, int] = {}
-    for kernel in trace.communication:
-        op, message_bytes, dtype, group, group_size, peer, peer_bytes = _describe(trace, kernel)
-        index = seen_in_group.get(group, 0)
-        seen_in_group[group] = index + 1
+    for kernel, fields in described:
+        label = fields.pop("label")
+        if label is not None and label.name.endswith(":coalesced"):
+            ends = launched.get(label.lane, [])
+            before = bisect_right(ends, label.start)
+            fields.update(_batch(trace, label, used, ends[before - 1] if before else -math.inf))
+        index = seen_in_group.get(fields["group"], 0)
+        seen_in_group[fields["group"]] = index + 1
         step = trace.step_of(kernel)
         found.append(
             Collective(
                 span=kernel,
-                op=op,
-                bytes=message_bytes,
-                dtype=dtype,
-                group=group,
-                group_size=group_size,
                 step=None if step is None else step.number,
-                peer=peer,
                 index=index,
-                peer_bytes=peer_bytes,
+                **fields,
             )
         )
     return found
+
+
+def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str, Any]:
+    """What a ``nccl:coalesced`` kernel runs, from the sends and receives recorded just before
+    its label on its thread (after ``after``, the end of the thread's last communication
+    launch before it) that launched no kernel of their own (``batch_isend_irecv`` issues each
+    one, then one kernel for all): op ``"send_recv"``, their group if they share one, the
+    ranks they exchange with (:attr:`Collective.peers`), and the bytes sent or received,
+    whichever is more. Nothing where no such send or receive is recorded."""
+    recorded = trace.by_name.get(_PARAM_COMMS, [])
+    members = []
+    for span in reversed(recorded[: bisect_right(recorded, label.start, key=_START)]):
+        if span.start < after:
+            break
+        if span.lane is not label.lane or span.end > label.start:
+            continue
+        args = span.args
+        op = _operation(str(args.get("Collective name", "")))
+        if span.id in used or op not in ("send", "recv"):
+            break  # an earlier kernel's op, or a wait: the batch starts after it
+        members.append((op, args))
+    peers = [_peer(args, op) for op, args in members]
+    if not members or None in peers:
+        return {}
+    groups = {args.get("Process Group Name") for _, args in members}
+    moved = {"send": 0, "recv": 0}
+    for op, args in members:
+        size = _element_bytes(args.get("dtype") if isinstance(args.get("dtype"), str) else None)
+        elements = _as_int(args.get("In msg nelems"))
+        if size is None or elements is None:
+            moved = {}
+            break
+        moved[op] += elements * size
+    (group,) = groups if len(groups) == 1 else (None,)
+    return {
+        "op": "send_recv",
+        "group": None if group is None else str(group),
+        "bytes": max(moved.values()) if moved else None,
+        "peers": tuple(sorted(set(peers))),  # type: ignore[type-var]
+    }
 
 
 class Overlap(msgspec.Struct, frozen=True, gc=False):

@@ -319,6 +319,10 @@ class CollectiveCall(msgspec.Struct, frozen=True):
     """For a send or a receive whose trace records it, the other rank (global): the k-th send
     from rank A to rank B pairs with the k-th receive on B from A (``index`` then counts the
     calls to or from that peer)."""
+    ranks: tuple[int, ...] = ()
+    """For a ``send_recv`` batch (``batch_isend_irecv``) whose peers and rank are recorded,
+    the global ranks it exchanges among, its own included: the k-th batch among those ranks
+    is one call on each of them (``index`` then counts the batches among them)."""
 
 
 class RankStep(msgspec.Struct, frozen=True):
@@ -405,15 +409,18 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         for s in kept
     )
     calls = []
-    seen: dict[tuple[str, str, int | None], int] = {}
+    seen: dict[tuple[str, str, int | None, tuple[int, ...]], int] = {}
     for collective in comm.collectives(trace):
         peer = collective.peer
-        key = (collective.group or "default", collective.op, peer)
+        ranks = ()
+        if collective.peers and trace.rank is not None:
+            ranks = tuple(sorted({trace.rank, *collective.peers}))
+        key = (collective.group or "default", collective.op, peer, ranks)
         index = seen[key] = seen.get(key, -1) + 1
         span = collective.span
         calls.append(
             CollectiveCall(
-                key[0], index, key[1], origin + span.start, span.dur, collective.bytes, peer
+                key[0], index, key[1], origin + span.start, span.dur, collective.bytes, peer, ranks
             )
         )
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
@@ -573,6 +580,10 @@ class _Waits(msgspec.Struct, frozen=True):
     matched: int = 0
     alone: int = 0
     """Collectives found on one rank only."""
+    batches_alone: int = 0
+    """Batches of sends and receives (``send_recv``) that no other given rank ran among the
+    same ranks at the same position (with ranks that pair in turns, each rank's batch
+    exchanges with a different set of ranks)."""
     apart: int = 0
     """Collectives whose kernels do not overlap across ranks: not the same call."""
     point_to_point: int = 0
@@ -613,7 +624,7 @@ def _index_shifts(
             if call.op in _POINT_TO_POINT:
                 continue
             start = call.start_us + offsets[position]
-            per_rank = sequences.setdefault((call.group, call.op), {})
+            per_rank = sequences.setdefault((_sequence(call), call.op), {})
             per_rank.setdefault(position, []).append((start, start + call.dur_us))
     shifts = {}
     for (group, op), per_rank in sequences.items():
@@ -630,6 +641,14 @@ def _index_shifts(
             if best:
                 shifts[position, group, op] = (best, reference_position)
     return shifts
+
+
+def _sequence(call: CollectiveCall) -> str:
+    """The group a call's position counts in: its process group, and for a batch of sends and
+    receives the ranks it exchanges among."""
+    if not call.ranks:
+        return call.group
+    return f"{call.group} among ranks {', '.join(map(str, call.ranks))}"
 
 
 def _overlapping(
@@ -701,16 +720,23 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
                 )
                 pair_sizes[pair, call.op] = call.bytes
                 continue
-            index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
-            key = (call.group, index, call.op)
+            if call.op == "send_recv" and not call.ranks:
+                point_to_point += 1  # whom it exchanges with is not recorded
+                continue
+            group = _sequence(call)
+            index = call.index + shifts.get((position, group, call.op), (0, 0))[0]
+            key = (group, index, call.op)
             by_key.setdefault(key, []).append(
                 (position, call.start_us + offsets[position], call.dur_us)
             )
             sizes[key, position] = call.bytes
-    matched = alone = apart = 0
+    matched = alone = batches_alone = apart = 0
     for key, arrivals in by_key.items():
         if len({position for position, _, _ in arrivals}) < 2:
-            alone += 1
+            if key[2] == "send_recv":
+                batches_alone += 1
+            else:
+                alone += 1
             continue
         if not _settle(result, arrivals):
             apart += 1
@@ -743,6 +769,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         result,
         matched=matched + paired,
         alone=alone,
+        batches_alone=batches_alone,
         apart=apart,
         point_to_point=point_to_point,
         paired=paired,
@@ -847,6 +874,12 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             f"{waits.alone} collective(s) found on one rank only (a trace cut at another point, "
             "or a group whose other ranks were not given)"
+        )
+    if waits.batches_alone:
+        notes.append(
+            f"{waits.batches_alone} batch(es) of sends and receives (batch_isend_irecv) not "
+            "lined up: no other rank given ran a batch among the same ranks at that position "
+            "(ranks that exchange in turns batch with different ranks)"
         )
     if waits.apart:
         notes.append(

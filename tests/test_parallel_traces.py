@@ -207,3 +207,29 @@ def test_sends_in_sub_groups_pair_by_the_global_ranks_they_record() -> None:
         finding.message
     )
     assert "moves" not in finding.message  # the ranks met in different calls: no sizes set apart
+
+
+def test_a_batch_of_sends_and_receives_is_read_off_the_ops_before_its_kernel() -> None:
+    # Ranks 2 and 3 swap tensors with batch_isend_irecv: an isend and an irecv that launch no
+    # kernel (record_param_comms each), then one SendRecv kernel under nccl:coalesced, with no
+    # args of its own.
+    from profiling_utils.comm import collectives
+
+    raw = events("subgroups", 2)
+    coalesced = [
+        e for e in raw if e.get("name") == "nccl:coalesced" and e["cat"] != "gpu_user_annotation"
+    ]
+    kernels = [e for e in raw if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    assert coalesced and len(kernels) == len(coalesced) + sum(
+        "Collective name" in e["args"] for e in kernels
+    )
+    batches = [c for c in collectives(load_trace(PARALLEL / "subgroups" / "rank2.json.gz"))
+               if c.op == "send_recv"]  # fmt: skip
+    assert len(batches) == len(coalesced)
+    assert {(c.group, c.peers, c.bytes) for c in batches} == {("2", (3,), 4 * 2**20)}
+    # Across ranks, rank 2's batches line up with rank 3's, the only ones among ranks 2 and 3.
+    profiles = [rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "subgroups"])]
+    by_rank = {p.rank: [c.ranks for c in p.collectives if c.op == "send_recv"] for p in profiles}
+    assert by_rank == {0: [], 1: [], 2: [(2, 3)] * len(batches), 3: [(2, 3)] * len(batches)}
+    report = cross_rank(profiles)
+    assert not any("batch(es)" in note for note in report.notes)
