@@ -39,6 +39,7 @@ from .trace import Span, Trace, _as_int, input_shapes
 __all__ = [
     "OPERATIONS",
     "Collective",
+    "Transfer",
     "Overlap",
     "CommOverlap",
     "collectives",
@@ -200,6 +201,17 @@ def _tensor_bytes(op: Span, kernel: Span | None = None) -> tuple[int | None, str
     return best
 
 
+class Transfer(msgspec.Struct, frozen=True, gc=False):
+    """One send or receive of a batch that runs as one kernel (``send_recv``)."""
+
+    op: str
+    """``"send"`` or ``"recv"``."""
+    peer: int
+    """The rank it goes to or comes from (global: ``Dst Rank``, ``Src Rank``)."""
+    bytes: int | None
+    """Its size, where recorded."""
+
+
 class Collective(msgspec.Struct, frozen=True, gc=False):
     """One collective or point-to-point transfer, as its GPU kernel ran on this rank.
 
@@ -235,9 +247,8 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     index: int
     """Its position among this trace's collectives of the same :attr:`group`, from 0 in start
     order: the k-th collective of a group on one rank pairs with the k-th on every other."""
-    peers: tuple[int, ...] = ()
-    """For a ``send_recv`` batch, the global ranks its sends go to and its receives come from
-    (the recorded ``Dst Rank``/``Src Rank`` of each)."""
+    transfers: tuple[Transfer, ...] = ()
+    """For a ``send_recv`` batch, its sends and receives in the order they were issued."""
     peer_bytes: int | None = None
     """For an all_to_all whose splits the trace records (``In split size``, ``Out split
     size``) on a rank whose place in the group is known: the larger of the bytes this rank
@@ -451,9 +462,9 @@ def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str,
     """What a ``nccl:coalesced`` kernel runs, from the sends and receives recorded just before
     its label on its thread (after ``after``, the end of the thread's last communication
     launch before it) that launched no kernel of their own (``batch_isend_irecv`` issues each
-    one, then one kernel for all): op ``"send_recv"``, their group if they share one, the
-    ranks they exchange with (:attr:`Collective.peers`), and the bytes sent or received,
-    whichever is more. Nothing where no such send or receive is recorded."""
+    one, then one kernel for all): op ``"send_recv"``, their group if they share one, each of
+    them (:attr:`Collective.transfers`), and the bytes sent or received, whichever is more.
+    Nothing where no such send or receive is recorded."""
     recorded = trace.by_name.get(_PARAM_COMMS, [])
     members = []
     for span in reversed(recorded[: bisect_right(recorded, label.start, key=_START)]):
@@ -466,24 +477,28 @@ def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str,
         if span.id in used or op not in ("send", "recv"):
             break  # an earlier kernel's op, or a wait: the batch starts after it
         members.append((op, args))
-    peers = [_peer(args, op) for op, args in members]
-    if not members or None in peers:
+    transfers = []
+    for op, args in reversed(members):
+        peer = _peer(args, op)
+        if peer is None:
+            return {}
+        dtype = args.get("dtype")
+        size = _element_bytes(dtype if isinstance(dtype, str) else None)
+        elements = _as_int(args.get("In msg nelems"))
+        moved = None if size is None or elements is None else elements * size
+        transfers.append(Transfer(op, peer, moved))
+    if not transfers:
         return {}
     groups = {args.get("Process Group Name") for _, args in members}
-    moved = {"send": 0, "recv": 0}
-    for op, args in members:
-        size = _element_bytes(args.get("dtype") if isinstance(args.get("dtype"), str) else None)
-        elements = _as_int(args.get("In msg nelems"))
-        if size is None or elements is None:
-            moved = {}
-            break
-        moved[op] += elements * size
     (group,) = groups if len(groups) == 1 else (None,)
+    sizes = [t.bytes for t in transfers]
     return {
         "op": "send_recv",
         "group": None if group is None else str(group),
-        "bytes": max(moved.values()) if moved else None,
-        "peers": tuple(sorted(set(peers))),  # type: ignore[type-var]
+        "bytes": None
+        if None in sizes
+        else max(sum(t.bytes for t in transfers if t.op == op) for op in ("send", "recv")),  # type: ignore[misc]
+        "transfers": tuple(transfers),
     }
 
 

@@ -41,7 +41,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -319,10 +319,11 @@ class CollectiveCall(msgspec.Struct, frozen=True):
     """For a send or a receive whose trace records it, the other rank (global): the k-th send
     from rank A to rank B pairs with the k-th receive on B from A (``index`` then counts the
     calls to or from that peer)."""
-    ranks: tuple[int, ...] = ()
-    """For a ``send_recv`` batch (``batch_isend_irecv``) whose peers and rank are recorded,
-    the global ranks it exchanges among, its own included: the k-th batch among those ranks
-    is one call on each of them (``index`` then counts the batches among them)."""
+    transfers: tuple[tuple[str, int, int, int | None], ...] = ()
+    """For a ``send_recv`` batch (``batch_isend_irecv``) on a rank that records its rank: each
+    of its sends and receives as ``(op, peer, index, bytes)``, ``index`` counting this rank's
+    sends to (or receives from) that peer, batched or not: each pairs as a send or receive of
+    its own would, and the batch's kernel waits for the last of its peers."""
 
 
 class RankStep(msgspec.Struct, frozen=True):
@@ -409,18 +410,29 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         for s in kept
     )
     calls = []
-    seen: dict[tuple[str, str, int | None, tuple[int, ...]], int] = {}
+    seen: dict[tuple[str, str, int | None], int] = {}
     for collective in comm.collectives(trace):
         peer = collective.peer
-        ranks = ()
-        if collective.peers and trace.rank is not None:
-            ranks = tuple(sorted({trace.rank, *collective.peers}))
-        key = (collective.group or "default", collective.op, peer, ranks)
+        group = collective.group or "default"
+        key = (group, collective.op, peer)
         index = seen[key] = seen.get(key, -1) + 1
+        transfers = []
+        if trace.rank is not None:
+            for transfer in collective.transfers:
+                side = (group, transfer.op, transfer.peer)
+                seen[side] = seen.get(side, -1) + 1
+                transfers.append((transfer.op, transfer.peer, seen[side], transfer.bytes))
         span = collective.span
         calls.append(
             CollectiveCall(
-                key[0], index, key[1], origin + span.start, span.dur, collective.bytes, peer, ranks
+                group,
+                index,
+                collective.op,
+                origin + span.start,
+                span.dur,
+                collective.bytes,
+                peer,
+                tuple(transfers),
             )
         )
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
@@ -580,10 +592,7 @@ class _Waits(msgspec.Struct, frozen=True):
     matched: int = 0
     alone: int = 0
     """Collectives found on one rank only."""
-    batches_alone: int = 0
-    """Batches of sends and receives (``send_recv``) that no other given rank ran among the
-    same ranks at the same position (with ranks that pair in turns, each rank's batch
-    exchanges with a different set of ranks)."""
+
     apart: int = 0
     """Collectives whose kernels do not overlap across ranks: not the same call."""
     point_to_point: int = 0
@@ -624,7 +633,7 @@ def _index_shifts(
             if call.op in _POINT_TO_POINT:
                 continue
             start = call.start_us + offsets[position]
-            per_rank = sequences.setdefault((_sequence(call), call.op), {})
+            per_rank = sequences.setdefault((call.group, call.op), {})
             per_rank.setdefault(position, []).append((start, start + call.dur_us))
     shifts = {}
     for (group, op), per_rank in sequences.items():
@@ -641,14 +650,6 @@ def _index_shifts(
             if best:
                 shifts[position, group, op] = (best, reference_position)
     return shifts
-
-
-def _sequence(call: CollectiveCall) -> str:
-    """The group a call's position counts in: its process group, and for a batch of sends and
-    receives the ranks it exchanges among."""
-    if not call.ranks:
-        return call.group
-    return f"{call.group} among ranks {', '.join(map(str, call.ranks))}"
 
 
 def _overlapping(
@@ -688,6 +689,16 @@ def _settle(result: _Waits, arrivals: list[tuple[int, float, float]]) -> bool:
     return True
 
 
+class _Side(NamedTuple):
+    """One side of a send/receive pair: the rank's position, its kernel's start on the common
+    clock and duration, and which kernel it is (a batch's sends and receives share one)."""
+
+    position: int
+    start: float
+    dur: float
+    kernel: tuple[int, int]
+
+
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
@@ -697,46 +708,46 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     offsets = _offsets_us(profiles)
     shifts = _index_shifts(profiles, offsets)
     by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
-    # (group, sender, receiver, k) -> per side ("send"/"recv"): (position, start, duration)
-    pairs: dict[tuple[str, int, int, int], dict[str, tuple[int, float, float]]] = {}
+    # (group, sender, receiver, k) -> per side ("send"/"recv"): (position, start, duration,
+    # its kernel: (position, the call's place in the rank's list), shared by a batch's sends
+    # and receives)
+    pairs: dict[tuple[str, int, int, int], dict[str, _Side]] = {}
     sizes: dict[tuple[tuple[str, int, str], int], int | None] = {}
     pair_sizes: dict[tuple[tuple[str, int, int, int], str], int | None] = {}
     moved: list[int | None] = [0] * count
     point_to_point = 0
     for position, profile in enumerate(profiles):
-        for call in profile.collectives:
-            if call.op in _POINT_TO_POINT:
-                if call.peer is None or profile.rank is None:
-                    point_to_point += 1
+        for place, call in enumerate(profile.collectives):
+            start = call.start_us + offsets[position]
+            if call.op in _POINT_TO_POINT or call.op == "send_recv":
+                sides = (
+                    [(call.op, call.peer, call.index, call.bytes)]
+                    if call.op in _POINT_TO_POINT
+                    else call.transfers
+                )
+                if not sides or profile.rank is None:
+                    point_to_point += 1  # whom it exchanges with is not recorded
                     continue
-                sender, receiver = (
-                    (profile.rank, call.peer) if call.op == "send" else (call.peer, profile.rank)
-                )
-                pair = (call.group, sender, receiver, call.index)
-                pairs.setdefault(pair, {})[call.op] = (
-                    position,
-                    call.start_us + offsets[position],
-                    call.dur_us,
-                )
-                pair_sizes[pair, call.op] = call.bytes
+                for op, peer, index, size in sides:
+                    if peer is None:
+                        point_to_point += 1
+                        continue
+                    rank = profile.rank
+                    sender, receiver = (rank, peer) if op == "send" else (peer, rank)
+                    pair = (call.group, sender, receiver, index)
+                    pairs.setdefault(pair, {})[op] = _Side(
+                        position, start, call.dur_us, (position, place)
+                    )
+                    pair_sizes[pair, op] = size
                 continue
-            if call.op == "send_recv" and not call.ranks:
-                point_to_point += 1  # whom it exchanges with is not recorded
-                continue
-            group = _sequence(call)
-            index = call.index + shifts.get((position, group, call.op), (0, 0))[0]
-            key = (group, index, call.op)
-            by_key.setdefault(key, []).append(
-                (position, call.start_us + offsets[position], call.dur_us)
-            )
+            index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
+            key = (call.group, index, call.op)
+            by_key.setdefault(key, []).append((position, start, call.dur_us))
             sizes[key, position] = call.bytes
-    matched = alone = batches_alone = apart = 0
+    matched = alone = apart = 0
     for key, arrivals in by_key.items():
         if len({position for position, _, _ in arrivals}) < 2:
-            if key[2] == "send_recv":
-                batches_alone += 1
-            else:
-                alone += 1
+            alone += 1
             continue
         if not _settle(result, arrivals):
             apart += 1
@@ -745,31 +756,49 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         for position, _, _ in arrivals:
             size, so_far = sizes[key, position], moved[position]
             moved[position] = None if size is None or so_far is None else so_far + size
+    # Per kernel that took part in a pair: itself, and the latest start of the other sides
+    # it waited for (None where each of its sends ended before its receive began).
+    kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
     paired = buffered = 0
     for pair, sides in pairs.items():
         if len(sides) < 2:
             point_to_point += 1  # its peer's trace was not given, or was cut before it
             continue
         send, recv = sides["send"], sides["recv"]
-        if send[1] + send[2] <= recv[1]:
+        if send.start + send.dur <= recv.start:
             # The send ended before the receive began: NCCL held the data at the peer, and
             # neither side waited for the other.
             buffered += 1
-            for position, _, duration in (send, recv):
-                result.transfer[position] += duration
-                result.joined[position] += 1
-        elif not _settle(result, [send, recv]):
+            for side in (send, recv):
+                kernels.setdefault(side.kernel, (side, None))
+        elif recv.start + recv.dur < send.start:
             apart += 1  # a receive that ended before its send began: the clocks disagree
             continue
+        else:
+            for side, other in ((send, recv), (recv, send)):
+                latest = kernels.get(side.kernel, (side, None))[1]
+                if latest is None or other.start > latest.start:
+                    latest = other
+                kernels[side.kernel] = (side, latest)
         paired += 1
-        for op, (position, _, _) in sides.items():
-            size, so_far = pair_sizes[pair, op], moved[position]
-            moved[position] = None if size is None or so_far is None else so_far + size
+        for op, side in sides.items():
+            size, so_far = pair_sizes[pair, op], moved[side.position]
+            moved[side.position] = None if size is None or so_far is None else so_far + size
+    # A kernel of several sends and receives (a batch) waits for the last of its peers.
+    for side, latest in kernels.values():
+        position = side.position
+        result.joined[position] += 1
+        waited = 0.0 if latest is None else max(latest.start - side.start, 0.0)
+        result.wait[position] += waited
+        result.transfer[position] += side.dur - waited
+        if latest is not None:
+            result.caused[latest.position] += waited
+            if side.start - latest.start > _SAME_START_US:
+                result.last[position] += 1
     return msgspec.structs.replace(
         result,
         matched=matched + paired,
         alone=alone,
-        batches_alone=batches_alone,
         apart=apart,
         point_to_point=point_to_point,
         paired=paired,
@@ -874,12 +903,6 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             f"{waits.alone} collective(s) found on one rank only (a trace cut at another point, "
             "or a group whose other ranks were not given)"
-        )
-    if waits.batches_alone:
-        notes.append(
-            f"{waits.batches_alone} batch(es) of sends and receives (batch_isend_irecv) not "
-            "lined up: no other rank given ran a batch among the same ranks at that position "
-            "(ranks that exchange in turns batch with different ranks)"
         )
     if waits.apart:
         notes.append(

@@ -311,12 +311,14 @@ def test_sends_in_a_sub_group_pair_by_the_global_ranks_they_record(tmp_path: Pat
 
 def batch_events(rank: int, peers: dict[str, int], world: int, stall_us: float = 0.0) -> list:
     """One rank's three steps, each a ``batch_isend_irecv``: a send to ``peers["send"]`` and a
-    receive from ``peers["recv"]`` recorded (no kernel of their own), then one kernel under
-    ``nccl:coalesced``, which ends once every rank of the run has arrived."""
+    receive from ``peers["recv"]``, where given, recorded with no kernel of their own, then
+    one kernel under ``nccl:coalesced`` that ends at the same time on every rank."""
     events = []
     for index in range(3):
         t, correlation = index * STEP_US, 100 * index + 1
         arrival = t + 100 + stall_us
+        sides = [(op, key) for op, key in (("send", "Dst Rank"), ("recv", "Src Rank"))
+                 if op in peers]  # fmt: skip
         events += [
             complete_event(f"ProfilerStep#{index}", "user_annotation", t, STEP_US - 1),
             *(
@@ -325,7 +327,7 @@ def batch_events(rank: int, peers: dict[str, int], world: int, stall_us: float =
                                   "Process Group Ranks": str(list(range(world))),
                                   "In msg nelems": 1024, "Out msg nelems": 1024,
                                   "dtype": "Float", key: peers[op]})
-                for k, (op, key) in enumerate((("send", "Dst Rank"), ("recv", "Src Rank")))
+                for k, (op, key) in enumerate(sides)
             ),
             complete_event("nccl:coalesced", "user_annotation", arrival - 20, 15),
             complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 15, 5,
@@ -338,45 +340,40 @@ def batch_events(rank: int, peers: dict[str, int], world: int, stall_us: float =
     return events
 
 
-def test_batches_of_sends_and_receives_line_up_among_the_ranks_they_exchange_with(
-    tmp_path: Path,
-) -> None:
-    # Two ranks swap tensors in one batch each step; rank 1 reaches it 300 µs late.
-    info = {"backend": "nccl", "world_size": 2}
-    for rank, stall in ((0, 0.0), (1, 300.0)):
-        events = batch_events(rank, {"send": 1 - rank, "recv": 1 - rank}, 2, stall)
-        write_trace(tmp_path / f"rank-{rank}.json",
+def write_batches(directory: Path, peers: list[dict[str, int]], late_rank: int) -> None:
+    info = {"backend": "nccl", "world_size": len(peers)}
+    for rank, mine in enumerate(peers):
+        events = batch_events(rank, mine, len(peers), 300.0 if rank == late_rank else 0.0)
+        write_trace(directory / f"rank-{rank}.json",
                     trace_document(events, distributedInfo={**info, "rank": rank}))  # fmt: skip
+
+
+def test_a_batchs_sends_and_receives_pair_with_the_peers_they_record(tmp_path: Path) -> None:
+    # Two ranks swap tensors in one batch each step; rank 1 reaches it 300 µs late.
+    write_batches(tmp_path, [{"send": 1, "recv": 1}, {"send": 0, "recv": 0}], late_rank=1)
     found = profiles(tmp_path)
-    assert [(c.op, c.ranks, c.bytes) for c in found[0].collectives] == [
-        ("send_recv", (0, 1), 4096)
-    ] * 3
+    assert [(c.op, c.bytes, c.transfers) for c in found[0].collectives] == [
+        ("send_recv", 4096, (("send", 1, k, 4096), ("recv", 1, k, 4096))) for k in range(3)
+    ]
     report = cross_rank(found)
-    assert report.matched_collectives == 3
+    assert report.paired_sends == report.matched_collectives == 6  # both ways, three steps
+    # One kernel per batch: rank 0 waits once per step, not once per send and receive.
     assert report.ranks[0].wait_us == pytest.approx(3 * 300, abs=1)
+    assert report.ranks[1].wait_us == pytest.approx(0, abs=1)
     assert report.straggler is not None and report.straggler.rank == 1
 
 
-def test_batches_among_different_ranks_are_not_lined_up(tmp_path: Path) -> None:
-    # Four pipeline stages: each middle rank sends to the next and receives from the one
-    # before in one batch, so no two ranks' batches exchange among the same ranks (0-1, 0-2,
-    # 1-3, 2-3). Position alone would line up four different exchanges as one call and read
-    # rank 3's stall into all of them.
-    info = {"backend": "nccl", "world_size": 4}
-    for rank in range(4):
-        peers = {"send": rank + 1, "recv": rank - 1}
-        if rank in (0, 3):  # the ends exchange with their one neighbour both ways
-            neighbour = 1 if rank == 0 else 2
-            peers = {"send": neighbour, "recv": neighbour}
-        events = batch_events(rank, peers, 4, 300.0 if rank == 3 else 0.0)
-        write_trace(tmp_path / f"rank-{rank}.json",
-                    trace_document(events, distributedInfo={**info, "rank": rank}))  # fmt: skip
-    found = profiles(tmp_path)
-    assert [p.collectives[0].ranks for p in found] == [(0, 1), (0, 1, 2), (1, 2, 3), (2, 3)]
-    report = cross_rank(found)
-    assert report.matched_collectives == 0 and report.straggler is None
-    assert [row.wait_us for row in report.ranks] == [None] * 4
-    assert any("12 batch(es) of sends and receives" in note for note in report.notes)
+def test_a_pipelines_batches_wait_only_for_their_own_peers(tmp_path: Path) -> None:
+    # Four stages, each receiving from the one before and sending to the next in one batch;
+    # the last stage arrives 300 µs late. Only stage 2, which sends to it, waits for it: by
+    # position alone the four batches would be one call, and stages 0 and 1 would wait too.
+    peers = [{"send": 1}, {"recv": 0, "send": 2}, {"recv": 1, "send": 3}, {"recv": 2}]
+    write_batches(tmp_path, peers, late_rank=3)
+    report = cross_rank(profiles(tmp_path))
+    assert report.paired_sends == 3 * 3
+    waits = [row.wait_us for row in report.ranks]
+    assert waits == pytest.approx([0, 0, 3 * 300, 0], abs=1)
+    assert report.straggler is not None and report.straggler.rank == 3
 
 
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
