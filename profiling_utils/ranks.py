@@ -604,7 +604,10 @@ class _Waits(msgspec.Struct, frozen=True):
     from A (counted in :attr:`matched` too)."""
     buffered: int = 0
     """Of :attr:`paired`, sends that ended before their receive began (NCCL had room for the
-    data at the peer): neither side waited."""
+    data at the peer): neither side waited for the other."""
+    held: int = 0
+    """Of :attr:`buffered`, sends that ran while the peer took an earlier message from the
+    same rank, and waited for it: the peer's buffer had no room until then."""
     realigned: dict[tuple[int, str, str], tuple[int, int]] = msgspec.field(default_factory=dict)
     """The sequences of one group and op lined up calls apart on a rank: (its position, the
     group, the op) to (the shift, the position of the rank it is lined up with), as
@@ -630,7 +633,7 @@ def _index_shifts(
     sequences: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
     for position, profile in enumerate(profiles):
         for call in profile.collectives:  # in index order within each group and op
-            if call.op in _POINT_TO_POINT:
+            if call.op in _PAIRED:
                 continue
             start = call.start_us + offsets[position]
             per_rank = sequences.setdefault((call.group, call.op), {})
@@ -699,6 +702,26 @@ class _Side(NamedTuple):
     kernel: tuple[int, int]
 
 
+_HELD_LOOKBACK = 16
+"""How many earlier messages back :func:`_held_by` looks for the receive a send waited for."""
+
+
+def _held_by(
+    pairs: dict[tuple[str, int, int, int], dict[str, _Side]],
+    pair: tuple[str, int, int, int],
+    send: _Side,
+) -> _Side | None:
+    """For a send that ended before its receive began: the peer's latest earlier receive from
+    the same rank, if it began while the send ran. NCCL buffers a message at the peer only
+    where the peer has taken the earlier ones; until then the send's kernel waits for it."""
+    group, sender, receiver, index = pair
+    for earlier in range(index - 1, max(index - _HELD_LOOKBACK, 0) - 1, -1):
+        recv = pairs.get((group, sender, receiver, earlier), {}).get("recv")
+        if recv is not None and recv.start < send.start + send.dur:
+            return recv if recv.start > send.start else None
+    return None
+
+
 def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
@@ -759,7 +782,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     # Per kernel that took part in a pair: itself, and the latest start of the other sides
     # it waited for (None where each of its sends ended before its receive began).
     kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
-    paired = buffered = 0
+    paired = buffered = held = 0
     for pair, sides in pairs.items():
         if len(sides) < 2:
             point_to_point += 1  # its peer's trace was not given, or was cut before it
@@ -769,8 +792,16 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             # The send ended before the receive began: NCCL held the data at the peer, and
             # neither side waited for the other.
             buffered += 1
-            for side in (send, recv):
-                kernels.setdefault(side.kernel, (side, None))
+            kernels.setdefault(recv.kernel, (recv, None))
+            earlier = _held_by(pairs, pair, send)
+            if earlier is None:
+                kernels.setdefault(send.kernel, (send, None))
+            else:
+                held += 1
+                latest = kernels.get(send.kernel, (send, None))[1]
+                if latest is None or earlier.start > latest.start:
+                    latest = earlier
+                kernels[send.kernel] = (send, latest)
         elif recv.start + recv.dur < send.start:
             apart += 1  # a receive that ended before its send began: the clocks disagree
             continue
@@ -803,6 +834,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         point_to_point=point_to_point,
         paired=paired,
         buffered=buffered,
+        held=held,
         realigned=shifts,
         moved=moved,
     )
@@ -840,6 +872,8 @@ CROSS_RANK_RULE_IDS = ("rank-straggler", "collective-skew", "rank-gpu-idle", "ra
 """The ids of :func:`cross_rank`'s findings, which ``diagnose --select``/``--ignore`` take as
 they take the single-trace rules' ids."""
 _POINT_TO_POINT = frozenset({"send", "recv"})
+_PAIRED = _POINT_TO_POINT | {"send_recv"}
+"""Calls that pair send by receive (a batch's sends and receives each), not by position."""
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
 _STANDS_OUT = 2.0
@@ -923,6 +957,12 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             if waits.buffered
             else ""
         )
+        if waits.held:
+            buffered += (
+                f"; {waits.held} of these sends waited instead for the peer to take an "
+                "earlier message from it (no room in its buffer until then), counted as "
+                "waiting for that peer"
+            )
         notes.append(
             f"{waits.paired} send/receive pair(s) lined up by the peer each call records (the "
             f"k-th send from one rank to another with the k-th receive there){buffered}"

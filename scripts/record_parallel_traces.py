@@ -28,7 +28,11 @@ Each rank writes ``OUT/RECIPE/rank{N}.json.gz`` through
   groups that are not the default one: rank 1 sends to rank 2 in the group [1, 2, 3] (after
   sleeping 2 ms on the host), rank 2 to rank 3 in [2, 3], ranks 2 and 3 exchange with
   ``batch_isend_irecv``, then an all_reduce over all four. Its schedule is wait=0, warmup=1,
-  active=4 (``ProfilerStep#1`` to ``#4``).
+  active=4 (``ProfilerStep#1`` to ``#4``);
+- ``pipeline_batched`` (four ranks): four pipeline stages that pass four micro-batches
+  forward as Megatron-LM does, with ``batch_isend_irecv``: at each tick a stage receives
+  the next micro-batch from the stage before and sends its last output to the next in one
+  batch (one kernel), then computes; stage 1 sleeps 1 ms on the host before each batch.
 """
 
 from __future__ import annotations
@@ -170,6 +174,36 @@ def subgroups_steps():
     return step
 
 
+def pipeline_batched_steps():
+    stage = mlp(2)
+    micro = 4
+    inputs = [torch.randn(512, WIDTH, device=DEV) for _ in range(micro)]
+
+    def step() -> None:
+        with torch.no_grad():
+            output = None
+            # At tick t, stage r computes micro-batch t - r: it receives it from stage r - 1
+            # and sends micro-batch t - 1 - r (computed at the tick before) to stage r + 1.
+            for tick in range(micro + world - 1):
+                ops, received = [], None
+                if rank > 0 and 0 <= tick - rank < micro:
+                    received = torch.empty(512, WIDTH, device=DEV)
+                    ops.append(dist.P2POp(dist.irecv, received, rank - 1))
+                if rank < world - 1 and output is not None:
+                    ops.append(dist.P2POp(dist.isend, output, rank + 1))
+                if ops:
+                    if rank == 1:
+                        time.sleep(0.001)
+                    for request in dist.batch_isend_irecv(ops):
+                        request.wait()
+                output = None
+                if 0 <= tick - rank < micro:
+                    output = stage(inputs[tick - rank] if rank == 0 else received)
+        torch.cuda.synchronize()
+
+    return step
+
+
 def ddp_amp_steps():
     from torch.nn.parallel import DistributedDataParallel
 
@@ -195,6 +229,7 @@ step = {
     "alltoall": alltoall_steps,
     "ddp_amp": ddp_amp_steps,
     "subgroups": subgroups_steps,
+    "pipeline_batched": pipeline_batched_steps,
 }[recipe]()
 for _ in range(3):
     step()

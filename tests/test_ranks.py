@@ -376,6 +376,49 @@ def test_a_pipelines_batches_wait_only_for_their_own_peers(tmp_path: Path) -> No
     assert report.straggler is not None and report.straggler.rank == 3
 
 
+def p2p_events(op: str, peer: int, kernels: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """One step per kernel: a send to (or receive from) ``peer`` at ``(start, duration)``."""
+    events = []
+    for index, (start, duration) in enumerate(kernels):
+        events += [
+            complete_event(f"ProfilerStep#{index}", "user_annotation", index * 1000.0, 999),
+            complete_event("cudaLaunchKernel", "cuda_runtime", start - 10, 5,
+                           correlation=index + 1),
+            complete_event("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "kernel",
+                           start, duration, pid=0, tid=20, correlation=index + 1, device=0,
+                           stream=20, **{"Collective name": op, "Process Group Name": "0",
+                           "Group size": 2, "In msg nelems": 1024, "dtype": "Float",
+                           ("Dst Rank" if op == "send" else "Src Rank"): peer}),
+            *flow_pair(index + 1, start - 10, start),
+        ]  # fmt: skip
+    return events
+
+
+def test_a_send_held_until_the_peer_took_an_earlier_message_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    # Each send ends before its own receive begins (NCCL buffered it at the peer), but only
+    # once the peer has taken the message before it: sends 1 and 2 wait 300 µs for that.
+    write_rank(tmp_path, 0, p2p_events("send", 1, [(k * 1000.0, 600.0) for k in range(3)]))
+    write_rank(tmp_path, 1, p2p_events("recv", 0, [(k * 1000.0 + 1300, 10.0) for k in range(3)]))
+    report = cross_rank(profiles(tmp_path))
+    assert report.paired_sends == 3
+    assert report.ranks[0].wait_us == pytest.approx(2 * 300, abs=0.01)
+    assert report.ranks[0].transfer_us == pytest.approx(3 * 600 - 2 * 300, abs=0.01)
+    assert report.ranks[1].wait_us == 0
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert any(
+        "in 3 the send ended before its receive began" in note
+        and "2 of these sends waited instead for the peer to take an earlier message" in note
+        for note in report.notes
+    )
+    # A send whose peer took the earlier message before it began was not held.
+    write_rank(tmp_path, 1, p2p_events("recv", 0, [(k * 1000.0 + 700, 10.0) for k in range(3)]))
+    report = cross_rank(profiles(tmp_path))
+    assert [row.wait_us for row in report.ranks] == [0, 0]
+    assert not any("waited instead" in note for note in report.notes)
+
+
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
     write_rank(tmp_path, 0, rank_events(0, late_us=300))
     write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300), baseTimeNanoseconds=None)
