@@ -313,7 +313,8 @@ _CROSS_RANK_KEYS = """\
                  "collectives": it reaches collectives last and caused_wait_us is the
                  others' wait for it; "steps": nothing matched, its steps are the longest.
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,
-                 collective-skew, rank-gpu-idle, rank-step-spread (table "Across ranks").
+                 collective-skew, rank-gpu-idle, rank-step-spread, rank-late-start
+                 (table "Across ranks").
     notes        caveats: clocks, ranks missing or repeated, collectives left out, sends
                  and receives paired, or not (no peer recorded, or its trace not given).
   Ranks are lined up on absolute time (baseTimeNanoseconds + ts; ts alone in traces older

@@ -868,7 +868,13 @@ def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[St
 
 
 _TABLE = "Across ranks"
-CROSS_RANK_RULE_IDS = ("rank-straggler", "collective-skew", "rank-gpu-idle", "rank-step-spread")
+CROSS_RANK_RULE_IDS = (
+    "rank-straggler",
+    "collective-skew",
+    "rank-gpu-idle",
+    "rank-step-spread",
+    "rank-late-start",
+)
 """The ids of :func:`cross_rank`'s findings, which ``diagnose --select``/``--ignore`` take as
 they take the single-trace rules' ids."""
 _POINT_TO_POINT = frozenset({"send", "recv"})
@@ -896,7 +902,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
         idles most, when it idles over 1.25 times the median of the others),
-        ``rank-step-spread`` (step time uneven across ranks). None of them when no trace
+        ``rank-step-spread`` (step time uneven across ranks), ``rank-late-start`` (one rank's
+        first recorded step began more than two of the longest median step after another
+        rank's, on their common clock). None of them when no trace
         records a rank (``distributedInfo.rank``) and no collective is matched across them
         (nothing then says the traces are one run's ranks), nor when two traces claim the same
         rank or the traces record worlds of different sizes (they then say they are not):
@@ -1033,7 +1041,63 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     # Message sizes compare only where every rank took part in every matched call.
     same_calls = all(joined == matched for joined in waits.joined)
     findings = _findings(rows, spreads, straggler, calls, same_calls)
+    if len(clocks) == 1:
+        findings += _late_start(profiles, labels, rows)
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
+
+
+_LATE_START_STEPS = 2.0
+"""A rank whose first recorded step starts more than this many of the longest median step
+after another rank's same step did not enter the profiler's window with it."""
+_LATE_START_MIN_US = 1000.0
+
+
+def _late_start(
+    profiles: Sequence[RankProfile], labels: list[str], rows: list[RankTiming]
+) -> list[Finding]:
+    """``rank-late-start``: the first step every rank recorded began far later on one rank
+    than on another (on the common clock)."""
+    stepped = [i for i, p in enumerate(profiles) if p.steps]
+    if len(stepped) < 2:
+        return []
+    common = set.intersection(*({s.step for s in profiles[i].steps} for i in stepped))
+    longest = max((rows[i].median_step_us or 0.0) for i in stepped)
+    if not common or longest <= 0:
+        return []
+    first = min(common)
+    offsets = _offsets_us(profiles)
+    starts = {
+        i: next(s.start_us for s in profiles[i].steps if s.step == first) + offsets[i]
+        for i in stepped
+    }
+    early, late = min(starts, key=starts.__getitem__), max(starts, key=starts.__getitem__)
+    skew = starts[late] - starts[early]
+    if skew < max(_LATE_START_STEPS * longest, _LATE_START_MIN_US):
+        return []
+    message = (
+        f"{labels[late]} began its recorded steps {_us(skew)} after {labels[early]} "
+        f"(ProfilerStep#{first}), {skew / longest:,.0f} times the longest median step "
+        f"({_us(longest)}): the ranks did not enter the profiler's window together (the "
+        "profiler starting slowly on one rank, or one rank behind the others). Calls with "
+        f"{labels[late]} wait until it arrives, so the waits of the first recorded steps may "
+        "measure this rather than the program: judge the ranks on the later steps, once they "
+        "are back in step."
+    )
+    return [
+        Finding(
+            "rank-late-start",
+            _TABLE,
+            "warning",
+            message,
+            {
+                "step": first,
+                "start_after_earliest_us": {
+                    labels[i]: round(starts[i] - starts[early], 3) for i in stepped
+                },
+                "longest_median_step_us": longest,
+            },
+        )
+    ]
 
 
 def _straggler(

@@ -239,3 +239,64 @@ def test_a_batch_of_sends_and_receives_is_read_off_the_ops_before_its_kernel() -
     assert [c.transfers for c in three] == [
         (("send", 2, k, 4 * 2**20), ("recv", 2, 2 * k + 1, 4 * 2**20)) for k in range(len(three))
     ]  # its receives from rank 2 count the one before each batch too
+
+
+def test_a_rank_that_entered_the_recorded_steps_late_is_told() -> None:
+    # Rank 1 of the all_to_all recording began its recorded steps about 457 ms after rank 0
+    # (see the fixtures' README); the other recordings' ranks began theirs together.
+    def first_step_ns(recipe: str, rank: int) -> tuple[int, float]:
+        path = PARALLEL / recipe / f"rank{rank}.json.gz"
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        steps = [e for e in document["traceEvents"] if e.get("cat") == "user_annotation"
+                 and e["name"].startswith("ProfilerStep#")]  # fmt: skip
+        first = min(steps, key=lambda e: int(e["name"].split("#")[1]))
+        return document["baseTimeNanoseconds"], first["ts"]
+
+    (base0, ts0), (base1, ts1) = first_step_ns("alltoall", 0), first_step_ns("alltoall", 1)
+    late_us = (base1 - base0) / 1000 + ts1 - ts0
+    assert late_us > 400_000
+    report = cross_rank([rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "alltoall"])])
+    (finding,) = [f for f in report.findings if f.rule == "rank-late-start"]
+    assert finding.evidence["start_after_earliest_us"] == {
+        "rank 0": 0.0, "rank 1": pytest.approx(late_us, abs=0.01)
+    }  # fmt: skip
+    assert f"rank 1 began its recorded steps {late_us:,.0f} µs after rank 0" in finding.message
+    nccl = PARALLEL.parent / "nccl"
+    for directory in [PARALLEL / r for r in ("pipeline", "ddp_amp", "subgroups")] + [
+        nccl / r for r in ("stalled", "balanced", "overlapped")
+    ]:
+        traces = trace_files([directory])
+        report = cross_rank([rank_profile(load_trace(p)) for p in traces])
+        assert not [f for f in report.findings if f.rule == "rank-late-start"], directory
+
+
+def test_a_pipelines_batches_pair_send_by_receive_across_four_ranks() -> None:
+    # Each batch's sends and receives are the record_param_comms ops before its kernel.
+    def batched(rank: int) -> list[list[tuple[str, int]]]:
+        found, pending = [], []
+        for e in sorted(events("pipeline_batched", rank), key=lambda e: e.get("ts", 0)):
+            args = e.get("args", {})
+            if e.get("name") == "record_param_comms" and args.get("Collective name") in (
+                "send",
+                "recv",
+            ):
+                key = "Dst Rank" if args["Collective name"] == "send" else "Src Rank"
+                pending.append((args["Collective name"], args[key]))
+            elif e.get("name") == "nccl:coalesced" and e["cat"] == "user_annotation":
+                found.append(pending)
+                pending = []
+        return found
+
+    traces = trace_files([PARALLEL / "pipeline_batched"])
+    profiles = [rank_profile(load_trace(path)) for path in traces]
+    for profile in profiles:
+        calls = [c for c in profile.collectives if c.op == "send_recv"]
+        raw = batched(profile.rank)
+        assert [[(op, peer) for op, peer, _, _ in c.transfers] for c in calls] == raw
+    report = cross_rank(profiles)
+    # Stage 0 only sends to stage 1, which sleeps before each batch: NCCL buffers each send
+    # at stage 1, but only once stage 1 has taken the one before, so stage 0 waits for it.
+    rows = {row.rank: row for row in report.ranks}
+    assert rows[0].wait_us > 0.5 * rows[0].collective_us
+    assert any("of these sends waited instead for the peer" in note for note in report.notes)
+    assert "rank-late-start" in {f.rule for f in report.findings}

@@ -441,6 +441,12 @@ claim(
     rank1_gpu_idle_us=idle_rank1_us,
     host_stalls_us=stalls_us,
 )
+claim(
+    "the CLI gives three cross-rank findings: rank-straggler, collective-skew, rank-gpu-idle",
+    sorted(f["rule"] for f in summary["findings"])
+    == ["collective-skew", "rank-gpu-idle", "rank-straggler"],
+    rules=[f["rule"] for f in summary["findings"]],
+)
 idle_finding = next(f for f in summary["findings"] if f["rule"] == "rank-gpu-idle")
 claim(
     "rank-gpu-idle counts rank 0's wait in its all_reduces as busy, not working",
