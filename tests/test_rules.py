@@ -929,21 +929,31 @@ def test_many_calls_counts_an_op_running_inside_another_it_names_once(make_trace
 
 def stalled_steps(stall: dict[int, tuple[str, float]]) -> list[dict[str, Any]]:
     """Five 1,000 µs steps, each an op launching one 50 µs kernel and a 10 µs sync; ``stall``
-    gives a step ``("host", µs)`` of host time outside every op, or ``("sync", µs)`` more in
-    its cudaStreamSynchronize."""
+    gives a step ``("host", µs)`` of host time outside every op, ``("sync", µs)`` more in
+    its cudaStreamSynchronize, or ``("op", µs)`` more in its op (``("new shape", µs)``: and
+    its op called with an input shape the others were not)."""
     events = []
     for n in range(5):
         t = 10_000.0 * n
         kind, extra = stall.get(n, ("", 0.0))
         events += [
             complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000 + extra),
-            complete_event("aten::mul", "cpu_op", t + 100, 50),
+            complete_event(
+                "aten::mul",
+                "cpu_op",
+                t + 100,
+                50 + (extra if kind in ("op", "new shape") else 0),
+                **{
+                    "Input Dims": [[64, 64] if kind == "new shape" else [32, 32], []],
+                    "Input type": ["float", "Scalar"],
+                },
+            ),
             complete_event("cudaLaunchKernel", "cuda_runtime", t + 110, 10, correlation=n + 1),
             complete_event("mul_kernel", "kernel", t + 130, 50, pid=0, tid=7, correlation=n + 1),
             complete_event(
                 "cudaStreamSynchronize",
                 "cuda_runtime",
-                t + (900 + extra if kind == "host" else 900),
+                t + (900 + extra if kind in ("host", "op", "new shape") else 900),
                 10 + (extra if kind == "sync" else 0),
             ),
         ]
@@ -984,6 +994,17 @@ def test_slow_step_names_the_runtime_call_that_waited(make_trace) -> None:
         "the runtime call furthest above its usual time, cudaStreamSynchronize, took 4010.0 µs "
         "against 10.0 µs in the other steps (100% of the extra 4000.0 µs)"
     ) in finding.message
+
+
+@pytest.mark.parametrize("kind", ["op", "new shape"])
+def test_slow_step_names_the_op_call_furthest_above_its_usual_time(make_trace, kind) -> None:
+    (finding,) = diagnose(make_trace(stalled_steps({2: (kind, 4_000.0)})), select=["slow-step"])
+    assert finding.evidence["slowest_op"]["name"] == "aten::mul"
+    assert finding.evidence["slowest_op"]["new_shapes"] is (kind == "new shape")
+    said = "aten::mul took 4050.0 µs against 50.0 µs in the other steps (100% of the extra)"
+    assert said in finding.message
+    assert ("(see new-shape-cost)" in finding.message) is (kind == "new shape")
+    assert "outside every op" not in finding.message
 
 
 def test_slow_step_on_a_recording_with_a_host_stall_added(tmp_path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span
+from ..trace import Span, input_shapes
 from .facts import (
     DATA_LOADER_PREFIX,
     DEVICE_SYNC_CALLS,
@@ -238,6 +238,20 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
             f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
             f"steps ({percent(share)} of the extra {extra:.1f} µs)"
         )
+    op = _slowest_op(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
+    if op is not None:
+        evidence["slowest_op"] = op
+        share = (op["dur_us"] - op["typical_us"]) / extra
+        first = (
+            ", its first call with these input shapes (see new-shape-cost)"
+            if op["new_shapes"]
+            else ""
+        )
+        reasons.append(
+            f"{short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against "
+            f"{op['typical_us']:.1f} µs in the other steps ({percent(share)} of the extra)"
+            f"{first}"
+        )
     busy = {t.step: t.gpu_busy_us for t in facts.step_times}
     usual_busy = _other_median(busy, number)
     if facts.trace.has_gpu and number in busy and usual_busy is not None:
@@ -258,6 +272,39 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
 _SLOW_STEP_COMPARED = 20
 """``slow-step`` compares the slow step's unrecorded host time with this many other steps'
 (those nearest it)."""
+
+
+def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
+    """The innermost op call of step ``number`` that ran at least ``least_us`` beyond the
+    median of the same op's calls in the other steps (the outer ops around it hold its
+    excess too), with ``new_shapes``: whether no earlier call of the op had its input
+    shapes."""
+    in_step: list[Span] = []
+    elsewhere: dict[str, list[float]] = {}
+    for op in facts.trace.cpu_ops:
+        step = facts.step_number_of(op)
+        if step == number:
+            in_step.append(op)
+        elif step is not None:
+            elsewhere.setdefault(op.name, []).append(op.dur)
+    best: tuple[int, float, Span, float] | None = None
+    for op in in_step:
+        usual = elsewhere.get(op.name)
+        if not usual or op.dur - least_us < min(usual):
+            continue  # cheap: even against its quickest other call, not enough
+        typical = median(usual)
+        excess = op.dur - typical
+        if excess >= least_us and (best is None or (op.depth, excess) > best[:2]):
+            best = (op.depth, excess, op, typical)
+    if best is None:
+        return None
+    _, _, op, typical = best
+    shapes = input_shapes(op)
+    new = shapes is not None and not any(
+        earlier.start < op.start and input_shapes(earlier) == shapes
+        for earlier in facts.trace.by_name.get(op.name, [])
+    )
+    return {**span_ref(op), "typical_us": us(typical), "new_shapes": new}
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
