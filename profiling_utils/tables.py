@@ -52,25 +52,71 @@ def cut(text: str, width: int) -> str:
 def distinct_cuts(names: Sequence[str], width: int) -> list[str]:
     """``names`` each :func:`cut` to ``width``, except where two would then read the same
     (kernels whose names differ only in a template argument past the cut): those show their
-    start, ``…``, and the stretch around where they differ; in full where even that would not
-    tell them apart."""
+    start, ``…``, and the stretch around where they first differ from the names they still
+    read like (several rounds, for names that differ in more than one place); in full where
+    even that would not tell them apart."""
     cuts = [cut(name, width) for name in names]
-    clashes = Counter(cuts)
     half = max(width // 2, 4)
-    for index, name in enumerate(names):
-        alike = [other for other in names if other != name and cut(other, width) == cuts[index]]
-        if clashes[cuts[index]] < 2 or not alike:
-            continue
-        differ = min(_first_difference(name, other) for other in alike)
-        start, room = max(differ - 10, half - 1), width - half - 1  # head, …, room, …
-        tail = "…" if start + room < len(name) else ""
-        cuts[index] = f"{name[: half - 1]}…{name[start : start + room]}{tail}"
+    for _ in range(_DISTINCT_ROUNDS):
+        clashes: dict[str, list[int]] = {}
+        for index, short in enumerate(cuts):
+            clashes.setdefault(short, []).append(index)
+        alike_sets = [group for group in clashes.values() if len({names[i] for i in group}) > 1]
+        if not alike_sets:
+            return cuts
+        for group in alike_sets:
+            for index in group:
+                name = names[index]
+                others = [names[i] for i in group if names[i] != name]
+                differ = min(_first_difference(name, other) for other in others)
+                room = width - half - 1  # head, …, room, …
+                start = _stretch_start(name, differ, half - 1, room)
+                tail = "…" if start + room < len(name) else ""
+                cuts[index] = f"{name[: half - 1]}…{name[start : start + room]}{tail}"
     again = Counter(cuts)
     if len(again) < len(set(names)):  # still alike: in full
         cuts = [
             name if again[short] > 1 else short for name, short in zip(names, cuts, strict=True)
         ]
     return cuts
+
+
+_DISTINCT_ROUNDS = 4
+"""How many times :func:`distinct_cuts` moves the stretch it shows of names that still read
+alike before it gives them in full."""
+
+
+def _stretch_start(name: str, differ: int, earliest: int, room: int) -> int:
+    """Where the stretch of ``room`` characters shown around ``differ`` starts: at the word
+    that holds it, or where that word is a number or a letter or two (``Metadata<3>``), at
+    the name of the template or call around it, as far back as leaves a few characters
+    after ``differ`` in the stretch; 10 characters before it inside a word longer than that;
+    never before ``earliest`` (the head shown)."""
+    floor = max(differ - (room - 8), earliest)
+    start = differ
+    while start > floor and _in_word(name[start - 1]):
+        start -= 1
+    if start == floor and start > earliest and _in_word(name[start - 1]):
+        return max(differ - 10, earliest)  # a long word (snake_case): 10 characters of it
+    if differ - start < 3:
+        depth, opening = 0, start - 1
+        while opening >= floor:
+            if name[opening] in ">)":
+                depth += 1
+            elif name[opening] in "<(":
+                if depth == 0:
+                    break
+                depth -= 1
+            opening -= 1
+        if opening >= floor:
+            start = opening
+            while start > floor and _in_word(name[start - 1]):
+                start -= 1
+    return start
+
+
+def _in_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def _first_difference(a: str, b: str) -> int:

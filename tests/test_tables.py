@@ -50,10 +50,20 @@ def test_names_that_differ_past_the_cut_are_told_apart() -> None:
     assert all(len(c) <= 72 for c in cuts)
     assert "cta_per_row" in cuts[0] and "warp_per_row" in cuts[1]
     # Two names alike around where a third differs from them, and apart only far later, are
-    # shown in full.
+    # shown around where they differ from each other.
     twins = [stem + "x" * 300 + "a", stem + "x" * 300 + "b", stem + "y" * 301]
     cuts = distinct_cuts(twins, 72)
-    assert cuts[:2] == twins[:2] and len(cuts[2]) <= 72 and len(set(cuts)) == 3
+    assert all(len(c) <= 72 for c in cuts) and len(set(cuts)) == 3
+    assert cuts[0].endswith("xa") and cuts[1].endswith("xb") and "yyy" in cuts[2]
+    # Template arguments are shown with the template's name (the fused optimizer's kernels).
+    apply = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    kernels = [
+        apply + f"(anonymous namespace)::TensorListMetadata<{n}>, at::native::(x)" for n in (1, 2)
+    ]
+    assert [c.split("…")[1] for c in distinct_cuts(kernels, 72)] == [
+        "TensorListMetadata<1>, at::native::",
+        "TensorListMetadata<2>, at::native::",
+    ]
 
 
 def test_float_noise_is_rounded_away_at_any_depth() -> None:
