@@ -291,9 +291,10 @@ _CROSS_RANK_KEYS = """\
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
                  the matched collectives' part of it split into wait_us (waiting for the
-                 last rank to arrive: skew) and transfer_us (the rest), both null when no
-                 collective could be matched (their sum is less than collective_us when
-                 some collectives are left out, see notes);
+                 last rank to arrive: skew) and transfer_us (the rest), both null when the
+                 rank took part in no matched collective (their sum is less than
+                 collective_us when some collectives are left out, see notes and
+                 rank-late-start);
                  last_arrivals counts the matched collectives this rank reached last;
                  matched_bytes adds up their message sizes (null where one is not
                  recorded): ranks of an uneven all_to_all move different amounts.

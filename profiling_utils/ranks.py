@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import statistics
@@ -480,7 +481,7 @@ class RankTiming(msgspec.Struct, frozen=True):
     wait plus transfer)."""
     wait_us: float | None
     """Time in the collectives matched across ranks spent waiting for the last rank to arrive
-    (skew); ``None`` when no collective could be matched."""
+    (skew); ``None`` when it took part in no collective matched across ranks."""
     transfer_us: float | None
     """The rest of the matched collectives' duration: moving the data."""
     last_arrivals: int
@@ -608,6 +609,9 @@ class _Waits(msgspec.Struct, frozen=True):
     held: int = 0
     """Of :attr:`buffered`, sends that ran while the peer took an earlier message from the
     same rank, and waited for it: the peer's buffer had no room until then."""
+    before_entry: int = 0
+    """Calls and pairs left out because a kernel of theirs started before the last rank to
+    begin its recorded steps began them (``rank-late-start``)."""
     realigned: dict[tuple[int, str, str], tuple[int, int]] = msgspec.field(default_factory=dict)
     """The sequences of one group and op lined up calls apart on a rank: (its position, the
     group, the op) to (the shift, the position of the rank it is lined up with), as
@@ -722,8 +726,10 @@ def _held_by(
     return None
 
 
-def _waits(profiles: Sequence[RankProfile]) -> _Waits:
-    """Wait and transfer per rank, collectives reached last and wait caused per rank."""
+def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
+    """Wait and transfer per rank, collectives reached last and wait caused per rank, over
+    the calls whose kernels all start at ``after`` or later (on the common clock: the calls
+    before it are counted in :attr:`_Waits.before_entry`)."""
     count = len(profiles)
     result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count, joined=[0] * count)
     if not profiles or len({p.clock for p in profiles}) > 1:  # none: every trace was refused
@@ -767,10 +773,13 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             key = (call.group, index, call.op)
             by_key.setdefault(key, []).append((position, start, call.dur_us))
             sizes[key, position] = call.bytes
-    matched = alone = apart = 0
+    matched = alone = apart = before_entry = 0
     for key, arrivals in by_key.items():
         if len({position for position, _, _ in arrivals}) < 2:
             alone += 1
+            continue
+        if min(start for _, start, _ in arrivals) < after:
+            before_entry += 1
             continue
         if not _settle(result, arrivals):
             apart += 1
@@ -788,6 +797,9 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             point_to_point += 1  # its peer's trace was not given, or was cut before it
             continue
         send, recv = sides["send"], sides["recv"]
+        if min(send.start, recv.start) < after:
+            before_entry += 1
+            continue
         if send.start + send.dur <= recv.start:
             # The send ended before the receive began: NCCL held the data at the peer, and
             # neither side waited for the other.
@@ -835,6 +847,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         paired=paired,
         buffered=buffered,
         held=held,
+        before_entry=before_entry,
         realigned=shifts,
         moved=moved,
     )
@@ -939,7 +952,10 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "wait counted here may be for a rank not given, and a straggler named is the "
             "latest of the ranks given"
         )
-    waits = _waits(profiles)
+    # A rank that began its recorded steps far later than another holds the others' first
+    # calls with it for that long: the waits are read from the calls after it began.
+    late = _late_start(profiles) if len(clocks) == 1 else None
+    waits = _waits(profiles, -math.inf if late is None else late.starts[late.late])
     matched = waits.matched
     if waits.alone:
         notes.append(
@@ -1002,8 +1018,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
                 gpu_idle_us=profile.gpu_idle_us,
                 collectives=len(profile.collectives),
                 collective_us=profile.collective_us,
-                wait_us=waits.wait[position] if matched and profile.collectives else None,
-                transfer_us=waits.transfer[position] if matched and profile.collectives else None,
+                wait_us=waits.wait[position] if waits.joined[position] else None,
+                transfer_us=waits.transfer[position] if waits.joined[position] else None,
                 last_arrivals=waits.last[position],
                 matched_bytes=waits.moved[position] if matched and waits.moved else None,
             )
@@ -1041,8 +1057,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     # Message sizes compare only where every rank took part in every matched call.
     same_calls = all(joined == matched for joined in waits.joined)
     findings = _findings(rows, spreads, straggler, calls, same_calls)
-    if len(clocks) == 1:
-        findings += _late_start(profiles, labels, rows)
+    if late is not None:
+        findings.append(_late_start_finding(late, labels, waits.before_entry))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
 
 
@@ -1052,18 +1068,33 @@ after another rank's same step did not enter the profiler's window with it."""
 _LATE_START_MIN_US = 1000.0
 
 
-def _late_start(
-    profiles: Sequence[RankProfile], labels: list[str], rows: list[RankTiming]
-) -> list[Finding]:
-    """``rank-late-start``: the first step every rank recorded began far later on one rank
-    than on another (on the common clock)."""
+class _LateStart(NamedTuple):
+    """The first step every rank recorded, where one rank began it far later than another."""
+
+    step: int
+    starts: dict[int, float]
+    """Per position (of the ranks with steps), the step's start on the common clock."""
+    early: int
+    late: int
+    longest: float
+    """The longest of the ranks' median steps."""
+
+    @property
+    def skew(self) -> float:
+        return self.starts[self.late] - self.starts[self.early]
+
+
+def _late_start(profiles: Sequence[RankProfile]) -> _LateStart | None:
+    """The first step every rank recorded, if one rank began it more than
+    :data:`_LATE_START_STEPS` of the longest median step after another (and at least
+    :data:`_LATE_START_MIN_US`); the profiles keep time alike."""
     stepped = [i for i, p in enumerate(profiles) if p.steps]
     if len(stepped) < 2:
-        return []
+        return None
     common = set.intersection(*({s.step for s in profiles[i].steps} for i in stepped))
-    longest = max((rows[i].median_step_us or 0.0) for i in stepped)
+    longest = max(statistics.median(s.cpu_us for s in profiles[i].steps) for i in stepped)
     if not common or longest <= 0:
-        return []
+        return None
     first = min(common)
     offsets = _offsets_us(profiles)
     starts = {
@@ -1071,33 +1102,43 @@ def _late_start(
         for i in stepped
     }
     early, late = min(starts, key=starts.__getitem__), max(starts, key=starts.__getitem__)
-    skew = starts[late] - starts[early]
-    if skew < max(_LATE_START_STEPS * longest, _LATE_START_MIN_US):
-        return []
-    message = (
-        f"{labels[late]} began its recorded steps {_us(skew)} after {labels[early]} "
-        f"(ProfilerStep#{first}), {skew / longest:,.0f} times the longest median step "
-        f"({_us(longest)}): the ranks did not enter the profiler's window together (the "
-        "profiler starting slowly on one rank, or one rank behind the others). Calls with "
-        f"{labels[late]} wait until it arrives, so the waits of the first recorded steps may "
-        "measure this rather than the program: judge the ranks on the later steps, once they "
-        "are back in step."
+    found = _LateStart(first, starts, early, late, longest)
+    if found.skew < max(_LATE_START_STEPS * longest, _LATE_START_MIN_US):
+        return None
+    return found
+
+
+def _late_start_finding(late: _LateStart, labels: list[str], left_out: int) -> Finding:
+    """``rank-late-start``."""
+    name = labels[late.late]
+    counted = (
+        f"the wait and transfer above count only the calls that began after it began its "
+        f"recorded steps ({left_out} left out)"
+        if left_out
+        else "no call matched across ranks began before it began its recorded steps"
     )
-    return [
-        Finding(
-            "rank-late-start",
-            _TABLE,
-            "warning",
-            message,
-            {
-                "step": first,
-                "start_after_earliest_us": {
-                    labels[i]: round(starts[i] - starts[early], 3) for i in stepped
-                },
-                "longest_median_step_us": longest,
+    message = (
+        f"{name} began its recorded steps {_us(late.skew)} after {labels[late.early]} "
+        f"(ProfilerStep#{late.step}), {late.skew / late.longest:,.0f} times the longest median "
+        f"step ({_us(late.longest)}): the ranks did not enter the profiler's window together "
+        "(the profiler starting slowly on one rank, or one rank behind the others). Calls with "
+        f"{name} wait until it arrives, which says nothing about the program: {counted}."
+    )
+    return Finding(
+        "rank-late-start",
+        _TABLE,
+        "warning",
+        message,
+        {
+            "step": late.step,
+            "start_after_earliest_us": {
+                labels[i]: round(start - late.starts[late.early], 3)
+                for i, start in late.starts.items()
             },
-        )
-    ]
+            "longest_median_step_us": late.longest,
+            "calls_left_out": left_out,
+        },
+    )
 
 
 def _straggler(
