@@ -198,3 +198,24 @@ def test_a_benchmarked_algorithm_search_per_new_batch_size_is_named() -> None:
     assert hit.evidence["op"] == "aten::convolution_backward"
     assert hit.evidence["slow_first_calls"] == 3 and hit.evidence["shapes_called_again"] == 0
     assert "scaled by input elements" in hit.message
+
+
+def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
+    # The decode loop without steps: 40 first calls per new key length (cuDNN's plan builds)
+    # hold 95% of the host's time. Besides them, the per-token linear layers' calls weigh.
+    (overhead,) = fired("decode_loop_no_steps", "overhead-bound")
+    (many,) = fired("decode_loop_no_steps", "many-calls")
+    long_calls = overhead.evidence["recording_long_calls"]
+    assert many.evidence["recording_cpu_us"] == overhead.evidence["recording_cpu_us"]
+    assert many.evidence["one_time_calls"] == long_calls["count"] == 40
+    assert many.evidence["one_time_us"] == long_calls["self_us"]
+    besides = many.evidence["besides_one_time_us"]
+    assert besides == round(many.evidence["recording_cpu_us"] - long_calls["self_us"], 3)
+    linear = next(row for row in many.evidence["ops"] if row["op"] == "aten::linear")
+    calls = [e["dur"] for e in events("decode_loop_no_steps") if e.get("name") == "aten::linear"]
+    assert linear["calls"] == len(calls) == 432
+    assert linear["cpu_share"] == round(min(sum(calls), 432 * linear["median_us"]) / besides, 4)
+    # Of the whole recording's host time, the same calls are too few to name.
+    whole = many.evidence["recording_cpu_us"]
+    assert linear["cpu_share"] > 0.05 > linear["cpu_share"] * besides / whole
+    assert "besides 40 one-time calls of 1.0% or more of it each" in many.message

@@ -341,18 +341,13 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
             )
         recorded = measures.host_work_us(facts.trace, (window.start, window.end))
         evidence[f"{key}_host_work_us"] = us(recorded)
-        calls = _calls_by_self_time(facts, window)
-        longest, own = next(calls, (None, 0.0))
         # A whole recording may hold a process's start-up: several long calls, none half.
-        long_calls = [(longest, own)] if longest is not None and whole else []
-        shortest = max(
-            OVERHEAD_BOUND_LONG_CALL_SHARE * cpu_us,
-            OVERHEAD_BOUND_LONG_CALL_LAUNCHES * facts.launch_latency_us,
-        )
-        for call, call_own in calls if long_calls else ():
-            if call_own < shortest:
-                break
-            long_calls.append((call, call_own))
+        if whole:
+            long_calls = _long_calls(facts, window, cpu_us)
+            longest, own = long_calls[0] if long_calls else (None, 0.0)
+        else:
+            long_calls = []
+            longest, own = next(_calls_by_self_time(facts, window), (None, 0.0))
         held = sum(call_own for _, call_own in long_calls)
         if longest is not None and (
             own >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us
@@ -514,6 +509,27 @@ def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
     return measures.union_within(unlaunched, step.start, step.end)
 
 
+def _long_calls(facts: Facts, window: _Window, cpu_us: float) -> list[tuple[Span, float]]:
+    """The longest call of ``window`` by self time, and after it those of at least
+    :data:`OVERHEAD_BOUND_LONG_CALL_SHARE` of ``cpu_us`` (and as long as
+    :data:`OVERHEAD_BOUND_LONG_CALL_LAUNCHES` launches), with their self times: in a whole
+    recording, its one-time costs (start-up, first launches, per-shape set-up)."""
+    calls = _calls_by_self_time(facts, window)
+    first = next(calls, None)
+    if first is None:
+        return []
+    found = [first]
+    shortest = max(
+        OVERHEAD_BOUND_LONG_CALL_SHARE * cpu_us,
+        OVERHEAD_BOUND_LONG_CALL_LAUNCHES * facts.launch_latency_us,
+    )
+    for call, own in calls:
+        if own < shortest:
+            break
+        found.append((call, own))
+    return found
+
+
 def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, float]]:
     """The ops and runtime calls inside ``step``'s window, on any CPU thread, with their self
     time, longest first (those with some)."""
@@ -662,8 +678,21 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     # call is often the CPU blocked in a launch behind a full queue: no finding.
     # Busy times that miss unrecorded work are lower bounds: enough to show the GPU busy.
     rows, ratios = _busy_fractions(facts, lower_bounds=True)
-    if rows and _bound_evidence(facts, rows, ratios)[1][0] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
+    bound = _bound_evidence(facts, rows, ratios) if rows else None
+    if bound is not None and bound[1][0] >= COMPUTE_BOUND_MIN_BUSY_FRACTION:
         return
+    # A recording that holds long one-time calls for most of its host time (a process's
+    # start-up, per-shape set-up) is read besides them: what the calls cost once it runs.
+    one_time: list[tuple[Span, float]] = []
+    if whole and bound is not None:
+        one_time = _long_calls(facts, bound[2], steps_cpu)
+        if (
+            len(one_time) < 2
+            or sum(own for _, own in one_time) < OVERHEAD_BOUND_ONE_CALL_SHARE * steps_cpu
+        ):
+            one_time = []
+    one_time_us = sum(own for _, own in one_time)
+    steps_cpu -= one_time_us  # what the shares below are of
     found = []
     calls_of: dict[str, list[Any]] = {}
     for name, row in facts.rows.items():
@@ -731,11 +760,18 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             if facts.quiet_stretches
             else ""
         )
+        besides = ""
+        if one_time:
+            besides = (
+                f", besides {len(one_time)} one-time calls of "
+                f"{percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} or more of it each "
+                f"({one_time_us:.1f} µs: see overhead-bound),"
+            )
         message = (
             f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times in the recording "
             f"(no steps to count per step), for {percent(MANY_CALLS_MIN_CPU_SHARE)} or more "
             f"of the host's time from its first event to its last"
-            f"{left_out}"
+            f"{left_out}{besides}"
             f" each at the length of "
             f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
@@ -753,7 +789,19 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         message,
         {
             **(
-                {"window": "recording", "recording_cpu_us": us(steps_cpu)}
+                {
+                    "window": "recording",
+                    "recording_cpu_us": us(steps_cpu + one_time_us),
+                    **(
+                        {
+                            "one_time_calls": len(one_time),
+                            "one_time_us": us(one_time_us),
+                            "besides_one_time_us": us(steps_cpu),
+                        }
+                        if one_time
+                        else {}
+                    ),
+                }
                 if whole
                 else {"steps": steps, "steps_cpu_us": us(steps_cpu)}
             ),
