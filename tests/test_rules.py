@@ -2424,6 +2424,35 @@ def test_many_calls_reads_the_whole_recording_without_steps(tmp_path: Path) -> N
     assert "called 50+ times in the recording (no steps to count per step)" in finding.message
 
 
+@pytest.mark.parametrize(("kernel_us", "fires"), [(10.0, True), (90.0, False)])
+def test_many_calls_reads_a_recording_besides_its_one_time_calls(
+    make_trace, kernel_us: float, fires: bool
+) -> None:
+    # No steps: two 100 ms cudaFree calls (start-up), then 200 aten::add calls of 100 µs,
+    # each launching a kernel. Besides the start-up, the calls are the host's time: the rule
+    # reads them against it, unless their kernels keep the GPU busy (90 µs of each 100).
+    events = [
+        complete_event("cudaFree", "cuda_runtime", 0, 100_000),
+        complete_event("cudaFree", "cuda_runtime", 100_000, 100_000),
+    ]
+    for n in range(200):
+        t = 200_000.0 + 100 * n
+        events += [
+            complete_event("aten::add", "cpu_op", t, 99),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 50, 5, correlation=n + 1),
+            complete_event("add_kernel", "kernel", t + 60, kernel_us, pid=0, tid=7,
+                           correlation=n + 1),
+        ]  # fmt: skip
+    found = diagnose(make_trace(events), select=["many-calls"])
+    assert bool(found) is fires
+    if fires:
+        (finding,) = found
+        assert finding.evidence["one_time_calls"] == 2
+        assert finding.evidence["besides_one_time_us"] == pytest.approx(20_000 - 1, abs=1)
+        assert "besides 2 one-time calls" in finding.message
+        assert "the longest cudaFree: 100000.0 µs" in finding.message
+
+
 def test_a_recording_without_steps_is_read_over_its_active_time(make_trace) -> None:
     # A server's four requests, 1 s apart: each an op launching a 900 µs kernel in a 1,000 µs
     # burst. Over first-to-last (3,001,000 µs) the GPU would look idle; over the bursts it is

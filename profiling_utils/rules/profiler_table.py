@@ -686,11 +686,13 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     one_time: list[tuple[Span, float]] = []
     if whole and bound is not None:
         one_time = _long_calls(facts, bound[2], steps_cpu)
-        if (
-            len(one_time) < 2
-            or sum(own for _, own in one_time) < OVERHEAD_BOUND_ONE_CALL_SHARE * steps_cpu
-        ):
+        held = sum(own for _, own in one_time)
+        if len(one_time) < 2 or held < OVERHEAD_BOUND_ONE_CALL_SHARE * steps_cpu:
             one_time = []
+        elif bound[0]["recording_gpu_busy_us"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION * (
+            steps_cpu - held
+        ):
+            return  # besides its one-time calls, the GPU sets the pace
     one_time_us = sum(own for _, own in one_time)
     steps_cpu -= one_time_us  # what the shares below are of
     found = []
@@ -762,10 +764,12 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         )
         besides = ""
         if one_time:
+            longest, own = one_time[0]
             besides = (
                 f", besides {len(one_time)} one-time calls of "
                 f"{percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} or more of it each "
-                f"({one_time_us:.1f} µs: see overhead-bound),"
+                f"({one_time_us:.1f} µs, the longest {short_name(longest.name, 40)}: "
+                f"{own:.1f} µs),"
             )
         message = (
             f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times in the recording "
