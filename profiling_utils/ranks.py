@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -368,6 +369,9 @@ class RankProfile(msgspec.Struct, frozen=True):
     """GPU time in those steps' GPU windows (the whole GPU span without steps) in which the
     GPU ran nothing; ``None`` without GPU work."""
     collectives: tuple[CollectiveCall, ...]
+    recorded_from_us: float = 0.0
+    """Start of the trace's first event, µs after :attr:`clock_base_ns`: when its recording
+    began."""
 
     @property
     def label(self) -> str:
@@ -449,6 +453,7 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         gpu_busy_us=busy,
         gpu_idle_us=_gpu_idle_us(trace, times, busy),
         collectives=tuple(calls),
+        recorded_from_us=origin + (trace.spans[0].start if trace.spans else 0.0),
     )
 
 
@@ -609,9 +614,10 @@ class _Waits(msgspec.Struct, frozen=True):
     held: int = 0
     """Of :attr:`buffered`, sends that ran while the peer took an earlier message from the
     same rank, and waited for it: the peer's buffer had no room until then."""
-    before_entry: int = 0
-    """Calls and pairs left out because a kernel of theirs started before the last rank to
-    begin its recorded steps began them (``rank-late-start``)."""
+    unexplained: int = 0
+    """Kernels left out: a send of theirs ended before its receive began, no receive the peer
+    recorded held it, and the peer's recording began after it started (it may have waited
+    for room at the peer, freed before the peer's recording began)."""
     realigned: dict[tuple[int, str, str], tuple[int, int]] = msgspec.field(default_factory=dict)
     """The sequences of one group and op lined up calls apart on a rank: (its position, the
     group, the op) to (the shift, the position of the rank it is lined up with), as
@@ -708,28 +714,75 @@ class _Side(NamedTuple):
 
 _HELD_LOOKBACK = 16
 """How many earlier messages back :func:`_held_by` looks for the receive a send waited for."""
+_NCCL_BUFFER_BYTES = 4 * 2**20
+"""NCCL's default buffer for one peer (``NCCL_BUFFSIZE``): a send is held for room at the
+peer only where the messages before it, not yet taken there, fill it."""
+_INHERITED_SHARE = 0.1
+"""A rank that started its side of a pair within this share of the other side's wait after
+its own previous communication kernel ended was held there, not late on its own."""
 
 
 def _held_by(
     pairs: dict[tuple[str, int, int, int], dict[str, _Side]],
     pair: tuple[str, int, int, int],
     send: _Side,
+    sizes: dict[tuple[tuple[str, int, int, int], str], int | None],
 ) -> _Side | None:
     """For a send that ended before its receive began: the peer's latest earlier receive from
-    the same rank, if it began while the send ran. NCCL buffers a message at the peer only
-    where the peer has taken the earlier ones; until then the send's kernel waits for it."""
+    the same rank, if it began while the send ran and the messages from it to this one, not
+    yet taken at the peer when the send began, fill NCCL's buffer there. NCCL buffers a
+    message at the peer only where it has room; until then the send's kernel waits."""
     group, sender, receiver, index = pair
     for earlier in range(index - 1, max(index - _HELD_LOOKBACK, 0) - 1, -1):
         recv = pairs.get((group, sender, receiver, earlier), {}).get("recv")
-        if recv is not None and recv.start < send.start + send.dur:
-            return recv if recv.start > send.start else None
+        if recv is None or recv.start >= send.start + send.dur:
+            continue
+        if recv.start <= send.start:
+            return None
+        pending = [sizes.get(((group, sender, receiver, k), "send")) for k in range(earlier, index)]
+        if None in pending or sum(pending) < _NCCL_BUFFER_BYTES:  # type: ignore[arg-type]
+            return None
+        return recv
     return None
 
 
-def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
-    """Wait and transfer per rank, collectives reached last and wait caused per rank, over
-    the calls whose kernels all start at ``after`` or later (on the common clock: the calls
-    before it are counted in :attr:`_Waits.before_entry`)."""
+def _recording_starts(profiles: Sequence[RankProfile], offsets: list[float]) -> list[float]:
+    """Per profile, when its recording began on the common clock."""
+    return [p.recorded_from_us + offset for p, offset in zip(profiles, offsets, strict=True)]
+
+
+def _blamed(
+    side: _Side,
+    latest: _Side,
+    kernels: dict[tuple[int, int], tuple[_Side, _Side | None]],
+    ends: list[list[tuple[float, int]]],
+    unexplained: set[tuple[int, int]],
+) -> int | None:
+    """The position of the rank that made ``side`` wait for ``latest``: ``latest``'s own,
+    unless ``latest`` began just after its rank's previous communication kernel ended
+    (within :data:`_INHERITED_SHARE` of the wait) while ``side`` waited, and that kernel
+    itself waited for another rank: the blame then passes to that rank, or to none where
+    the wait was one the traces do not explain."""
+    for _ in range(_HELD_LOOKBACK):
+        waited = latest.start - side.start
+        before = ends[latest.position]
+        index = bisect.bisect_left(before, (latest.start, -1)) - 1
+        if index < 0:
+            return latest.position
+        end, place = before[index]
+        if end <= side.start or latest.start - end > _INHERITED_SHARE * waited:
+            return latest.position
+        if (latest.position, place) in unexplained:
+            return None
+        entry = kernels.get((latest.position, place))
+        if entry is None or entry[1] is None:  # a collective, or a send nobody held
+            return latest.position
+        side, latest = entry
+    return latest.position
+
+
+def _waits(profiles: Sequence[RankProfile]) -> _Waits:
+    """Wait and transfer per rank, collectives reached last and wait caused per rank."""
     count = len(profiles)
     result = _Waits([0.0] * count, [0.0] * count, [0] * count, [0.0] * count, joined=[0] * count)
     if not profiles or len({p.clock for p in profiles}) > 1:  # none: every trace was refused
@@ -773,13 +826,10 @@ def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
             key = (call.group, index, call.op)
             by_key.setdefault(key, []).append((position, start, call.dur_us))
             sizes[key, position] = call.bytes
-    matched = alone = apart = before_entry = 0
+    matched = alone = apart = 0
     for key, arrivals in by_key.items():
         if len({position for position, _, _ in arrivals}) < 2:
             alone += 1
-            continue
-        if min(start for _, start, _ in arrivals) < after:
-            before_entry += 1
             continue
         if not _settle(result, arrivals):
             apart += 1
@@ -791,21 +841,25 @@ def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
     # Per kernel that took part in a pair: itself, and the latest start of the other sides
     # it waited for (None where each of its sends ended before its receive began).
     kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
+    unexplained: set[tuple[int, int]] = set()
+    begun = _recording_starts(profiles, offsets)
     paired = buffered = held = 0
     for pair, sides in pairs.items():
         if len(sides) < 2:
             point_to_point += 1  # its peer's trace was not given, or was cut before it
             continue
         send, recv = sides["send"], sides["recv"]
-        if min(send.start, recv.start) < after:
-            before_entry += 1
-            continue
         if send.start + send.dur <= recv.start:
             # The send ended before the receive began: NCCL held the data at the peer, and
             # neither side waited for the other.
+            earlier = _held_by(pairs, pair, send, pair_sizes)
+            if earlier is None and begun[recv.position] > send.start:
+                # It may have waited for room at the peer, taken before the peer's recording
+                # began: its kernel's time is neither wait nor transfer that the traces show.
+                unexplained.add(send.kernel)
+                continue
             buffered += 1
             kernels.setdefault(recv.kernel, (recv, None))
-            earlier = _held_by(pairs, pair, send)
             if earlier is None:
                 kernels.setdefault(send.kernel, (send, None))
             else:
@@ -827,6 +881,14 @@ def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
         for op, side in sides.items():
             size, so_far = pair_sizes[pair, op], moved[side.position]
             moved[side.position] = None if size is None or so_far is None else so_far + size
+    for kernel in unexplained:
+        kernels.pop(kernel, None)
+    # Each rank's communication kernels by end, to tell a rank late on its own from one held
+    # in its previous kernel.
+    ends: list[list[tuple[float, int]]] = [
+        sorted((c.start_us + offsets[i] + c.dur_us, place) for place, c in enumerate(p.collectives))
+        for i, p in enumerate(profiles)
+    ]
     # A kernel of several sends and receives (a batch) waits for the last of its peers.
     for side, latest in kernels.values():
         position = side.position
@@ -835,7 +897,9 @@ def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
         result.wait[position] += waited
         result.transfer[position] += side.dur - waited
         if latest is not None:
-            result.caused[latest.position] += waited
+            blamed = _blamed(side, latest, kernels, ends, unexplained)
+            if blamed is not None:
+                result.caused[blamed] += waited
             if side.start - latest.start > _SAME_START_US:
                 result.last[position] += 1
     return msgspec.structs.replace(
@@ -847,7 +911,7 @@ def _waits(profiles: Sequence[RankProfile], after: float = -math.inf) -> _Waits:
         paired=paired,
         buffered=buffered,
         held=held,
-        before_entry=before_entry,
+        unexplained=len(unexplained),
         realigned=shifts,
         moved=moved,
     )
@@ -952,10 +1016,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "wait counted here may be for a rank not given, and a straggler named is the "
             "latest of the ranks given"
         )
-    # A rank that began its recorded steps far later than another holds the others' first
-    # calls with it for that long: the waits are read from the calls after it began.
     late = _late_start(profiles) if len(clocks) == 1 else None
-    waits = _waits(profiles, -math.inf if late is None else late.starts[late.late])
+    waits = _waits(profiles)
     matched = waits.matched
     if waits.alone:
         notes.append(
@@ -990,6 +1052,12 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             f"{waits.paired} send/receive pair(s) lined up by the peer each call records (the "
             f"k-th send from one rank to another with the k-th receive there){buffered}"
+        )
+    if waits.unexplained:
+        notes.append(
+            f"{waits.unexplained} kernel(s) left out of wait and transfer: a send of theirs "
+            "ended before its receive began, and the peer's recording began after it started "
+            "(it may have waited for room at the peer, made before that recording began)"
         )
     if waits.point_to_point:
         notes.append(
@@ -1056,9 +1124,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     )
     # Message sizes compare only where every rank took part in every matched call.
     same_calls = all(joined == matched for joined in waits.joined)
-    findings = _findings(rows, spreads, straggler, calls, same_calls)
+    findings = _findings(rows, spreads, straggler, calls, same_calls, sum(waits.caused))
     if late is not None:
-        findings.append(_late_start_finding(late, labels, waits.before_entry))
+        findings.append(_late_start_finding(late, labels, waits.unexplained))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
 
 
@@ -1069,11 +1137,11 @@ _LATE_START_MIN_US = 1000.0
 
 
 class _LateStart(NamedTuple):
-    """The first step every rank recorded, where one rank began it far later than another."""
+    """Where one rank began its recorded steps far later than another."""
 
-    step: int
-    starts: dict[int, float]
-    """Per position (of the ranks with steps), the step's start on the common clock."""
+    starts: dict[int, tuple[float, int]]
+    """Per position (of the ranks with steps), its first recorded step's start on the common
+    clock, and that step's number."""
     early: int
     late: int
     longest: float
@@ -1081,48 +1149,55 @@ class _LateStart(NamedTuple):
 
     @property
     def skew(self) -> float:
-        return self.starts[self.late] - self.starts[self.early]
+        return self.starts[self.late][0] - self.starts[self.early][0]
 
 
 def _late_start(profiles: Sequence[RankProfile]) -> _LateStart | None:
-    """The first step every rank recorded, if one rank began it more than
+    """The ranks' first recorded steps (whatever their numbers: a profiler started on demand
+    numbers each rank's from where it began), if one began more than
     :data:`_LATE_START_STEPS` of the longest median step after another (and at least
     :data:`_LATE_START_MIN_US`); the profiles keep time alike."""
     stepped = [i for i, p in enumerate(profiles) if p.steps]
     if len(stepped) < 2:
         return None
-    common = set.intersection(*({s.step for s in profiles[i].steps} for i in stepped))
     longest = max(statistics.median(s.cpu_us for s in profiles[i].steps) for i in stepped)
-    if not common or longest <= 0:
+    if longest <= 0:
         return None
-    first = min(common)
     offsets = _offsets_us(profiles)
-    starts = {
-        i: next(s.start_us for s in profiles[i].steps if s.step == first) + offsets[i]
-        for i in stepped
-    }
-    early, late = min(starts, key=starts.__getitem__), max(starts, key=starts.__getitem__)
-    found = _LateStart(first, starts, early, late, longest)
+    starts = {}
+    for i in stepped:
+        first = min(profiles[i].steps, key=lambda s: s.start_us)
+        starts[i] = (first.start_us + offsets[i], first.step)
+    early = min(starts, key=lambda i: starts[i][0])
+    late = max(starts, key=lambda i: starts[i][0])
+    found = _LateStart(starts, early, late, longest)
     if found.skew < max(_LATE_START_STEPS * longest, _LATE_START_MIN_US):
         return None
     return found
 
 
-def _late_start_finding(late: _LateStart, labels: list[str], left_out: int) -> Finding:
+def _late_start_finding(late: _LateStart, labels: list[str], unexplained: int) -> Finding:
     """``rank-late-start``."""
     name = labels[late.late]
-    counted = (
-        f"the wait and transfer above count only the calls that began after it began its "
-        f"recorded steps ({left_out} left out)"
-        if left_out
-        else "no call matched across ranks began before it began its recorded steps"
+    (_, early_step), (_, late_step) = late.starts[late.early], late.starts[late.late]
+    steps = (
+        f"ProfilerStep#{late_step}"
+        if early_step == late_step
+        else f"its ProfilerStep#{late_step}, {labels[late.early]}'s #{early_step}"
+    )
+    left_out = (
+        f" {unexplained} kernel(s) whose sends may have waited for room at a peer whose "
+        "recording had not begun are left out of wait and transfer."
+        if unexplained
+        else ""
     )
     message = (
         f"{name} began its recorded steps {_us(late.skew)} after {labels[late.early]} "
-        f"(ProfilerStep#{late.step}), {late.skew / late.longest:,.0f} times the longest median "
-        f"step ({_us(late.longest)}): the ranks did not enter the profiler's window together "
-        "(the profiler starting slowly on one rank, or one rank behind the others). Calls with "
-        f"{name} wait until it arrives, which says nothing about the program: {counted}."
+        f"({steps}), {late.skew / late.longest:,.0f} times the longest median step "
+        f"({_us(late.longest)}): the ranks did not enter the profiler's window together (the "
+        "profiler starting slowly on one rank, or one rank behind the others), as far as the "
+        f"hosts' clocks agree. Calls with {name} wait until it arrives: waits in the calls "
+        f"around its start measure this, not the program.{left_out}"
     )
     return Finding(
         "rank-late-start",
@@ -1130,13 +1205,13 @@ def _late_start_finding(late: _LateStart, labels: list[str], left_out: int) -> F
         "warning",
         message,
         {
-            "step": late.step,
+            "first_step": {labels[i]: step for i, (_, step) in late.starts.items()},
             "start_after_earliest_us": {
-                labels[i]: round(start - late.starts[late.early], 3)
-                for i, start in late.starts.items()
+                labels[i]: round(start - late.starts[late.early][0], 3)
+                for i, (start, _) in late.starts.items()
             },
             "longest_median_step_us": late.longest,
-            "calls_left_out": left_out,
+            "unexplained_kernels": unexplained,
         },
     )
 
@@ -1188,6 +1263,7 @@ def _findings(
     straggler: Straggler | None,
     calls: str = "collectives",
     same_calls: bool = True,
+    caused_total: float = 0.0,
 ) -> list[Finding]:
     """The cross-rank findings; ``calls`` names what was matched across ranks
     (``"collectives"``, ``"sends and receives"``...), ``same_calls`` whether every rank took
@@ -1260,11 +1336,18 @@ def _findings(
         total = total_wait + sum(r.transfer_us or 0.0 for r in rows)
         worst = max(waited, key=lambda r: r.wait_us or 0.0)
         share = total_wait / total if total else 0.0
-        late = (
-            f"mostly for {straggler.label}"
-            if straggler is not None and straggler.basis == "collectives"
-            else "spread across the ranks (no one rank is last most of the time)"
-        )
+        if straggler is None or straggler.basis != "collectives":
+            late = "spread across the ranks (no one rank is last most of the time)"
+        elif straggler.caused_wait_us >= 0.5 * total_wait:
+            late = f"mostly for {straggler.label}"
+        else:
+            late = f"{_us(straggler.caused_wait_us)} of it for {straggler.label}"
+            unattributed = total_wait - caused_total
+            if unattributed >= 0.5 * total_wait:
+                late += (
+                    f", {_us(unattributed)} for ranks that were themselves held in earlier "
+                    "communication the traces do not explain"
+                )
         findings.append(
             Finding(
                 "collective-skew",
@@ -1277,6 +1360,7 @@ def _findings(
                     "wait_us": {r.label: r.wait_us for r in rows},
                     "transfer_us": {r.label: r.transfer_us for r in rows},
                     "wait_share": share,
+                    "unattributed_wait_us": max(total_wait - caused_total, 0.0),
                 },
             )
         )

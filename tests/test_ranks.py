@@ -387,7 +387,7 @@ def p2p_events(op: str, peer: int, kernels: list[tuple[float, float]]) -> list[d
             complete_event("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "kernel",
                            start, duration, pid=0, tid=20, correlation=index + 1, device=0,
                            stream=20, **{"Collective name": op, "Process Group Name": "0",
-                           "Group size": 2, "In msg nelems": 1024, "dtype": "Float",
+                           "Group size": 2, "In msg nelems": 2**20, "dtype": "Float",
                            ("Dst Rank" if op == "send" else "Src Rank"): peer}),
             *flow_pair(index + 1, start - 10, start),
         ]  # fmt: skip
@@ -397,8 +397,9 @@ def p2p_events(op: str, peer: int, kernels: list[tuple[float, float]]) -> list[d
 def test_a_send_held_until_the_peer_took_an_earlier_message_waits_for_it(
     tmp_path: Path,
 ) -> None:
-    # Each send ends before its own receive begins (NCCL buffered it at the peer), but only
-    # once the peer has taken the message before it: sends 1 and 2 wait 300 µs for that.
+    # Each 4 MiB send ends before its own receive begins (NCCL buffered it at the peer), but
+    # only once the peer has taken the message before it, which filled NCCL's buffer there:
+    # sends 1 and 2 wait 300 µs for that.
     write_rank(tmp_path, 0, p2p_events("send", 1, [(k * 1000.0, 600.0) for k in range(3)]))
     write_rank(tmp_path, 1, p2p_events("recv", 0, [(k * 1000.0 + 1300, 10.0) for k in range(3)]))
     report = cross_rank(profiles(tmp_path))
@@ -412,6 +413,15 @@ def test_a_send_held_until_the_peer_took_an_earlier_message_waits_for_it(
         and "2 of these sends waited instead for the peer to take an earlier message" in note
         for note in report.notes
     )
+    # Messages of 4 KiB do not fill NCCL's buffer at the peer: nothing held them.
+    small = p2p_events("send", 1, [(k * 1000.0, 600.0) for k in range(3)])
+    for event in small:
+        if event.get("cat") == "kernel":
+            event["args"]["In msg nelems"] = 1024
+    write_rank(tmp_path, 0, small)
+    report = cross_rank(profiles(tmp_path))
+    assert [row.wait_us for row in report.ranks] == [0, 0]
+    write_rank(tmp_path, 0, p2p_events("send", 1, [(k * 1000.0, 600.0) for k in range(3)]))
     # A send whose peer took the earlier message before it began was not held.
     write_rank(tmp_path, 1, p2p_events("recv", 0, [(k * 1000.0 + 700, 10.0) for k in range(3)]))
     report = cross_rank(profiles(tmp_path))
@@ -519,6 +529,24 @@ def test_real_nccl_run_where_rank_1_stalls_on_the_host() -> None:
     assert rank_0.wait_us > 0.9 * rank_0.collective_us  # ~10 ms per step, of ~10.3 ms
     assert [f.rule for f in report.findings][:2] == ["rank-straggler", "collective-skew"]
     assert report.findings[0].severity == "warning"
+
+
+def test_ranks_whose_steps_are_numbered_apart_but_began_together_are_not_late(
+    tmp_path: Path,
+) -> None:
+    # The balanced run with rank 1's steps numbered 3 higher (a profiler started on demand
+    # numbers each rank's steps from where it began): its ranks began recording together.
+    for path in trace_files([NCCL / "balanced"]):
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        if recorded_rank(path) == 1:
+            for event in document["traceEvents"]:
+                name = str(event.get("name", ""))
+                if name.startswith("ProfilerStep#"):
+                    event["name"] = f"ProfilerStep#{int(name.split('#')[1]) + 3}"
+        write_trace(tmp_path / path.name.removesuffix(".gz"), document)
+    report = cross_rank(profiles(tmp_path))
+    assert not [f for f in report.findings if f.rule == "rank-late-start"]
+    assert report.straggler is None
 
 
 def test_real_balanced_nccl_run_has_no_straggler() -> None:
