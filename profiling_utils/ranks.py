@@ -37,7 +37,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import math
 import os
 import re
 import statistics
