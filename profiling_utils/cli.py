@@ -293,8 +293,7 @@ _CROSS_RANK_KEYS = """\
                  the matched collectives' part of it split into wait_us (waiting for the
                  last rank to arrive: skew) and transfer_us (the rest), both null when the
                  rank took part in no matched collective (their sum is less than
-                 collective_us when some collectives are left out, see notes and
-                 rank-late-start);
+                 collective_us when some collectives are left out, see notes);
                  last_arrivals counts the matched collectives this rank reached last;
                  matched_bytes adds up their message sizes (null where one is not
                  recorded): ranks of an uneven all_to_all move different amounts.
