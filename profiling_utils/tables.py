@@ -88,30 +88,38 @@ alike before it gives them in full."""
 
 def _stretch_start(name: str, differ: int, earliest: int, room: int) -> int:
     """Where the stretch of ``room`` characters shown around ``differ`` starts: at the word
-    that holds it, or where that word is a number or a letter or two (``Metadata<3>``), at
-    the name of the template or call around it, as far back as leaves a few characters
-    after ``differ`` in the stretch; 10 characters before it inside a word longer than that;
-    never before ``earliest`` (the head shown)."""
+    that holds it (a long one, snake_case: 10 characters before it); where that word is a
+    number or a letter or two (``Metadata<3>``), at the name of the template or call around
+    it, as far back as leaves a few characters after ``differ`` in the stretch; where the
+    names differ in punctuation, 10 characters before it. Never before ``earliest`` (the
+    head shown)."""
     floor = max(differ - (room - 8), earliest)
-    start = differ
+    fallback = max(differ - 10, earliest)
+    if differ >= len(name) or not _in_word(name[differ]):
+        return fallback
+    start, end = differ, differ
     while start > floor and _in_word(name[start - 1]):
         start -= 1
     if start == floor and start > earliest and _in_word(name[start - 1]):
-        return max(differ - 10, earliest)  # a long word (snake_case): 10 characters of it
-    if differ - start < 3:
-        depth, opening = 0, start - 1
-        while opening >= floor:
-            if name[opening] in ">)":
-                depth += 1
-            elif name[opening] in "<(":
-                if depth == 0:
-                    break
-                depth -= 1
-            opening -= 1
-        if opening >= floor:
-            start = opening
-            while start > floor and _in_word(name[start - 1]):
-                start -= 1
+        return fallback  # a long word: 10 characters of it
+    while end < len(name) and _in_word(name[end]):
+        end += 1
+    if end - start >= 3:
+        return start
+    depth, opening = 0, start - 1
+    while opening >= floor:
+        if name[opening] in ">)":
+            depth += 1
+        elif name[opening] in "<(":
+            if depth == 0:
+                break
+            depth -= 1
+        opening -= 1
+    if opening < floor:
+        return start
+    start = opening
+    while start > floor and _in_word(name[start - 1]):
+        start -= 1
     return start
 
 

@@ -60,6 +60,16 @@ def test_names_that_differ_past_the_cut_are_told_apart() -> None:
     kernels = [
         apply + f"(anonymous namespace)::TensorListMetadata<{n}>, at::native::(x)" for n in (1, 2)
     ]
+    # Names that differ where a word starts show that word, not the template around it.
+    impl = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+    elementwise = [
+        impl + "at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&)",
+        impl + "at::native::(anonymous namespace)::where_kernel_impl(x)",
+    ]
+    assert [c.split("…")[1] for c in distinct_cuts(elementwise, 72)] == [
+        "CUDAFunctor_add<float> >(at::Tensor",
+        "::native::(anonymous namespace)::wh",
+    ]
     assert [c.split("…")[1] for c in distinct_cuts(kernels, 72)] == [
         "TensorListMetadata<1>, at::native::",
         "TensorListMetadata<2>, at::native::",
