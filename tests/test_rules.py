@@ -1007,6 +1007,24 @@ def test_slow_step_names_the_op_call_furthest_above_its_usual_time(make_trace, k
     assert "outside every op" not in finding.message
 
 
+def test_slow_step_names_the_op_with_the_most_extra_not_the_deepest(make_trace) -> None:
+    # Step 3: aten::index runs 3,000 µs more than usual; a nested convolution, 1,500 µs more.
+    events = []
+    for n in range(5):
+        t = 10_000.0 * n
+        index_us, conv_us = (3_100.0, 1_600.0) if n == 3 else (100.0, 100.0)
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500 + index_us + conv_us),
+            complete_event("aten::index", "cpu_op", t + 10, index_us),
+            complete_event("aten::conv2d", "cpu_op", t + 20 + index_us, conv_us + 20),
+            complete_event("aten::convolution", "cpu_op", t + 25 + index_us, conv_us + 10),
+            complete_event("aten::cudnn_convolution", "cpu_op", t + 30 + index_us, conv_us),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert finding.evidence["slowest_op"]["name"] == "aten::index"
+    assert "aten::index took 3100.0 µs against 100.0 µs" in finding.message
+
+
 def test_slow_step_on_a_recording_with_a_host_stall_added(tmp_path) -> None:
     # The H100 recording of 20 steps with 20 ms of host time added at the end of step 10
     # (a garbage-collection pause, a checkpoint): everything after moves 20 ms later.

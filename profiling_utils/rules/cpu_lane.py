@@ -275,10 +275,10 @@ _SLOW_STEP_COMPARED = 20
 
 
 def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
-    """The innermost op call of step ``number`` that ran at least ``least_us`` beyond the
-    median of the same op's calls in the other steps (the outer ops around it hold its
-    excess too), with ``new_shapes``: whether no earlier call of the op had its input
-    shapes."""
+    """The op call of step ``number`` furthest beyond the median of the same op's calls in
+    the other steps, or the innermost call inside it that is itself at least ``least_us``
+    beyond its own (the outer ops hold their inner calls' excess too), with ``new_shapes``:
+    whether no earlier call of the op had its input shapes."""
     in_step: list[Span] = []
     elsewhere: dict[str, list[float]] = {}
     for op in facts.trace.cpu_ops:
@@ -287,18 +287,27 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
             in_step.append(op)
         elif step is not None:
             elsewhere.setdefault(op.name, []).append(op.dur)
-    best: tuple[int, float, Span, float] | None = None
+    over: dict[int, tuple[float, Span, float]] = {}  # id -> (excess, call, typical)
     for op in in_step:
         usual = elsewhere.get(op.name)
         if not usual or op.dur - least_us < min(usual):
             continue  # cheap: even against its quickest other call, not enough
         typical = median(usual)
-        excess = op.dur - typical
-        if excess >= least_us and (best is None or (op.depth, excess) > best[:2]):
-            best = (op.depth, excess, op, typical)
-    if best is None:
+        if op.dur - typical >= least_us:
+            over[op.id] = (op.dur - typical, op, typical)
+    if not over:
         return None
-    _, _, op, typical = best
+    # The call with the most excess, then down the calls inside it that hold enough of it
+    # themselves (the outer ones hold their inner calls' excess too).
+    excess, op, typical = max(over.values(), key=lambda entry: entry[0])
+    inside = [
+        entry
+        for entry in over.values()
+        if entry[1].depth > op.depth
+        and any(ancestor.id == op.id for ancestor in facts.trace.ancestors(entry[1]))
+    ]
+    if inside:
+        _, op, typical = max(inside, key=lambda entry: (entry[1].depth, entry[0]))
     shapes = input_shapes(op)
     new = shapes is not None and not any(
         earlier.start < op.start and input_shapes(earlier) == shapes
