@@ -320,12 +320,16 @@ def _describe(trace: Trace, kernel: Span, used: set[int]) -> dict[str, Any]:
     recorded = next((args for args in sources if "Collective name" in args), {})
     if recorded:
         op = _operation(str(recorded["Collective name"]))
-    elif label_op is not None:
-        op = _operation(label_op.name.split(":", 1)[1])
-    elif c10d_op is not None:
-        op = _operation(c10d_op.name[len(_C10D_PREFIX) :])
     else:
-        op = _kernel_operation(kernel.name)
+        # A label or c10d op that names no operation (``nccl:coalesced``) leaves it to the
+        # next source: the kernel's own name last.
+        op = "unknown"
+        if label_op is not None:
+            op = _operation(label_op.name.split(":", 1)[1])
+        if op == "unknown" and c10d_op is not None:
+            op = _operation(c10d_op.name[len(_C10D_PREFIX) :])
+        if op == "unknown":
+            op = _kernel_operation(kernel.name)
     dtype = recorded.get("dtype")
     dtype = dtype if isinstance(dtype, str) else None
     elements = [
@@ -443,7 +447,12 @@ def collectives(trace: Trace) -> list[Collective]:
         if label is not None and label.name.endswith(":coalesced"):
             ends = launched.get(label.lane, [])
             before = bisect_right(ends, label.start)
-            fields.update(_batch(trace, label, used, ends[before - 1] if before else -math.inf))
+            after = ends[before - 1] if before else -math.inf
+            # A batch whose kernel went unrecorded ends where its label does.
+            for other in trace.by_name.get(label.name, []):
+                if other.lane is label.lane and after < other.end <= label.start:
+                    after = other.end
+            fields.update(_batch(trace, label, used, after))
         index = seen_in_group.get(fields["group"], 0)
         seen_in_group[fields["group"]] = index + 1
         step = trace.step_of(kernel)
@@ -491,10 +500,13 @@ def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str,
         return {}
     groups = {args.get("Process Group Name") for _, args in members}
     (group,) = groups if len(groups) == 1 else (None,)
+    group_sizes = {_as_int(args.get("Group size")) for _, args in members}
+    (group_size,) = group_sizes if len(group_sizes) == 1 else (None,)
     sizes = [t.bytes for t in transfers]
     return {
         "op": "send_recv",
         "group": None if group is None else str(group),
+        "group_size": group_size,
         "bytes": None
         if None in sizes
         else max(sum(t.bytes for t in transfers if t.op == op) for op in ("send", "recv")),  # type: ignore[misc]

@@ -301,3 +301,40 @@ def test_an_all_to_alls_bytes_to_other_ranks_come_from_its_splits(
     even = found.algbw_gb_s * 3 / 4  # type: ignore[operator]
     expected = even if peer_bytes is None else peer_bytes / 2e3
     assert found.busbw_gb_s == pytest.approx(expected)
+
+
+def _member(ts: float, op: str, peer: int) -> dict[str, Any]:
+    """A send or receive of a batch: recorded, no kernel of its own."""
+    return complete_event("record_param_comms", "cpu_op", ts, 5, **{
+        "Collective name": op, "Process Group Name": "0", "Group size": 2, "dtype": "Float",
+        "In msg nelems": 256, ("Dst Rank" if op == "send" else "Src Rank"): peer})  # fmt: skip
+
+
+def test_a_batch_is_read_off_the_sends_and_receives_since_the_last_one(make_trace: Any) -> None:
+    # Two batches; the first one's kernel was not recorded (its label was). The second
+    # batch's kernel runs its own receive only, not the first batch's send too.
+    events = [
+        _member(0, "send", 1),
+        complete_event("nccl:coalesced", "user_annotation", 10, 20),
+        _member(40, "recv", 1),
+        complete_event("nccl:coalesced", "user_annotation", 50, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 55, 5, correlation=1),
+        complete_event("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "kernel",
+                       80, 10, pid=0, tid=COMM_STREAM, correlation=1),
+    ]  # fmt: skip
+    (batch,) = collectives(load_trace(make_trace(events)))
+    assert (batch.op, batch.group, batch.group_size, batch.bytes) == ("send_recv", "0", 2, 1024)
+    assert [(t.op, t.peer) for t in batch.transfers] == [("recv", 1)]
+
+
+def test_a_coalesced_label_around_a_collective_leaves_the_op_to_the_kernel(
+    make_trace: Any,
+) -> None:
+    events = [
+        complete_event("nccl:coalesced", "user_annotation", 50, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 55, 5, correlation=1),
+        complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                       "kernel", 80, 10, pid=0, tid=COMM_STREAM, correlation=1),
+    ]  # fmt: skip
+    (found,) = collectives(load_trace(make_trace(events)))
+    assert found.op == "all_reduce" and found.transfers == ()

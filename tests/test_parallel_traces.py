@@ -229,7 +229,7 @@ def test_a_batch_of_sends_and_receives_is_read_off_the_ops_before_its_kernel() -
     batches = [c for c in collectives(load_trace(PARALLEL / "subgroups" / "rank2.json.gz"))
                if c.op == "send_recv"]  # fmt: skip
     assert len(batches) == len(coalesced)
-    assert {(c.group, c.bytes) for c in batches} == {("2", 4 * 2**20)}
+    assert {(c.group, c.group_size, c.bytes) for c in batches} == {("2", 2, 4 * 2**20)}
     assert {c.transfers for c in batches} == {
         (Transfer("send", 3, 4 * 2**20), Transfer("recv", 3, 4 * 2**20))
     }

@@ -259,7 +259,8 @@ def collective_bandwidth(facts: Facts) -> Iterator[Hit]:
     factor = bus_factor(top["op"], world)
     evidence_world: dict[str, Any] = {}
     if top["median_busbw_gb_s"] is not None:
-        bus = f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s over {top['group_size']} ranks"
+        over = f" over {top['group_size']} ranks" if top["group_size"] else ""
+        bus = f", bus bandwidth {top['median_busbw_gb_s']:.1f} GB/s{over}"
         if top["uneven_peer_bytes"] is not None:
             bus += (
                 f" (splits uneven: {byte_size(top['uneven_peer_bytes'])} of each call crosses "
