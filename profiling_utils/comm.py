@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -449,9 +449,12 @@ def collectives(trace: Trace) -> list[Collective]:
             before = bisect_right(ends, label.start)
             after = ends[before - 1] if before else -math.inf
             # A batch whose kernel went unrecorded ends where its label does.
-            for other in trace.by_name.get(label.name, []):
-                if other.lane is label.lane and after < other.end <= label.start:
-                    after = other.end
+            labels = trace.by_name.get(label.name, [])
+            for index in range(bisect_left(labels, label.start, key=_START) - 1, -1, -1):
+                if labels[index].lane is label.lane:
+                    if after < labels[index].end <= label.start:
+                        after = labels[index].end
+                    break
             fields.update(_batch(trace, label, used, after))
         index = seen_in_group.get(fields["group"], 0)
         seen_in_group[fields["group"]] = index + 1
@@ -476,7 +479,8 @@ def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str,
     Nothing where no such send or receive is recorded."""
     recorded = trace.by_name.get(_PARAM_COMMS, [])
     members = []
-    for span in reversed(recorded[: bisect_right(recorded, label.start, key=_START)]):
+    for index in range(bisect_right(recorded, label.start, key=_START) - 1, -1, -1):
+        span = recorded[index]
         if span.start < after:
             break
         if span.lane is not label.lane or span.end > label.start:
