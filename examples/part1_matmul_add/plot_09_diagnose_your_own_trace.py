@@ -349,7 +349,7 @@ else:
 # record that version and compare:
 
 fused = record(training_step(fused=True), "tiny_transformer_train_adamw_fused")
-cli("compare", run.trace_path.name, fused.trace_path.name, max_lines=2)
+cli("compare", run.trace_path.name, fused.trace_path.name)
 
 # %%
 # Read the first block as "trace against baseline": the last column is the ratio, so below
