@@ -274,19 +274,27 @@ _SLOW_STEP_COMPARED = 20
 (those nearest it)."""
 
 
+def _in_step_and_elsewhere(
+    facts: Facts, spans: list[Span], number: int
+) -> tuple[list[Span], dict[str, list[float]]]:
+    """``spans`` in step ``number``, and by name the durations of those in the other steps."""
+    in_step: list[Span] = []
+    elsewhere: dict[str, list[float]] = {}
+    for span in spans:
+        step = facts.step_number_of(span)
+        if step == number:
+            in_step.append(span)
+        elif step is not None:
+            elsewhere.setdefault(span.name, []).append(span.dur)
+    return in_step, elsewhere
+
+
 def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
     """The op call of step ``number`` furthest beyond the median of the same op's calls in
     the other steps, or the innermost call inside it that is itself at least ``least_us``
     beyond its own (the outer ops hold their inner calls' excess too), with ``new_shapes``:
     whether no earlier call of the op had its input shapes."""
-    in_step: list[Span] = []
-    elsewhere: dict[str, list[float]] = {}
-    for op in facts.trace.cpu_ops:
-        step = facts.step_number_of(op)
-        if step == number:
-            in_step.append(op)
-        elif step is not None:
-            elsewhere.setdefault(op.name, []).append(op.dur)
+    in_step, elsewhere = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
     over: dict[int, tuple[float, Span, float]] = {}  # id -> (excess, call, typical)
     for op in in_step:
         usual = elsewhere.get(op.name)
@@ -318,14 +326,7 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     """The runtime call of step ``number`` that ran longest beyond its usual duration."""
-    in_step: list[Span] = []
-    elsewhere: dict[str, list[float]] = {}
-    for call in facts.trace.runtime_calls:
-        step = facts.step_number_of(call)
-        if step == number:
-            in_step.append(call)
-        elif step is not None:
-            elsewhere.setdefault(call.name, []).append(call.dur)
+    in_step, elsewhere = _in_step_and_elsewhere(facts, facts.trace.runtime_calls, number)
     best, best_excess = None, 0.0
     for call in in_step:
         usual = elsewhere.get(call.name)
