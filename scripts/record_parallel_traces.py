@@ -32,7 +32,11 @@ Each rank writes ``OUT/RECIPE/rank{N}.json.gz`` through
 - ``pipeline_batched`` (four ranks): four pipeline stages that pass four micro-batches
   forward as Megatron-LM does, with ``batch_isend_irecv``: at each tick a stage receives
   the next micro-batch from the stage before and sends its last output to the next in one
-  batch (one kernel), then computes; stage 1 sleeps 1 ms on the host before each batch.
+  batch (one kernel), then computes; stage 1 sleeps 1 ms on the host before each batch;
+- ``tp_graph``: tensor parallelism as an inference server runs it: each rank holds half of
+  four MLP layers' hidden units (column-parallel up, row-parallel down, then an all_reduce),
+  a decode step's forward captured once in a CUDA graph and replayed eight times a step;
+  rank 1 sleeps 0.5 ms on the host before each replay.
 """
 
 from __future__ import annotations
@@ -204,6 +208,44 @@ def pipeline_batched_steps():
     return step
 
 
+def tp_graph_steps():
+    hidden = 4 * WIDTH // world
+    layers = [
+        (
+            torch.randn(WIDTH, hidden, device=DEV, dtype=torch.bfloat16) / WIDTH**0.5,
+            torch.randn(hidden, WIDTH, device=DEV, dtype=torch.bfloat16) / hidden**0.5,
+        )
+        for _ in range(4)
+    ]
+    x = torch.randn(8, WIDTH, device=DEV, dtype=torch.bfloat16)
+
+    def forward() -> torch.Tensor:
+        y = x
+        for up, down in layers:
+            y = torch.nn.functional.gelu(y @ up) @ down
+            dist.all_reduce(y)
+        return y
+
+    side = torch.cuda.Stream()  # capture wants its warm-up off the default stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+
+    def step() -> None:
+        for _ in range(8):
+            if rank == 1:
+                time.sleep(0.0005)
+            graph.replay()
+        torch.cuda.synchronize()
+
+    return step
+
+
 def ddp_amp_steps():
     from torch.nn.parallel import DistributedDataParallel
 
@@ -230,6 +272,7 @@ step = {
     "ddp_amp": ddp_amp_steps,
     "subgroups": subgroups_steps,
     "pipeline_batched": pipeline_batched_steps,
+    "tp_graph": tp_graph_steps,
 }[recipe]()
 for _ in range(3):
     step()
