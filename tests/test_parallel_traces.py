@@ -315,3 +315,29 @@ def test_a_pipelines_batches_pair_send_by_receive_across_four_ranks() -> None:
     assert rows[0].wait_us > 0.5 * rows[0].collective_us
     assert any("of these sends waited instead for the peer" in note for note in report.notes)
     assert report.straggler is not None and report.straggler.rank == 1
+
+
+def test_collectives_replayed_by_a_cuda_graph_line_up_across_ranks() -> None:
+    # Each all_reduce is named by its kernel alone; the k-th on each rank is one call.
+    def starts(rank: int) -> list[float]:
+        path = PARALLEL / "tp_graph" / f"rank{rank}.json.gz"
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        base = document["baseTimeNanoseconds"] / 1000
+        return sorted(
+            base + e["ts"]
+            for e in document["traceEvents"]
+            if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_AllReduce")
+        )
+
+    zero, one = starts(0), starts(1)
+    assert len(zero) == len(one) == 128  # 4 steps x 8 replays x 4 layers
+    traces = trace_files([PARALLEL / "tp_graph"])
+    profiles = [rank_profile(load_trace(path)) for path in traces]
+    assert {(c.op, c.bytes) for p in profiles for c in p.collectives} == {("all_reduce", None)}
+    report = cross_rank(profiles)
+    assert report.matched_collectives == 128
+    rows = {row.rank: row for row in report.ranks}
+    expected = sum(max(b - a, 0.0) for a, b in zip(zero, one, strict=True))
+    assert rows[0].wait_us == pytest.approx(expected, abs=1.0)
+    assert rows[0].wait_us > 32 * 400  # most of rank 1's 32 sleeps of 500 µs
+    assert report.straggler is not None and report.straggler.rank == 1
