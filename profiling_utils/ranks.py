@@ -1303,7 +1303,7 @@ def _findings(
                 "warning" if share is None or share >= _WAIT_WARNING_SHARE else "info",
                 f"{straggler.label} is the straggler: it reached {straggler.last_arrivals} of "
                 f"{_took_part(straggler, calls)} last, and the other ranks waited "
-                f"{_us(straggler.caused_wait_us)} in them for it. {steps_compared} "
+                f"{_us(straggler.caused_wait_us)} in their {calls} for it. {steps_compared} "
                 f"look at what it does before its {calls} (host work, data loading, a "
                 f"slower GPU).{uneven}",
                 {
