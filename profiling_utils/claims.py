@@ -209,7 +209,14 @@ def at_least_times(statement: str, factor: float, **two_numbers: float) -> Claim
     return claim(statement, value >= factor * baseline, **two_numbers, ratio=ratio)
 
 
-def which_is_greater(greater: str, less: str, alike: str, **two: Distribution) -> Claim:
+def which_is_greater(
+    greater: str,
+    less: str,
+    alike: str,
+    *,
+    host_speed: tuple[float, int] | None = None,
+    **two: Distribution,
+) -> Claim:
     """Say which of two measured timings is the greater, worded by this run's outcome.
 
     The first named distribution is compared with the second by
@@ -226,14 +233,30 @@ def which_is_greater(greater: str, less: str, alike: str, **two: Distribution) -
             eager=cpu["eager"],
         )
 
+    ``host_speed``, for CPU times taken from two recordings, is
+    :func:`~profiling_utils.measures.host_speed_ratio` of the first's recording over the
+    second's: where the host ran at different speeds
+    (:func:`~profiling_utils.measures.speeds_alike` false), the claim says so instead of
+    comparing the two.
+
     Raises:
         TypeError: When not given exactly two named distributions.
         ValueError: As :func:`~profiling_utils.stats.clearly_greater` does (too few samples
             on a side, or units that differ).
     """
+    from .measures import speeds_alike  # the model's modules, only where a page asks
+
     if len(two) != 2:
         raise TypeError(f"which_is_greater() takes exactly two named timings, not {len(two)}")
     first, second = two.values()
+    if host_speed is not None and not speeds_alike(host_speed[0]):
+        names = " and ".join(two)
+        statement = (
+            f"the {names} recordings ran at different host speeds (the calls both make that "
+            f"hold no call of their own took {host_speed[0]:.2f}x as long in the first): "
+            "their CPU times do not compare"
+        )
+        return claim(statement, True, **two, host_speed_ratio=host_speed[0])
     if clearly_greater(first, second):
         statement = greater
     elif clearly_greater(second, first):
@@ -247,24 +270,29 @@ def who_sets_the_pace(what: str, times: CallTimes) -> Claim:
     """Say whether the GPU or the CPU sets the pace of a call timed without the profiler.
 
     ``what`` names the call (``"an eager call"``, ``"a pinned cuDNN call"``) and ``times`` is
-    what :func:`~profiling_utils.capture.time_per_call` measured of it; the claim reads by
-    :attr:`~profiling_utils.capture.CallTimes.gpu_sets_the_pace`, always holds, and shows
-    the call's end-to-end time and the CPU's part of it.
+    what :func:`~profiling_utils.capture.time_per_call` measured of it. The claim reads by
+    :attr:`~profiling_utils.capture.CallTimes.gpu_sets_the_pace`, then
+    :attr:`~profiling_utils.capture.CallTimes.cpu_time_is_most`; where neither holds (the
+    medians a fifth apart or more, the spreads overlapping) it says the run does not tell.
+    It always holds, and shows the call's end-to-end time and the CPU's part of it.
     """
-    pace = (
-        f"without the profiler, {what} takes clearly longer, by a fifth at least, than the "
-        "CPU takes to make it: the GPU sets the pace"
-    )
-    cpu_bound = (
-        f"without the profiler, {what} takes less than a fifth longer than the CPU takes to "
-        "make it: the CPU's time is most of it"
-    )
-    return claim(
-        pace if times.gpu_sets_the_pace else cpu_bound,
-        True,
-        end_to_end=times.end_to_end,
-        cpu=times.issue,
-    )
+    if times.gpu_sets_the_pace:
+        statement = (
+            f"without the profiler, {what} takes clearly longer, by a fifth at least, than "
+            "the CPU takes to make it: the GPU sets the pace"
+        )
+    elif times.cpu_time_is_most:
+        statement = (
+            f"without the profiler, {what} takes less than a fifth longer than the CPU "
+            "takes to make it: the CPU's time is most of it"
+        )
+    else:
+        statement = (
+            f"without the profiler, {what} takes a fifth longer or more than the CPU takes "
+            "to make it by their medians, but the two spreads overlap: this run does not "
+            "say which side sets the pace"
+        )
+    return claim(statement, True, end_to_end=times.end_to_end, cpu=times.issue)
 
 
 def read_claims(path: str | os.PathLike[str]) -> list[Claim]:

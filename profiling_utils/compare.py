@@ -284,7 +284,7 @@ class Comparison:
                 out.append(f"  ... and {len(names) - len(shown)} more (--json lists them all)")
             elif not names:
                 out.append("  none")
-        out += ["", "Findings:"]
+        out += ["", "Findings of the rules that compare two traces (diagnose gives each's own):"]
         for finding in self.findings:
             out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
         if not self.findings:

@@ -92,6 +92,9 @@ __all__ = [
     "compiled_regions",
     "graph_launches",
     "op_stats",
+    "host_speed_ratio",
+    "HOST_SPEED_ALIKE",
+    "speeds_alike",
     "thread_activity",
     "folded_calls",
     "span_dict",
@@ -1354,3 +1357,45 @@ def op_stats(trace: Trace) -> list[OpStats]:
     stats = [OpStats(name, int(n), self_us, total) for name, (n, self_us, total) in calls.items()]
     stats.sort(key=lambda s: (-s.self_us, s.name))
     return stats
+
+
+HOST_SPEED_MIN_NAMES = 2
+""":func:`host_speed_ratio` reads the host's speed from this many kinds of call at least."""
+HOST_SPEED_ALIKE = 1.25
+"""Two recordings whose :func:`host_speed_ratio` is within this factor of 1 ran at about one
+host speed: their CPU times compare."""
+
+
+def _leaf_call_medians(trace: Trace) -> dict[str, float]:
+    """By name, the median duration of the ops and runtime calls of ``trace``'s steps that
+    hold no recorded call of their own (a leaf's time is its own work)."""
+    covered = trace.children_cover_us
+    durations: dict[str, list[float]] = {}
+    for span in (*trace.cpu_ops, *trace.runtime_calls):
+        if covered[span.id] == 0 and trace.step_of(span) is not None:
+            durations.setdefault(span.name, []).append(span.dur)
+    return {name: statistics.median(values) for name, values in durations.items()}
+
+
+def host_speed_ratio(a: Trace, b: Trace) -> tuple[float, int] | None:
+    """How much slower the host ran while ``a`` was recorded than while ``b`` was: over the
+    kinds of leaf call both recordings' steps make (ops and runtime calls holding no recorded
+    call: ``aten::empty``, ``cudaLaunchKernel``...), the median of ``a``'s median duration
+    over ``b``'s, with how many kinds it read.
+
+    Two recordings made one after the other on a shared machine can run at different host
+    speeds (clocks, other processes): every call of one then takes longer. A CPU cost set
+    against another recording's counts only where this is about 1. ``None`` where fewer than
+    :data:`HOST_SPEED_MIN_NAMES` kinds of call are in both.
+    """
+    mine, theirs = _leaf_call_medians(a), _leaf_call_medians(b)
+    ratios = [mine[name] / theirs[name] for name in mine.keys() & theirs.keys() if theirs[name] > 0]
+    if len(ratios) < HOST_SPEED_MIN_NAMES:
+        return None
+    return statistics.median(ratios), len(ratios)
+
+
+def speeds_alike(ratio: float | None) -> bool:
+    """Whether a :func:`host_speed_ratio` is within :data:`HOST_SPEED_ALIKE` of 1 (``None``,
+    no reading, is not)."""
+    return ratio is not None and 1 / HOST_SPEED_ALIKE <= ratio <= HOST_SPEED_ALIKE

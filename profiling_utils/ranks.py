@@ -1336,7 +1336,10 @@ def _findings(
         worst = max(waited, key=lambda r: r.wait_us or 0.0)
         share = total_wait / total if total else 0.0
         if straggler is None or straggler.basis != "collectives":
-            late = "spread across the ranks (no one rank is last most of the time)"
+            late = (
+                "spread across the ranks (no rank's lateness costs the others twice the wait "
+                "another's does)"
+            )
         elif straggler.caused_wait_us >= 0.5 * total_wait:
             late = f"mostly for {straggler.label}"
         else:

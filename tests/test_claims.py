@@ -181,6 +181,18 @@ def test_who_sets_the_pace_reads_the_timed_call() -> None:
     busy = CallTimes(Distribution.of([50, 52, 51, 49, 50]), Distribution.of([49, 51, 50, 48, 50]))
     made = who_sets_the_pace("a compiled call", busy)
     assert made.holds and made.statement.endswith("the CPU's time is most of it")
+    # Page 13's eager forward: 1.64x by the medians, but the CPU's spread reaches into the
+    # time end to end. Neither side can be said to set the pace.
+    overlapping = CallTimes(
+        Distribution.of([265, 266, 267, 270, 271, 272, 300, 316, 317, 320]),
+        Distribution.of([160, 161, 162, 163, 165, 166, 312, 313, 314, 316]),
+    )
+    assert not overlapping.gpu_sets_the_pace and not overlapping.cpu_time_is_most
+    made = who_sets_the_pace("an eager forward", overlapping)
+    assert made.holds and made.statement.endswith(
+        "but the two spreads overlap: this run does not say which side sets the pace"
+    )
+    assert "less than a fifth" not in made.statement
 
 
 @pytest.mark.parametrize(
@@ -201,3 +213,20 @@ def test_numbers_are_shown_compactly(value: object, text: str) -> None:
 
 def test_read_claims_of_a_missing_file_is_empty(tmp_path: Path) -> None:
     assert read_claims(tmp_path / "never_ran.claims.json") == []
+
+
+def test_which_is_greater_does_not_compare_cpu_times_of_hosts_at_other_speeds() -> None:
+    pinned = Distribution.of([131.0, 130.0, 133.0, 129.0, 132.0], "µs")
+    auto = Distribution.of([78.0, 77.0, 79.0, 76.0, 80.0], "µs")
+    texts = ("pinned costs more", "pinned costs less", "alike")
+    made = which_is_greater(*texts, host_speed=(1.62, 6), pinned=pinned, auto=auto)
+    assert made.holds and made.statement.startswith(
+        "the pinned and auto recordings ran at different host speeds"
+    )
+    assert "1.62x as long in the first" in made.statement
+    assert made.numbers["host_speed_ratio"] == 1.62
+    # At one speed (within a quarter), or with no reading of it, the timings compare.
+    assert which_is_greater(*texts, host_speed=(1.1, 6), pinned=pinned, auto=auto).statement == (
+        "pinned costs more"
+    )
+    assert which_is_greater(*texts, pinned=pinned, auto=auto).statement == "pinned costs more"

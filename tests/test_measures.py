@@ -947,3 +947,34 @@ def test_gpu_busy_in_windows_is_gpu_busy_in_each_window(name: str) -> None:
     windows += [(step.start, step.end) for step in trace.steps]
     expected = [measures.gpu_busy_us(trace, window=window) for window in windows]
     assert measures.gpu_busy_in_windows(trace, windows) == pytest.approx(expected, abs=1e-6)
+
+
+def _steps_of_leaf_calls(scale: float, extra: float = 0.0) -> list[dict]:
+    """Four steps, each an aten::add (holding a cudaLaunchKernel) and an aten::empty; every
+    call ``scale`` times its usual length, the add's own part ``extra`` longer still."""
+    events = []
+    for n in range(4):
+        t = 1_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900),
+            complete_event("aten::empty", "cpu_op", t + 10, 4 * scale),
+            complete_event("aten::add", "cpu_op", t + 100, 20 * scale + extra),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 105, 6 * scale),
+            complete_event("cudaStreamIsCapturing", "cuda_runtime", t + 200, 1 * scale),
+        ]
+    return events
+
+
+def test_host_speed_ratio_reads_the_leaf_calls_both_recordings_make(make_trace) -> None:
+    fast = load_trace(make_trace(_steps_of_leaf_calls(1.0), name="fast.json"))
+    slow = load_trace(make_trace(_steps_of_leaf_calls(1.6, extra=50), name="slow.json"))
+    # aten::add holds a launch call: not a leaf, so its own extra time does not count.
+    ratio, kinds = measures.host_speed_ratio(slow, fast)
+    assert kinds == 3 and ratio == pytest.approx(1.6)
+    assert measures.host_speed_ratio(fast, slow)[0] == pytest.approx(1 / 1.6)
+    same = load_trace(make_trace(_steps_of_leaf_calls(1.0, extra=50), name="same.json"))
+    assert measures.host_speed_ratio(same, fast)[0] == pytest.approx(1.0)
+    # One kind of leaf call in common: no reading.
+    few = [e for e in _steps_of_leaf_calls(1.0) if e["name"] in ("aten::empty", "ProfilerStep#0")]
+    few_trace = load_trace(make_trace(few, name="few.json"))
+    assert measures.host_speed_ratio(few_trace, fast) is None

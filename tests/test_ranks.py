@@ -555,7 +555,7 @@ def test_real_balanced_nccl_run_has_no_straggler() -> None:
     assert report.straggler is None
     assert all(f.severity == "info" for f in report.findings)
     skew = next(f for f in report.findings if f.rule == "collective-skew")
-    assert "no one rank is last most of the time" in skew.message
+    assert "no rank's lateness costs the others twice the wait another's does" in skew.message
 
 
 def test_cli_names_the_stalled_rank_of_the_real_run(capsys) -> None:

@@ -23,7 +23,7 @@ def test_one_bar_per_step_and_the_median_labelled():
         assert top.get_yscale() == "log"
         ordered = sorted(widths)
         median = (ordered[9] + ordered[10]) / 2
-        assert top.get_title(loc="right") == f"dashed line: median {median:,.1f} µs"
+        assert top.get_title(loc="right") == f"dashed line: median of all steps, {median:,.1f} µs"
         assert not top.texts  # nothing drawn over the bars
         assert top.lines[0].get_ydata()[0] == pytest.approx(median)
         assert bottom.get_xlabel() == "ProfilerStep#"
@@ -94,7 +94,7 @@ def test_bars_from_the_median_keep_the_values_on_the_axis():
         # Each bar spans the median and its own value, so its top or its bottom is the value.
         assert [b.get_y() for b in bars] == pytest.approx([170.0] * 5)
         assert [b.get_y() + b.get_height() for b in bars] == pytest.approx(values)
-        assert ax.get_title(loc="right") == "dashed line: median 170.0 µs"
+        assert ax.get_title(loc="right") == "dashed line: median of all steps, 170.0 µs"
         low, high = ax.get_ylim()
         assert low > 100  # not from zero: a 3% difference stays visible
         # A step equal to the median (170.0) has a bar of no height: a line marks each value.

@@ -142,7 +142,7 @@ def print_totals(run):
         print(f"    of it in cudaDeviceSynchronize: {sync_us:,.1f} µs")
     if gpu_us:
         print(f"  Self CUDA time total: {gpu_us:10,.1f} µs")
-        print(f"  CPU total / CUDA total: {cpu_us / gpu_us:.1f}")
+        print(f"  Self CPU time total / Self CUDA time total: {cpu_us / gpu_us:.1f}")
 
 
 print_totals(small)

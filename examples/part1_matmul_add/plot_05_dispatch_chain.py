@@ -34,6 +34,7 @@ import torch
 
 from profiling_utils import capture, diagnose, run_name
 from profiling_utils.claims import at_least_times, claim
+from profiling_utils.measures import host_speed_ratio, speeds_alike
 from profiling_utils.render import (
     Highlight,
     findings_table,
@@ -246,7 +247,8 @@ print(f"Copies inside aten::matmul, all runs and steps: {len(copies)}")
 # ---------------------------------
 # Per ``aten::matmul`` call, the CPU time in the product operator and the time around it
 # (the views and ``aten::matmul``'s own code), as the median over the recorded steps with
-# the interquartile range, the middle half of the steps:
+# the interquartile range, the middle half of the steps (each column its own median: the
+# two parts need not add up to the whole):
 
 
 def matmul_costs(run):
@@ -272,8 +274,14 @@ value_table(
 # halves of the two sets of steps do not overlap
 # (:func:`~profiling_utils.stats.clearly_greater`). Single steps can lie outside the
 # middle half: the first lines below set each run's slowest ``aten::matmul`` call against
-# the median of its calls. With three steps, one such step could pass for a cost. The
-# claims below them compare the batched call with the 2-D one.
+# the median of its calls. With three steps, one such step could pass for a cost.
+#
+# Two recordings made one after the other can also run at different host speeds (other
+# work on the machine, clocks): every call of one then takes longer, the batch's or not.
+# :func:`~profiling_utils.measures.host_speed_ratio` sets the calls both recordings make
+# that hold no call of their own (``aten::empty``, the launch calls...) against each other.
+# The claims below compare the batched call with the 2-D one only where that ratio is
+# within a quarter of 1.
 
 for shapes, (total, _, _) in costs.items():
     print(
@@ -282,7 +290,13 @@ for shapes, (total, _, _) in costs.items():
     )
 (flat_total, flat_product, flat_around) = costs["2-D @ 2-D"]
 (bmm_total, bmm_product, bmm_around) = costs["3-D @ 3-D"]
-if flat.has_gpu:
+speed = host_speed_ratio(batched.trace, flat.trace)
+if speed is not None:
+    print(
+        f"host speed: the 3-D @ 3-D recording's leaf calls took a median {speed[0]:.2f}x "
+        f"the 2-D recording's ({speed[1]} kinds of call)"
+    )
+if flat.has_gpu and speeds_alike(speed[0] if speed else None):
     claim(
         "the batched call spends clearly more CPU time around its product than the "
         "2-D call",
@@ -297,13 +311,21 @@ if flat.has_gpu:
         bmm_us=bmm_product.median,
         mm_us=flat_product.median,
     )
+elif flat.has_gpu:
+    claim(
+        "the two recordings ran at different host speeds: their operators' CPU times do "
+        "not compare, and no cost of the batch is read from them",
+        True,
+        host_speed_ratio=speed[0] if speed else None,
+    )
 else:
     print("No GPU here: the products compute on the CPU and their time buries the")
     print("dispatch, so the comparison is made only on a GPU build.")
 
 # %%
 # The batch's sure cost is the extra operators, each with its own dispatch. Whether the
-# batched product operator itself costs more is decided by the second claim, on this run.
+# batched product operator itself costs more is decided by the claims above, on this run,
+# where the two recordings ran at one host speed.
 #
 # Extra runtime calls?
 # --------------------

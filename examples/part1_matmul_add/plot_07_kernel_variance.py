@@ -459,7 +459,7 @@ if shared is not None:
         )
 
 # %%
-# Slow kernels are one sign of a neighbour. The other is a wait: while the neighbour's
+# Slow kernels are one sign of a neighbour. The other can be a wait: while the neighbour's
 # GEMMs hold the GPU, our next kernel, launched and queued, cannot start, and our GPU lane
 # shows nothing although work was waiting. ``kernel-variance`` compares kernels with their
 # own kind and does not see it. :func:`~profiling_utils.measures.queued_idle` lists each
@@ -528,12 +528,13 @@ else:
     print("No GPU here: no queue to wait in.")
 
 # %%
-# Where the checks above found a long wait, the picture shows it: the CPU had launched
-# the next work before the band began (its launch call is on the CPU lane, drawn even
-# below the rows the picture cuts), the last check says whether it went on launching
-# during it, and the GPU lane is empty until the neighbour's GEMMs let our work through.
-# Nothing in this trace explains the band. In a trace of yours, a stretch like it is the
-# clearest sign that something outside the trace shared the GPU.
+# Where the checks above find a long wait, they draw it: the CPU had launched the next
+# work before the idle band began (its launch call is on the CPU lane, drawn even below
+# the rows the picture cuts), a last check says whether the CPU went on launching during
+# it, and the GPU lane stays empty until the neighbour's GEMMs let our work through, with
+# nothing in the trace to explain the band. The lines above say whether this run had such
+# a wait; the neighbour may show only as stretched kernels. In a trace of yours, a stretch
+# like it is the clearest sign that something outside the trace shared the GPU.
 #
 # What this means for reporting a number
 # --------------------------------------

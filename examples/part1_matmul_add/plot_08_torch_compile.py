@@ -450,7 +450,9 @@ if device == "cuda":
         stack_cpu[label] = step_cpu(stack_run)
         launches = compare(stack_run.trace, stack_run.trace).trace.launches_per_step
         stack_launches[label] = launches
-        print(f"{label:16s} {stack_cpu[label]}, {launches:g} launch calls per step")
+        print(
+            f"{label:16s} CPU per step {stack_cpu[label]}, {launches:g} launch calls per step"
+        )
     claim(
         "eager makes at least one launch call per layer",
         stack_launches["eager"] >= 16,

@@ -6,7 +6,8 @@ Diagnose your own trace
 tutorials are in it, and where in the trace is the evidence?*
 
 The earlier tutorials each looked for one pattern by hand. :func:`profiling_utils.diagnose`
-looks for all of them at once: every row of the post's trace reading cheatsheet, plus a few
+looks for all of them at once: every row of the trace reading cheatsheet of the `Hugging
+Face post <https://huggingface.co/blog/torch-profiler>`_ this gallery follows, plus a few
 rows that traces recorded on an H100 taught us, is a rule that reads a trace and reports
 what it found with the numbers behind it. We record a small but realistic trace, a few
 training steps of a tiny transformer, diagnose it from Python, then do the same from the

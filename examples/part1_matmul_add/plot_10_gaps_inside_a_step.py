@@ -97,7 +97,9 @@ if synced_gaps:
     print(f"last GPU work before the stretch: {evidence['before']['name'][:50]}")
     print(f"first GPU work after it: {evidence['after']['name'][:60]}")
     late_us = evidence["launched_after_idle_us"]
-    print(f"the next work was launched {late_us:.1f} µs after the GPU ran dry")
+    print(
+        f"the call launching the next work returned {late_us:.1f} µs after the GPU ran dry"
+    )
     threshold = max(
         GAP_MIN_US, GAP_MIN_LAUNCH_LATENCIES * evidence["launch_latency_us"]
     )
@@ -177,7 +179,7 @@ if synced.has_gpu and evidence is not None:
         before=evidence["before"]["name"],
     )
     claim(
-        "the work after the sync was launched only after the GPU had run dry",
+        "the call launching the work after the sync returned only after the GPU had run dry",
         evidence["launched_after_idle_us"] > 0,
         launched_after_idle_us=evidence["launched_after_idle_us"],
     )
@@ -196,6 +198,8 @@ if synced.has_gpu and evidence is not None:
 # what they recorded only at the end, so warm-up steps fill the buffers too, at no cost in
 # trace size. Ten warm-up steps and twenty-two recorded ones put the filling of the first
 # buffer inside the recording without keeping, and processing, every step before it.
+# Below the kernel counts, every span the profiler drew on its overhead row (the requests,
+# and any other of its own work), with the step it fell in.
 
 
 class TinyTransformer(torch.nn.Module):
@@ -260,10 +264,11 @@ if train.has_gpu:
         fewest=min(kernels),
     )
 requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
-for request in requests:
-    inside = train.trace.step_of(request)
+# Every span of the profiler's own overhead row, the requests and whatever else it drew.
+for span in train.trace.overhead:
+    inside = train.trace.step_of(span)
     where = f"ProfilerStep#{inside.number}" if inside else "outside the steps"
-    print(f"Activity Buffer Request: {request.dur:.1f} µs, in {where}")
+    print(f"{span.name}: {span.dur:.1f} µs, in {where}")
 if not requests:
     print("No Activity Buffer Request in this run", end="")
     print(": without a GPU there is no CUPTI." if not train.has_gpu else ".")
@@ -394,8 +399,9 @@ if train.has_gpu:
             fold_lines(
                 f"The request in ProfilerStep#{e['step']} lasted "
                 f"{e['request']['dur_us']:.1f} µs; the GPU sat idle {e['gap_us']:.1f} µs, "
-                f"and the next kernel was launched {e['launched_after_idle_us']:.1f} µs "
-                "after it ran dry: the profiler's gap, once, as the post says."
+                f"and the call launching the next kernel returned "
+                f"{e['launched_after_idle_us']:.1f} µs after it ran dry: the profiler's gap, "
+                "once, as the post says."
             )
         )
     elif in_steps:
@@ -454,8 +460,8 @@ if train.has_gpu:
     if one_off is not None:
         late_us = one_off.evidence["launched_after_idle_us"]
         claim(
-            "the next kernel was launched after the GPU ran dry: the request held the "
-            "CPU thread, not the GPU",
+            "the call launching the next kernel returned after the GPU ran dry: the request "
+            "held the CPU thread, not the GPU",
             late_us > 0,
             launched_after_idle_us=late_us,
         )

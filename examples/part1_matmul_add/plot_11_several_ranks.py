@@ -389,7 +389,7 @@ claim(
 # %%
 # In the stalled run, rank 1's collectives are all transfer, and it arrived last at every
 # one; rank 0's are almost all wait. The straggler's steps are about as long as the
-# others' (the table's median steps): the time it loses is paid by the others, inside
+# others' (the median steps printed above): the time it loses is paid by the others, inside
 # their collectives. So look at
 # the rank with the *short* collectives, and at what it does before them (here, the
 # ``host_stall``).

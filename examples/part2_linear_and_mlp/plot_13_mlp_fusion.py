@@ -623,7 +623,8 @@ if eager.has_gpu:
 # the gaps between its kernels, which busy time leaves out. Where the CPU's time is most
 # of a forward's, the CPU and the GPU take about as long, and either side's saving may
 # or may not show: set each variant's CPU part against its time end to end above, and
-# against the comparisons with eager, to see which one did.
+# against the comparisons with eager, to see which one did. Where the two spreads overlap,
+# the run does not say which side sets the pace, and neither saving can be counted on.
 #
 # The rule again, on each run: it fires on the eager run only when the GELU and the
 # multiply are separate kernels.

@@ -35,7 +35,7 @@ from torch.nn.functional import scaled_dot_product_attention
 from profiling_utils import capture, diagnose, time_per_call
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.datasheet import datasheet_peak
-from profiling_utils.measures import kernel_launches, step_times
+from profiling_utils.measures import host_speed_ratio, kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
     fold_lines,
@@ -368,6 +368,7 @@ if on_gpu:
         "cuDNN's call costs the CPU clearly less than flash's, the other way round from "
         "the post's A100",
         "cuDNN's and flash's calls cost the CPU alike, within the spread",
+        host_speed=host_speed_ratio(runs["cudnn"].trace, runs["flash"].trace),
         cudnn=cpu["cudnn"],
         flash=cpu["flash"],
     )
@@ -375,6 +376,13 @@ else:
     print("No GPU here: the backends are ranked on the GPU build of this page.")
 
 # %%
+# A CPU time set against another recording's counts only where the host ran at one speed
+# in both: recorded one after the other on a shared machine, every call of one recording
+# can take longer, whatever the backend. The CPU claims here first set the calls both
+# recordings make that hold no call of their own (``aten::empty``, the launch calls...)
+# against each other (:func:`~profiling_utils.measures.host_speed_ratio`), and where
+# those differ by more than a quarter, say so instead of comparing.
+#
 # The CPU time of a call is the dispatcher, the backend's checks and the launch. Where a
 # call costs the CPU more than its kernel costs the GPU, a model made of such calls keeps
 # the GPU waiting, unless other calls have queued enough work ahead of it. Per call, for
@@ -407,6 +415,7 @@ if on_gpu:
         "clearly more than the pinned one",
         "auto's call, which runs the same cuDNN operators and kernel, costs the CPU about "
         "what the pinned one does, within the spread",
+        host_speed=host_speed_ratio(runs["cudnn"].trace, runs["auto"].trace),
         pinned=cpu["cudnn"],
         auto=cpu["auto"],
     )

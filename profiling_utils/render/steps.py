@@ -128,7 +128,8 @@ def plot_per_step(
         ax.axhline(median, color=_MEDIAN, linestyle="--", linewidth=1.2)
         # Above the panel, not on the line, where it would cover the bars.
         ax.set_title(
-            f"dashed line: median {median:,.1f} {unit}", loc="right", fontsize=_TEXT_PT,
+            f"dashed line: median of all steps, {median:,.1f} {unit}", loc="right",
+            fontsize=_TEXT_PT,
             color=_MEDIAN,
         )  # fmt: skip
         if log:

@@ -748,9 +748,9 @@ def _one_off_hit(
     if idle.cause == "held back":
         evidence["cause"] = "held back"
         tail = (
-            f"; the latter was launched {-idle.launched_late_us:.1f} µs before the GPU went "
-            "idle and nothing of this trace ran meanwhile: something outside it held the GPU "
-            "back (another process, the driver)"
+            f"; the latter's launch call returned {-idle.launched_late_us:.1f} µs before the "
+            "GPU went idle and nothing of this trace ran meanwhile: something outside it held "
+            "the GPU back (another process, the driver)"
         )
     else:
         request = idle.request
@@ -760,9 +760,9 @@ def _one_off_hit(
         op = facts.innermost_cpu_op_at(request.start, idle.launch.lane)
         during = f" during {op.name}" if op is not None else ""
         tail = (
-            f"; the latter was launched {idle.launched_late_us:.1f} µs after the GPU ran dry, "
-            f"while the profiler's {BUFFER_REQUEST} ({request.dur:.1f} µs{during}) held "
-            "the CPU thread: the profiler, not your code"
+            f"; the latter's launch call returned {idle.launched_late_us:.1f} µs after the GPU "
+            f"ran dry, while the profiler's {BUFFER_REQUEST} ({request.dur:.1f} µs{during}) "
+            "held the CPU thread: the profiler, not your code"
         )
     return head + tail + f" ({len(standing_out)} of {steps} steps stand out).", evidence
 
