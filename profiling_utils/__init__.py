@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import measures
-    from .capture import Capture, capture, run_name, time_per_call
+    from .capture import Capture, capture, run_name, time_calls, time_per_call
     from .compare import Comparison, compare
     from .errors import TraceError
     from .peaks import Peaks, achieved_gb_s, achieved_tflops, gemm_flops, measure_peaks
@@ -29,6 +29,7 @@ _HOMES = {
     "capture": "capture",
     "run_name": "capture",
     "time_per_call": "capture",
+    "time_calls": "capture",
     "Comparison": "compare",
     "compare": "compare",
     "TraceError": "errors",
@@ -77,6 +78,7 @@ __all__ = [
     "roofline",
     "run_name",
     "time_per_call",
+    "time_calls",
 ]
 
 

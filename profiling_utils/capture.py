@@ -22,7 +22,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -243,7 +243,8 @@ def time_per_call(
     :func:`time.perf_counter` time of the batch.
 
     A profiled step's CPU time includes the profiler's own overhead (more with
-    ``record_shapes``); these are the times to compare variants of a step by.
+    ``record_shapes``); these are the times to compare variants of a step by, with
+    :func:`time_calls`, which takes their batches in turn.
 
     Args:
         step: The code to time, called with no arguments.
@@ -257,6 +258,32 @@ def time_per_call(
     Returns:
         The time per call of each batch, end to end and the CPU's (:class:`CallTimes`).
     """
+    return time_calls({"step": step}, calls=calls, repeats=repeats, warmup_iters=warmup_iters)[
+        "step"
+    ]
+
+
+def time_calls(
+    steps: Mapping[str, Callable[[], Any]],
+    *,
+    calls: int = 20,
+    repeats: int = 30,
+    warmup_iters: int = 3,
+) -> dict[str, CallTimes]:
+    """:func:`time_per_call` for several variants of a step, their batches taken in turn
+    (the first variant's, the second's..., then the first's again), so that a change of the
+    host's or the GPU's speed while they are timed (other work on a shared machine, clocks)
+    falls on every variant alike, not on whichever ran then.
+
+    Args:
+        steps: The variants to time, by name, each called with no arguments.
+        calls: Calls per batch, as :func:`time_per_call` takes them.
+        repeats: Batches per variant.
+        warmup_iters: Calls of each variant before the first batch.
+
+    Returns:
+        By name, the time per call of each batch, end to end and the CPU's.
+    """
     import time
 
     import torch
@@ -264,29 +291,35 @@ def time_per_call(
     if calls < 1 or repeats < 1 or warmup_iters < 0:
         raise ValueError("calls and repeats must be at least 1, warmup_iters at least 0")
     cuda = torch.cuda.is_available()
-    for _ in range(warmup_iters):
-        step()
-    end_to_end, issue = [], []
+    for step in steps.values():
+        for _ in range(warmup_iters):
+            step()
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in steps}
     for _ in range(repeats):
-        if cuda:
-            torch.cuda.synchronize()
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            began = time.perf_counter()
-            for _ in range(calls):
-                step()
-            issued = time.perf_counter()
-            end.record()
-            end.synchronize()
-            end_to_end.append(start.elapsed_time(end) * 1e3 / calls)  # ms to µs
-        else:
-            began = time.perf_counter()
-            for _ in range(calls):
-                step()
-            issued = time.perf_counter()
-            end_to_end.append((issued - began) * 1e6 / calls)
-        issue.append((issued - began) * 1e6 / calls)
-    return CallTimes(Distribution.of(end_to_end, unit="µs"), Distribution.of(issue, unit="µs"))
+        for name, step in steps.items():
+            end_to_end, issue = samples[name]
+            if cuda:
+                torch.cuda.synchronize()
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                began = time.perf_counter()
+                for _ in range(calls):
+                    step()
+                issued = time.perf_counter()
+                end.record()
+                end.synchronize()
+                end_to_end.append(start.elapsed_time(end) * 1e3 / calls)  # ms to µs
+            else:
+                began = time.perf_counter()
+                for _ in range(calls):
+                    step()
+                issued = time.perf_counter()
+                end_to_end.append((issued - began) * 1e6 / calls)
+            issue.append((issued - began) * 1e6 / calls)
+    return {
+        name: CallTimes(Distribution.of(e2e, unit="µs"), Distribution.of(made, unit="µs"))
+        for name, (e2e, made) in samples.items()
+    }
 
 
 def export_trace(prof: Any, path: str | os.PathLike[str]) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from profiling_utils import capture, time_per_call
+from profiling_utils import capture, time_calls, time_per_call
 from profiling_utils.capture import export_trace
 
 
@@ -101,6 +101,29 @@ def test_time_per_call_times_batches_of_calls_after_the_warm_up() -> None:
     # Without CUDA, the CPU's time is the time end to end: the CPU sets the pace.
     assert timed.issue.samples == timed.end_to_end.samples
     assert not timed.gpu_sets_the_pace
+
+
+def test_time_calls_takes_the_variants_batches_in_turn() -> None:
+    # A machine that slows down halfway through: timed one after the other, the second
+    # variant would take all the slow time; in turn, both take their share.
+    order: list[str] = []
+    started = time.perf_counter()
+
+    def variant(name: str):
+        def step() -> None:
+            order.append(name)
+            slow = time.perf_counter() - started > 0.014
+            time.sleep(0.002 if slow else 0.001)
+
+        return step
+
+    timed = time_calls({"a": variant("a"), "b": variant("b")}, calls=2, repeats=6, warmup_iters=1)
+    assert order[:2] == ["a", "b"]  # the warm-up calls, each variant's
+    batches = order[2:]
+    assert batches == ["a", "a", "b", "b"] * 6  # a batch of each, in turn
+    assert {name: t.end_to_end.n for name, t in timed.items()} == {"a": 6, "b": 6}
+    medians = [timed[name].end_to_end.median for name in ("a", "b")]
+    assert max(medians) < 1.5 * min(medians)  # the slowdown fell on both
 
 
 def test_the_gpu_sets_the_pace_when_a_call_outlasts_the_cpus_part() -> None:

@@ -33,7 +33,7 @@ from profiling_utils import (
     diagnose,
     measure_peaks,
     run_name,
-    time_per_call,
+    time_calls,
 )
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import (
@@ -336,14 +336,15 @@ if compiled.has_gpu:
 # hidden. The CPU times above were also taken under the profiler, which adds its own work
 # to every operator and runtime call it records, and a compiled step runs more of those.
 # What a caller's loop sees is each variant timed without the profiler
-# (:func:`~profiling_utils.capture.time_per_call`: thirty batches of twenty back-to-back
+# (:func:`~profiling_utils.capture.time_calls`: thirty batches of twenty back-to-back
 # calls, each batch between two CUDA events, so that a call the CPU cannot issue fast
-# enough is timed at the CPU's pace), beside the CPU's own part, its time to make the
-# calls:
+# enough is timed at the CPU's pace; the variants' batches in turn, so that the machine's
+# speed changing meanwhile falls on all of them), beside the CPU's own part, its time to
+# make the calls:
 
-timed = {
-    name: time_per_call(lambda fn=fn: fn(x, w, b)) for name, (fn, _) in variants.items()
-}
+timed = time_calls(
+    {name: lambda fn=fn: fn(x, w, b) for name, (fn, _) in variants.items()}
+)
 for name, times in timed.items():
     print(f"{name:16s} per call, unprofiled: end to end {times.end_to_end}")
     print(f"{'':16s} the CPU's part {times.issue}")

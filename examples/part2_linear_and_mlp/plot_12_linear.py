@@ -34,7 +34,7 @@ from profiling_utils import (
     diagnose,
     roofline,
     run_name,
-    time_per_call,
+    time_calls,
 )
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import kernel_launches, step_times
@@ -293,15 +293,18 @@ if eager.has_gpu:
 # These CPU times were taken under the profiler, which adds its own work to each
 # operator and call it records (more with ``record_shapes``, on here), and the compiled
 # step records other rows than the eager one. Timed without the profiler
-# (:func:`~profiling_utils.capture.time_per_call`: thirty batches of twenty
-# back-to-back calls, each batch between two CUDA events, so that a call is timed at the
-# CPU's pace when the GPU waits for it), what a call of each costs end to end, and the
+# (:func:`~profiling_utils.capture.time_calls`: thirty batches of twenty back-to-back
+# calls, each batch between two CUDA events, so that a call is timed at the CPU's pace
+# when the GPU waits for it; the two variants' batches in turn, so that the machine's
+# speed changing meanwhile falls on both), what a call of each costs end to end, and the
 # CPU's part of it:
 
-timed = {
-    name: time_per_call(lambda fn=fn: step_of(fn)())
-    for name, fn in (("eager", layer), ("compiled", compiled_layer))
-}
+timed = time_calls(
+    {
+        name: lambda fn=fn: step_of(fn)()
+        for name, fn in (("eager", layer), ("compiled", compiled_layer))
+    }
+)
 for name, times in timed.items():
     print(f"{name:9s} per call, unprofiled: end to end {times.end_to_end}")
     print(f"{'':9s} the CPU's part {times.issue}")

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
-from profiling_utils import capture, diagnose, roofline, time_per_call
+from profiling_utils import capture, diagnose, roofline, time_calls
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import kernel_launches, step_times
 from profiling_utils.render import (
@@ -579,10 +579,11 @@ if eager.has_gpu:
 # (a compiled forward runs its guard checks and wrappers, :doc:`page 08
 # <../part1_matmul_add/plot_08_torch_compile>`; Liger's, an autograd ``Function``). What
 # a user's loop sees is the time per forward without the profiler:
-# :func:`~profiling_utils.capture.time_per_call` runs thirty batches of twenty
-# back-to-back forwards, each batch between two CUDA events, so a forward the CPU cannot
-# launch fast enough is timed at the CPU's pace; beside it, the CPU's part, its time to
-# make the calls.
+# :func:`~profiling_utils.capture.time_calls` runs thirty batches of twenty
+# back-to-back forwards of each variant, the variants' batches in turn (the machine's speed
+# changing meanwhile falls on all of them), each batch between two CUDA events, so a
+# forward the CPU cannot launch fast enough is timed at the CPU's pace; beside it, the
+# CPU's part, its time to make the calls.
 
 
 def forward(model):
@@ -596,7 +597,7 @@ def forward(model):
 models = {"eager": mlp, "compiled": compiled_mlp}
 if liger is not None:
     models["Liger"] = liger_mlp
-timed = {how: time_per_call(forward(model)) for how, model in models.items()}
+timed = time_calls({how: forward(model) for how, model in models.items()})
 for how, times in timed.items():
     print(f"{how:9s} per forward, unprofiled: end to end {times.end_to_end}")
     print(f"{'':9s} the CPU's part {times.issue}")

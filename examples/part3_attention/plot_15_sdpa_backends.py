@@ -32,7 +32,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
-from profiling_utils import capture, diagnose, time_per_call
+from profiling_utils import capture, diagnose, time_calls
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.datasheet import datasheet_peak
 from profiling_utils.measures import host_speed_ratio, kernel_launches, step_times
@@ -425,15 +425,18 @@ if on_gpu:
 # every operator it records). They are the time of ``aten::scaled_dot_product_attention``
 # alone; the pinned runs' ``sdpa_kernel`` context, entered around every call, adds to the
 # step around it, not to these. Timed without the profiler
-# (:func:`~profiling_utils.capture.time_per_call`: thirty batches of twenty back-to-back
+# (:func:`~profiling_utils.capture.time_calls`: thirty batches of twenty back-to-back
 # calls, each batch between two CUDA events, so a call the CPU cannot issue fast enough
-# is timed at the CPU's pace), each backend as pinned above, end to end and the CPU's
-# part of it:
+# is timed at the CPU's pace; the backends' batches in turn, so that the machine's speed
+# changing meanwhile falls on all of them), each backend as pinned above, end to end and
+# the CPU's part of it:
 
-timed = {
-    name: time_per_call(lambda backend=backend: attention(backend))
-    for name, backend in PINNED.items()
-}
+timed = time_calls(
+    {
+        name: lambda backend=backend: attention(backend)
+        for name, backend in PINNED.items()
+    }
+)
 for name, times in timed.items():
     against = ""
     if on_gpu:
