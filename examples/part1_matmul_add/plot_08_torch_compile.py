@@ -38,6 +38,7 @@ from profiling_utils import (
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
 from profiling_utils.measures import (
     compiled_regions,
+    host_speed_ratio,
     kernel_launches,
     memory_copies,
     step_times,
@@ -321,6 +322,7 @@ if compiled.has_gpu:
         "an eager step costs the CPU more than a compiled one",
         "this run cannot tell a compiled step's CPU cost from an eager one's: the middle "
         "halves of their steps overlap",
+        host_speed=host_speed_ratio(compiled.trace, eager.trace),
         compiled=cpu["compiled"],
         eager=cpu["eager"],
     )

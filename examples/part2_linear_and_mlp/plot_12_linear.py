@@ -37,7 +37,7 @@ from profiling_utils import (
     time_calls,
 )
 from profiling_utils.claims import claim, which_is_greater, who_sets_the_pace
-from profiling_utils.measures import kernel_launches, step_times
+from profiling_utils.measures import host_speed_ratio, kernel_launches, step_times
 from profiling_utils.render import (
     findings_table,
     gpu_work_listing,
@@ -279,6 +279,7 @@ if eager.has_gpu:
         "a compiled step costs the CPU more than an eager one",
         "a compiled step costs the CPU less than an eager one",
         "compiled and eager steps cost the CPU alike, within the spread",
+        host_speed=host_speed_ratio(compiled.trace, eager.trace),
         compiled=cpu["compiled"],
         eager=cpu["eager"],
     )
@@ -286,9 +287,12 @@ if eager.has_gpu:
 # %%
 # ``which_is_greater`` words the claim by what this run measured: it calls one side greater
 # only where the interquartile ranges of the two do not overlap, so a difference inside
-# the step-to-step spread is reported as none. On its A100 the post found the same
-# kernel and the same ``aten::addmm`` in the compiled layer, with the compile rows added
-# around them, and a compiled step that cost the CPU a few microseconds less.
+# the step-to-step spread is reported as none, and compares the two recordings only where
+# the calls both make that hold no call of their own took about as long in each (else the
+# host ran at another speed while one was recorded, and the claim says so). On its A100
+# the post found the same kernel and the same ``aten::addmm`` in the compiled layer, with
+# the compile rows added around them, and a compiled step that cost the CPU a few
+# microseconds less.
 #
 # These CPU times were taken under the profiler, which adds its own work to each
 # operator and call it records (more with ``record_shapes``, on here), and the compiled
