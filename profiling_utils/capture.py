@@ -258,9 +258,10 @@ def time_per_call(
     Returns:
         The time per call of each batch, end to end and the CPU's (:class:`CallTimes`).
     """
-    return time_calls({"step": step}, calls=calls, repeats=repeats, warmup_iters=warmup_iters)[
-        "step"
-    ]
+    (timed,) = time_calls(
+        {"step": step}, calls=calls, repeats=repeats, warmup_iters=warmup_iters
+    ).values()
+    return timed
 
 
 def time_calls(
