@@ -41,6 +41,7 @@ import os
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -678,38 +679,18 @@ def _overlapping(
     return found
 
 
-def _settle(result: _Waits, arrivals: list[tuple[int, float, float]]) -> bool:
-    """Count one call that ranks joined (``(position, start, duration)`` each, two or more)
-    into ``result``: each rank's wait for the last to arrive, the rest of its kernel as
-    transfer, the wait the last one caused, and whether it arrived last (a tie has no last
-    rank). False, and nothing counted, when the kernels do not overlap: every rank's kernel
-    of one call runs until the last has arrived, so they are different calls (or the clocks
-    disagree)."""
-    latest_position, latest_start, _ = max(arrivals, key=lambda a: a[1])
-    if latest_start > min(start + duration for _, start, duration in arrivals):
-        return False
-    for position, _, _ in arrivals:
-        result.joined[position] += 1
-    others = max(start for position, start, _ in arrivals if position != latest_position)
-    if latest_start - others > _SAME_START_US:
-        result.last[latest_position] += 1
-    for position, start, duration in arrivals:
-        waited = latest_start - start
-        result.wait[position] += waited
-        result.transfer[position] += duration - waited
-        result.caused[latest_position] += waited
-    return True
-
-
 class _Side(NamedTuple):
-    """One side of a send/receive pair: the rank's position, its kernel's start on the common
-    clock and duration, and which kernel it is (a batch's sends and receives share one)."""
+    """One rank's side of a collective or of a send/receive pair: the rank's position, its
+    kernel's start on the common clock and duration, and which kernel it is (a batch's sends
+    and receives share one)."""
 
     position: int
     start: float
     dur: float
     kernel: tuple[int, int]
 
+
+_SIDE_START = attrgetter("start")
 
 _HELD_LOOKBACK = 16
 """How many earlier messages back :func:`_held_by` looks for the receive a send waited for."""
@@ -774,8 +755,8 @@ def _blamed(
         if (latest.position, place) in unexplained:
             return None
         entry = kernels.get((latest.position, place))
-        if entry is None or entry[1] is None:  # a collective, or a send nobody held
-            return latest.position
+        if entry is None or entry[1] is None or entry[1].start <= entry[0].start:
+            return latest.position  # not matched, or a kernel that waited for no one
         side, latest = entry
     return latest.position
 
@@ -788,7 +769,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         return result
     offsets = _offsets_us(profiles)
     shifts = _index_shifts(profiles, offsets)
-    by_key: dict[tuple[str, int, str], list[tuple[int, float, float]]] = {}
+    by_key: dict[tuple[str, int, str], list[_Side]] = {}
     # (group, sender, receiver, k) -> per side ("send"/"recv"): (position, start, duration,
     # its kernel: (position, the call's place in the rank's list), shared by a batch's sends
     # and receives)
@@ -823,23 +804,30 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
                 continue
             index = call.index + shifts.get((position, call.group, call.op), (0, 0))[0]
             key = (call.group, index, call.op)
-            by_key.setdefault(key, []).append((position, start, call.dur_us))
+            by_key.setdefault(key, []).append(
+                _Side(position, start, call.dur_us, (position, place))
+            )
             sizes[key, position] = call.bytes
+    # Per kernel matched across ranks: itself, and the latest-starting of the other ranks'
+    # kernels of its call, which it waited for (None for a send that ended before its
+    # receive began: neither waited).
+    kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
     matched = alone = apart = 0
     for key, arrivals in by_key.items():
-        if len({position for position, _, _ in arrivals}) < 2:
+        if len({side.position for side in arrivals}) < 2:
             alone += 1
             continue
-        if not _settle(result, arrivals):
+        # Every rank's kernel of one call runs until the last has arrived: kernels that do
+        # not overlap are different calls (or the clocks disagree).
+        if max(side.start for side in arrivals) > min(side.start + side.dur for side in arrivals):
             apart += 1
             continue
         matched += 1
-        for position, _, _ in arrivals:
-            size, so_far = sizes[key, position], moved[position]
-            moved[position] = None if size is None or so_far is None else so_far + size
-    # Per kernel that took part in a pair: itself, and the latest start of the other sides
-    # it waited for (None where each of its sends ended before its receive began).
-    kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
+        for side in arrivals:
+            others = [other for other in arrivals if other is not side]
+            kernels[side.kernel] = (side, max(others, key=_SIDE_START))
+            size, so_far = sizes[key, side.position], moved[side.position]
+            moved[side.position] = None if size is None or so_far is None else so_far + size
     unexplained: set[tuple[int, int]] = set()
     begun = _recording_starts(profiles, offsets)
     paired = buffered = held = 0

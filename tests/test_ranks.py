@@ -429,6 +429,38 @@ def test_a_send_held_until_the_peer_took_an_earlier_message_waits_for_it(
     assert not any("waited instead" in note for note in report.notes)
 
 
+def test_a_wait_for_a_rank_held_in_its_previous_collective_is_blamed_on_whom_it_waited_for(
+    tmp_path: Path,
+) -> None:
+    # Rank 1 reaches its all_reduce with rank 0 300 µs late (group "1"); rank 0, held there
+    # until rank 1 came, reaches its next all_reduce, with rank 2 (group "2"), 400 µs after
+    # rank 2. Rank 2's wait is rank 1's doing, not rank 0's.
+    kernels = {
+        0: [("1", 100.0, 400.0), ("2", 505.0, 50.0)],
+        1: [("1", 400.0, 100.0)],
+        2: [("2", 105.0, 450.0)],
+    }
+    info = {"backend": "nccl", "world_size": 3}
+    for rank, calls in kernels.items():
+        events = [complete_event("ProfilerStep#0", "user_annotation", 0, 1_000)]
+        for n, (group, start, duration) in enumerate(calls, start=1):
+            events += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", start - 20, 5, correlation=n),
+                complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
+                               start, duration, pid=0, tid=20, correlation=n, device=0,
+                               stream=20, **{"Collective name": "allreduce",
+                               "Process Group Name": group, "Group size": 2}),
+                *flow_pair(n, start - 20, start),
+            ]  # fmt: skip
+        write_trace(tmp_path / f"rank-{rank}.json",
+                    trace_document(events, distributedInfo={**info, "rank": rank}))  # fmt: skip
+    report = cross_rank(profiles(tmp_path))
+    waits = {row.rank: row.wait_us for row in report.ranks}
+    assert waits == pytest.approx({0: 300.0, 1: 0.0, 2: 400.0})
+    assert report.straggler is not None and report.straggler.rank == 1
+    assert report.straggler.caused_wait_us == pytest.approx(700.0)
+
+
 def test_mixed_clocks_are_not_lined_up(tmp_path: Path) -> None:
     write_rank(tmp_path, 0, rank_events(0, late_us=300))
     write_rank(tmp_path, 1, rank_events(1, stall_us=300, late_us=300), baseTimeNanoseconds=None)
