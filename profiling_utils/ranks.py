@@ -823,9 +823,10 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             apart += 1
             continue
         matched += 1
+        # The latest to arrive, and the latest of the others for that one itself.
+        first, second = sorted(arrivals, key=_SIDE_START, reverse=True)[:2]
         for side in arrivals:
-            others = [other for other in arrivals if other is not side]
-            kernels[side.kernel] = (side, max(others, key=_SIDE_START))
+            kernels[side.kernel] = (side, second if side is first else first)
             size, so_far = sizes[key, side.position], moved[side.position]
             moved[side.position] = None if size is None or so_far is None else so_far + size
     unexplained: set[tuple[int, int]] = set()
