@@ -311,7 +311,8 @@ _CROSS_RANK_KEYS = """\
                  median_step_us, joined}, the rank the others wait for, or null; joined
                  counts the matched calls it took part in. basis
                  "collectives": it reaches collectives last and caused_wait_us is the
-                 others' wait for it; "steps": nothing matched, its steps are the longest.
+                 others' wait for it; "steps": nothing matched, its median step is the
+                 longest, beyond twice how much the ranks' steps vary.
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,
                  collective-skew, rank-gpu-idle, rank-step-spread, rank-late-start
                  (table "Across ranks").

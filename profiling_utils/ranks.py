@@ -16,7 +16,9 @@ facts taken from each trace in its worker) and names what one rank alone cannot 
   separates synchronisation skew from communication: for the k-th collective of a process
   group on every rank, the rank that arrives last waits about 0, each other rank waits from its
   own start until the last arrival;
-- the spread of step time across ranks, and each rank's GPU idle time.
+- the spread of step time across ranks (a rank whose median step is longer than another's
+  by more than twice as much as their steps vary among themselves), and each rank's GPU
+  idle time.
 
 Ranks are aligned by absolute time: ``baseTimeNanoseconds`` plus ``ts`` in traces from
 torch >= 2.4, ``ts`` alone in older traces (where it is already absolute). The comparison is
@@ -522,7 +524,9 @@ class Straggler(msgspec.Struct, frozen=True):
     basis: Literal["collectives", "steps"]
     """``collectives``: it arrives last at collectives, and the others' wait for it is at
     least twice what any other rank caused; ``steps``: no collective could be matched, and
-    its median step is over 5% above the ranks' median."""
+    its median step is over 5% above the ranks' median, and by more than twice as much as
+    steps vary (the larger of its own steps' median deviation from their median and the
+    ranks' median of theirs); ranks with fewer than two steps are not compared."""
     last_arrivals: int
     """Matched collectives it reached last."""
     matched: int
@@ -909,6 +913,24 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _step_deviation_us(steps: Sequence[RankStep]) -> float | None:
+    """How much a rank's steps vary among themselves: the median of their durations' distances
+    from their median (``None`` with fewer than two steps, which cannot say)."""
+    if len(steps) < 2:
+        return None
+    durations = [step.cpu_us for step in steps]
+    middle = statistics.median(durations)
+    return statistics.median(abs(duration - middle) for duration in durations)
+
+
+def _longer_beyond_noise(longer: float, shorter: float, noise: float) -> bool:
+    """Whether a median step of ``longer`` µs is longer than one of ``shorter`` by more than
+    5% and by more than :data:`_STEP_NOISE_TIMES` times ``noise`` (the ranks' step
+    variation)."""
+    difference = longer - shorter
+    return difference > _STEP_SPREAD_THRESHOLD * shorter and difference > _STEP_NOISE_TIMES * noise
+
+
 def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[StepSpread]:
     by_step: dict[int, list[tuple[float, str]]] = {}
     for profile, label in zip(profiles, labels, strict=True):
@@ -947,6 +969,10 @@ _PAIRED = _POINT_TO_POINT | {"send_recv"}
 """Calls that pair send by receive (a batch's sends and receives each), not by position."""
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
+_STEP_NOISE_TIMES = 2.0
+"""One rank's median step is longer than another's only by more than this many times their
+steps' variation (:func:`_step_deviation_us`, the larger of the two): a difference within it
+is each rank's step-to-step noise, which a few steps' medians do not average out."""
 _STANDS_OUT = 2.0
 """A straggler has caused at least twice the wait any other rank has caused."""
 _UNEVEN_BYTES = 1.25
@@ -967,9 +993,10 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
         idles most, when it idles over 1.25 times the median of the others),
-        ``rank-step-spread`` (step time uneven across ranks), ``rank-late-start`` (one rank's
-        first recorded step began more than two of the longest median step after another
-        rank's, on their common clock). None of them when no trace
+        ``rank-step-spread`` (one rank's median step longer than another's by over 5% and
+        over twice how much their steps vary among themselves), ``rank-late-start`` (one
+        rank's first recorded step began more than two of the longest median step after
+        another rank's, on their common clock). None of them when no trace
         records a rank (``distributedInfo.rank``) and no collective is matched across them
         (nothing then says the traces are one run's ranks), nor when two traces claim the same
         rank or the traces record worlds of different sizes (they then say they are not):
@@ -1102,7 +1129,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "straggler, idle or spread finding)"
         )
         return CrossRank(rows, spreads, matched, None, [], notes, waits.paired)
-    straggler = _straggler(rows, waits.caused, matched, spreads, waits.joined)
+    deviations = [_step_deviation_us(profile.steps) for profile in profiles]
+    straggler = _straggler(rows, waits.caused, matched, spreads, deviations, waits.joined)
     calls = (
         "collectives"
         if not waits.paired
@@ -1112,7 +1140,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     )
     # Message sizes compare only where every rank took part in every matched call.
     same_calls = all(joined == matched for joined in waits.joined)
-    findings = _findings(rows, spreads, straggler, calls, same_calls, sum(waits.caused))
+    findings = _findings(rows, spreads, deviations, straggler, calls, same_calls, sum(waits.caused))
     if late is not None:
         findings.append(_late_start_finding(late, labels, waits.unexplained))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
@@ -1209,6 +1237,7 @@ def _straggler(
     caused: list[float],
     matched: int,
     spreads: list[StepSpread],
+    deviations: list[float | None],
     joined: list[int] | None = None,
 ) -> Straggler | None:
     if len(rows) < 2:
@@ -1223,12 +1252,24 @@ def _straggler(
             row.label, row.rank, "collectives", row.last_arrivals, matched, caused[position],
             row.median_step_us, joined[position] if joined else matched,
         )  # fmt: skip
-    timed = [row for row in rows if row.median_step_us is not None]
-    if len(timed) < 2 or not spreads:
+    if not spreads:
         return None  # no step that two ranks both recorded: their steps are not one loop's
-    slowest = max(timed, key=lambda r: r.median_step_us or 0.0)
-    median = statistics.median(r.median_step_us or 0.0 for r in timed)
-    if not median or (slowest.median_step_us or 0.0) <= median * (1 + _STEP_SPREAD_THRESHOLD):
+    # Ranks with two steps or more: one step says nothing of how much the steps vary.
+    timed = [
+        (row.median_step_us, deviation)
+        for row, deviation in zip(rows, deviations, strict=True)
+        if row.median_step_us is not None and deviation is not None
+    ]
+    if len(timed) < 2:
+        return None
+    position = max(
+        (i for i, row in enumerate(rows) if deviations[i] is not None),
+        key=lambda i: rows[i].median_step_us or 0.0,
+    )
+    slowest = rows[position]
+    median = statistics.median(step for step, _ in timed)
+    noise = max(deviations[position] or 0.0, statistics.median(d for _, d in timed))
+    if not _longer_beyond_noise(slowest.median_step_us or 0.0, median, noise):
         return None
     return Straggler(slowest.label, slowest.rank, "steps", 0, 0, 0.0, slowest.median_step_us)
 
@@ -1248,6 +1289,7 @@ def _took_part(straggler: Straggler, calls: str) -> str:
 def _findings(
     rows: list[RankTiming],
     spreads: list[StepSpread],
+    deviations: list[float | None],
     straggler: Straggler | None,
     calls: str = "collectives",
     same_calls: bool = True,
@@ -1264,17 +1306,28 @@ def _findings(
         other_steps = _median([r.median_step_us for r in others if r.median_step_us is not None])
         others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
         own_steps = straggler.median_step_us
+        own_position = next(i for i, r in enumerate(rows) if r.label == straggler.label)
+        noise = max(
+            deviations[own_position] or 0.0,
+            _median([d for r, d in zip(rows, deviations, strict=True) if r in others and d]) or 0.0,
+        )
         if own_steps is None or not other_steps:
             steps_compared = f"The others wait in their {calls}:"
-        elif abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps:
-            steps_compared = (
-                f"Its median step ({_us(own_steps)}) is about the others' "
-                f"({_us(other_steps)}): the time it loses shows up as the others' wait, so"
+        elif not _longer_beyond_noise(own_steps, other_steps, noise) and not _longer_beyond_noise(
+            other_steps, own_steps, noise
+        ):
+            close = (
+                f"Its median step ({_us(own_steps)}) is about the others' ({_us(other_steps)})"
+                if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps
+                else f"Its median step ({_us(own_steps)}) and the others' ({_us(other_steps)}) "
+                f"differ by less than twice as much as the steps vary (a median deviation "
+                f"of {_us(noise)})"
             )
+            steps_compared = f"{close}: the time it loses shows up as the others' wait, so"
         else:
             steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
         share = straggler.caused_wait_us / others_time if others_time else None
-        own_row = next(r for r in rows if r.label == straggler.label)
+        own_row = rows[own_position]
         others_bytes = [r.matched_bytes for r in others]
         uneven = ""
         if same_calls and own_row.matched_bytes and others_bytes and all(others_bytes):
@@ -1392,18 +1445,36 @@ def _findings(
                     },
                 )
             )
-    uneven = [s for s in spreads if s.spread > _STEP_SPREAD_THRESHOLD]
-    if uneven and (straggler is None or straggler.basis == "collectives"):
-        worst_step = max(uneven, key=lambda s: s.spread)
-        findings.append(
-            Finding(
-                "rank-step-spread",
-                _TABLE,
-                "info",
-                f"step time differs across ranks by up to {percent(worst_step.spread)} "
-                f"(step {worst_step.step}: {_us(worst_step.min_us)} to "
-                f"{_us(worst_step.max_us)}, longest on {worst_step.slowest}).",
-                {"steps": [dict(msgspec.structs.asdict(s), spread=s.spread) for s in uneven]},
+    # Ranks' medians, not one step's spread: the ranks' step boundaries jitter against each
+    # other, so one step can be long on one rank and the next on another in lock-step ranks.
+    timed = [
+        i
+        for i, row in enumerate(rows)
+        if row.median_step_us is not None and deviations[i] is not None
+    ]
+    if spreads and len(timed) >= 2 and (straggler is None or straggler.basis == "collectives"):
+        slow = max(timed, key=lambda i: rows[i].median_step_us or 0.0)
+        fast = min(timed, key=lambda i: rows[i].median_step_us or 0.0)
+        longer, shorter = rows[slow].median_step_us or 0.0, rows[fast].median_step_us or 0.0
+        noise = max(deviations[slow] or 0.0, deviations[fast] or 0.0)
+        if _longer_beyond_noise(longer, shorter, noise):
+            findings.append(
+                Finding(
+                    "rank-step-spread",
+                    _TABLE,
+                    "info",
+                    f"step time differs across ranks: {rows[slow].label}'s median step is "
+                    f"{_us(longer)}, {rows[fast].label}'s {_us(shorter)} "
+                    f"({percent(longer / shorter - 1)} longer); the difference is over twice "
+                    "how much either rank's steps vary among themselves (a median deviation "
+                    f"of {_us(noise)} at most).",
+                    {
+                        "median_step_us": {rows[i].label: rows[i].median_step_us for i in timed},
+                        "step_deviation_us": {rows[i].label: deviations[i] for i in timed},
+                        "steps": [
+                            dict(msgspec.structs.asdict(s), spread=s.spread) for s in spreads
+                        ],
+                    },
+                )
             )
-        )
     return findings

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,30 @@ def test_a_rank_that_entered_the_recorded_steps_late_is_told() -> None:
         traces = trace_files([directory])
         report = cross_rank([rank_profile(load_trace(p)) for p in traces])
         assert not [f for f in report.findings if f.rule == "rank-late-start"], directory
+
+
+def test_a_rank_whose_steps_run_longer_than_they_vary_is_told() -> None:
+    # DDP with AMP: rank 1's host windows (ProfilerStep#N) run longer than rank 0's in
+    # almost every step, by more than either rank's steps vary among themselves.
+    def step_durations(rank: int) -> list[float]:
+        return [e["dur"] for e in events("ddp_amp", rank) if e.get("cat") == "user_annotation"
+                and e["name"].startswith("ProfilerStep#")]  # fmt: skip
+
+    medians, deviations = [], []
+    for rank in (0, 1):
+        durations = step_durations(rank)
+        medians.append(statistics.median(durations))
+        deviations.append(statistics.median(abs(d - medians[-1]) for d in durations))
+    assert medians[1] - medians[0] > max(0.05 * medians[0], 2 * max(deviations))
+    report = cross_rank([rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "ddp_amp"])])
+    (finding,) = [f for f in report.findings if f.rule == "rank-step-spread"]
+    assert finding.evidence["median_step_us"] == {
+        "rank 0": pytest.approx(medians[0]), "rank 1": pytest.approx(medians[1])
+    }  # fmt: skip
+    assert finding.message.startswith(
+        f"step time differs across ranks: rank 1's median step is {medians[1]:,.0f} µs, "
+        f"rank 0's {medians[0]:,.0f} µs"
+    )
 
 
 def test_a_pipelines_batches_pair_send_by_receive_across_four_ranks() -> None:

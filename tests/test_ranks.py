@@ -11,6 +11,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,42 @@ def test_without_collectives_the_straggler_is_told_by_common_steps(tmp_path: Pat
     assert report.straggler is not None
     assert (report.straggler.rank, report.straggler.basis) == (1, "steps")
     assert [f.rule for f in report.findings if f.rule == "rank-straggler"] == ["rank-straggler"]
+
+
+def steps_lasting(durations: list[float]) -> list[dict[str, Any]]:
+    """Steps numbered from 0, back to back, each one op long, no collective."""
+    events, start = [], 0.0
+    for n, step_us in enumerate(durations):
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", start, step_us),
+            complete_event("aten::add", "cpu_op", start + 1, step_us - 2),
+        ]
+        start += step_us
+    return events
+
+
+def test_one_long_step_on_each_rank_in_turn_is_not_a_spread(tmp_path: Path) -> None:
+    # Lock-step ranks whose step boundaries jitter: step 1 is long on rank 0, step 2 on
+    # rank 1 (30% apart), but neither rank's steps are longer than the other's.
+    write_rank(tmp_path, 0, steps_lasting([1000, 1300, 1000, 1010, 990]))
+    write_rank(tmp_path, 1, steps_lasting([1000, 1000, 1300, 990, 1010]))
+    report = cross_rank(profiles(tmp_path))
+    assert max(s.spread for s in report.steps) > 0.25
+    assert report.straggler is None
+    assert not any(f.rule == "rank-step-spread" for f in report.findings)
+
+
+def test_steps_longer_on_one_rank_than_they_vary_are_a_spread(tmp_path: Path) -> None:
+    write_rank(tmp_path, 0, steps_lasting([1000, 1020, 980, 1010, 990]))
+    write_rank(tmp_path, 1, steps_lasting([1200, 1190, 1230, 1210, 1180]))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is not None and report.straggler.basis == "steps"
+    # Noisier steps, the same medians: a difference within twice their variation is not told.
+    write_rank(tmp_path, 0, steps_lasting([1000, 1150, 850, 1120, 880]))
+    write_rank(tmp_path, 1, steps_lasting([1200, 1050, 1350, 1080, 1320]))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is None
+    assert not any(f.rule in {"rank-straggler", "rank-step-spread"} for f in report.findings)
 
 
 def test_traces_without_a_common_step_name_no_straggler(tmp_path: Path) -> None:
@@ -588,6 +625,25 @@ def test_real_balanced_nccl_run_has_no_straggler() -> None:
     assert all(f.severity == "info" for f in report.findings)
     skew = next(f for f in report.findings if f.rule == "collective-skew")
     assert "no rank's lateness costs the others twice the wait another's does" in skew.message
+    # Single steps differ by up to 16% between the ranks (boundaries that jitter), the ranks'
+    # medians by less than twice as much as each rank's steps vary: no spread is told.
+    durations = {}
+    for rank in (0, 1):
+        document = json.loads(
+            gzip.decompress((NCCL / "balanced" / f"rank{rank}.json.gz").read_bytes())
+        )
+        durations[rank] = [
+            e["dur"]
+            for e in document["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#")
+        ]
+    assert max(abs(a - b) / min(a, b) for a, b in zip(*durations.values(), strict=True)) > 0.15
+    medians = {rank: statistics.median(d) for rank, d in durations.items()}
+    deviations = [
+        statistics.median(abs(x - medians[rank]) for x in d) for rank, d in durations.items()
+    ]
+    assert abs(medians[0] - medians[1]) < 2 * max(deviations)
+    assert not any(f.rule == "rank-step-spread" for f in report.findings)
 
 
 def test_cli_names_the_stalled_rank_of_the_real_run(capsys) -> None:
