@@ -38,10 +38,10 @@ or of the whole recording's without steps (CPU time at least ten times the GPU t
 against µs")."""
 
 OVERHEAD_BOUND_RECORDED_SHARE = 0.5
-"""``overhead-bound`` says how little of the median step (or of the whole recording) the host
-spent in recorded ops and runtime calls (:func:`profiling_utils.measures.host_work_us`) when
-it is under this share: the CPU time that sets the pace is then mostly time the profiler does
-not see into."""
+"""``overhead-bound`` says how much of the median step (or of the whole recording) the host
+spent in recorded ops and runtime calls (:func:`profiling_utils.measures.host_work_us`), and,
+when that is under this share, what holds the rest: the CPU time that sets the pace is then
+mostly time the profiler does not see into."""
 
 OVERHEAD_BOUND_LONG_CALL_SHARE = 0.01
 """Over a whole recording (no steps), ``overhead-bound`` also adds up the calls whose self
@@ -384,11 +384,13 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 f"{message[:-1]}; {held_by}, not only the overhead of many small ops"
                 f"{alone if len(facts.steps) == 1 else ''}."
             )
-        if recorded < OVERHEAD_BOUND_RECORDED_SHARE * cpu_us:
-            message = (
-                f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
-                f"{recorded:.1f} µs of it ({percent(recorded / cpu_us)})"
-            )
+        message = (
+            f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
+            f"{recorded:.1f} µs of it ({percent(recorded / cpu_us)})"
+        )
+        if recorded >= OVERHEAD_BOUND_RECORDED_SHARE * cpu_us:
+            message += "."
+        else:
             label, unseen = facts.emptiest_label(window.start, window.end)
             if label is not None and unseen >= 0.5 * (cpu_us - recorded):
                 evidence[f"{key}_label_without_ops"] = {"name": label, "us": us(unseen)}
