@@ -1042,7 +1042,8 @@ rule id or a --select/--ignore naming none, with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
-  baseline, trace  {trace, device, content, host_ops_recorded, steps, median_step_cpu_us,
+  baseline, trace  {trace, device, device_named, content, host_ops_recorded, steps,
+                   steps_without_gpu_records, median_step_cpu_us,
                    median_step_gpu_busy_us, recording_cpu_us, recording_gpu_busy_us, kernels,
                    launches,
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
@@ -1053,9 +1054,14 @@ JSON (--json): one object
                    only" (the profiler's own events alone) or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or
                    label (recorded without ProfilerActivity.CPU);
-                   steps counts the steps diagnose's rules read (summary lists every
-                   ProfilerStep: a step ending after the recording, or one whose kernels went
-                   unrecorded while others' did not, is left out);
+                   device names the GPUs, with the architecture on AMD (ROCm gives several
+                   models one name); device_named is false where a GPU has no name;
+                   steps counts the steps whose CPU time is read (summary lists every
+                   ProfilerStep: a step ending after the recording, or one that recorded
+                   nothing while others did, is left out), and
+                   steps_without_gpu_records those of them whose kernels went unrecorded
+                   while others' did not: their GPU figures are left out (the GPU medians
+                   and per-step counts are over the steps diagnose's rules read);
                    recording_cpu_us runs from the first CPU-thread event to the last (within
                    the recording window; stretches of 10 ms or more with nothing on any
                    thread or GPU left out), recording_gpu_busy_us is the busiest GPU's busy
@@ -1066,7 +1072,8 @@ JSON (--json): one object
                    (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
                    step: compare recording_cpu_us then)
-  devices_differ   whether the two ran on GPUs of different names
+  devices_differ   whether the two ran on GPUs of different names (or AMD architectures),
+                   both named
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,

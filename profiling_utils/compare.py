@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .measures import StepTime
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table, without_float_noise
 from .trace import Trace, TraceContent, gc_paused, load_trace
@@ -42,9 +43,13 @@ class RunSummary:
     trace: str
     """The trace's path."""
     device: str | None
-    """The GPU name(s) recorded (a device with GPU work but no name as
+    """The GPU name(s) recorded, with the architecture on AMD
+    (:attr:`~profiling_utils.trace.DeviceInfo.identity`; a device with GPU work but no name as
     :meth:`~profiling_utils.trace.DeviceInfo.describe` gives it: ``"unknown AMD GPU, gfx942"``),
     or ``None`` without a device."""
+    device_named: bool
+    """Whether every device of :attr:`device` is named in the trace (a torch 1.8 trace often
+    lists none: its GPU is then known only by its vendor)."""
     content: TraceContent
     """Whether the trace holds GPU work, only an accelerator's events that are not read, only
     host events, only the profiler's own, or no event at all."""
@@ -52,13 +57,16 @@ class RunSummary:
     """:attr:`profiling_utils.trace.Trace.records_host_ops`: false for a recording without
     ``ProfilerActivity.CPU``, whose ops and steps are missing rather than absent."""
     steps: int
-    """The ``ProfilerStep#N`` windows diagnose's rules read
-    (:attr:`profiling_utils.rules.facts.Facts.steps`): a step that ends after the recording
-    window, one that recorded nothing while others did, and one most of whose kernel launches
-    lack their GPU records while others' do not, are left out; the medians and per-step
-    counts are over these."""
+    """The ``ProfilerStep#N`` windows read for CPU time
+    (:attr:`profiling_utils.rules.facts.Facts.host_steps`): a step that ends after the
+    recording window, or one that recorded nothing while others did, is left out."""
+    steps_without_gpu_records: int
+    """Of :attr:`steps`, those most of whose kernel launches lack their GPU records while
+    others' do not (a trace cut short, records the profiler dropped): their CPU time counts,
+    their GPU figures do not. The GPU medians and per-step counts are over the others
+    (:attr:`profiling_utils.rules.facts.Facts.steps`, what diagnose's rules read)."""
     median_step_cpu_us: float | None
-    """Median CPU duration of a step."""
+    """Median CPU duration of a step (its window on the host, waits included)."""
     median_step_gpu_busy_us: float | None
     """Median GPU busy time of a step's work."""
     recording_cpu_us: float | None
@@ -150,10 +158,12 @@ class Comparison:
 
     @property
     def devices_differ(self) -> bool:
-        """Whether the two ran on GPUs of different names (both named): their times and
-        kernel names then differ with the hardware as well as with the code."""
-        a, b = self.baseline.device, self.trace.device
-        return a is not None and b is not None and a != b
+        """Whether the two ran on devices of different names (both named; on AMD, names or
+        architectures): their times and kernel names then differ with the hardware as well
+        as with the code."""
+        a, b = self.baseline, self.trace
+        named = a.device_named and b.device_named
+        return named and a.device is not None and b.device is not None and a.device != b.device
 
     @property
     def cpu_ratio(self) -> float | None:
@@ -188,8 +198,8 @@ class Comparison:
             out.append(f"device:   {devices}")
             if self.devices_differ:
                 out.append(
-                    "          (different GPUs: times and kernels differ with the hardware "
-                    "too, not only with the code)"
+                    "          (different devices: times and kernels differ with the "
+                    "hardware too, not only with the code)"
                 )
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
@@ -222,38 +232,64 @@ class Comparison:
                 ("GPU busy, whole trace (µs)", a.recording_gpu_busy_us, b.recording_gpu_busy_us),
             ]
         if a.collectives or b.collectives:
+
+            def none_is_zero(side: RunSummary, value: float | None, per_step: bool) -> Any:
+                # The side without collectives spends no time in them (if it has steps, for
+                # the per-step rows), beside a side that does.
+                if value is None and not side.collectives and (side.steps or not per_step):
+                    return 0.0
+                return value
+
+            def both(name: str, per_step: bool) -> tuple[Any, Any]:
+                return tuple(none_is_zero(side, getattr(side, name), per_step) for side in (a, b))
+
             if not (a.steps and b.steps):
                 rows += [
-                    ("in collectives, whole trace (µs)", a.communication_us, b.communication_us),
-                    (
-                        "  of it exposed (µs)",
-                        a.exposed_communication_us,
-                        b.exposed_communication_us,
-                    ),
+                    ("in collectives, whole trace (µs)", *both("communication_us", False)),
+                    ("  of it exposed (µs)", *both("exposed_communication_us", False)),
                 ]
             rows += [
                 ("collective kernels (whole trace)", a.collectives, b.collectives),
                 (
                     "median step in collectives (µs)",
-                    a.median_step_communication_us,
-                    b.median_step_communication_us,
+                    *both("median_step_communication_us", True),
                 ),
                 (
                     "  of it exposed (µs)",
-                    a.median_step_exposed_communication_us,
-                    b.median_step_exposed_communication_us,
+                    *both("median_step_exposed_communication_us", True),
                 ),
             ]
+        # Whole-trace counts of recordings of different numbers of steps differ by that
+        # number: no ratio then.
+        uneven = bool(a.steps and b.steps and a.steps != b.steps)
         cells = [
             [
                 label,
                 _num(left),
                 _num(right),
-                f"{right / left:.2f}×" if left and right is not None and label != "steps" else "",
+                _ratio(right / left)
+                if left
+                and right is not None
+                and label != "steps"
+                and not (uneven and "whole trace" in label)
+                else "",
             ]
             for label, left, right in rows
         ]
         out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
+        if uneven:
+            out.append(
+                f"whole-trace rows: recordings of {a.steps} and {b.steps} steps, whose counts "
+                "differ by that too (no ratio given)"
+            )
+        for name, side in (("baseline", a), ("trace", b)):
+            if side.steps_without_gpu_records:
+                count = side.steps_without_gpu_records
+                its = "their" if count > 1 else "its"
+                out.append(
+                    f"{name}: {count} step{'s' if count > 1 else ''} whose kernels' GPU records "
+                    f"are missing: {its} CPU time counts, {its} GPU figures do not"
+                )
         out.append("launches: runtime and driver calls whose GPU work is in the trace")
         out.append(f"launch APIs, baseline: {_counts(a.launch_apis)}")
         out.append(f"             trace:    {_counts(b.launch_apis)}")
@@ -305,6 +341,12 @@ def _num(value: Any) -> str:
     return f"{value:,}"
 
 
+def _ratio(value: float) -> str:
+    """``1.25×``; two significant digits below 0.01 (``0.0012×``), which two decimals would
+    print as 0."""
+    return f"{value:.2f}×" if value >= 0.01 or value == 0 else f"{value:.2g}×"
+
+
 def _counts(counter: dict[str, int]) -> str:
     return ", ".join(f"{name} ×{count}" for name, count in counter.items()) or "none"
 
@@ -317,14 +359,11 @@ def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
     times = facts.step_times
     steps = len(facts.steps)
+    host_times = facts.host_step_times
     kept = {step.number for step in facts.steps}
     in_steps = [launch for launch in facts.launches if facts.step_number_of(launch.call) in kept]
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
-    devices = list(
-        dict.fromkeys(
-            d.name if d.name not in ("", "unknown") else d.describe() for d in trace.devices
-        )
-    )
+    devices = list(dict.fromkeys(d.identity or d.describe() for d in trace.devices))
     info = facts.compile_info
     window = facts.host_window
     busiest = facts.recording_gpu_busy()
@@ -338,10 +377,12 @@ def _summary(facts: Facts) -> RunSummary:
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
+        device_named=all(d.identity is not None for d in trace.devices),
         content=trace.content,
         host_ops_recorded=trace.records_host_ops,
-        steps=steps,
-        median_step_cpu_us=_median([t.cpu_us for t in times]),
+        steps=len(host_times),
+        steps_without_gpu_records=len(host_times) - len(times),
+        median_step_cpu_us=_median([t.cpu_us for t in host_times]),
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
         recording_cpu_us=None if window is None else facts.host_active_us,
         recording_gpu_busy_us=None if busiest is None else busiest[0],
@@ -389,12 +430,20 @@ def compare(
         return _compare(a, b)
 
 
+def _host_step_times(facts: Facts) -> list[tuple[StepTime, bool]]:
+    """The step times of :attr:`~profiling_utils.rules.facts.Facts.host_steps`, each with
+    whether its GPU figures count (its kernels' GPU records are there)."""
+    whole = {step.number for step in facts.steps}
+    has_gpu = facts.trace.has_gpu
+    return [(times, has_gpu and times.step in whole) for times in facts.host_step_times]
+
+
 def _compare(a: Facts, b: Facts) -> Comparison:
-    times_a, times_b = a.step_times, b.step_times
+    times_a, times_b = _host_step_times(a), _host_step_times(b)
     pairs = []
     for index in range(max(len(times_a), len(times_b))):
-        left = times_a[index] if index < len(times_a) else None
-        right = times_b[index] if index < len(times_b) else None
+        left, left_gpu = times_a[index] if index < len(times_a) else (None, False)
+        right, right_gpu = times_b[index] if index < len(times_b) else (None, False)
         pairs.append(
             StepPair(
                 index=index,
@@ -402,8 +451,8 @@ def _compare(a: Facts, b: Facts) -> Comparison:
                 trace_step=right.step if right else None,
                 baseline_cpu_us=left.cpu_us if left else None,
                 trace_cpu_us=right.cpu_us if right else None,
-                baseline_gpu_busy_us=left.gpu_busy_us if left and a.trace.has_gpu else None,
-                trace_gpu_busy_us=right.gpu_busy_us if right and b.trace.has_gpu else None,
+                baseline_gpu_busy_us=left.gpu_busy_us if left and left_gpu else None,
+                trace_gpu_busy_us=right.gpu_busy_us if right and right_gpu else None,
             )
         )
     ops_a = Counter(op.name for op in a.trace.cpu_ops)

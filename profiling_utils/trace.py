@@ -446,6 +446,17 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     threads_per_sm: int | None = None
     """Most threads resident on one SM (``maxThreadsPerMultiprocessor``): 2,048 on an H100."""
 
+    @property
+    def identity(self) -> str | None:
+        """What tells this device's model from another's, to say whether two traces ran on the
+        same kind: its name, with the architecture on AMD, where ROCm gives several models one
+        name (``"AMD Radeon Graphics, gfx942"``); ``None`` for a device without a name."""
+        if self.name in ("", "unknown"):
+            return None
+        if self.vendor == "amd" and self.arch:
+            return f"{self.name}, {self.arch}"
+        return self.name
+
     def describe(self) -> str:
         """The device for humans: ``"NVIDIA H100 80GB HBM3, 132 SMs, compute capability 9.0"``,
         ``"AMD Instinct MI250X, 110 CUs, gfx90a"``; without a name, what the trace shows of

@@ -9,7 +9,14 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, complete_event, fixture_steps, gpu_fixture, write_trace
+from conftest import (
+    FIXTURES,
+    complete_event,
+    fixture_steps,
+    gpu_fixture,
+    trace_document,
+    write_trace,
+)
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
 from profiling_utils.comm import comm_overlap
@@ -196,7 +203,7 @@ def test_runs_on_different_gpus_are_said_to_differ_in_hardware() -> None:
     )
     comparison = compare(h100, v100)
     assert comparison.devices_differ
-    assert "(different GPUs: times and kernels differ with the hardware too" in (
+    assert "(different devices: times and kernels differ with the hardware too" in (
         comparison.to_text()
     )
     assert not compare(h100, h100).devices_differ
@@ -407,3 +414,93 @@ def test_the_steps_row_gives_no_ratio(make_trace) -> None:
         if line.startswith("steps ")
     ]
     assert row.split() == ["steps", "3", "0"]
+
+
+def test_a_device_without_a_name_is_not_said_to_differ() -> None:
+    # The TraceLens trace lists no device (an MI300-class GPU known by its kernels' ISA tag);
+    # HTA's MI250 trace names its GPUs "AMD Radeon Graphics": nothing says they differ.
+    foreign = FIXTURES / "foreign"
+    unnamed = foreign / "tracelens__gemm_01_compute_few_tiles.json.gz"
+    named = foreign / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    comparison = compare(named, unnamed)
+    assert (comparison.baseline.device_named, comparison.trace.device_named) == (True, False)
+    assert not comparison.devices_differ
+    assert "different devices" not in comparison.to_text()
+
+
+def test_gpus_of_one_generic_name_differ_by_their_architecture(tmp_path: Path) -> None:
+    # ROCm names an MI300X and an MI250 alike ("AMD Radeon Graphics"); gcnArchName tells them
+    # apart.
+    named = FIXTURES / "foreign" / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    document = json.loads(gzip.decompress(named.read_bytes()))
+    assert {d["name"] for d in document["deviceProperties"]} == {"AMD Radeon Graphics"}
+    for device in document["deviceProperties"]:
+        device.update(gcnArchName="gfx942:sramecc+:xnack-", numSms=304)
+    other = write_trace(tmp_path / "mi300.json.gz", document)
+    comparison = compare(named, other)
+    assert comparison.baseline.device == "AMD Radeon Graphics, gfx90a"
+    assert comparison.trace.device == "AMD Radeon Graphics, gfx942"
+    assert comparison.devices_differ
+    assert not compare(named, named).devices_differ
+
+
+def test_a_step_whose_gpu_records_are_missing_keeps_its_cpu_time(tmp_path: Path) -> None:
+    # Three steps launching one kernel each; in the second trace the kernel of step 1 went
+    # unrecorded (a dropped buffer): its CPU window is still a sample of the host's time.
+    def steps(missing: int | None) -> list[dict]:
+        events = []
+        for n, step_us in enumerate([1000.0, 1300.0, 1100.0]):
+            t = 10_000.0 * n
+            events += [
+                complete_event(f"ProfilerStep#{n}", "user_annotation", t, step_us),
+                complete_event("aten::mm", "cpu_op", t + 10, 100),
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=n + 1),
+            ]
+            if n != missing:
+                events.append(
+                    complete_event("gemm", "kernel", t + 30, 50, pid=0, tid=7, correlation=n + 1)
+                )
+        return events
+
+    whole = write_trace(tmp_path / "whole.json", trace_document(steps(None)))
+    cut = write_trace(tmp_path / "cut.json", trace_document(steps(1)))
+    comparison = compare(whole, cut)
+    assert (comparison.baseline.steps, comparison.trace.steps) == (3, 3)
+    assert comparison.trace.steps_without_gpu_records == 1
+    assert comparison.baseline.median_step_cpu_us == comparison.trace.median_step_cpu_us == 1100
+    assert comparison.cpu_ratio == 1.0
+    assert [(p.trace_step, p.trace_cpu_us, p.trace_gpu_busy_us) for p in comparison.steps] == [
+        (0, 1000.0, 50.0),
+        (1, 1300.0, None),
+        (2, 1100.0, 50.0),
+    ]
+    assert (
+        "trace: 1 step whose kernels' GPU records are missing: its CPU time counts, its GPU "
+        "figures do not" in comparison.to_text()
+    )
+
+
+def test_whole_trace_counts_of_recordings_of_different_lengths_get_no_ratio() -> None:
+    comparison = compare(
+        gpu_fixture("4096_bf16_warm_eager"), gpu_fixture("4096_bf16_shared-gpu_a30")
+    )
+    (row,) = [
+        line for line in comparison.to_text().splitlines() if line.startswith("kernels (whole")
+    ]
+    assert row.split()[-2:] == ["6", "60"]
+    assert "recordings of 3 and 30 steps, whose counts differ by that too" in comparison.to_text()
+    (row,) = [line for line in comparison.to_text().splitlines() if line.startswith("kernels per")]
+    assert row.endswith("1.00×")
+
+
+def test_compile_cpu_tax_asks_whether_runs_whose_gpu_work_differs_did_the_same_work() -> None:
+    # A 1024x32x64 linear layer eager against a 4096 matmul compiled: the GPUs' busy times
+    # are 76 times apart. The 64 eager/compiled pair does the same work.
+    (finding,) = compare(
+        gpu_fixture("linear_1024x32x64_bf16_eager"), gpu_fixture("4096_bf16_warm_compile")
+    ).findings
+    assert "76× apart: compiling rarely changes the GPU's work that much" in finding.message
+    (finding,) = compare(
+        gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile")
+    ).findings
+    assert "apart" not in finding.message

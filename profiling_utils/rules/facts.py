@@ -283,12 +283,20 @@ class Facts:
         :data:`GPU_RECORDS_MISSING_SHARE` of whose kernel launches have no GPU record, while
         others have theirs (a trace cut short, or records the profiler dropped:
         :meth:`~profiling_utils.trace.Trace.kernel_launches_without_gpu_record`)."""
+        host = self.host_steps
+        whole = [step for step in host if gpu_records_whole(self.trace, step)]
+        return whole or host
+
+    @cached_property
+    def host_steps(self) -> list[Step]:
+        """The steps whose host windows are samples of the program: :attr:`steps`, and those
+        it leaves out only because their kernels' GPU records are missing (the host recorded
+        their windows in full). What a comparison of CPU time reads."""
         trace = self.trace
         covered = trace.children_cover_us
         ended = [step for step in trace.steps if trace.end_recorded(step)]
         recorded = [step for step in ended if step.gpu_work or covered[step.span.id]]
-        whole = [step for step in recorded if gpu_records_whole(trace, step)]
-        return whole or recorded or ended
+        return recorded or ended
 
     @cached_property
     def host_window(self) -> tuple[float, float] | None:
@@ -416,6 +424,12 @@ class Facts:
     def step_times(self) -> list[measures.StepTime]:
         """:func:`profiling_utils.measures.step_times` of :attr:`steps`."""
         kept = {step.number for step in self.steps}
+        return [times for times in self.host_step_times if times.step in kept]
+
+    @cached_property
+    def host_step_times(self) -> list[measures.StepTime]:
+        """:func:`profiling_utils.measures.step_times` of :attr:`host_steps`."""
+        kept = {step.number for step in self.host_steps}
         return [times for times in measures.step_times(self.trace) if times.step in kept]
 
     @cached_property
