@@ -841,7 +841,7 @@ def _outlier_steps(trace: Trace) -> dict[str, set[int]]:
             continue
         durations = [dur for _, dur in instances]
         median = statistics.median(durations)
-        q1, _, q3 = statistics.quantiles(durations, n=4)
+        q1, _, q3 = statistics.quantiles(durations, n=4, method="inclusive")
         low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
         for step, dur in instances:
             deviation = abs(dur - median)

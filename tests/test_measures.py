@@ -455,6 +455,16 @@ def test_kernel_stats_outliers_are_judged_by_role(make_trace) -> None:
     assert stats.outlier_steps == (4,)
 
 
+def test_kernel_stats_find_an_outlier_among_five_steps(make_trace) -> None:
+    # HTA's five-step recording: one instance of a permute kernel takes 208 µs against 9-11
+    # µs in the other steps. The exclusive quartiles of five values put the upper fence at
+    # 259.5 µs, above any one of them; the inclusive ones (as kernel-variance reads them) do
+    # not.
+    durations = [[10.0], [11.0], [10.0], [208.0], [9.0]]
+    (stats,) = kernel_stats(load_trace(make_trace(_steps_of_kernels(durations))))
+    assert stats.outlier_steps == (3,)
+
+
 def test_kernel_stats_whole_microsecond_rounding_is_no_outlier(make_trace) -> None:
     # Times in whole µs (torch before ~1.11): a 1 µs kernel written as 2 µs, or 3, may be
     # the same kernel rounded apart (the kineto ResNet traces flagged every step so).
