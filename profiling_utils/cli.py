@@ -25,10 +25,10 @@ Commands:
       :attr:`profiling_utils.trace.Trace.gpu_numbers_may_be_agent_ids`);
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``base_time_ns``.
-    - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, labels, busy_us}]``;
-      ``labels``, on a GPU lane, how many of its ``spans`` are labels projected onto it
-      (``gpu_user_annotation``, such as ``ProfilerStep#N``'s), not GPU work (``null`` on
-      other lanes); ``busy_us`` is
+    - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, activities, busy_us}]``;
+      ``activities``, on a GPU lane, how many of its ``spans`` are GPU work (kernels, copies,
+      memsets: the rest are labels projected onto it, ``gpu_user_annotation``, and the
+      synchronisation events of ``cuda_sync``), ``null`` on other lanes; ``busy_us`` is
       :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
       copies and memsets; on a CPU thread, of its operators and runtime calls; never labels
       such as ``ProfilerStep#N``).
@@ -583,8 +583,8 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
                 "device": lane.device,
                 "stream": lane.stream,
                 "spans": len(trace.lane_spans(lane)),
-                "labels": (
-                    sum(span.cat == "gpu_user_annotation" for span in trace.lane_spans(lane))
+                "activities": (
+                    sum(span.is_gpu_work for span in trace.lane_spans(lane))
                     if lane.kind == "gpu"
                     else None
                 ),
@@ -726,7 +726,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     out += ["", "Lanes"]
     for lane in summary["lanes"]:
-        labels = f"  ({lane['labels']:,} of them labels)" if lane.get("labels") else ""
+        activities = lane.get("activities")
+        labels = (
+            f"  ({activities:,} of them GPU work)"
+            if activities is not None and activities != lane["spans"]
+            else ""
+        )
         out.append(
             f"  {lane['label']:<28} {lane['kind']:<9} {lane['spans']:>8,} spans"
             f"  {_us(lane['busy_us']):>12} µs busy{labels}"

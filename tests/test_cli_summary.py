@@ -874,10 +874,10 @@ def test_memory_rows_say_which_host_memory_a_copy_used(capsys) -> None:
     assert f"host memory pinned x{len(uploads)}, from aten::copy_" in line
 
 
-def test_a_gpu_lane_says_how_many_of_its_spans_are_labels(capsys) -> None:
-    # The CUDA event sync recording: stream 7 holds four kernels, a copy, a Stream Wait Event
-    # (cuda_sync) and no label; the tiny transformer's stream holds its steps' labels
-    # (gpu_user_annotation) beside its work.
+def test_a_gpu_lane_says_how_many_of_its_spans_are_gpu_work(capsys) -> None:
+    # The CUDA event sync recording: stream 7 holds four kernels, a copy and a Stream Wait
+    # Event (cuda_sync); its sync row three cuda_sync events. The tiny transformer's stream
+    # holds its steps' labels (gpu_user_annotation) beside its work.
     def lanes(path: Path) -> tuple[dict[tuple[Any, Any], Counter[str]], list[dict[str, Any]]]:
         events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
         by_lane: dict[tuple[Any, Any], Counter[str]] = {}
@@ -887,23 +887,29 @@ def test_a_gpu_lane_says_how_many_of_its_spans_are_labels(capsys) -> None:
         _, out, _ = run_cli(capsys, "summary", "--json", str(path))
         return by_lane, json.loads(out)["lanes"]
 
+    def work(counts: Counter[str]) -> int:
+        return counts["kernel"] + counts["gpu_memcpy"] + counts["gpu_memset"]
+
     sync = FOREIGN / "hta__critical_path_cuda_event_sync_event_sync_trace.json.gz"
     by_lane, rows = lanes(sync)
     stream, sync_row = [row for row in rows if row["kind"] == "gpu"]
-    assert (sync_row["tid"], sync_row["spans"], sync_row["labels"]) == (-1, 3, 0)
-    assert by_lane[stream["pid"], stream["tid"]]["cuda_sync"] == 1
-    assert (stream["spans"], stream["labels"]) == (6, 0)
-    assert all(row["labels"] is None for row in rows if row["kind"] != "gpu")
+    counts = by_lane[stream["pid"], stream["tid"]]
+    assert counts["cuda_sync"] == 1
+    assert (stream["spans"], stream["activities"]) == (sum(counts.values()), work(counts)) == (6, 5)
+    assert (sync_row["tid"], sync_row["spans"], sync_row["activities"]) == (-1, 3, 0)
+    assert all(row["activities"] is None for row in rows if row["kind"] != "gpu")
+    _, text, _ = run_cli(capsys, "summary", str(sync))
+    assert "6 spans          51.0 µs busy  (5 of them GPU work)" in text
     labelled = gpu_fixture("train_tiny_transformer_a3")
     by_lane, rows = lanes(labelled)
     (stream,) = [row for row in rows if row["kind"] == "gpu"]
     counts = by_lane[stream["pid"], stream["tid"]]
     assert counts["gpu_user_annotation"] > 0
-    assert (stream["spans"], stream["labels"]) == (
-        sum(counts.values()),
-        counts["gpu_user_annotation"],
-    )
+    assert (stream["spans"], stream["activities"]) == (sum(counts.values()), work(counts))
     _, text, _ = run_cli(capsys, "summary", str(labelled))
-    assert f"({counts['gpu_user_annotation']:,} of them labels)" in text
-    _, text, _ = run_cli(capsys, "summary", str(sync))
-    assert "of them labels" not in text
+    assert f"({work(counts):,} of them GPU work)" in text
+    # A lane of GPU work alone says nothing more (the TraceLens trace records no GPU label).
+    _, text, _ = run_cli(
+        capsys, "summary", str(FOREIGN / "tracelens__gemm_01_compute_few_tiles.json.gz")
+    )
+    assert "of them GPU work" not in text
