@@ -40,7 +40,8 @@ Commands:
     - ``steps``: ``[{step, cpu_us, gpu_busy_us, gpu_window_us, gpu_idle_us,
       gpu_idle_fraction, gpu_activities, lane_offset_us, dead_window_us,
       launch_delay_median_us, launch_delay_max_us, gpu_gap_count, gpu_gap_total_us,
-      gpu_gap_max_us, end_recorded, kernel_launches_without_gpu_record, kernel_launches}]``
+      gpu_gap_max_us, end_recorded, kernel_launches_without_gpu_record, kernel_launches,
+      read_by_rules}]``
       (:class:`profiling_utils.measures.StepTime` for the
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
@@ -55,7 +56,11 @@ Commands:
       ``kernel_launches_without_gpu_record`` counts the step's kernel launch calls with no GPU
       activity in the trace (0 in a whole trace; ``kernel_launches``, the step's kernel launch
       calls, is given with it, else ``null``; see
-      :meth:`~profiling_utils.trace.Trace.kernel_launches_without_gpu_record`).
+      :meth:`~profiling_utils.trace.Trace.kernel_launches_without_gpu_record`);
+      ``read_by_rules`` whether diagnose's rules take the step as a sample
+      (:attr:`profiling_utils.rules.facts.Facts.steps`): not a step whose end was not
+      recorded, nor one most of whose kernels' GPU records are missing, nor one with no
+      span inside it on its thread and no GPU work while others have some.
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
       min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
       planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
@@ -176,7 +181,7 @@ from .ranks import (
     rank_profile,
     trace_files,
 )
-from .rules import diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
+from .rules import Facts, diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .rules.diagnose import NO_HOST_OPS, rule_id_list
 from .tables import byte_size, cut, distinct_cuts, percent, text_table
 from .trace import HOST_COLLECTIVE_PREFIX, Lane, Span, Trace
@@ -369,6 +374,7 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     unrecorded = {
         step.number: trace.kernel_launches_without_gpu_record(step) for step in trace.steps
     }
+    read = {step.number for step in Facts(trace).steps}
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
@@ -376,6 +382,7 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
         missing, launches = unrecorded[timing.step]
         row["kernel_launches"] = launches if missing else None
         row["kernel_launches_without_gpu_record"] = missing
+        row["read_by_rules"] = timing.step in read
         step_delays, step_gaps = delays.get(timing.step, []), gaps.get(timing.step, [])
         row.update(
             lane_offset_us=offsets.get(timing.step),
@@ -807,6 +814,12 @@ def format_summary(summary: dict[str, Any]) -> str:
                 out += [
                     f"  step {s['step']} ends after the profiler's recording window: its end was",
                     "  not recorded, and diagnose's rules leave it out",
+                ]
+            elif not s["read_by_rules"] and not s["kernel_launches_without_gpu_record"]:
+                out += [
+                    f"  step {s['step']} holds no span on its thread and launched no GPU work, "
+                    "while other steps did:",
+                    "  diagnose's rules leave it out",
                 ]
     else:
         out.append("  no ProfilerStep#N annotations")

@@ -913,3 +913,32 @@ def test_a_gpu_lane_says_how_many_of_its_spans_are_gpu_work(capsys) -> None:
         capsys, "summary", str(FOREIGN / "tracelens__gemm_01_compute_few_tiles.json.gz")
     )
     assert "of them GPU work" not in text
+
+
+def test_a_step_the_rules_do_not_read_is_said_so_in_both_commands(capsys) -> None:
+    # HTA's MI250 recording: ProfilerStep#2, the step that opens as the profiler stops,
+    # lasts 49 µs with nothing inside it on its thread and no GPU work; step 1 holds the
+    # training step.
+    path = FOREIGN / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    (second,) = [e for e in events if e.get("name") == "ProfilerStep#2"]
+    inside = [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e is not second
+        and e.get("tid") == second["tid"]
+        and second["ts"] <= e["ts"] < second["ts"] + second["dur"]
+    ]
+    assert inside == []
+    _, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    assert [(s["step"], s["read_by_rules"]) for s in json.loads(out)["steps"]] == [
+        (1, True),
+        (2, False),
+    ]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "step 2 holds no span on its thread and launched no GPU work, while other" in text
+    _, text, _ = run_cli(capsys, "diagnose", str(path))
+    assert "; 2 profiler steps (1 read by the rules: summary says why the other is not);" in text
+    _, text, _ = run_cli(capsys, "diagnose", str(gpu_fixture("64_bf16_warm_eager")))
+    assert "; 3 profiler steps; " in text

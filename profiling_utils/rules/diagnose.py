@@ -201,9 +201,16 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         ids = ", ".join(str(device.id) for device in used)
         device += f" (GPU {ids} of the {len(trace.devices)} listed)"
     warnings = sum(f.severity == "warning" for f in findings)
+    read = len(Facts(trace).steps) if steps else 0
+    samples = (
+        f" ({read} read by the rules: summary says why "
+        f"{'the other is' if len(steps) - read == 1 else 'the others are'} not)"
+        if read < len(steps) and any(map(trace.end_recorded, steps))
+        else ""
+    )
     header = [
         str(trace.path) if file is None else file,
-        f"  {device}; {len(steps)} profiler step{'' if len(steps) == 1 else 's'}; "
+        f"  {device}; {len(steps)} profiler step{'' if len(steps) == 1 else 's'}{samples}; "
         f"{len(findings)} finding(s), {warnings} warning(s)",
     ]
     if (described or not trace.records_host_ops) and trace.spans and not trace.has_gpu:
