@@ -205,7 +205,10 @@ def test_exposed_share_is_of_the_step_not_of_overlapping_gpu_windows(make_trace:
         ]
     (finding,) = diagnose(make_trace(events), select=["exposed-communication"])
     row = finding.evidence["steps"][0]
-    assert (row["exposed_us"], row["step_us"]) == (12.0, 100.0)
+    assert (row["exposed_us"], row["step_window_us"]) == (12.0, 100.0)
+    assert "for 12% of the step (12.0 of 100.0 µs, the longer of its CPU and GPU windows)" in (
+        finding.message
+    )
     assert finding.evidence["median_exposed_share"] == 0.12
 
 

@@ -54,7 +54,7 @@ def _overlap_row(overlap: Any, width: float | None = None) -> dict[str, Any]:
         "compute_us": us(overlap.compute_us),
     }
     if width is not None:
-        row["step_us"] = us(width)
+        row["step_window_us"] = us(width)
         row["exposed_share"] = round(overlap.exposed_us / width, 4) if width > 0 else None
     return row
 
@@ -107,7 +107,8 @@ def exposed_communication(facts: Facts) -> Iterator[Hit]:
     yield (
         f"In the step with the median exposed share ({step_label(median_row['step'])}), "
         f"communication runs with no compute beside it for {percent(typical)} of the step "
-        f"({median_row['exposed_us']:.1f} of {median_row['step_us']:.1f} µs); over the "
+        f"({median_row['exposed_us']:.1f} of {median_row['step_window_us']:.1f} µs, the longer "
+        "of its CPU and GPU windows); over the "
         f"trace, {_EXPOSED_TOTAL.format(total=total)}",
         {"median_exposed_share": typical, **_exposed_evidence(facts, rows)},
     )
