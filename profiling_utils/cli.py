@@ -733,16 +733,14 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     out += ["", "Lanes"]
     for lane in summary["lanes"]:
-        activities = lane.get("activities")
-        labels = (
-            f"  ({activities:,} of them GPU work)"
-            if activities is not None and activities != lane["spans"]
-            else ""
-        )
         out.append(
             f"  {lane['label']:<28} {lane['kind']:<9} {lane['spans']:>8,} spans"
-            f"  {_us(lane['busy_us']):>12} µs busy{labels}"
+            f"  {_us(lane['busy_us']):>12} µs busy"
         )
+        activities = lane.get("activities")
+        if activities is not None and activities != lane["spans"]:
+            # Under the spans: the rest are labels projected onto the lane and sync events.
+            out.append(f"{'':<41}{activities:>8,} of them kernels, copies or memsets")
     for gpu in summary["gpus_with_streams"]:
         name = "GPU" if gpu["device"] is None else f"GPU {gpu['device']}"
         out += [

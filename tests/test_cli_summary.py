@@ -899,7 +899,10 @@ def test_a_gpu_lane_says_how_many_of_its_spans_are_gpu_work(capsys) -> None:
     assert (sync_row["tid"], sync_row["spans"], sync_row["activities"]) == (-1, 3, 0)
     assert all(row["activities"] is None for row in rows if row["kind"] != "gpu")
     _, text, _ = run_cli(capsys, "summary", str(sync))
-    assert "6 spans          51.0 µs busy  (5 of them GPU work)" in text
+    assert (
+        "6 spans          51.0 µs busy\n"
+        "                                                5 of them kernels, copies or memsets"
+    ) in text
     labelled = gpu_fixture("train_tiny_transformer_a3")
     by_lane, rows = lanes(labelled)
     (stream,) = [row for row in rows if row["kind"] == "gpu"]
@@ -907,12 +910,12 @@ def test_a_gpu_lane_says_how_many_of_its_spans_are_gpu_work(capsys) -> None:
     assert counts["gpu_user_annotation"] > 0
     assert (stream["spans"], stream["activities"]) == (sum(counts.values()), work(counts))
     _, text, _ = run_cli(capsys, "summary", str(labelled))
-    assert f"({work(counts):,} of them GPU work)" in text
+    assert f"{work(counts):,} of them kernels, copies or memsets" in text
     # A lane of GPU work alone says nothing more (the TraceLens trace records no GPU label).
     _, text, _ = run_cli(
         capsys, "summary", str(FOREIGN / "tracelens__gemm_01_compute_few_tiles.json.gz")
     )
-    assert "of them GPU work" not in text
+    assert "of them kernels" not in text
 
 
 def test_a_step_the_rules_do_not_read_is_said_so_in_both_commands(capsys) -> None:
