@@ -219,3 +219,10 @@ def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
     whole = many.evidence["recording_cpu_us"]
     assert linear["cpu_share"] > 0.05 > linear["cpu_share"] * besides / whole
     assert "besides 40 one-time calls of 1.0% or more of it each" in many.message
+    # An op whose first calls hold the one-time calls (each new key length's attention)
+    # counts its other calls: no share of the time besides them is over 100%.
+    raw = events("decode_loop_no_steps")
+    attention = [e for e in raw if e.get("name") == "aten::scaled_dot_product_attention"]
+    sdpa = next(r for r in many.evidence["ops"] if r["op"] == "aten::scaled_dot_product_attention")
+    assert sdpa["calls"] == len(attention) - 40
+    assert all(row["total_cpu_share"] < 1 for row in many.evidence["ops"])

@@ -697,6 +697,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             return  # besides its one-time calls, the GPU sets the pace
     one_time_us = sum(own for _, own in one_time)
     steps_cpu -= one_time_us  # what the shares below are of
+    # ... so an op's calls that hold a one-time call (its first, loading a kernel) are left
+    # out of its own count and time as well.
+    holding = {
+        enclosing.id for call, _ in one_time for enclosing in (call, *facts.trace.ancestors(call))
+    }
     found = []
     calls_of: dict[str, list[Any]] = {}
     for name, row in facts.rows.items():
@@ -709,6 +714,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         # left out (cut short), would otherwise add calls to a count divided by fewer steps.
         calls = _op_calls(facts, name, row.calls)
         calls = calls if whole else facts.in_steps(calls)
+        if holding:
+            calls = [call for call in calls if call.id not in holding]
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         typical, long_calls = _median_and_long(calls)
