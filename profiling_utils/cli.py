@@ -46,7 +46,10 @@ Commands:
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
-      without them; ``gpu_busy_us`` is the union of the step's own work wherever it ran
+      without them; ``lane_offset_us`` runs from the step's first launch call to that
+      work's start on the GPU, ``dead_window_us`` from the first label directly inside the
+      step to its first ``aten::`` op (:func:`profiling_utils.measures.dead_windows`);
+      ``gpu_busy_us`` is the union of the step's own work wherever it ran
       (a GPU running behind the CPU runs it past the window, so it may exceed
       ``gpu_window_us``); the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
       stretches in which no stream ran between the step's first activity's end and its last
@@ -63,12 +66,19 @@ Commands:
       span inside it on its thread and no GPU work while others have some.
     - ``top_kernels``: the ``--top`` kernel names by total time, ``[{name, count, total_us,
       min_us, median_us, mean_us, max_us, spread, outlier_steps, communication, apis,
-      planning_calls, footprint}]``; ``communication`` marks a collective (NCCL, RCCL) kernel,
+      planning_calls, footprint}]``; ``spread`` is ``(max_us - min_us) / median_us``;
+      ``outlier_steps`` the steps holding an instance outside the Tukey fences of the
+      instances in its role (the k-th launch of the name in each step), by more than
+      rounding (:attr:`profiling_utils.measures.KernelStats.outlier_steps`);
+      ``communication`` marks a collective (NCCL, RCCL) kernel,
       whose time includes waiting for the other ranks; ``apis`` and ``planning_calls`` map a
       call name to a count, ``footprint`` is the first instance's ``{registers_per_thread,
       shared_memory_bytes, grid, block, blocks_per_sm, warps_per_sm, occupancy_pct}`` (on
       ROCm, grid and block only, from the launch call, the grid in blocks; from the first
-      instance whose launch is in the trace when the first's is not).
+      instance whose launch is in the trace when the first's is not); ``occupancy_pct`` is
+      Kineto's ``est. achieved occupancy %``, computed with CUDA's occupancy calculator at
+      the default shared-memory limit, not measured: 0 for a kernel using over 48 KiB of
+      shared memory per block, however many of its blocks ran at once.
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
@@ -308,16 +318,17 @@ _CROSS_RANK_KEYS = """\
     steps        [{step, ranks, min_us, median_us, max_us, slowest, spread}], CPU step time
                  of each step number that two traces or more have; spread = (max - min) /
                  median; slowest is the label of the longest.
-    matched_collectives  collectives found on two ranks or more with the same process
-                 group, position in that group and op, whose kernels overlap in time; and
-                 the send/receive pairs of paired_sends.
-    paired_sends the sends paired with their receive on the peer rank, by the peer each
-                 records (Dst Rank, Src Rank): the k-th send from rank A to rank B with
-                 the k-th receive on B from A. A send that ended before its receive began
-                 (the data waited at the peer) counts no wait on either side.
+    matched_collectives  how many collectives were found on two ranks or more with the
+                 same process group, position in that group and op, whose kernels overlap
+                 in time; with the send/receive pairs of paired_sends.
+    paired_sends how many sends were paired with their receive on the peer rank, by the
+                 peer each records (Dst Rank, Src Rank): the k-th send from rank A to rank
+                 B with the k-th receive on B from A. A send that ended before its receive
+                 began (the data waited at the peer) counts no wait on either side.
     straggler    {label, rank, basis, last_arrivals, matched, caused_wait_us,
-                 median_step_us, joined}, the rank the others wait for, or null; joined
-                 counts the matched calls it took part in. basis
+                 median_step_us, joined}, the rank the others wait for, or null;
+                 matched counts the calls matched across the ranks (matched_collectives),
+                 joined those it took part in. basis
                  "collectives": it reaches collectives last and caused_wait_us is the
                  others' wait for it; "steps": nothing matched, its median step is the
                  longest, beyond twice how much the ranks' steps vary.
@@ -1052,7 +1063,13 @@ JSON (--json): one object
   findings  [{rule, table, severity, message, evidence}], grouped by cheatsheet table, the
             most important first; severity is "info" (worth knowing) or "warning" (worth
             acting on); evidence holds the steps, event names, times (µs from the trace's
-            first event), durations and measured numbers behind the message.
+            first event), durations and measured numbers behind the message. Its keys
+            name their unit (_us µs, _bytes or bytes, _gb_s); a _share or _fraction is a
+            part of a whole (0 to 1), except a GPU busy "fraction" per step (GPU busy
+            time over the step's CPU window), which exceeds 1 where the GPU runs behind
+            the CPU; median_step is the step with the median share in the bound rules
+            (overhead-bound, gpu-idle, compute-bound) and the median_* keys beside it are
+            that step's values, so that the message's numbers are one step's.
 Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown
 rule id or a --select/--ignore naming none, with one line on stderr."""
 
@@ -1070,6 +1087,9 @@ JSON (--json): one object
                    only" (the profiler's own events alone) or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or
                    label (recorded without ProfilerActivity.CPU);
+                   launch_apis counts the launch calls by name, those of copies and memsets
+                   included, a graph launch once (summary's launch_apis counts kernels
+                   per launch API);
                    device names the GPUs, with the architecture on AMD (ROCm gives several
                    models one name); device_named is false where a GPU has no name;
                    steps counts the steps whose CPU time is read (summary lists every

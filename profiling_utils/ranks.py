@@ -1351,6 +1351,7 @@ def _findings(
                 {
                     "rank": straggler.rank,
                     "last_arrivals": straggler.last_arrivals,
+                    "joined": straggler.joined,
                     "matched_collectives": straggler.matched,
                     "caused_wait_us": straggler.caused_wait_us,
                     "median_step_us": straggler.median_step_us,

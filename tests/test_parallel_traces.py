@@ -366,3 +366,19 @@ def test_collectives_replayed_by_a_cuda_graph_line_up_across_ranks() -> None:
     assert rows[0].wait_us == pytest.approx(expected, abs=1.0)
     assert rows[0].wait_us > 32 * 400  # most of rank 1's 32 sleeps of 500 µs
     assert report.straggler is not None and report.straggler.rank == 1
+
+
+def test_the_stragglers_evidence_holds_the_calls_its_message_counts() -> None:
+    # Four ranks in sub-groups: rank 1 took part in 8 of the 20 calls matched across them.
+    report = cross_rank(
+        [rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "subgroups"])]
+    )
+    (finding,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert report.straggler is not None
+    joined, matched = report.straggler.joined, report.matched_collectives
+    assert joined < matched
+    assert (finding.evidence["joined"], finding.evidence["matched_collectives"]) == (
+        joined,
+        matched,
+    )
+    assert f"it reached {finding.evidence['last_arrivals']} of the {joined} " in finding.message
