@@ -1482,6 +1482,11 @@ def test_bias_copy_and_memset_precede_the_compiled_gemm() -> None:
     assert memset["bytes"] == 4
     assert copy["count"] == memset["count"] == 3
     assert copy["first"]["gap_us"] >= 0
+    # 4 bytes in under a µs: a few MB/s, given to two significant digits, not rounded to 0.
+    memsets = [e for e in raw_spans(name, cat="gpu_memset")]
+    rate = statistics.median(4 / (e["dur"] * 1000) for e in memsets)
+    assert 0 < rate < 0.05
+    assert memset["median_bandwidth_gb_s"] == pytest.approx(rate, rel=0.05)
 
 
 # -- dispatch chain ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .facts import (
     Copy,
     Facts,
     Launch,
+    gb_s,
     median,
     short_name,
     span_ref,
@@ -704,7 +705,7 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
                 "bytes": sizes.most_common(1)[0][0],
                 "api": copies[0].launch.call.name,
                 "median_us": us(median(c.work.dur for c in copies)),
-                "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
+                "median_bandwidth_gb_s": gb_s(median(bandwidths)) if bandwidths else None,
                 "steps": sorted(
                     {n for c in copies if (n := facts.step_number_of(c.work)) is not None}
                 ),

@@ -185,6 +185,12 @@ def us(value: float) -> float:
     return round(value, 3)
 
 
+def gb_s(value: float) -> float:
+    """A rate in GB/s, to a tenth, or to two significant digits below 1 (a 4-byte memset's
+    0.0052 GB/s, which a tenth would write as 0)."""
+    return round(value, 1) if value >= 1 or value == 0 else float(f"{value:.2g}")
+
+
 def span_ref(span: Span) -> dict[str, Any]:
     """A span as evidence: name, start and duration (µs)."""
     return {"name": span.name, "start_us": us(span.start), "dur_us": us(span.dur)}

@@ -25,6 +25,7 @@ from .facts import (
     Copy,
     Facts,
     Launch,
+    gb_s,
     median,
     short_name,
     span_ref,
@@ -1079,7 +1080,7 @@ def _pair_rows(facts: Facts, pairs: list[tuple[Copy, Span]]) -> dict[str, Any]:
         "sizes": len(sizes),
         "gemm_kernels": len(kernels),
         "median_us": us(median(c.work.dur for c, _ in pairs)),
-        "median_bandwidth_gb_s": round(median(bandwidths), 1) if bandwidths else None,
+        "median_bandwidth_gb_s": gb_s(median(bandwidths)) if bandwidths else None,
         "gemm_kernel": kernels.most_common(1)[0][0],
         "gemm_median_us": us(median(k.dur for _, k in pairs)),
         "steps": facts.step_numbers(c.work for c, _ in pairs),
@@ -1111,7 +1112,13 @@ def bias_copy(facts: Facts) -> Iterator[Hit]:
     bandwidth = row["median_bandwidth_gb_s"]
     yield (
         f"{row['count']} Memcpy DtoD ({_most_often(row)}{size}, {row['median_us']:.1f} µs"
-        + (f", {bandwidth:,.0f} GB/s copied" if bandwidth is not None else "")
+        + (
+            f", {bandwidth:,.0f} GB/s copied"
+            if bandwidth is not None and bandwidth >= 10
+            else f", {bandwidth:.2g} GB/s copied"
+            if bandwidth is not None
+            else ""
+        )
         + f") right before {_pair_where(row)}.",
         row,
     )
