@@ -1619,6 +1619,11 @@ def test_cuda_graph_counts_replays_and_input_copies() -> None:
     assert evidence["input_copy_gpu_us"] > 0
     message = only("4096_bf16_warm_compile-reduce-overhead", "cuda-graph").message
     assert "each replaying 3 GPU activities" in message
+    # The message's per-step figures are the evidence's totals over its steps.
+    steps = evidence["steps_with_replays"]
+    assert steps == 3
+    per_step = evidence["input_copy_gpu_us"] / steps
+    assert f"(3 copy launch(es) and {per_step:.1f} µs of GPU time per step)" in message
 
 
 def test_cuda_graph_gives_the_range_when_replays_differ(make_trace) -> None:

@@ -368,6 +368,7 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
             "replayed": dict(activities.most_common(3)),
             "input_copy_launches": len(copies),
             "input_copy_gpu_us": us(copy_gpu_us),
+            "steps_with_replays": steps,
             "first": span_ref(graph_launches[0]),
         },
     )
