@@ -16,9 +16,8 @@ facts taken from each trace in its worker) and names what one rank alone cannot 
   separates synchronisation skew from communication: for the k-th collective of a process
   group on every rank, the rank that arrives last waits about 0, each other rank waits from its
   own start until the last arrival;
-- the spread of step time across ranks (a rank whose median step is longer than another's
-  by more than twice as much as their steps vary among themselves), and each rank's GPU
-  idle time.
+- the spread of step time across ranks (a rank whose steps are longer than another's in
+  every step both recorded, by a median of over 5%), and each rank's GPU idle time.
 
 Ranks are aligned by absolute time: ``baseTimeNanoseconds`` plus ``ts`` in traces from
 torch >= 2.4, ``ts`` alone in older traces (where it is already absolute). The comparison is
@@ -524,9 +523,8 @@ class Straggler(msgspec.Struct, frozen=True):
     basis: Literal["collectives", "steps"]
     """``collectives``: it arrives last at collectives, and the others' wait for it is at
     least twice what any other rank caused; ``steps``: no collective could be matched, and
-    its median step is over 5% above the ranks' median, and by more than twice as much as
-    steps vary (the larger of its own steps' median deviation from their median and the
-    ranks' median of theirs); ranks with fewer than two steps are not compared."""
+    it has the longest median step, longer than the other ranks' (their median) in every
+    step they share, by a median of over 5%."""
     last_arrivals: int
     """Matched collectives it reached last."""
     matched: int
@@ -913,22 +911,44 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _step_deviation_us(steps: Sequence[RankStep]) -> float | None:
-    """How much a rank's steps vary among themselves: the median of their durations' distances
-    from their median (``None`` with fewer than two steps, which cannot say)."""
-    if len(steps) < 2:
+class _Longer(NamedTuple):
+    """How one rank's steps compare with others' of the same numbers: longer in each."""
+
+    steps: int
+    """The step numbers compared."""
+    median_us: float
+    """The rank's median step over them."""
+    others_median_us: float
+    """The others' median step over them."""
+    difference_us: float
+    """The median of the per-step differences."""
+
+
+def _longer_in_every_step(rank: RankProfile, others: Sequence[RankProfile]) -> _Longer | None:
+    """Whether ``rank``'s steps are longer than the others' (their median, step by step) in
+    every step number it shares with them, by a median of more than 5% of theirs; ``None``
+    where not (or where they share no step). Step by step, not median against median: the
+    step boundaries of ranks that meet in collectives jitter against each other (one step
+    long on one rank, the next on the other), and a warm-up step among two or three would
+    swing a median of each rank's own."""
+    theirs: dict[int, list[float]] = {}
+    for other in others:
+        for step in other.steps:
+            theirs.setdefault(step.step, []).append(step.cpu_us)
+    pairs = [
+        (step.cpu_us, statistics.median(theirs[step.step]))
+        for step in rank.steps
+        if step.step in theirs
+    ]
+    if not pairs:
         return None
-    durations = [step.cpu_us for step in steps]
-    middle = statistics.median(durations)
-    return statistics.median(abs(duration - middle) for duration in durations)
-
-
-def _longer_beyond_noise(longer: float, shorter: float, noise: float) -> bool:
-    """Whether a median step of ``longer`` µs is longer than one of ``shorter`` by more than
-    5% and by more than :data:`_STEP_NOISE_TIMES` times ``noise`` (the ranks' step
-    variation)."""
-    difference = longer - shorter
-    return difference > _STEP_SPREAD_THRESHOLD * shorter and difference > _STEP_NOISE_TIMES * noise
+    differences = [own - other for own, other in pairs]
+    others_median = statistics.median(other for _, other in pairs)
+    difference = statistics.median(differences)
+    if min(differences) <= 0 or difference <= _STEP_SPREAD_THRESHOLD * others_median:
+        return None
+    own_median = statistics.median(own for own, _ in pairs)
+    return _Longer(len(pairs), own_median, others_median, difference)
 
 
 def _step_spreads(profiles: Sequence[RankProfile], labels: list[str]) -> list[StepSpread]:
@@ -969,10 +989,6 @@ _PAIRED = _POINT_TO_POINT | {"send_recv"}
 """Calls that pair send by receive (a batch's sends and receives each), not by position."""
 _STEP_SPREAD_THRESHOLD = 0.05
 """Steps within 5% of each other across ranks count as even."""
-_STEP_NOISE_TIMES = 2.0
-"""One rank's median step is longer than another's only by more than this many times their
-steps' variation (:func:`_step_deviation_us`, the larger of the two): a difference within it
-is each rank's step-to-step noise, which a few steps' medians do not average out."""
 _STANDS_OUT = 2.0
 """A straggler has caused at least twice the wait any other rank has caused."""
 _UNEVEN_BYTES = 1.25
@@ -993,8 +1009,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         findings: ``rank-straggler`` (the rank the others wait for), ``collective-skew`` (time
         in collectives spent waiting, not transferring), ``rank-gpu-idle`` (the rank whose GPU
         idles most, when it idles over 1.25 times the median of the others),
-        ``rank-step-spread`` (one rank's median step longer than another's by over 5% and
-        over twice how much their steps vary among themselves), ``rank-late-start`` (one
+        ``rank-step-spread`` (one rank's steps longer than another's in every step both
+        recorded, by a median of over 5%), ``rank-late-start`` (one
         rank's first recorded step began more than two of the longest median step after
         another rank's, on their common clock). None of them when no trace
         records a rank (``distributedInfo.rank``) and no collective is matched across them
@@ -1129,8 +1145,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "straggler, idle or spread finding)"
         )
         return CrossRank(rows, spreads, matched, None, [], notes, waits.paired)
-    deviations = [_step_deviation_us(profile.steps) for profile in profiles]
-    straggler = _straggler(rows, waits.caused, matched, spreads, deviations, waits.joined)
+    straggler = _straggler(rows, profiles, waits.caused, matched, spreads, waits.joined)
     calls = (
         "collectives"
         if not waits.paired
@@ -1140,7 +1155,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     )
     # Message sizes compare only where every rank took part in every matched call.
     same_calls = all(joined == matched for joined in waits.joined)
-    findings = _findings(rows, spreads, deviations, straggler, calls, same_calls, sum(waits.caused))
+    findings = _findings(rows, profiles, spreads, straggler, calls, same_calls, sum(waits.caused))
     if late is not None:
         findings.append(_late_start_finding(late, labels, waits.unexplained))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
@@ -1234,10 +1249,10 @@ def _late_start_finding(late: _LateStart, labels: list[str], unexplained: int) -
 
 def _straggler(
     rows: list[RankTiming],
+    profiles: Sequence[RankProfile],
     caused: list[float],
     matched: int,
     spreads: list[StepSpread],
-    deviations: list[float | None],
     joined: list[int] | None = None,
 ) -> Straggler | None:
     if len(rows) < 2:
@@ -1252,25 +1267,14 @@ def _straggler(
             row.label, row.rank, "collectives", row.last_arrivals, matched, caused[position],
             row.median_step_us, joined[position] if joined else matched,
         )  # fmt: skip
-    if not spreads:
+    timed = [i for i, row in enumerate(rows) if row.median_step_us is not None]
+    if len(timed) < 2 or not spreads:
         return None  # no step that two ranks both recorded: their steps are not one loop's
-    # Ranks with two steps or more: one step says nothing of how much the steps vary.
-    timed = [
-        (row.median_step_us, deviation)
-        for row, deviation in zip(rows, deviations, strict=True)
-        if row.median_step_us is not None and deviation is not None
-    ]
-    if len(timed) < 2:
+    position = max(timed, key=lambda i: rows[i].median_step_us or 0.0)
+    others = [profiles[i] for i in timed if i != position]
+    if _longer_in_every_step(profiles[position], others) is None:
         return None
-    position = max(
-        (i for i, row in enumerate(rows) if deviations[i] is not None),
-        key=lambda i: rows[i].median_step_us or 0.0,
-    )
     slowest = rows[position]
-    median = statistics.median(step for step, _ in timed)
-    noise = max(deviations[position] or 0.0, statistics.median(d for _, d in timed))
-    if not _longer_beyond_noise(slowest.median_step_us or 0.0, median, noise):
-        return None
     return Straggler(slowest.label, slowest.rank, "steps", 0, 0, 0.0, slowest.median_step_us)
 
 
@@ -1288,8 +1292,8 @@ def _took_part(straggler: Straggler, calls: str) -> str:
 
 def _findings(
     rows: list[RankTiming],
+    profiles: Sequence[RankProfile],
     spreads: list[StepSpread],
-    deviations: list[float | None],
     straggler: Straggler | None,
     calls: str = "collectives",
     same_calls: bool = True,
@@ -1307,25 +1311,26 @@ def _findings(
         others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
         own_steps = straggler.median_step_us
         own_position = next(i for i, r in enumerate(rows) if r.label == straggler.label)
-        noise = max(
-            deviations[own_position] or 0.0,
-            _median([d for r, d in zip(rows, deviations, strict=True) if r in others and d]) or 0.0,
+        longer = _longer_in_every_step(
+            profiles[own_position], [profiles[i] for i, r in enumerate(rows) if r in others]
         )
         if own_steps is None or not other_steps:
             steps_compared = f"The others wait in their {calls}:"
-        elif not _longer_beyond_noise(own_steps, other_steps, noise) and not _longer_beyond_noise(
-            other_steps, own_steps, noise
-        ):
-            close = (
-                f"Its median step ({_us(own_steps)}) is about the others' ({_us(other_steps)})"
-                if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps
-                else f"Its median step ({_us(own_steps)}) and the others' ({_us(other_steps)}) "
-                f"differ by less than twice as much as the steps vary (a median deviation "
-                f"of {_us(noise)})"
+        elif longer is not None:
+            steps_compared = (
+                f"Its steps are longer than the others' in each of the {longer.steps} they "
+                f"share (median {_us(longer.median_us)} against {_us(longer.others_median_us)});"
             )
-            steps_compared = f"{close}: the time it loses shows up as the others' wait, so"
         else:
-            steps_compared = f"Its median step is {_us(own_steps)}, the others' {_us(other_steps)};"
+            close = (
+                "is about the others'"
+                if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps
+                else "is not longer than the others' step by step"
+            )
+            steps_compared = (
+                f"Its median step ({_us(own_steps)}) {close} ({_us(other_steps)}): the time "
+                "it loses shows up as the others' wait, so"
+            )
         share = straggler.caused_wait_us / others_time if others_time else None
         own_row = rows[own_position]
         others_bytes = [r.matched_bytes for r in others]
@@ -1446,32 +1451,30 @@ def _findings(
                     },
                 )
             )
-    # Ranks' medians, not one step's spread: the ranks' step boundaries jitter against each
-    # other, so one step can be long on one rank and the next on another in lock-step ranks.
-    timed = [
-        i
-        for i, row in enumerate(rows)
-        if row.median_step_us is not None and deviations[i] is not None
-    ]
+    # Step by step, not one step's spread: the step boundaries of ranks that meet in
+    # collectives jitter against each other, one step long on one rank, the next on another.
+    timed = [i for i, row in enumerate(rows) if row.median_step_us is not None]
     if spreads and len(timed) >= 2 and (straggler is None or straggler.basis == "collectives"):
         slow = max(timed, key=lambda i: rows[i].median_step_us or 0.0)
         fast = min(timed, key=lambda i: rows[i].median_step_us or 0.0)
-        longer, shorter = rows[slow].median_step_us or 0.0, rows[fast].median_step_us or 0.0
-        noise = max(deviations[slow] or 0.0, deviations[fast] or 0.0)
-        if _longer_beyond_noise(longer, shorter, noise):
+        longer = _longer_in_every_step(profiles[slow], [profiles[fast]])
+        if longer is not None:
             findings.append(
                 Finding(
                     "rank-step-spread",
                     _TABLE,
                     "info",
-                    f"step time differs across ranks: {rows[slow].label}'s median step is "
-                    f"{_us(longer)}, {rows[fast].label}'s {_us(shorter)} "
-                    f"({percent(longer / shorter - 1)} longer); the difference is over twice "
-                    "how much either rank's steps vary among themselves (a median deviation "
-                    f"of {_us(noise)} at most).",
+                    f"step time differs across ranks: {rows[slow].label}'s steps are longer "
+                    f"than {rows[fast].label}'s in each of the {longer.steps} both recorded, "
+                    f"by a median of {_us(longer.difference_us)} "
+                    f"({percent(longer.difference_us / longer.others_median_us)}; median steps "
+                    f"{_us(longer.median_us)} and {_us(longer.others_median_us)}).",
                     {
+                        "longer": rows[slow].label,
+                        "shorter": rows[fast].label,
+                        "steps_compared": longer.steps,
+                        "median_difference_us": longer.difference_us,
                         "median_step_us": {rows[i].label: rows[i].median_step_us for i in timed},
-                        "step_deviation_us": {rows[i].label: deviations[i] for i in timed},
                         "steps": [
                             dict(msgspec.structs.asdict(s), spread=s.spread) for s in spreads
                         ],

@@ -398,12 +398,12 @@ claim(
 # large part of their time in collectives, but the later rank is not always the same one:
 # each reaches some collectives last, and ``collective-skew`` reads the waits as spread
 # across the ranks rather than one late rank. What names a straggler is arriving last
-# again and again. ``rank-step-spread``, an ``info`` finding, says when one rank's median
-# step is longer than another's by more than twice as much as either rank's steps vary
-# among themselves (single steps of lock-step ranks jitter against each other, and one is
-# long on one rank, the next on the other). With no straggler named, the rank with the
-# longer steps is not late: it may spend the difference waiting for the other in their
-# collectives (``collective-skew`` names the rank that waits most).
+# again and again. ``rank-step-spread``, an ``info`` finding, says when one rank's steps
+# are longer than another's in every step both recorded (single steps of lock-step ranks
+# jitter against each other: one is long on one rank, the next on the other, and that is
+# no spread). With no straggler named, the rank with the longer steps is not late: it may
+# spend the difference waiting for the other in their collectives (``collective-skew``
+# names the rank that waits most).
 #
 # The same from the command line
 # ------------------------------
