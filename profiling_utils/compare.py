@@ -26,7 +26,7 @@ from typing import Any
 from .measures import StepTime
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table, without_float_noise
-from .trace import Trace, TraceContent, gc_paused, load_trace
+from .trace import Trace, TraceContent, devices_differ, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 
@@ -44,7 +44,7 @@ class RunSummary:
     """The trace's path."""
     device: str | None
     """The GPU name(s) recorded, with the architecture on AMD
-    (:attr:`~profiling_utils.trace.DeviceInfo.identity`; a device with GPU work but no name as
+    (:attr:`~profiling_utils.trace.DeviceInfo.model`; a device with GPU work but no name as
     :meth:`~profiling_utils.trace.DeviceInfo.describe` gives it: ``"unknown AMD GPU, gfx942"``),
     or ``None`` without a device."""
     device_named: bool
@@ -155,15 +155,10 @@ class Comparison:
     """Kernel names the baseline does not have."""
     findings: list[Finding]
     """Findings of the rules that need a baseline (``compile-cpu-tax``)."""
-
-    @property
-    def devices_differ(self) -> bool:
-        """Whether the two ran on devices of different names (both named; on AMD, names or
-        architectures): their times and kernel names then differ with the hardware as well
-        as with the code."""
-        a, b = self.baseline, self.trace
-        named = a.device_named and b.device_named
-        return named and a.device is not None and b.device is not None and a.device != b.device
+    devices_differ: bool = False
+    """Whether the two ran on devices of different kinds, as far as both traces say
+    (:func:`profiling_utils.trace.devices_differ`: names, and on AMD architectures): their
+    times and kernel names then differ with the hardware as well as with the code."""
 
     @property
     def cpu_ratio(self) -> float | None:
@@ -224,7 +219,7 @@ class Comparison:
             ("kernels (whole trace)", a.kernels, b.kernels),
             ("launches (whole trace)", a.launches, b.launches),
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
-            ("CUDA/HIP graph launches", a.cuda_graph_launches, b.cuda_graph_launches),
+            ("CUDA/HIP graph launches (whole trace)", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
         if not (a.steps and b.steps):  # step medians are missing: the whole recordings
             rows += [
@@ -234,9 +229,15 @@ class Comparison:
         if a.collectives or b.collectives:
 
             def none_is_zero(side: RunSummary, value: float | None, per_step: bool) -> Any:
-                # The side without collectives spends no time in them (if it has steps, for
-                # the per-step rows), beside a side that does.
-                if value is None and not side.collectives and (side.steps or not per_step):
+                # A GPU trace without collective kernels spends no time in them (if it has
+                # steps, for the per-step rows), beside a side that does; a CPU-only one (a
+                # Gloo rank's) is not read for them.
+                if (
+                    value is None
+                    and not side.collectives
+                    and side.content == "GPU"
+                    and (side.steps or not per_step)
+                ):
                     return 0.0
                 return value
 
@@ -363,7 +364,7 @@ def _summary(facts: Facts) -> RunSummary:
     kept = {step.number for step in facts.steps}
     in_steps = [launch for launch in facts.launches if facts.step_number_of(launch.call) in kept]
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
-    devices = list(dict.fromkeys(d.identity or d.describe() for d in trace.devices))
+    devices = list(dict.fromkeys(d.model for d in trace.devices))
     info = facts.compile_info
     window = facts.host_window
     busiest = facts.recording_gpu_busy()
@@ -377,7 +378,7 @@ def _summary(facts: Facts) -> RunSummary:
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
-        device_named=all(d.identity is not None for d in trace.devices),
+        device_named=all(d.name not in ("", "unknown") for d in trace.devices),
         content=trace.content,
         host_ops_recorded=trace.records_host_ops,
         steps=len(host_times),
@@ -471,4 +472,5 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         kernels_only_in_baseline=_only_in(kernels_a, kernels_b),
         kernels_only_in_trace=_only_in(kernels_b, kernels_a),
         findings=findings,
+        devices_differ=devices_differ(a.trace.devices, b.trace.devices),
     )

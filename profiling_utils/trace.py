@@ -42,7 +42,7 @@ import math
 import os
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property, partial
 from itertools import chain, compress, count, islice
@@ -62,6 +62,7 @@ __all__ = [
     "Step",
     "DeviceInfo",
     "Vendor",
+    "devices_differ",
     "TraceContent",
     "Trace",
     "load_trace",
@@ -447,12 +448,12 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     """Most threads resident on one SM (``maxThreadsPerMultiprocessor``): 2,048 on an H100."""
 
     @property
-    def identity(self) -> str | None:
-        """What tells this device's model from another's, to say whether two traces ran on the
-        same kind: its name, with the architecture on AMD, where ROCm gives several models one
-        name (``"AMD Radeon Graphics, gfx942"``); ``None`` for a device without a name."""
+    def model(self) -> str:
+        """The device's name, with the architecture on AMD, where ROCm gives several models
+        one name (``"AMD Radeon Graphics, gfx942"``); for a device without a name,
+        :meth:`describe`."""
         if self.name in ("", "unknown"):
-            return None
+            return self.describe()
         if self.vendor == "amd" and self.arch:
             return f"{self.name}, {self.arch}"
         return self.name
@@ -478,6 +479,21 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
         else:
             facts.append("accelerator of unknown vendor")
         return ", ".join(facts)
+
+
+def devices_differ(first: Sequence[DeviceInfo], second: Sequence[DeviceInfo]) -> bool:
+    """Whether two traces ran on devices of different kinds, as far as both say: a device
+    without a name says nothing; where every device is named, different names differ, and
+    on AMD, where ROCm gives several models one name (``"AMD Radeon Graphics"``), so do
+    architectures that both traces know."""
+    both = (*first, *second)
+    if not first or not second or any(d.name in ("", "unknown") for d in both):
+        return False
+    if {d.name for d in first} != {d.name for d in second}:
+        return True
+    archs = [{d.arch for d in side if d.vendor == "amd"} for side in (first, second)]
+    known = all(archs) and None not in archs[0] | archs[1]
+    return known and archs[0] != archs[1]
 
 
 _GPU_BACKEND_LABELS = ("nccl:", "rccl:")

@@ -504,3 +504,33 @@ def test_compile_cpu_tax_asks_whether_runs_whose_gpu_work_differs_did_the_same_w
         gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile")
     ).findings
     assert "apart" not in finding.message
+
+
+def test_an_amd_gpu_whose_architecture_one_trace_does_not_know_is_not_said_to_differ(
+    tmp_path: Path,
+) -> None:
+    # The MI250 recording knows its architecture from its Tensile GEMM kernels' ISA tag; the
+    # same recording without its GEMMs does not know it: nothing says the GPUs differ.
+    named = FIXTURES / "foreign" / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    document = json.loads(gzip.decompress(named.read_bytes()))
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if "_ISA" not in str(e.get("name", ""))
+    ]
+    other = write_trace(tmp_path / "no_gemms.json.gz", document)
+    comparison = compare(named, other)
+    assert comparison.baseline.device == "AMD Radeon Graphics, gfx90a"
+    assert comparison.trace.device == "AMD Radeon Graphics"
+    assert not comparison.devices_differ
+
+
+def test_a_cpu_only_trace_is_not_said_to_spend_no_time_in_collectives() -> None:
+    # HTA's CPU-only rank runs Gloo collectives on its threads: no collective kernel, and
+    # not "0.0" in collectives beside a GPU rank that has some.
+    cpu_only = FIXTURES / "foreign" / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    gpu = FIXTURES / "nccl" / "balanced" / "rank0.json.gz"
+    text = compare(cpu_only, gpu).to_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("median step in collectives")]
+    assert row.split()[5] == "-"
+    text = compare(gpu_fixture("4096_bf16_warm_eager"), gpu).to_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("median step in collectives")]
+    assert row.split()[5] == "0.0"

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span
+from ..trace import Span, devices_differ
 from .facts import Facts, median, short_name, span_ref, step_label, us
 from .gpu_lane import is_host_sync
 from .registry import Hit, rule
@@ -243,7 +243,7 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
                 "same inputs."
             )
     eager_gpus, compiled_gpus = _gpu_names(eager), _gpu_names(compiled)
-    differ = bool(eager_gpus and compiled_gpus and eager_gpus != compiled_gpus)
+    differ = devices_differ(eager.trace.devices, compiled.trace.devices)
     if differ:
         message += (
             f" The two ran on different GPUs ({eager_gpus} eager, {compiled_gpus} compiled), "
@@ -287,10 +287,8 @@ def _step_gpu_busy(facts: Facts) -> float | None:
 
 
 def _gpu_names(facts: Facts) -> str:
-    """The named devices' :attr:`~profiling_utils.trace.DeviceInfo.identity`, sorted; ``""``
-    where one is not named (nothing then says the two differ)."""
-    names = {d.identity for d in facts.trace.devices}
-    return "" if None in names else ", ".join(sorted(n for n in names if n is not None))
+    """The devices' :attr:`~profiling_utils.trace.DeviceInfo.model`, sorted."""
+    return ", ".join(sorted({d.model for d in facts.trace.devices}))
 
 
 def _run(facts: Facts) -> dict[str, Any]:
