@@ -193,6 +193,7 @@ from .ranks import (
 )
 from .rules import Facts, diagnose, diagnosis_dict, format_diagnosis, rule_ids, select_rules
 from .rules.diagnose import NO_HOST_OPS, rule_id_list
+from .rules.facts import GPU_RECORDS_MISSING_SHARE
 from .tables import byte_size, cut, distinct_cuts, percent, text_table
 from .trace import HOST_COLLECTIVE_PREFIX, Lane, Span, Trace
 
@@ -330,8 +331,8 @@ _CROSS_RANK_KEYS = """\
                  matched counts the calls matched across the ranks (matched_collectives),
                  joined those it took part in. basis
                  "collectives": it reaches collectives last and caused_wait_us is the
-                 others' wait for it; "steps": nothing matched, its median step is the
-                 longest, beyond twice how much the ranks' steps vary.
+                 others' wait for it; "steps": nothing matched, and its steps are longer
+                 than the others' in every step they share, by a median of over 5%.
     findings     [{rule, table, severity, message, evidence}]: rank-straggler,
                  collective-skew, rank-gpu-idle, rank-step-spread, rank-late-start
                  (table "Across ranks").
@@ -812,13 +813,19 @@ def format_summary(summary: dict[str, Any]) -> str:
             )
         for s in summary["steps"]:
             if s["kernel_launches_without_gpu_record"]:
-                out += [
+                out.append(
                     f"  step {s['step']}: {s['kernel_launches_without_gpu_record']:,} of its "
                     f"{s['kernel_launches']:,} kernel launches have no GPU record (a trace cut "
-                    "short, or records the profiler dropped): its GPU figures are a lower bound",
-                    "  and diagnose's rules leave it out while other steps are whole (the bound "
-                    "rules in any case)",
-                ]
+                    "short, or records the profiler dropped): its GPU figures are a lower bound"
+                )
+                missing = s["kernel_launches_without_gpu_record"] / s["kernel_launches"]
+                if not s["read_by_rules"]:
+                    out.append("  and diagnose's rules leave it out while other steps are whole")
+                elif missing > GPU_RECORDS_MISSING_SHARE:  # every step is missing as many
+                    out.append(
+                        "  and diagnose's bound rules (overhead-bound, gpu-idle, compute-bound) "
+                        "leave it out"
+                    )
             if not s["end_recorded"]:
                 out += [
                     f"  step {s['step']} ends after the profiler's recording window: its end was",

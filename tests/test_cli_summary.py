@@ -809,7 +809,40 @@ def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace,
     assert [s["kernel_launches"] for s in steps] == [None, None, 10]
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "step 2: 8 of its 10 kernel launches have no GPU record" in text
+    assert "and diagnose's rules leave it out while other steps are whole" in text
     assert [step.number for step in Facts(load_trace(path)).steps] == [0, 1]
+    assert [s["read_by_rules"] for s in steps] == [True, True, False]
+
+
+def test_a_step_missing_one_gpu_record_in_twenty_is_still_read(make_trace, capsys) -> None:
+    # One launch of twenty lost its record: the step's GPU figures are a lower bound, but by
+    # at most a twentieth, and every rule reads it.
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
+        for k in range(20):
+            c = 100 * n + k
+            events.append(
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", t + 10 + 50 * k, 5, correlation=c
+                )
+            )
+            if n < 2 or k:
+                events.append(
+                    complete_event("k", "kernel", t + 20 + 50 * k, 30, pid=0, tid=7, correlation=c)
+                )
+    path = make_trace(events)
+    _, out, _ = run_cli(capsys, "summary", "--json", str(path))
+    steps = json.loads(out)["steps"]
+    assert [(s["kernel_launches_without_gpu_record"], s["read_by_rules"]) for s in steps] == [
+        (0, True),
+        (0, True),
+        (1, True),
+    ]
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "step 2: 1 of its 20 kernel launches have no GPU record" in text
+    assert "leave it out" not in text
 
 
 @pytest.mark.parametrize(
