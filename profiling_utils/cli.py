@@ -1102,9 +1102,9 @@ JSON (--json): one object
                    steps counts the steps whose CPU time is read (summary lists every
                    ProfilerStep: a step ending after the recording, or one that recorded
                    nothing while others did, is left out), and
-                   steps_without_gpu_records those of them whose kernels went unrecorded
-                   while others' did not: their GPU figures are left out (the GPU medians
-                   and per-step counts are over the steps diagnose's rules read);
+                   steps_without_gpu_records those of them more than a tenth of whose
+                   kernel launches went unrecorded: their GPU figures are left out (the
+                   GPU medians and per-step counts are over the others; null where none);
                    recording_cpu_us runs from the first CPU-thread event to the last (within
                    the recording window; stretches of 10 ms or more with nothing on any
                    thread or GPU left out), recording_gpu_busy_us is the busiest GPU's busy

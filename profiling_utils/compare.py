@@ -61,10 +61,11 @@ class RunSummary:
     (:attr:`profiling_utils.rules.facts.Facts.host_steps`): a step that ends after the
     recording window, or one that recorded nothing while others did, is left out."""
     steps_without_gpu_records: int
-    """Of :attr:`steps`, those most of whose kernel launches lack their GPU records while
-    others' do not (a trace cut short, records the profiler dropped): their CPU time counts,
-    their GPU figures do not. The GPU medians and per-step counts are over the others
-    (:attr:`profiling_utils.rules.facts.Facts.steps`, what diagnose's rules read)."""
+    """Of :attr:`steps`, those more than a tenth of whose kernel launches lack their GPU
+    records (a trace cut short, records the profiler dropped): their CPU time counts, their
+    GPU figures do not. The GPU medians and per-step counts are over the others
+    (:attr:`profiling_utils.rules.facts.Facts.steps_with_gpu_records`), ``None`` where every
+    step is one."""
     median_step_cpu_us: float | None
     """Median CPU duration of a step (its window on the host, waits included)."""
     median_step_gpu_busy_us: float | None
@@ -358,10 +359,11 @@ def _median(values: list[float]) -> float | None:
 
 def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
-    times = facts.step_times
-    steps = len(facts.steps)
+    gpu_steps = facts.steps_with_gpu_records  # what the GPU figures are over
+    steps = len(gpu_steps)
     host_times = facts.host_step_times
-    kept = {step.number for step in facts.steps}
+    kept = {step.number for step in gpu_steps}
+    times = [t for t in host_times if t.step in kept]
     in_steps = [launch for launch in facts.launches if facts.step_number_of(launch.call) in kept]
     step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
     devices = list(dict.fromkeys(d.model for d in trace.devices))
@@ -372,7 +374,7 @@ def _summary(facts: Facts) -> RunSummary:
     total = facts.comm_overlap.total if trace.communication else None
     if trace.communication and steps:
         by_step = {overlap.step: overlap for overlap in facts.comm_overlap.steps}
-        per_step = [by_step.get(step.number) for step in facts.steps]
+        per_step = [by_step.get(step.number) for step in gpu_steps]
         communication = _median([o.communication_us if o else 0.0 for o in per_step])
         exposed = _median([o.exposed_us if o else 0.0 for o in per_step])
     return RunSummary(
@@ -434,7 +436,7 @@ def compare(
 def _host_step_times(facts: Facts) -> list[tuple[StepTime, bool]]:
     """The step times of :attr:`~profiling_utils.rules.facts.Facts.host_steps`, each with
     whether its GPU figures count (its kernels' GPU records are there)."""
-    whole = {step.number for step in facts.steps}
+    whole = {step.number for step in facts.steps_with_gpu_records}
     has_gpu = facts.trace.has_gpu
     return [(times, has_gpu and times.step in whole) for times in facts.host_step_times]
 

@@ -534,3 +534,20 @@ def test_a_cpu_only_trace_is_not_said_to_spend_no_time_in_collectives() -> None:
     text = compare(gpu_fixture("4096_bf16_warm_eager"), gpu).to_text()
     (row,) = [line for line in text.splitlines() if line.startswith("median step in collectives")]
     assert row.split()[5] == "0.0"
+
+
+def test_a_trace_whose_every_step_lost_its_gpu_records_gives_no_gpu_figures(tmp_path: Path) -> None:
+    # Every kernel of the 64 warm eager run dropped (a profiler buffer lost): its steps'
+    # CPU windows still compare, its GPU figures do not exist.
+    path = gpu_fixture("64_bf16_warm_eager")
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    document["traceEvents"] = [e for e in document["traceEvents"] if e.get("cat") != "kernel"]
+    cut = write_trace(tmp_path / "cut.json.gz", document)
+    comparison = compare(path, cut)
+    assert comparison.trace.steps == comparison.baseline.steps == 3
+    assert comparison.trace.steps_without_gpu_records == 3
+    assert comparison.trace.median_step_gpu_busy_us is None
+    assert comparison.trace.kernels_per_step is None
+    assert comparison.cpu_ratio == 1.0
+    assert all(pair.trace_gpu_busy_us is None for pair in comparison.steps)
+    assert "trace: 3 steps whose kernels' GPU records are missing" in comparison.to_text()

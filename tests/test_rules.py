@@ -682,7 +682,9 @@ def test_overhead_bound_says_when_the_step_is_mostly_unrecorded_host_time(
         ]
     (finding,) = diagnose(make_trace(events), select=["overhead-bound"])
     assert finding.evidence["median_step_host_work_us"] == op_us
-    recorded = f"in recorded ops and runtime calls for {op_us:.1f} µs of it ({op_us / 1000:.0%})"
+    recorded = (
+        f"in recorded ops and runtime calls for {op_us:.1f} of the 1000.0 µs ({op_us / 1000:.0%})"
+    )
     assert recorded in finding.message
     assert finding.message.endswith(f"{recorded}.") != said
     assert ("the rest is host time outside every op and call" in finding.message) == said

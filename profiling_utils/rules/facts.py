@@ -294,6 +294,13 @@ class Facts:
         return whole or host
 
     @cached_property
+    def steps_with_gpu_records(self) -> list[Step]:
+        """Of :attr:`host_steps`, those whose kernels' GPU records are whole
+        (:func:`gpu_records_whole`): :attr:`steps` keeps every step where none is, this
+        does not. What a comparison of GPU time reads."""
+        return [step for step in self.host_steps if gpu_records_whole(self.trace, step)]
+
+    @cached_property
     def host_steps(self) -> list[Step]:
         """The steps whose host windows are samples of the program: :attr:`steps`, and those
         it leaves out only because their kernels' GPU records are missing (the host recorded

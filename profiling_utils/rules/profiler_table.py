@@ -386,7 +386,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
             )
         message = (
             f"{message[:-1]}; its CPU threads are in recorded ops and runtime calls for "
-            f"{recorded:.1f} µs of it ({percent(recorded / cpu_us)})"
+            f"{recorded:.1f} of the {cpu_us:.1f} µs ({percent(recorded / cpu_us)})"
         )
         if recorded >= OVERHEAD_BOUND_RECORDED_SHARE * cpu_us:
             message += "."

@@ -282,7 +282,8 @@ def _step_cpu_outside_syncs(facts: Facts) -> float | None:
 
 def _step_gpu_busy(facts: Facts) -> float | None:
     """The median step's GPU busy time (over the steps whose GPU records are whole)."""
-    busy = [times.gpu_busy_us for times in facts.step_times]
+    whole = {step.number for step in facts.steps_with_gpu_records}
+    busy = [times.gpu_busy_us for times in facts.host_step_times if times.step in whole]
     return median(busy) if busy and facts.trace.has_gpu else None
 
 
