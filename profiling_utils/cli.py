@@ -1117,6 +1117,10 @@ JSON (--json): one object
                    step: compare recording_cpu_us then)
   devices_differ   whether the two ran on GPUs of different names (or AMD architectures),
                    both named
+  versions_differ  whether torch versions that name things differently wrote them (one
+                   with torch ~1.8's categories, Operator, Kernel..., one without; or
+                   autograd nodes with and without the version suffix, AddmmBackward and
+                   AddmmBackward0): the only-in lists then hold renamed work
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,

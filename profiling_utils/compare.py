@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -160,6 +161,12 @@ class Comparison:
     """Whether the two ran on devices of different kinds, as far as both traces say
     (:func:`profiling_utils.trace.devices_differ`: names, and on AMD architectures): their
     times and kernel names then differ with the hardware as well as with the code."""
+    versions_differ: bool = False
+    """Whether the two were written by torch versions that name things differently: one
+    with the profiler categories of torch before ~1.10 (``Operator``, ``Kernel``) and one
+    without, or autograd nodes named with and without the version suffix later torch adds
+    (``AddmmBackward`` against ``AddmmBackward0``). Their "only in" lists then hold the same
+    work under two names."""
 
     @property
     def cpu_ratio(self) -> float | None:
@@ -176,6 +183,7 @@ class Comparison:
                 "trace": asdict(self.trace),
                 "cpu_ratio": self.cpu_ratio,
                 "devices_differ": self.devices_differ,
+                "versions_differ": self.versions_differ,
                 "steps": [asdict(pair) for pair in self.steps],
                 "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
                 "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
@@ -199,6 +207,11 @@ class Comparison:
                 )
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
+        if self.versions_differ:
+            out += [
+                "          (written by torch versions that name ops, kernels or autograd nodes",
+                "          differently: some of those only in one trace are the other's renamed)",
+            ]
         without = [
             name
             for name, side in (("baseline", a), ("trace", b))
@@ -475,4 +488,27 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         kernels_only_in_trace=_only_in(kernels_b, kernels_a),
         findings=findings,
         devices_differ=devices_differ(a.trace.devices, b.trace.devices),
+        versions_differ=_versions_differ(a.trace, b.trace, ops_a, ops_b),
     )
+
+
+_AUTOGRAD_NODE = re.compile(r"(\w+)Backward(\d*)")
+"""An autograd node's name: ``AddmmBackward0`` (torch 1.11 and later add the version
+suffix), ``AddmmBackward`` (earlier torch, and custom autograd Functions always)."""
+
+
+def _versions_differ(a: Trace, b: Trace, ops_a: Counter[str], ops_b: Counter[str]) -> bool:
+    """:attr:`Comparison.versions_differ`."""
+    if bool(a.renamed_categories) != bool(b.renamed_categories):
+        return True
+
+    def suffixed(ops: Counter[str]) -> dict[str, bool]:
+        nodes = {}
+        for name in ops:
+            match = _AUTOGRAD_NODE.fullmatch(name)
+            if match:
+                nodes[match[1]] = nodes.get(match[1], False) or bool(match[2])
+        return nodes
+
+    nodes_a, nodes_b = suffixed(ops_a), suffixed(ops_b)
+    return any(nodes_a[base] != nodes_b[base] for base in nodes_a.keys() & nodes_b.keys())

@@ -135,6 +135,7 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
         "trace",
         "cpu_ratio",
         "devices_differ",
+        "versions_differ",
         "steps",
         "ops_only_in_baseline",
         "ops_only_in_trace",

@@ -551,3 +551,28 @@ def test_a_trace_whose_every_step_lost_its_gpu_records_gives_no_gpu_figures(tmp_
     assert comparison.cpu_ratio == 1.0
     assert all(pair.trace_gpu_busy_us is None for pair in comparison.steps)
     assert "trace: 3 steps whose kernels' GPU records are missing" in comparison.to_text()
+
+
+def test_traces_of_torch_versions_that_name_things_differently_are_said_to(tmp_path: Path) -> None:
+    # torch before 1.11 named autograd nodes without the version suffix (AddmmBackward);
+    # a custom autograd Function has none in any version and says nothing.
+    def trace(node: str, name: str) -> Path:
+        events = [
+            complete_event("ProfilerStep#1", "user_annotation", 0, 100),
+            complete_event(node, "cpu_op", 10, 20),
+            complete_event("MyFunctionBackward", "cpu_op", 40, 20),
+        ]
+        return write_trace(tmp_path / name, trace_document(events))
+
+    old, new = trace("AddmmBackward", "old.json"), trace("AddmmBackward0", "new.json")
+    comparison = compare(old, new)
+    assert comparison.versions_differ
+    assert "(written by torch versions that name ops, kernels or autograd nodes" in (
+        comparison.to_text()
+    )
+    assert comparison.to_dict()["versions_differ"] is True
+    assert not compare(new, trace("AddmmBackward0", "new2.json")).versions_differ
+    # The legacy categories of torch ~1.8 (Operator, Kernel...) against today's.
+    legacy = FIXTURES / "foreign" / "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
+    assert compare(legacy, gpu_fixture("64_bf16_warm_eager")).versions_differ
+    assert not compare(legacy, legacy).versions_differ
