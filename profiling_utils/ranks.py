@@ -1311,8 +1311,10 @@ def _findings(
         others_time = sum((r.median_step_us or 0.0) * r.steps for r in others)
         own_steps = straggler.median_step_us
         own_position = next(i for i, r in enumerate(rows) if r.label == straggler.label)
+        other_labels = {r.label for r in others}
         longer = _longer_in_every_step(
-            profiles[own_position], [profiles[i] for i, r in enumerate(rows) if r in others]
+            profiles[own_position],
+            [profiles[i] for i, r in enumerate(rows) if r.label in other_labels],
         )
         if own_steps is None or not other_steps:
             steps_compared = f"The others wait in their {calls}:"
@@ -1323,13 +1325,13 @@ def _findings(
             )
         else:
             close = (
-                "is about the others'"
+                f"is about the others' ({_us(other_steps)})"
                 if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps
-                else "is not longer than the others' step by step"
+                else f"is not longer than the others' ({_us(other_steps)}) in every step"
             )
             steps_compared = (
-                f"Its median step ({_us(own_steps)}) {close} ({_us(other_steps)}): the time "
-                "it loses shows up as the others' wait, so"
+                f"Its median step ({_us(own_steps)}) {close}: the time it loses shows up as "
+                "the others' wait, so"
             )
         share = straggler.caused_wait_us / others_time if others_time else None
         own_row = rows[own_position]
