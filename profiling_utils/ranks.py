@@ -924,10 +924,12 @@ class _Longer(NamedTuple):
     """The median of the per-step differences."""
 
 
-def _longer_in_every_step(rank: RankProfile, others: Sequence[RankProfile]) -> _Longer | None:
+def _longer_in_every_step(
+    rank: RankProfile, others: Sequence[RankProfile], fewest: int = 1
+) -> _Longer | None:
     """Whether ``rank``'s steps are longer than the others' (their median, step by step) in
-    every step number it shares with them, by a median of more than 5% of theirs; ``None``
-    where not (or where they share no step). Step by step, not median against median: the
+    every step number it shares with them, ``fewest`` of them at least, by a median of more
+    than 5% of theirs; ``None`` where not. Step by step, not median against median: the
     step boundaries of ranks that meet in collectives jitter against each other (one step
     long on one rank, the next on the other), and a warm-up step among two or three would
     swing a median of each rank's own."""
@@ -940,7 +942,7 @@ def _longer_in_every_step(rank: RankProfile, others: Sequence[RankProfile]) -> _
         for step in rank.steps
         if step.step in theirs
     ]
-    if not pairs:
+    if len(pairs) < max(fewest, 1):
         return None
     differences = [own - other for own, other in pairs]
     others_median = statistics.median(other for _, other in pairs)
@@ -1270,11 +1272,15 @@ def _straggler(
     timed = [i for i, row in enumerate(rows) if row.median_step_us is not None]
     if len(timed) < 2 or not spreads:
         return None  # no step that two ranks both recorded: their steps are not one loop's
-    position = max(timed, key=lambda i: rows[i].median_step_us or 0.0)
-    others = [profiles[i] for i in timed if i != position]
-    if _longer_in_every_step(profiles[position], others) is None:
+    # Each rank against the others, step by step: the one longer in every step by the most.
+    longer = {
+        i: found
+        for i in timed
+        if (found := _longer_in_every_step(profiles[i], [profiles[j] for j in timed if j != i]))
+    }
+    if not longer:
         return None
-    slowest = rows[position]
+    slowest = rows[max(longer, key=lambda i: longer[i].difference_us)]
     return Straggler(slowest.label, slowest.rank, "steps", 0, 0, 0.0, slowest.median_step_us)
 
 
@@ -1457,20 +1463,34 @@ def _findings(
     # collectives jitter against each other, one step long on one rank, the next on another.
     timed = [i for i, row in enumerate(rows) if row.median_step_us is not None]
     if spreads and len(timed) >= 2 and (straggler is None or straggler.basis == "collectives"):
-        slow = max(timed, key=lambda i: rows[i].median_step_us or 0.0)
-        fast = min(timed, key=lambda i: rows[i].median_step_us or 0.0)
-        longer = _longer_in_every_step(profiles[slow], [profiles[fast]])
-        if longer is not None:
+        # Of every pair, the rank longer than another in every step by the most. Ranks that
+        # meet in collectives are read over two steps at least: one is jitter.
+        fewest = 2 if straggler is not None or any(r.wait_us is not None for r in rows) else 1
+        pairs = {
+            (i, j): found
+            for i in timed
+            for j in timed
+            if i != j and (found := _longer_in_every_step(profiles[i], [profiles[j]], fewest))
+        }
+        if pairs:
+            slow, fast = max(pairs, key=lambda pair: pairs[pair].difference_us)
+            longer = pairs[slow, fast]
+            steps = (
+                "the one step both recorded"
+                if longer.steps == 1
+                else f"each of the {longer.steps} steps both recorded"
+            )
             findings.append(
                 Finding(
                     "rank-step-spread",
                     _TABLE,
                     "info",
                     f"step time differs across ranks: {rows[slow].label}'s steps are longer "
-                    f"than {rows[fast].label}'s in each of the {longer.steps} both recorded, "
-                    f"by a median of {_us(longer.difference_us)} "
-                    f"({percent(longer.difference_us / longer.others_median_us)}; median steps "
-                    f"{_us(longer.median_us)} and {_us(longer.others_median_us)}).",
+                    f"than {rows[fast].label}'s in {steps}, by a median of "
+                    f"{_us(longer.difference_us)} "
+                    f"({percent(longer.difference_us / longer.others_median_us)}; their median "
+                    f"steps over them {_us(longer.median_us)} and "
+                    f"{_us(longer.others_median_us)}).",
                     {
                         "longer": rows[slow].label,
                         "shorter": rows[fast].label,

@@ -482,13 +482,17 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
 
 
 def devices_differ(first: Sequence[DeviceInfo], second: Sequence[DeviceInfo]) -> bool:
-    """Whether two traces ran on devices of different kinds, as far as both say: a device
-    without a name says nothing; where every device is named, different names differ, and
-    on AMD, where ROCm gives several models one name (``"AMD Radeon Graphics"``), so do
-    architectures that both traces know."""
+    """Whether two traces ran on devices of different kinds, as far as both say: where a
+    device has no name, only vendors both traces know (an AMD GPU is no NVIDIA one); where
+    every device is named, different names differ, and on AMD, where ROCm gives several
+    models one name (``"AMD Radeon Graphics"``), so do architectures that both traces know."""
     both = (*first, *second)
-    if not first or not second or any(d.name in ("", "unknown") for d in both):
+    if not first or not second:
         return False
+    if any(d.name in ("", "unknown") for d in both):
+        # Unnamed, a device still has a vendor where its runtime calls or kernels show it.
+        vendors = [{d.vendor for d in side} for side in (first, second)]
+        return "unknown" not in vendors[0] | vendors[1] and vendors[0] != vendors[1]
     if {d.name for d in first} != {d.name for d in second}:
         return True
     archs = [{d.arch for d in side if d.vendor == "amd"} for side in (first, second)]

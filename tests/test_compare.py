@@ -576,3 +576,16 @@ def test_traces_of_torch_versions_that_name_things_differently_are_said_to(tmp_p
     legacy = FIXTURES / "foreign" / "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
     assert compare(legacy, gpu_fixture("64_bf16_warm_eager")).versions_differ
     assert not compare(legacy, legacy).versions_differ
+
+
+def test_an_amd_gpu_against_an_unnamed_nvidia_one_differs_by_vendor() -> None:
+    # HTA's sampled rank names no GPU but launches through CUDA: it differs from the MI250
+    # by vendor. The TraceLens trace names none either, but launches through HIP: nothing
+    # says it differs from the MI250.
+    amd = FIXTURES / "foreign" / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    unnamed_cuda = FIXTURES / "foreign" / "hta__timeline_analysis_sampled_rank-0.json.gz"
+    comparison = compare(amd, unnamed_cuda)
+    assert not comparison.trace.device_named
+    assert comparison.devices_differ
+    unnamed_amd = FIXTURES / "foreign" / "tracelens__gemm_01_compute_few_tiles.json.gz"
+    assert not compare(amd, unnamed_amd).devices_differ

@@ -654,7 +654,7 @@ def test_real_balanced_nccl_run_has_no_straggler() -> None:
     assert min(differences) > 0
     (spread,) = [f for f in report.findings if f.rule == "rank-step-spread"]
     assert spread.evidence["median_difference_us"] == pytest.approx(statistics.median(differences))
-    assert "rank 1's steps are longer than rank 0's in each of the 5 both recorded" in (
+    assert "rank 1's steps are longer than rank 0's in each of the 5 steps both recorded" in (
         spread.message
     )
 
@@ -1000,3 +1000,32 @@ def test_compare_says_when_it_pairs_in_file_name_order(capsys, tmp_path: Path) -
     assert status == 0 and json.loads(out)["paired_by"] == "file-name order"
     _, text, _ = run_cli(capsys, "compare", *map(str, runs))
     assert text.startswith("Traces paired in file-name order (not every trace records a rank")
+
+
+def test_the_rank_longer_in_every_step_is_found_whichever_median_is_longest(
+    tmp_path: Path,
+) -> None:
+    # Rank 2 has the longest median step but is the shortest in step 0; rank 1 is 11.5%
+    # longer than rank 0 in every step: the spread names rank 1 against rank 0.
+    write_rank(tmp_path, 0, steps_lasting([1000] * 5))
+    write_rank(tmp_path, 1, steps_lasting([1115] * 5))
+    write_rank(tmp_path, 2, steps_lasting([900, 1050, 1400, 1400, 1400]))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is None
+    (spread,) = [f for f in report.findings if f.rule == "rank-step-spread"]
+    assert (spread.evidence["longer"], spread.evidence["shorter"]) == ("rank 1", "rank 0")
+    assert spread.evidence["median_difference_us"] == pytest.approx(115)
+
+
+def test_ranks_that_meet_in_collectives_are_not_compared_over_one_step(tmp_path: Path) -> None:
+    # One step each, rank 1's 300 µs longer: between ranks that meet in an all-reduce, one
+    # step's difference is where their boundaries fell, not their pace.
+    write_rank(tmp_path, 0, rank_events(0, steps=1))
+    events = rank_events(1, steps=1)
+    for event in events:
+        if event["name"] == "ProfilerStep#0":
+            event["dur"] += 300
+    write_rank(tmp_path, 1, events)
+    report = cross_rank(profiles(tmp_path))
+    assert report.matched_collectives == 1
+    assert not any(f.rule == "rank-step-spread" for f in report.findings)
