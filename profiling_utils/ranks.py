@@ -1463,18 +1463,20 @@ def _findings(
     # collectives jitter against each other, one step long on one rank, the next on another.
     timed = [i for i, row in enumerate(rows) if row.median_step_us is not None]
     if spreads and len(timed) >= 2 and (straggler is None or straggler.basis == "collectives"):
-        # Of every pair, the rank longer than another in every step by the most. Ranks that
-        # meet in collectives are read over two steps at least: one is jitter.
+        # Against the rank with the shortest median step, the rank longer in every step by
+        # the most (not only the longest median: one short step would hide another rank's
+        # steps, longer in each). Ranks that meet in collectives are read over two steps at
+        # least: one is where their boundaries fell.
         fewest = 2 if straggler is not None or any(r.wait_us is not None for r in rows) else 1
+        fast = min(timed, key=lambda i: rows[i].median_step_us or 0.0)
         pairs = {
-            (i, j): found
+            i: found
             for i in timed
-            for j in timed
-            if i != j and (found := _longer_in_every_step(profiles[i], [profiles[j]], fewest))
+            if i != fast and (found := _longer_in_every_step(profiles[i], [profiles[fast]], fewest))
         }
         if pairs:
-            slow, fast = max(pairs, key=lambda pair: pairs[pair].difference_us)
-            longer = pairs[slow, fast]
+            slow = max(pairs, key=lambda i: pairs[i].difference_us)
+            longer = pairs[slow]
             steps = (
                 "the one step both recorded"
                 if longer.steps == 1
