@@ -784,25 +784,30 @@ def test_top_takes_one_or_more(capsys) -> None:
     assert status == 0 and len(json.loads(out)["top_kernels"]) == 1
 
 
-def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace, capsys) -> None:
-    # Three steps of ten launches; the GPU records of the last step's stop after two (a trace
-    # cut short): its GPU figures are a lower bound, and the rules leave it out.
+def launches_with_records_lost(launches: int, last_step_kept: int) -> list[dict[str, Any]]:
+    """Three steps of ``launches`` kernel launches each; of the last step's, only the first
+    ``last_step_kept`` have their kernel's GPU record (a trace cut short)."""
     events = []
     for n in range(3):
         t = 10_000.0 * n
-        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1_000))
-        for k in range(10):
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 50 * launches))
+        for k in range(launches):
             c = 100 * n + k
+            start = t + 10 + 50 * k
             events.append(
-                complete_event(
-                    "cudaLaunchKernel", "cuda_runtime", t + 10 + 50 * k, 5, correlation=c
-                )
+                complete_event("cudaLaunchKernel", "cuda_runtime", start, 5, correlation=c)
             )
-            if n < 2 or k < 2:
+            if n < 2 or k < last_step_kept:
                 events.append(
-                    complete_event("k", "kernel", t + 20 + 50 * k, 30, pid=0, tid=7, correlation=c)
+                    complete_event("k", "kernel", start + 10, 30, pid=0, tid=7, correlation=c)
                 )
-    path = make_trace(events)
+    return events
+
+
+def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace, capsys) -> None:
+    # The GPU records of the last step's ten launches stop after two: its GPU figures are a
+    # lower bound, and the rules leave it out.
+    path = make_trace(launches_with_records_lost(10, 2))
     _, out, _ = run_cli(capsys, "summary", "--json", str(path))
     steps = json.loads(out)["steps"]
     assert [s["kernel_launches_without_gpu_record"] for s in steps] == [0, 0, 8]
@@ -817,22 +822,7 @@ def test_a_step_whose_gpu_records_are_missing_is_marked_and_left_out(make_trace,
 def test_a_step_missing_one_gpu_record_in_twenty_is_still_read(make_trace, capsys) -> None:
     # One launch of twenty lost its record: the step's GPU figures are a lower bound, but by
     # at most a twentieth, and every rule reads it.
-    events = []
-    for n in range(3):
-        t = 10_000.0 * n
-        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
-        for k in range(20):
-            c = 100 * n + k
-            events.append(
-                complete_event(
-                    "cudaLaunchKernel", "cuda_runtime", t + 10 + 50 * k, 5, correlation=c
-                )
-            )
-            if n < 2 or k:
-                events.append(
-                    complete_event("k", "kernel", t + 20 + 50 * k, 30, pid=0, tid=7, correlation=c)
-                )
-    path = make_trace(events)
+    path = make_trace(launches_with_records_lost(20, 19))
     _, out, _ = run_cli(capsys, "summary", "--json", str(path))
     steps = json.loads(out)["steps"]
     assert [(s["kernel_launches_without_gpu_record"], s["read_by_rules"]) for s in steps] == [
