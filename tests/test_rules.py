@@ -874,6 +874,23 @@ def test_many_calls_counts_each_call_at_the_median_length(make_trace) -> None:
     assert "over twice the median" not in finding.message
 
 
+def test_many_calls_counts_calls_shorter_than_the_median_one_at_their_total(make_trace) -> None:
+    # 31 calls of 20 µs and 29 of 1 µs per 2,000 µs step: 60 median calls would be 1,200 µs,
+    # the calls take 649 µs (32%), which the share counts, "in all".
+    events = []
+    for n in range(3):
+        t = 10_000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 2_000))
+        for k in range(60):
+            dur = 20.0 if k < 31 else 1.0
+            events.append(complete_event("aten::copy_", "cpu_op", t + 10 + 30 * k, dur))
+    (finding,) = diagnose(make_trace(events), select=["many-calls"])
+    (entry,) = finding.evidence["ops"]
+    assert entry["median_us"] == 20.0
+    assert entry["cpu_share"] == entry["total_cpu_share"] == pytest.approx(649 / 2_000, abs=1e-4)
+    assert "20.0 µs for the median call, 32% of the steps' CPU time in all." in finding.message
+
+
 def test_many_calls_silent_when_one_long_call_per_step_holds_the_time(make_trace) -> None:
     # One 140 ms copy per step beside 60 cheap ones: 99% of the op's time, but 61 calls of
     # the median 4 µs are 0.2% of the 142 ms step; the op is not costly for being called often.

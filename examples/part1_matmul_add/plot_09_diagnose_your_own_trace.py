@@ -286,7 +286,8 @@ cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 # ---------------------------
 #
 # ``many-calls`` names the operators called 50 times or more per step whose calls, each
-# counted at the length of the operator's median call, take 5% or more of the steps' CPU
+# counted at the length of the operator's median call (or all of them at their total,
+# where that is less: the message then says "in all"), take 5% or more of the steps' CPU
 # time (an operator called as often for less is left out, and so is one whose time is a
 # few long calls, such as one blocking copy per step). An operator whose calls nearly all
 # run inside another one it names (``aten::_to_copy``, which ``aten::to`` calls) is the

@@ -78,7 +78,8 @@ MANY_CALLS_MIN_CPU_SHARE = 0.05
 of the steps' CPU time (and the median step is not compute-bound: where the GPU sets the
 pace, the CPU's calls cost the step nothing). The median rather than the total: a few long
 calls (one blocking copy per step among hundreds of small ones) are not the cost of calling
-an op often."""
+an op often. Where the calls' total is less (most calls shorter than the median one), the
+total: the message then says "in all"."""
 
 MANY_CALLS_WITHIN_SHARE = 0.9
 """``many-calls`` lists an op as running inside another op it names (``aten::convolution``
@@ -749,6 +750,9 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     outer = [entry for entry in found if entry["within"] is None]
     inner = [entry["op"] for entry in found if entry["within"] is not None]
     top = outer[0]
+    # The share counts the calls at their median's length, or their total where that is
+    # less (calls mostly shorter than the median one): the message says which.
+    at_length = "at that length" if top["total_cpu_share"] > top["cpu_share"] else "in all"
     skewed = ""
     if top["total_cpu_share"] >= MANY_CALLS_SKEWED * top["cpu_share"]:
         skewed = (
@@ -788,7 +792,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" each at the length of "
             f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
-            f"that time at that length{skewed}."
+            f"that time {at_length}{skewed}."
         )
     else:
         message = (
@@ -796,7 +800,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
             f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
             f"per step, {top['median_us']:.1f} µs for the median call, "
-            f"{percent(top['cpu_share'])} of the steps' CPU time at that length{skewed}."
+            f"{percent(top['cpu_share'])} of the steps' CPU time {at_length}{skewed}."
         )
     yield (
         message,
