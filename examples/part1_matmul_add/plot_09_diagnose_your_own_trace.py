@@ -409,8 +409,9 @@ if run.has_gpu:
 # %%
 # On a CPU there are no launches or kernels to count, and the CPU time is the whole story.
 # With a GPU, the claims above say whether the fused optimizer needed fewer launches per
-# step and cost the CPU less: the cure the overhead-bound warning asks for, in one line of
-# code. Whether it was enough, the fused run's own diagnosis says:
+# step and cost the CPU less: fewer launches, the cure the cheatsheet's overhead-bound row
+# names (the cheatsheet page gives each rule's meaning), in one line of code. Whether it
+# was enough, the fused run's own diagnosis says:
 
 findings_table(diagnose(fused.trace), caption=fused.name)
 

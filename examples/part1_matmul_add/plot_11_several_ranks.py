@@ -463,8 +463,9 @@ claim(
 # to do while its host sleeps (the claim above sets its idle time against its stalls).
 # Rank 0's GPU idles little, not because it works, but because its all_reduce kernels run
 # while they wait for rank 1: the finding says how much of its busy time that is.
-# ``python -m profiling_utils diagnose stalled/stalled_rank0.json.gz`` gives the
-# single-rank findings above for one trace.
+# ``python -m profiling_utils diagnose --select
+# exposed-communication,comm-overlap,collective-bandwidth stalled/stalled_rank0.json.gz``
+# gives the single-rank findings above for one trace (without ``--select``, every rule's).
 #
 # Communication beside compute
 # ----------------------------
