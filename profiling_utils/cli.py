@@ -1104,7 +1104,8 @@ JSON (--json): one object
                    nothing while others did, is left out), and
                    steps_without_gpu_records those of them more than a tenth of whose
                    kernel launches went unrecorded: their GPU figures are left out (the
-                   GPU medians and per-step counts are over the others; null where none);
+                   GPU medians and per-step counts are over the others, and null where
+                   every step is one);
                    recording_cpu_us runs from the first CPU-thread event to the last (within
                    the recording window; stretches of 10 ms or more with nothing on any
                    thread or GPU left out), recording_gpu_busy_us is the busiest GPU's busy
@@ -1115,12 +1116,15 @@ JSON (--json): one object
                    (null without collectives)
   cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
                    step: compare recording_cpu_us then)
-  devices_differ   whether the two ran on GPUs of different names (or AMD architectures),
-                   both named
-  versions_differ  whether torch versions that name things differently wrote them (one
-                   with torch ~1.8's categories, Operator, Kernel..., one without; or
+  devices_differ   whether the two ran on devices of different kinds, as far as both
+                   traces say: AMD architectures both know, else vendors where a device
+                   has no name, else names
+  versions_differ  whether torch (or library) versions that name things differently
+                   wrote them (one
+                   with torch ~1.8's categories, Operator, Kernel..., one without;
                    autograd nodes with and without the version suffix, AddmmBackward and
-                   AddmmBackward0): the only-in lists then hold renamed work
+                   AddmmBackward0; or a kernel function with other argument types on each
+                   side): the only-in lists then hold renamed work
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,

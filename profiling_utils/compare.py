@@ -162,11 +162,13 @@ class Comparison:
     (:func:`profiling_utils.trace.devices_differ`: names, and on AMD architectures): their
     times and kernel names then differ with the hardware as well as with the code."""
     versions_differ: bool = False
-    """Whether the two were written by torch versions that name things differently: one
+    """Whether the two were written by torch (or library) versions that name things
+    differently: one
     with the profiler categories of torch before ~1.10 (``Operator``, ``Kernel``) and one
-    without, or autograd nodes named with and without the version suffix later torch adds
-    (``AddmmBackward`` against ``AddmmBackward0``). Their "only in" lists then hold the same
-    work under two names."""
+    without, autograd nodes named with and without the version suffix later torch adds
+    (``AddmmBackward`` against ``AddmmBackward0``), or one kernel function with other
+    argument types on each side. Their "only in" lists then hold the same work under two
+    names."""
 
     @property
     def cpu_ratio(self) -> float | None:
@@ -209,8 +211,9 @@ class Comparison:
         out.append(f"content:  {contents}")
         if self.versions_differ:
             out += [
-                "          (written by torch versions that name ops, kernels or autograd nodes",
-                "          differently: some of those only in one trace are the other's renamed)",
+                "          (written by torch or library versions that name ops, kernels or",
+                "          autograd nodes differently: some only in one trace are the other's "
+                "renamed)",
             ]
         without = [
             name
@@ -488,8 +491,22 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         kernels_only_in_trace=_only_in(kernels_b, kernels_a),
         findings=findings,
         devices_differ=devices_differ(a.trace.devices, b.trace.devices),
-        versions_differ=_versions_differ(a.trace, b.trace, ops_a, ops_b),
+        versions_differ=_versions_differ(a.trace, b.trace, ops_a, ops_b, kernels_a, kernels_b),
     )
+
+
+def _without_arguments(name: str) -> str | None:
+    """A kernel's name without its closing argument list (``void f<float>(at::X&)`` gives
+    ``void f<float>``; a name's own parentheses, ``(anonymous namespace)``, stay); ``None``
+    for a name that ends in none."""
+    if not name.endswith(")"):
+        return None
+    depth = 0
+    for index in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[index], 0)
+        if depth == 0:
+            return name[:index] or None
+    return None
 
 
 _AUTOGRAD_NODE = re.compile(r"(\w+)Backward(\d*)")
@@ -497,9 +514,29 @@ _AUTOGRAD_NODE = re.compile(r"(\w+)Backward(\d*)")
 suffix), ``AddmmBackward`` (earlier torch, and custom autograd Functions always)."""
 
 
-def _versions_differ(a: Trace, b: Trace, ops_a: Counter[str], ops_b: Counter[str]) -> bool:
+def _versions_differ(
+    a: Trace,
+    b: Trace,
+    ops_a: Counter[str],
+    ops_b: Counter[str],
+    kernels_a: Counter[str],
+    kernels_b: Counter[str],
+) -> bool:
     """:attr:`Comparison.versions_differ`."""
     if bool(a.renamed_categories) != bool(b.renamed_categories):
+        return True
+
+    def renamed_functions(mine: Counter[str], theirs: Counter[str]) -> set[str]:
+        # A kernel function only one side has, under its name before its argument list.
+        return {
+            function
+            for name in mine
+            if name not in theirs and (function := _without_arguments(name)) is not None
+        }
+
+    # One kernel function with other argument types on each side (torch 1.8's
+    # threshold_kernel_impl<float>(at::TensorIterator&...) and 1.9's (at::TensorIteratorBase&...)).
+    if renamed_functions(kernels_a, kernels_b) & renamed_functions(kernels_b, kernels_a):
         return True
 
     def suffixed(ops: Counter[str]) -> dict[str, bool]:

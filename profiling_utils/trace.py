@@ -482,22 +482,22 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
 
 
 def devices_differ(first: Sequence[DeviceInfo], second: Sequence[DeviceInfo]) -> bool:
-    """Whether two traces ran on devices of different kinds, as far as both say: where a
-    device has no name, only vendors both traces know (an AMD GPU is no NVIDIA one); where
-    every device is named, different names differ, and on AMD, where ROCm gives several
-    models one name (``"AMD Radeon Graphics"``), so do architectures that both traces know."""
+    """Whether two traces ran on devices of different kinds, as far as both say: AMD
+    architectures that both traces know (from ``deviceProperties`` or their GEMM kernels' ISA
+    tag; ROCm gives several models one name, ``"AMD Radeon Graphics"``); where a device has
+    no name, vendors both traces know (an AMD GPU is no NVIDIA one); where every device is
+    named, their names."""
     both = (*first, *second)
     if not first or not second:
         return False
+    archs = [{d.arch for d in side if d.vendor == "amd"} for side in (first, second)]
+    if all(archs) and None not in archs[0] | archs[1] and archs[0] != archs[1]:
+        return True  # named or not: the architecture an AMD GPU's kernels name differs
     if any(d.name in ("", "unknown") for d in both):
         # Unnamed, a device still has a vendor where its runtime calls or kernels show it.
         vendors = [{d.vendor for d in side} for side in (first, second)]
         return "unknown" not in vendors[0] | vendors[1] and vendors[0] != vendors[1]
-    if {d.name for d in first} != {d.name for d in second}:
-        return True
-    archs = [{d.arch for d in side if d.vendor == "amd"} for side in (first, second)]
-    known = all(archs) and None not in archs[0] | archs[1]
-    return known and archs[0] != archs[1]
+    return {d.name for d in first} != {d.name for d in second}
 
 
 _GPU_BACKEND_LABELS = ("nccl:", "rccl:")

@@ -417,11 +417,11 @@ def test_the_steps_row_gives_no_ratio(make_trace) -> None:
 
 
 def test_a_device_without_a_name_is_not_said_to_differ() -> None:
-    # The TraceLens trace lists no device (an MI300-class GPU known by its kernels' ISA tag);
-    # HTA's MI250 trace names its GPUs "AMD Radeon Graphics": nothing says they differ.
+    # HTA's sampled rank names no GPU (CUDA launches); the TensorBoard plugin's input names a
+    # V100: nothing says they differ.
     foreign = FIXTURES / "foreign"
-    unnamed = foreign / "tracelens__gemm_01_compute_few_tiles.json.gz"
-    named = foreign / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    unnamed = foreign / "hta__timeline_analysis_sampled_rank-0.json.gz"
+    named = foreign / "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
     comparison = compare(named, unnamed)
     assert (comparison.baseline.device_named, comparison.trace.device_named) == (True, False)
     assert not comparison.devices_differ
@@ -567,11 +567,35 @@ def test_traces_of_torch_versions_that_name_things_differently_are_said_to(tmp_p
     old, new = trace("AddmmBackward", "old.json"), trace("AddmmBackward0", "new.json")
     comparison = compare(old, new)
     assert comparison.versions_differ
-    assert "(written by torch versions that name ops, kernels or autograd nodes" in (
+    assert "(written by torch or library versions that name ops, kernels or" in (
         comparison.to_text()
     )
     assert comparison.to_dict()["versions_differ"] is True
     assert not compare(new, trace("AddmmBackward0", "new2.json")).versions_differ
+
+    # One kernel function with other argument types (torch 1.8's and 1.9's TensorIterator);
+    # a kernel only one side runs, or an (anonymous namespace) in two names, says nothing.
+    def kernels(*names: str) -> Path:
+        events = [complete_event("ProfilerStep#1", "user_annotation", 0, 100)]
+        for index, name in enumerate(names):
+            events += [
+                complete_event(
+                    "cudaLaunchKernel", "cuda_runtime", 10 + index, 1, correlation=index
+                ),
+                complete_event(name, "kernel", 20 + index, 1, pid=0, tid=7, correlation=index),
+            ]
+        return write_trace(
+            tmp_path / f"k{len(list(tmp_path.iterdir()))}.json", trace_document(events)
+        )
+
+    threshold = "void at::native::threshold_kernel_impl<float>({}, float, float)"
+    old_k = kernels(threshold.format("at::TensorIterator&"))
+    new_k = kernels(threshold.format("at::TensorIteratorBase&"))
+    assert compare(old_k, new_k).versions_differ
+    anonymous = "void at::native::(anonymous namespace){}(float*)"
+    assert not compare(
+        kernels(anonymous.format("::a")), kernels(anonymous.format("::b"))
+    ).versions_differ
     # The legacy categories of torch ~1.8 (Operator, Kernel...) against today's.
     legacy = FIXTURES / "foreign" / "kineto__tb_plugin_test_gpu_metrics_input.790be85.json.gz"
     assert compare(legacy, gpu_fixture("64_bf16_warm_eager")).versions_differ
@@ -580,12 +604,13 @@ def test_traces_of_torch_versions_that_name_things_differently_are_said_to(tmp_p
 
 def test_an_amd_gpu_against_an_unnamed_nvidia_one_differs_by_vendor() -> None:
     # HTA's sampled rank names no GPU but launches through CUDA: it differs from the MI250
-    # by vendor. The TraceLens trace names none either, but launches through HIP: nothing
-    # says it differs from the MI250.
+    # by vendor.
     amd = FIXTURES / "foreign" / "hta__amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     unnamed_cuda = FIXTURES / "foreign" / "hta__timeline_analysis_sampled_rank-0.json.gz"
     comparison = compare(amd, unnamed_cuda)
     assert not comparison.trace.device_named
     assert comparison.devices_differ
+    # The TraceLens trace names no GPU either, but its GEMM kernels name their ISA, gfx942
+    # (an MI300): against the MI250's gfx90a, another GPU.
     unnamed_amd = FIXTURES / "foreign" / "tracelens__gemm_01_compute_few_tiles.json.gz"
-    assert not compare(amd, unnamed_amd).devices_differ
+    assert compare(amd, unnamed_amd).devices_differ
