@@ -1272,8 +1272,30 @@ def run_compare(args: argparse.Namespace) -> int:
         return status
     if not done and not args.json:  # every pair refused: the error lines say it all
         return status
-    baseline_report = cross_rank([a for a, _, _, _ in done if a is not None])
-    trace_report = cross_rank([b for _, b, _, _ in done if b is not None])
+    profiles: tuple[list[RankProfile], list[RankProfile]] = (
+        [a for a, _, _, _ in done if a is not None],
+        [b for _, b, _, _ in done if b is not None],
+    )
+    # A pair refused for one file still has a side that reads: its rank belongs in its own
+    # run's analysis (its error line is already printed, once).
+    alone = [
+        (side, path)
+        for outcome in outcomes
+        if outcome.value is None
+        for side, path in enumerate(outcome.files)
+    ]
+    if alone:
+        read = analyse_files(
+            [path for _, path in alone],
+            rank_profile,
+            max_bytes=args.max_trace_bytes,
+            workers=args.jobs,
+        )
+        for (side, _), outcome in zip(alone, read, strict=True):
+            if outcome.value is not None:
+                profiles[side].append(outcome.value)
+    baseline_report = cross_rank(profiles[0])
+    trace_report = cross_rank(profiles[1])
     if args.json:
         document = {
             "paired_by": paired_by,
@@ -1288,7 +1310,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "Traces paired by the rank each records"
             if by_rank
             else "Traces paired in file-name order (not every trace records a rank of its own, "
-            "or the two runs hold different ranks)"
+            "or one could not be read, or the two runs hold different ranks)"
         )
         texts = [how, *(text for _, _, _, text in done)]
         texts.append(format_cross_rank(baseline_report, "Baseline across ranks"))

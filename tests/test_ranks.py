@@ -783,6 +783,26 @@ def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None
     assert document["trace_cross_rank"]["straggler"]["rank"] == 1
 
 
+def test_cli_compare_keeps_the_readable_side_of_a_pair_that_cannot_be_read(
+    capsys, tmp_path: Path
+) -> None:
+    # The stalled run's rank 1 is cut short: its pair is refused, but the balanced run's
+    # rank 1 still reads, and the balanced run's analysis holds both its ranks.
+    balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
+    balanced.mkdir(), stalled.mkdir()
+    for rank in (0, 1):
+        write_rank(balanced, rank, rank_events(rank))
+        write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    cut = stalled / "rank-1.json"
+    cut.write_bytes(cut.read_bytes()[:200])
+    status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
+    document = json.loads(out)
+    assert status == 2 and "rank-1.json" in err
+    assert len(document["pairs"]) == 1 and len(document["errors"]) == 1
+    assert [row["rank"] for row in document["baseline_cross_rank"]["ranks"]] == [0, 1]
+    assert [row["rank"] for row in document["trace_cross_rank"]["ranks"]] == [0]
+
+
 def test_cli_compare_refuses_runs_of_different_sizes(capsys, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
