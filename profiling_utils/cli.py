@@ -304,8 +304,9 @@ _CROSS_RANK_KEYS = """\
                  last_arrivals, matched_bytes}] in rank order. label is "rank N", or the
                  file name when the trace records no distributedInfo.rank; content is
                  "GPU", "accelerator not read" (an accelerator whose own events are not
-                 analysed), "CPU only", "profiler only" (the profiler's own events alone)
-                 or "no events";
+                 analysed), "GPU not recorded" (launch or copy calls, or GPU lanes, but no
+                 kernel, copy or memset in the trace), "CPU only", "profiler only" (the
+                 profiler's own events alone) or "no events";
                  gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
                  of the steps' GPU windows; collective_us is the collectives' kernel time,
@@ -1090,8 +1091,10 @@ JSON (--json): one object
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
                    exposed_communication_us};
-                   content is "GPU", "accelerator not read", "CPU only", "profiler
-                   only" (the profiler's own events alone) or "no events";
+                   content is "GPU", "accelerator not read", "GPU not recorded" (launch
+                   or copy calls, or GPU lanes, but no kernel, copy or memset in the
+                   trace), "CPU only", "profiler only" (the profiler's own events alone)
+                   or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or
                    label (recorded without ProfilerActivity.CPU);
                    launch_apis counts the launch calls by name, those of copies and memsets

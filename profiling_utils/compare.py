@@ -32,6 +32,7 @@ from .trace import Trace, TraceContent, devices_differ, gc_paused, load_trace
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 
 _LISTED_NAMES = 20
+_NOT_RECORDED: TraceContent = "GPU not recorded"
 """How many names of each "only in" list the text shows (the JSON lists them all)."""
 _NAME_WIDTH = 120
 """Characters of a name the text shows (a kernel's runs to thousands)."""
@@ -152,9 +153,11 @@ class Comparison:
     ops_only_in_trace: list[NameCount]
     """CPU ops the baseline does not have."""
     kernels_only_in_baseline: list[NameCount]
-    """Kernel names the other trace does not have."""
+    """Kernel names the other trace does not have (none where either trace's GPU work was
+    not recorded, content ``"GPU not recorded"``: its kernels' names are not known)."""
     kernels_only_in_trace: list[NameCount]
-    """Kernel names the baseline does not have."""
+    """Kernel names the baseline does not have (none, as above, where either's GPU work was
+    not recorded)."""
     findings: list[Finding]
     """Findings of the rules that need a baseline (``compile-cpu-tax``)."""
     devices_differ: bool = False
@@ -226,6 +229,20 @@ class Comparison:
                 f"record{'' if len(without) > 1 else 's'} no op or label on the host, as without "
                 "ProfilerActivity.CPU: ops and steps missing there were not recorded)"
             )
+        unrecorded = [
+            name for name, side in (("baseline", a), ("trace", b)) if side.content == _NOT_RECORDED
+        ]
+        if unrecorded:
+            out.append(
+                f"          (the {' and the '.join(unrecorded)} launched GPU work that "
+                f"{'they do' if len(unrecorded) > 1 else 'it does'} not hold: no kernel, copy "
+                "or memset was recorded, so GPU figures and kernel names are not known there)"
+            )
+
+        def recorded(side: RunSummary, value: Any) -> Any:
+            # Counts of GPU records are not known where the GPU work was not recorded.
+            return None if side.content == _NOT_RECORDED else value
+
         out.append("")
         rows: list[tuple[str, Any, Any]] = [
             ("steps", a.steps, b.steps),
@@ -233,9 +250,13 @@ class Comparison:
             ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
             ("kernels per step", a.kernels_per_step, b.kernels_per_step),
             ("launches per step", a.launches_per_step, b.launches_per_step),
-            ("kernels (whole trace)", a.kernels, b.kernels),
-            ("launches (whole trace)", a.launches, b.launches),
-            ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
+            ("kernels (whole trace)", recorded(a, a.kernels), recorded(b, b.kernels)),
+            ("launches (whole trace)", recorded(a, a.launches), recorded(b, b.launches)),
+            (
+                "GPU activities (whole trace)",
+                recorded(a, a.gpu_activities),
+                recorded(b, b.gpu_activities),
+            ),
             ("CUDA/HIP graph launches (whole trace)", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
         if not (a.steps and b.steps):  # step medians are missing: the whole recordings
@@ -336,6 +357,8 @@ class Comparison:
             out += [f"  {n.count:>6}×  {name}" for n, name in zip(shown, cuts, strict=True)]
             if len(names) > len(shown):
                 out.append(f"  ... and {len(names) - len(shown)} more (--json lists them all)")
+            elif unrecorded and title.startswith("Kernels"):
+                out.append(f"  not compared (no kernel recorded in the {unrecorded[0]})")
             elif not names:
                 out.append("  none")
         out += ["", "Findings of the rules that compare two traces (diagnose gives each's own):"]
@@ -478,6 +501,7 @@ def _compare(a: Facts, b: Facts) -> Comparison:
     ops_b = Counter(op.name for op in b.trace.cpu_ops)
     kernels_a = Counter(k.name for k in a.trace.kernels)
     kernels_b = Counter(k.name for k in b.trace.kernels)
+    names_known = _NOT_RECORDED not in (a.trace.content, b.trace.content)
     findings = order_findings(
         finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)
     )
@@ -487,8 +511,8 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         steps=pairs,
         ops_only_in_baseline=_only_in(ops_a, ops_b),
         ops_only_in_trace=_only_in(ops_b, ops_a),
-        kernels_only_in_baseline=_only_in(kernels_a, kernels_b),
-        kernels_only_in_trace=_only_in(kernels_b, kernels_a),
+        kernels_only_in_baseline=_only_in(kernels_a, kernels_b) if names_known else [],
+        kernels_only_in_trace=_only_in(kernels_b, kernels_a) if names_known else [],
         findings=findings,
         devices_differ=devices_differ(a.trace.devices, b.trace.devices),
         versions_differ=_versions_differ(a.trace, b.trace, ops_a, ops_b, kernels_a, kernels_b),

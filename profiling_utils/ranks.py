@@ -471,7 +471,7 @@ class RankTiming(msgspec.Struct, frozen=True):
     device: str | None
     content: str
     """A :data:`~profiling_utils.trace.TraceContent`: ``"GPU"``, ``"accelerator not read"``,
-    ``"CPU only"``, ``"profiler only"`` or ``"no events"``."""
+    ``"GPU not recorded"``, ``"CPU only"``, ``"profiler only"`` or ``"no events"``."""
     steps: int
     median_step_us: float | None
     """Median CPU duration of the rank's steps."""

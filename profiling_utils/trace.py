@@ -75,11 +75,15 @@ __all__ = [
 
 LaneKind = Literal["cpu", "gpu", "overhead", "other"]
 
-TraceContent = Literal["GPU", "accelerator not read", "CPU only", "profiler only", "no events"]
+TraceContent = Literal[
+    "GPU", "accelerator not read", "GPU not recorded", "CPU only", "profiler only", "no events"
+]
 """What a trace holds, in a word for reports: GPU work (CUDA or HIP), only the events of an
-accelerator the model does not read (see :meth:`Trace.unread_device_lanes`), only host
-events, only the profiler's own (no op, label, Python frame, launch or GPU work: a profiler
-stopped outside its active steps), or nothing at all."""
+accelerator the model does not read (see :meth:`Trace.unread_device_lanes`), host events of a
+program that launched GPU work which the trace does not hold (its launch or copy calls, or GPU
+lanes with no kernel, copy or memset on them), only host events, only the profiler's own (no
+op, label, Python frame, launch or GPU work: a profiler stopped outside its active steps), or
+nothing at all."""
 
 LEGACY_CATEGORIES = {
     "Operator": "cpu_op",
@@ -1146,13 +1150,11 @@ class Trace:
             return "GPU"
         if self.unread_device_lanes():
             return "accelerator not read"
-        if (
-            not self.records_host_ops
-            and not any(lane.kind == "gpu" for lane in self.lanes)
-            and not any(_ISSUES_GPU_WORK.search(call.name) for call in self.runtime_calls)
+        if any(lane.kind == "gpu" for lane in self.lanes) or any(
+            _ISSUES_GPU_WORK.search(call.name) for call in self.runtime_calls
         ):
-            return "profiler only"
-        return "CPU only"
+            return "GPU not recorded"
+        return "CPU only" if self.records_host_ops else "profiler only"
 
     @property
     def records_host_ops(self) -> bool:

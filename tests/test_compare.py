@@ -186,6 +186,34 @@ def test_an_empty_trace_is_not_called_cpu_only(make_trace) -> None:
     assert gpu.baseline.content == "GPU"
 
 
+def test_a_trace_that_lost_its_gpu_records_is_not_called_cpu_only(make_trace) -> None:
+    # The recording's launch calls are all there, but none of its kernels, copies or memsets:
+    # it ran on a GPU, so it is neither "CPU only" nor a run that launched no kernel.
+    events = json.loads(gzip.decompress(gpu_fixture("64_bf16_warm_eager").read_bytes()))
+    gpu_categories = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+    kept = [e for e in events["traceEvents"] if e.get("cat") not in gpu_categories]
+    lost = make_trace({**events, "traceEvents": kept}, name="lost.json")
+    assert load_trace(lost).content == "GPU not recorded"
+    comparison = compare(gpu_fixture("64_bf16_warm_eager"), lost)
+    assert (comparison.baseline.content, comparison.trace.content) == ("GPU", "GPU not recorded")
+    # Its kernels' names are not known: no kernel is "only in the baseline".
+    assert comparison.kernels_only_in_baseline == comparison.kernels_only_in_trace == []
+    text = comparison.to_text()
+    assert "content:  GPU | GPU not recorded" in text
+    assert "the trace launched GPU work that it does not hold" in text
+    rows = {
+        re.split(r"\s{2,}", line.strip())[0]: re.split(r"\s{2,}", line.strip())[1:]
+        for line in text.splitlines()
+        if "(whole trace)" in line
+    }
+    assert rows["kernels (whole trace)"] == ["6", "-"]  # not "0", with no "0.00×"
+    assert rows["GPU activities (whole trace)"][1] == "-"
+    assert text.count("not compared (no kernel recorded in the trace)") == 2
+    # Beside a run whose GPU work is recorded, nothing changes.
+    whole = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile"))
+    assert "not compared" not in whole.to_text() and whole.kernels_only_in_baseline
+
+
 def test_an_unnamed_device_is_described_as_summary_describes_it() -> None:
     # The TraceLens MI300-class trace has GPU work but no deviceProperties: the device is
     # told by its launch API and its GEMM kernels' ISA tag, as in summary and diagnose.
