@@ -180,6 +180,7 @@ import msgspec
 
 from . import comm, measures
 from .errors import TraceError
+from .loading import default_max_bytes
 from .ranks import (
     CROSS_RANK_RULE_IDS,
     CrossRank,
@@ -1079,7 +1080,8 @@ JSON (--json): one object
             (overhead-bound, gpu-idle, compute-bound) and the median_* keys beside it are
             that step's values, so that the message's numbers are one step's.
 Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown
-rule id or a --select/--ignore naming none, with one line on stderr."""
+rule id, a --select/--ignore naming none or leaving no rule to run (a cross-rank rule alone
+on one trace), with one line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
@@ -1170,13 +1172,23 @@ def run_diagnose(args: argparse.Namespace) -> int:
     select = None if args.select is None else [i for i in args.select if i not in across]
     ignore = None if args.ignore is None else [i for i in args.ignore if i not in across]
     try:
-        select_rules(select, ignore)
+        rules = select_rules(select, ignore)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_TRACE
     chosen_across = across if args.select is None else across & set(args.select)
     chosen_across -= set(args.ignore or ())
     multi = _is_multi(args.traces)
+    if not rules and not (multi and chosen_across):
+        # Nothing would run: "no pattern found" would read as a clean trace.
+        reason = (
+            f"{', '.join(sorted(chosen_across))} compare{'s' if len(chosen_across) == 1 else ''} "
+            "ranks: give several traces, or a directory of a run's per-rank traces"
+            if chosen_across
+            else "--select and --ignore leave no rule to run"
+        )
+        print(f"error: {reason}", file=sys.stderr)
+        return EXIT_BAD_TRACE
     task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi)
     outcomes = _analyse(args, args.traces, task)
     status = _report_errors(outcomes)
@@ -1199,7 +1211,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
-        print("\n\n".join([*(text for _, _, text in done), format_cross_rank(report)]))
+        # Each trace's own text only where a rule of a single trace ran on it.
+        texts = [text for _, _, text in done] if rules else []
+        print("\n\n".join([*texts, format_cross_rank(report)]))
     return status
 
 
@@ -1360,7 +1374,7 @@ def _add_traces_argument(parser: argparse.ArgumentParser) -> None:
 def _add_loading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-trace-bytes",
-        type=int,
+        type=_at_least_one,
         metavar="N",
         help="refuse a trace whose decompressed size is over N bytes (default: "
         "PROFILING_UTILS_MAX_TRACE_BYTES, else a third of the available memory, shared among "
@@ -1368,7 +1382,7 @@ def _add_loading_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=int,
+        type=_at_least_one,
         metavar="N",
         help="traces to load at once, each in its own process (default: one per core)",
     )
@@ -1407,8 +1421,14 @@ def main(argv: Sequence[str] | None = None, *, keep_traces: list[Trace] | None =
             freed, for a caller that exits without tearing down the interpreter (see
             :func:`profiling_utils.ranks.analyse_files`).
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.keep_traces = keep_traces
+    if getattr(args, "max_trace_bytes", 0) is None:
+        try:  # a setting that no trace can be read under: a usage error, said once
+            default_max_bytes()
+        except ValueError as err:
+            parser.error(str(err))
     try:
         return args.handler(args)
     except TraceError as err:

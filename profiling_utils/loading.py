@@ -311,7 +311,9 @@ def default_max_bytes() -> int | None:
     written = os.environ.get(MAX_TRACE_BYTES_ENV, "").strip()
     if written:
         if not written.isdigit() or int(written) <= 0:
-            raise ValueError(f"{MAX_TRACE_BYTES_ENV} must be a number of bytes, not {written!r}")
+            raise ValueError(
+                f"{MAX_TRACE_BYTES_ENV} must be a whole number of bytes above 0, not {written!r}"
+            )
         return int(written)
     available = _available_memory_bytes()
     return None if available is None else available // _MEMORY_PER_TRACE_BYTE
@@ -321,7 +323,8 @@ def _too_large(path: str | os.PathLike[str], what: str, limit: int, source: str)
     return TraceError(
         path,
         f"{what} more than the {byte_size(limit)} ({limit:,} bytes) allowed ({source}); to load "
-        f"it anyway, pass max_bytes or set {MAX_TRACE_BYTES_ENV} to a larger number of bytes",
+        "it anyway, raise the limit: --max-trace-bytes on the command line, max_bytes in "
+        f"Python, or the environment variable {MAX_TRACE_BYTES_ENV}",
     )
 
 
@@ -345,7 +348,7 @@ def read_trace_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = No
             ``max_bytes``, or gzip that is cut short or corrupt.
     """
     if max_bytes is not None:
-        limit, source = max_bytes, "max_bytes"
+        limit, source = max_bytes, "the limit given"
     elif os.environ.get(MAX_TRACE_BYTES_ENV, "").strip():
         limit, source = default_max_bytes(), MAX_TRACE_BYTES_ENV
     else:
@@ -381,7 +384,7 @@ def _map_or_read(file: Any, size: int) -> Buffer:
 
 
 def _gunzip(
-    data: Buffer, path: str | os.PathLike[str], limit: int | None, source: str = "max_bytes"
+    data: Buffer, path: str | os.PathLike[str], limit: int | None, source: str = "the limit given"
 ) -> bytearray:
     """Decompress gzip as a stream into one buffer, refusing output past ``limit``.
 

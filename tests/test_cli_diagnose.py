@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import gpu_fixture, run_cli, write_trace
+from conftest import FIXTURES, gpu_fixture, run_cli, write_trace
 
 from profiling_utils.cli import main
 from profiling_utils.rules import TABLES, rule_ids
@@ -102,6 +102,26 @@ def test_a_select_naming_no_rule_is_bad_usage(capsys: pytest.CaptureFixture) -> 
         run_cli(capsys, "diagnose", "--select", ",", path)
     assert exit_.value.code == 2
     assert "argument --select: no rule id in ','" in capsys.readouterr().err
+
+
+def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # Both had said "No cheatsheet pattern found." with status 0, as of a clean trace.
+    path = str(gpu_fixture("4096_bf16_warm_eager"))
+    status, out, err = run_cli(
+        capsys, "diagnose", "--select", "hotspot", "--ignore", "hotspot", path
+    )
+    assert (status, out, err) == (2, "", "error: --select and --ignore leave no rule to run\n")
+    status, out, err = run_cli(capsys, "diagnose", "--select", "rank-straggler", path)
+    assert (status, out) == (2, "")
+    assert err.startswith("error: rank-straggler compares ranks: give several traces")
+    # Over a run's ranks it runs, and no trace is said to show no pattern.
+    ranks = str(FIXTURES / "nccl" / "stalled")
+    status, out, _ = run_cli(capsys, "diagnose", "--select", "rank-straggler", ranks)
+    assert status == 0
+    assert "rank-straggler: rank 1 is the straggler" in out
+    assert "No cheatsheet pattern found" not in out
 
 
 @pytest.mark.parametrize("content", [None, b"", b'{"traceEvents": [', gzip.compress(b"{}")[:10]])

@@ -615,7 +615,7 @@ def test_gzip_expanding_past_the_limit_is_refused_in_one_line(tmp_path: Path) ->
     reason = info.value.reason
     assert "\n" not in reason
     assert reason.startswith(
-        "the gzip data expands to more than the 977 KiB (1,000,000 bytes) allowed (max_bytes)"
+        "the gzip data expands to more than the 977 KiB (1,000,000 bytes) allowed (the limit given)"
     )
     assert MAX_TRACE_BYTES_ENV in reason
     # The same file loads when the limit allows it.

@@ -29,6 +29,7 @@ from conftest import (
 
 from profiling_utils.cli import build_parser
 from profiling_utils.comm import comm_overlap
+from profiling_utils.loading import MAX_TRACE_BYTES_ENV
 from profiling_utils.ranks import (
     analyse_files,
     cross_rank,
@@ -832,6 +833,35 @@ def test_max_trace_bytes_refuses_the_large_trace_alone(capsys, tmp_path: Path) -
     assert status == 2
     assert err.count("\n") == 1 and err.startswith(f"error: {large}: ")
     assert [t["file"] for t in json.loads(out)["traces"]] == [str(small)]
+
+
+@pytest.mark.parametrize("written", ["1GB", "lots", "0"])
+def test_a_size_limit_no_trace_can_be_read_under_is_a_usage_error(
+    capsys, monkeypatch, tmp_path: Path, written: str
+) -> None:
+    # Said once, before any trace is read: not a traceback from each worker.
+    write_rank(tmp_path, 0, rank_events(0, steps=1))
+    write_rank(tmp_path, 1, rank_events(1, steps=1))
+    monkeypatch.setenv(MAX_TRACE_BYTES_ENV, written)
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, "summary", str(tmp_path))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {MAX_TRACE_BYTES_ENV} must be a whole number of bytes above 0" in err
+    assert "Traceback" not in err
+    monkeypatch.delenv(MAX_TRACE_BYTES_ENV)
+    for option in ("--max-trace-bytes", "--jobs"):
+        with pytest.raises(SystemExit):
+            run_cli(capsys, "summary", str(tmp_path), option, "0")
+        assert "must be 1 or more, not 0" in capsys.readouterr().err
+
+
+def test_a_refusal_under_the_command_line_limit_names_its_option(capsys, tmp_path: Path) -> None:
+    path = write_rank(tmp_path, 0, rank_events(0, steps=1))
+    status, _, err = run_cli(capsys, "summary", str(path), "--max-trace-bytes", "100")
+    assert status == 2
+    assert "allowed (the limit given); to load it anyway, raise the limit: " in err
+    assert "--max-trace-bytes on the command line" in err
 
 
 @pytest.mark.parametrize("command", ["summary", "diagnose", "compare"])
