@@ -310,7 +310,9 @@ _CROSS_RANK_KEYS = """\
                  profiler's own events alone) or "no events";
                  gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
-                 of the steps' GPU windows; collective_us is the collectives' kernel time,
+                 of the steps' GPU windows; collective_us is the collectives' kernel time
+                 (where a trace holds no collective kernel, the Gloo backend's host
+                 ranges, gloo:<op>, and a note says so),
                  the matched collectives' part of it split into wait_us (waiting for the
                  last rank to arrive: skew) and transfer_us (the rest), both null when the
                  rank took part in no matched collective (their sum is less than

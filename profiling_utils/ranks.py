@@ -53,7 +53,7 @@ from .errors import TraceError
 from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Facts, Finding
 from .tables import byte_size, percent, without_float_noise
-from .trace import Trace, TraceContent, gc_paused, load_trace
+from .trace import HOST_COLLECTIVE_PREFIX, Trace, TraceContent, gc_paused, load_trace
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -373,6 +373,9 @@ class RankProfile(msgspec.Struct, frozen=True):
     recorded_from_us: float = 0.0
     """Start of the trace's first event, µs after :attr:`clock_base_ns`: when its recording
     began."""
+    host_collectives: bool = False
+    """Whether :attr:`collectives` are a CPU backend's host ranges (Gloo's ``gloo:<op>``),
+    read where the trace holds no collective kernel."""
 
     @property
     def label(self) -> str:
@@ -441,6 +444,9 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
                 tuple(transfers),
             )
         )
+    host_collectives = not calls
+    if host_collectives:
+        calls = _host_collective_calls(trace, origin)
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
     return RankProfile(
         file=str(trace.path) if file is None else file,
@@ -455,7 +461,36 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         gpu_idle_us=_gpu_idle_us(trace, times, busy),
         collectives=tuple(calls),
         recorded_from_us=origin + (trace.spans[0].start if trace.spans else 0.0),
+        host_collectives=host_collectives and bool(calls),
     )
+
+
+def _host_collective_calls(trace: Trace, origin: float) -> list[CollectiveCall]:
+    """The collectives a CPU backend ran on the host (Gloo's ``gloo:<op>`` ranges on its
+    worker threads), for a trace without collective kernels, in the order they began: each
+    rank's k-th of an op is the same call. Their time runs from when a worker took the call
+    to when every rank's part arrived and the data had moved, so the wait for a late rank is
+    in it, as in a kernel's. Sends and receives are left out: the trace does not name their
+    peer."""
+    ranges = sorted(
+        (
+            span
+            for name, spans in trace.by_name.items()
+            if name.startswith(HOST_COLLECTIVE_PREFIX)
+            for span in spans
+        ),
+        key=attrgetter("start"),
+    )
+    calls = []
+    seen: dict[str, int] = {}
+    for span in ranges:
+        op = span.name.removeprefix(HOST_COLLECTIVE_PREFIX)
+        if op in ("send", "recv"):
+            continue
+        op = op if op in comm.OPERATIONS else "unknown"
+        index = seen[op] = seen.get(op, -1) + 1
+        calls.append(CollectiveCall("default", index, op, origin + span.start, span.dur))
+    return calls
 
 
 # -- across ranks -------------------------------------------------------------------------------
@@ -1048,6 +1083,14 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"the traces record a world of {world} ranks and {len(profiles)} are given: a "
             "wait counted here may be for a rank not given, and a straggler named is the "
             "latest of the ranks given"
+        )
+    on_host = [label for label, p in zip(labels, profiles, strict=True) if p.host_collectives]
+    if on_host:
+        notes.append(
+            f"the collectives of {', '.join(on_host)} are the Gloo backend's host ranges "
+            "(gloo:<op>, from when a worker thread took the call to its end), read where a trace "
+            "holds no collective kernel; their sends and receives are left out (the trace "
+            "does not name their peer)"
         )
     late = _late_start(profiles) if len(clocks) == 1 else None
     waits = _waits(profiles)

@@ -835,6 +835,48 @@ def test_max_trace_bytes_refuses_the_large_trace_alone(capsys, tmp_path: Path) -
     assert [t["file"] for t in json.loads(out)["traces"]] == [str(small)]
 
 
+def _gloo_starts(rank: int) -> list[tuple[str, float, float]]:
+    """Rank ``rank``'s ``gloo:<op>`` ranges of the Gloo fixture: (name, absolute start, dur),
+    in start order, read from the raw JSON."""
+    path = FIXTURES / "gloo" / "slow" / f"rank{rank}.json.gz"
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    base_us = document["baseTimeNanoseconds"] / 1000
+    ranges = [
+        (event["name"], base_us + event["ts"], event["dur"])
+        for event in document["traceEvents"]
+        if event.get("ph") == "X" and event["name"].startswith("gloo:")
+    ]
+    return sorted(ranges, key=lambda r: r[1])
+
+
+def test_gloo_collectives_on_the_host_find_the_rank_the_others_wait_for(capsys) -> None:
+    # Rank 1 sleeps 20 ms before three of the all_reduces: rank 0 waits in them. The ranks
+    # hold no kernel, so their collectives are Gloo's host ranges (they had been "0
+    # collectives", with no cross-rank finding).
+    status, out, _ = run_cli(capsys, "summary", "--json", str(FIXTURES / "gloo" / "slow"))
+    assert status == 0
+    report = json.loads(out)["cross_rank"]
+    zero, one = _gloo_starts(0), _gloo_starts(1)
+    assert [name for name, _, _ in zero] == [name for name, _, _ in one]
+    # Rank 0's wait: how much later rank 1's part began, within rank 0's own range.
+    waited = sum(
+        min(max(b - a, 0.0), dur) for (_, a, dur), (_, b, _) in zip(zero, one, strict=True)
+    )
+    assert waited > 50_000  # the three sleeps
+    rows = {row["label"]: row for row in report["ranks"]}
+    assert rows["rank 0"]["collectives"] == len(zero) == 5
+    assert rows["rank 0"]["wait_us"] == pytest.approx(waited, abs=1.0)
+    assert rows["rank 0"]["collective_us"] == pytest.approx(sum(d for _, _, d in zero))
+    assert report["matched_collectives"] == 5
+    assert report["straggler"]["label"] == "rank 1"
+    assert report["straggler"]["caused_wait_us"] == pytest.approx(waited, abs=1.0)
+    assert any("Gloo backend's host ranges" in note for note in report["notes"])
+    assert {f["rule"] for f in report["findings"]} >= {"rank-straggler", "collective-skew"}
+    # A rank with collective kernels reads those alone: no note about Gloo.
+    status, out, _ = run_cli(capsys, "summary", "--json", str(FIXTURES / "nccl" / "stalled"))
+    assert not any("Gloo" in note for note in json.loads(out)["cross_rank"]["notes"])
+
+
 @pytest.mark.parametrize("written", ["1GB", "lots", "0"])
 def test_a_size_limit_no_trace_can_be_read_under_is_a_usage_error(
     capsys, monkeypatch, tmp_path: Path, written: str
