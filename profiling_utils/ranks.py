@@ -42,7 +42,7 @@ import os
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter
+from operator import add, attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -54,6 +54,9 @@ from .loading import MAX_TRACE_BYTES_ENV, default_max_bytes
 from .rules import Facts, Finding
 from .tables import byte_size, percent, without_float_noise
 from .trace import HOST_COLLECTIVE_PREFIX, Trace, TraceContent, gc_paused, load_trace
+
+_START = attrgetter("start")
+_DURATION = attrgetter("dur")
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -373,6 +376,8 @@ class RankProfile(msgspec.Struct, frozen=True):
     recorded_from_us: float = 0.0
     """Start of the trace's first event, µs after :attr:`clock_base_ns`: when its recording
     began."""
+    recorded_to_us: float = 0.0
+    """End of the trace's last-ending event, on the same clock: when its recording ended."""
     host_collectives: bool = False
     """Whether :attr:`collectives` are a CPU backend's host ranges (Gloo's ``gloo:<op>``),
     read where the trace holds no collective kernel."""
@@ -461,6 +466,8 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         gpu_idle_us=_gpu_idle_us(trace, times, busy),
         collectives=tuple(calls),
         recorded_from_us=origin + (trace.spans[0].start if trace.spans else 0.0),
+        recorded_to_us=origin
+        + max(map(add, map(_START, trace.spans), map(_DURATION, trace.spans)), default=0.0),
         host_collectives=host_collectives and bool(calls),
     )
 
@@ -727,8 +734,6 @@ class _Side(NamedTuple):
     kernel: tuple[int, int]
 
 
-_SIDE_START = attrgetter("start")
-
 _HELD_LOOKBACK = 16
 """How many earlier messages back :func:`_held_by` looks for the receive a send waited for."""
 _NCCL_BUFFER_BYTES = 4 * 2**20
@@ -861,7 +866,7 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
             continue
         matched += 1
         # The latest to arrive, and the latest of the others for that one itself.
-        first, second = sorted(arrivals, key=_SIDE_START, reverse=True)[:2]
+        first, second = sorted(arrivals, key=_START, reverse=True)[:2]
         for side in arrivals:
             kernels[side.kernel] = (side, second if side is first else first)
             size, so_far = sizes[key, side.position], moved[side.position]
@@ -1092,7 +1097,10 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "holds no collective kernel; their sends and receives are left out (the trace "
             "does not name their peer)"
         )
-    late = _late_start(profiles) if len(clocks) == 1 else None
+    apart = _recorded_apart(profiles, labels) if len(clocks) == 1 else None
+    if apart:
+        notes.append(apart)
+    late = _late_start(profiles) if len(clocks) == 1 and not apart else None
     waits = _waits(profiles)
     matched = waits.matched
     if waits.alone:
@@ -1204,6 +1212,32 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     if late is not None:
         findings.append(_late_start_finding(late, labels, waits.unexplained))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
+
+
+def _recorded_apart(profiles: Sequence[RankProfile], labels: list[str]) -> str | None:
+    """A note where two ranks' recordings do not overlap in time on their common clock (one
+    ended before the other began): not one profiling window of one run (traces of two runs,
+    or of two profiler cycles), or hosts whose clocks disagree by more than a recording. No
+    rank is then judged to have started late (its lateness would be the time between
+    them); ``None`` where every two overlap."""
+    offsets = _offsets_us(profiles)
+    windows = [
+        (p.recorded_from_us + offset, p.recorded_to_us + offset, label)
+        for p, offset, label in zip(profiles, offsets, labels, strict=True)
+        if p.recorded_to_us > p.recorded_from_us
+    ]
+    if len(windows) < 2:
+        return None
+    first_end = min(windows, key=lambda w: w[1])
+    last_start = max(windows, key=lambda w: w[0])
+    if last_start[0] <= first_end[1]:
+        return None
+    return (
+        f"{first_end[2]}'s recording ended {_us(last_start[0] - first_end[1])} before "
+        f"{last_start[2]}'s began: they are not one profiling window of one run (traces of "
+        "two runs, or of two profiler cycles, or hosts whose clocks disagree), so no rank is "
+        "judged to start late, and no collective lines up across them"
+    )
 
 
 _LATE_START_STEPS = 2.0

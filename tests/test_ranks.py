@@ -633,6 +633,29 @@ def test_ranks_whose_steps_are_numbered_apart_but_began_together_are_not_late(
     assert report.straggler is None
 
 
+def test_ranks_whose_recordings_do_not_overlap_are_not_one_run_s_window(tmp_path: Path) -> None:
+    # Two traces of the balanced run with rank 1's recording moved 13 s later on the common
+    # clock (as two runs' traces put together are): its "late start" would be the time
+    # between the runs, and the calls around it did not wait for it.
+    shift_ns = 13_000_000_000
+    for path in trace_files([NCCL / "balanced"]):
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        if recorded_rank(path) == 1:
+            document["baseTimeNanoseconds"] += shift_ns
+        write_trace(tmp_path / path.name.removesuffix(".gz"), document)
+    loaded = profiles(tmp_path)
+    report = cross_rank(loaded)
+    assert not [f for f in report.findings if f.rule == "rank-late-start"]
+    assert report.matched_collectives == 0
+    (note,) = [n for n in report.notes if "not one profiling window" in n]
+    zero, one = sorted(loaded, key=lambda p: p.rank)
+    gap_us = one.recorded_from_us + shift_ns / 1000 - zero.recorded_to_us
+    assert note.startswith(f"rank 0's recording ended {gap_us:,.0f} µs before rank 1's began")
+    # Moved by less than the recording, they overlap again, and nothing is said.
+    with_overlap = [zero, msgspec.structs.replace(one, clock_base_ns=zero.clock_base_ns)]
+    assert not [n for n in cross_rank(with_overlap).notes if "profiling window" in n]
+
+
 def test_real_balanced_nccl_run_has_no_straggler() -> None:
     report = cross_rank(profiles(NCCL / "balanced"))
     assert report.matched_collectives == 10
