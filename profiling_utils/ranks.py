@@ -1215,29 +1215,34 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
 
 
 def _recorded_apart(profiles: Sequence[RankProfile], labels: list[str]) -> str | None:
-    """A note where two ranks' recordings do not overlap in time on their common clock (one
-    ended before the other began): not one profiling window of one run (traces of two runs,
-    or of two profiler cycles), or hosts whose clocks disagree by more than a recording. No
-    rank is then judged to have started late (its lateness would be the time between
-    them); ``None`` where every two overlap."""
+    """A note where the ranks' recordings fall into stretches of time that no recording
+    spans on their common clock (some ended before the others began, and no rank recorded
+    across the gap): not one profiling window of one run (traces of two runs, or of two
+    profiler cycles), or hosts whose clocks disagree by more than a recording. No rank is
+    then judged to have started late (its lateness would be the time between them). Ranks
+    recorded one after another with another rank's recording across them (a pipeline's first
+    stage done before its last begins) are one window. ``None`` where there is no such gap."""
     offsets = _offsets_us(profiles)
-    windows = [
+    windows = sorted(
         (p.recorded_from_us + offset, p.recorded_to_us + offset, label)
         for p, offset, label in zip(profiles, offsets, labels, strict=True)
         if p.recorded_to_us > p.recorded_from_us
-    ]
+    )
     if len(windows) < 2:
         return None
-    first_end = min(windows, key=lambda w: w[1])
-    last_start = max(windows, key=lambda w: w[0])
-    if last_start[0] <= first_end[1]:
-        return None
-    return (
-        f"{first_end[2]}'s recording ended {_us(last_start[0] - first_end[1])} before "
-        f"{last_start[2]}'s began: they are not one profiling window of one run (traces of "
-        "two runs, or of two profiler cycles, or hosts whose clocks disagree), so no rank is "
-        "judged to start late, and no collective lines up across them"
-    )
+    reach, last = windows[0][1], windows[0][2]
+    for start, end, label in windows[1:]:
+        if start > reach:
+            return (
+                f"{last}'s recording ended {_us(start - reach)} before {label}'s began, and no "
+                "rank recorded in between: they are not one profiling window of one run "
+                "(traces of two runs, or of two profiler cycles, or hosts whose clocks "
+                "disagree), so no rank is judged to start late, and no collective lines up "
+                "across them"
+            )
+        if end > reach:
+            reach, last = end, label
+    return None
 
 
 _LATE_START_STEPS = 2.0

@@ -650,10 +650,21 @@ def test_ranks_whose_recordings_do_not_overlap_are_not_one_run_s_window(tmp_path
     (note,) = [n for n in report.notes if "not one profiling window" in n]
     zero, one = sorted(loaded, key=lambda p: p.rank)
     gap_us = one.recorded_from_us + shift_ns / 1000 - zero.recorded_to_us
-    assert note.startswith(f"rank 0's recording ended {gap_us:,.0f} µs before rank 1's began")
+    assert note.startswith(
+        f"rank 0's recording ended {gap_us:,.0f} µs before rank 1's began, and no rank "
+        "recorded in between"
+    )
     # Moved by less than the recording, they overlap again, and nothing is said.
     with_overlap = [zero, msgspec.structs.replace(one, clock_base_ns=zero.clock_base_ns)]
     assert not [n for n in cross_rank(with_overlap).notes if "profiling window" in n]
+    # A pipeline's first stage stopped recording before its last began, but the middle
+    # stages recorded across both: one window, whose late stage is told.
+    stages = profiles(FIXTURES / "parallel" / "pipeline_batched")
+    first, last = (min(stages, key=lambda p: p.rank), max(stages, key=lambda p: p.rank))
+    assert first.recorded_to_us < last.recorded_from_us  # one clock base: one host
+    pipeline = cross_rank(stages)
+    assert not [n for n in pipeline.notes if "profiling window" in n]
+    assert [f for f in pipeline.findings if f.rule == "rank-late-start"]
 
 
 def test_real_balanced_nccl_run_has_no_straggler() -> None:
