@@ -1630,6 +1630,45 @@ def test_cache_lookup_and_graph_hash_in_every_step() -> None:
     assert only(name, "aot-wrapper").evidence["backward_in_trace"] is False
 
 
+def test_autograd_nodes_run_while_compiling_are_no_backward_pass() -> None:
+    # Forward calls only, gradients enabled: AOTAutograd runs autograd nodes as it traces the
+    # backward graph, inside its compile labels (it had said "also runs a backward pass").
+    def backward_nodes(name: str) -> tuple[int, int]:
+        """(autograd nodes, those with a compile label around them), from the raw JSON."""
+        path = FIXTURES / "cpu" / f"{name}.json.gz"
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        spans = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+        labels = [e for e in spans if e["name"] in ("aot_trace_joint_graph", "dynamo")]
+        nodes = [e for e in spans if e["name"].startswith("autograd::engine::evaluate_function")]
+        inside = [
+            n
+            for n in nodes
+            if any(
+                label["ts"] <= n["ts"]
+                and n["ts"] + n["dur"] <= label["ts"] + label["dur"]
+                and label["tid"] == n["tid"]
+                for label in labels
+            )
+        ]
+        return len(nodes), len(inside)
+
+    nodes, inside = backward_nodes("compile_forward")
+    assert nodes == inside > 0
+    forward = [
+        f for f in diagnose(FIXTURES / "cpu" / "compile_forward.json.gz") if f.rule == "aot-wrapper"
+    ]
+    (finding,) = forward
+    assert finding.evidence["backward_in_trace"] is False
+    assert finding.message.endswith("no backward pass runs.")
+    nodes, inside = backward_nodes("compile_train")
+    assert nodes > inside  # loss.backward() each step, outside compilation
+    (finding,) = [
+        f for f in diagnose(FIXTURES / "cpu" / "compile_train.json.gz") if f.rule == "aot-wrapper"
+    ]
+    assert finding.evidence["backward_in_trace"] is True
+    assert finding.message.endswith("the trace also runs a backward pass.")
+
+
 def test_cuda_graph_counts_replays_and_input_copies() -> None:
     evidence = only("4096_bf16_warm_compile-reduce-overhead", "cuda-graph").evidence
     assert evidence["launches"] == 3
