@@ -547,14 +547,24 @@ class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     """The first ``aten::`` op nested in it."""
     gap_us: float
     """``first_op.start - annotation.start``: CPU time in the label before any ATen work."""
+    in_labels_us: float = 0.0
+    """Of :attr:`gap_us`, the time inside ``record_function`` labels nested in the label
+    that closed before :attr:`first_op` (the program's own labelled code, such as fetching a
+    batch, ran then: not time before dispatch)."""
+    longest_label: Span | None = None
+    """The longest of those labels, if any."""
 
 
-def _first_nested(trace: Trace, outer: Span, cat: str, prefix: str) -> Span | None:
-    """The earliest span of ``cat`` named ``prefix...`` nested in ``outer`` on its lane."""
+def _first_op_and_labels(trace: Trace, outer: Span) -> tuple[Span | None, list[Span]]:
+    """The earliest ``aten::`` op nested in ``outer`` on its lane, and the labels nested in
+    ``outer`` that closed before it began."""
+    labels = []
     for span in trace.within(outer):
-        if span.cat == cat and span.name.startswith(prefix):
-            return span
-    return None
+        if span.cat == "cpu_op" and span.name.startswith("aten::"):
+            return span, [label for label in labels if label.end <= span.start]
+        if span.cat == "user_annotation":
+            labels.append(span)
+    return None, []
 
 
 def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
@@ -581,10 +591,17 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
     results = []
     for step in trace.steps:
         for annotation in by_step.get(id(step), ()):
-            first = _first_nested(trace, annotation, "cpu_op", "aten::")
+            first, labels = _first_op_and_labels(trace, annotation)
             if first is not None:
                 results.append(
-                    DeadWindow(step.number, annotation, first, first.start - annotation.start)
+                    DeadWindow(
+                        step.number,
+                        annotation,
+                        first,
+                        first.start - annotation.start,
+                        union_us(labels),
+                        max(labels, key=_DUR, default=None),
+                    )
                 )
     return results
 

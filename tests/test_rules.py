@@ -32,7 +32,7 @@ from conftest import (
     write_trace,
 )
 
-from profiling_utils import Finding, TraceError, diagnose, load_trace
+from profiling_utils import Finding, TraceError, diagnose, load_trace, measures
 from profiling_utils.comm import collectives
 from profiling_utils.rules import (
     RULES,
@@ -1288,6 +1288,51 @@ def test_dead_window_reports_the_widest_few_of_many_steps(make_trace) -> None:
     assert all(f.message.endswith(
         "not the first step, so no warm-up cost (one of the 5 widest of 8 steps that stand out)."
     ) for f in found)  # fmt: skip
+
+
+def test_dead_window_leaves_out_the_time_in_labels_that_close_before_the_first_op(
+    make_trace,
+) -> None:
+    # Four steps of a label that first fetches a batch (a label of its own), then runs its
+    # first op. In step 2 the fetch takes 10 ms: the program's own labelled code, not time
+    # before dispatch (it had been "a stall of that step alone" in the dead window). In
+    # step 3 the op comes 300 µs late with nothing labelled in between: that is told.
+    events = []
+    for k in range(4):
+        t = 20_000.0 * k
+        fetch = 10_000.0 if k == 2 else 50.0
+        wait = 300.0 if k == 3 else 5.0
+        events += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 15_000),
+            complete_event("train_step", "user_annotation", t + 1, 14_000),
+            complete_event("fetch_batch", "user_annotation", t + 2, fetch),
+            complete_event("aten::linear", "cpu_op", t + 2 + fetch + wait, 50),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["dead-window"])
+    assert finding.evidence["step"] == 3
+    assert finding.evidence["gap_us"] == pytest.approx(301.0)  # 1 µs before the fetch
+    assert finding.evidence["in_labels_us"] == pytest.approx(50.0)
+    assert (
+        "301.0 µs pass between entering 'train_step' and aten::linear (besides 50.0 µs in "
+        "labels inside it, 'fetch_batch' the longest), against 6.0 µs" in finding.message
+    )
+    (window,) = [w for w in measures.dead_windows(load_trace(make_trace(events))) if w.step == 2]
+    assert window.gap_us == pytest.approx(10_006.0)  # the measure itself is unchanged
+    assert (window.in_labels_us, window.longest_label.name) == (10_000.0, "fetch_batch")
+
+
+def test_dead_window_leaves_the_data_loader_s_wait_to_its_own_rule(make_trace) -> None:
+    events = []
+    for k in range(4):
+        t = 20_000.0 * k
+        wait = 5_000.0 if k == 2 else 5.0  # waiting for a worker's batch
+        label = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+        events += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 15_000),
+            complete_event(label, "user_annotation", t + 1, wait + 60),
+            complete_event("aten::empty", "cpu_op", t + 1 + wait, 50),
+        ]
+    assert diagnose(make_trace(events), select=["dead-window"]) == []
 
 
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:

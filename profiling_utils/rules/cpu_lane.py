@@ -353,9 +353,12 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
     for window in measures.dead_windows(facts.trace):
+        if window.annotation.name.startswith(DATA_LOADER_PREFIX):
+            continue  # waiting for a batch before its first op: data-loader's to read
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
     for label, windows in by_label.items():
-        gaps = {number: window.gap_us for number, window in windows.items()}
+        # Time in labels of the program's own that closed before the first op is not dead.
+        gaps = {number: window.gap_us - window.in_labels_us for number, window in windows.items()}
         if len(gaps) < 2:
             continue
         # The quickest other step's gap: the quickest, or for the quickest step the next.
@@ -365,7 +368,7 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
         standing_out = []
         for number, window in windows.items():
             typical = next_quickest[1] if number == quickest[0] else quickest[1]
-            gap = window.gap_us
+            gap = gaps[number]
             if gap <= typical or gap < DEAD_WINDOW_MIN_RATIO * typical:
                 continue
             if gap - typical < min_excess:
@@ -379,22 +382,29 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
             else ""
         )
         for number, window, typical in sorted(reported, key=lambda hit: hit[0]):
-            gap = window.gap_us
+            gap = gaps[number]
             times = f" ({gap / typical:.0f}×)" if typical > 0 else ""
             # The cheatsheet reads a first step's gap as warm-up; a later one is not that.
             later = ""
             if number > min(gaps):
                 later = ": not the first step, so no warm-up cost"
                 later += " but a stall of that step alone" if len(standing_out) == 1 else ""
+            besides = ""
+            if window.in_labels_us > 0 and window.longest_label is not None:
+                besides = (
+                    f" (besides {window.in_labels_us:.1f} µs in labels inside it, "
+                    f"{window.longest_label.name!r} the longest)"
+                )
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
-                f"{window.first_op.name}, against {typical:.1f} µs in the quickest other "
-                f"step{times}{later}{widest}.",
+                f"{window.first_op.name}{besides}, against {typical:.1f} µs in the quickest "
+                f"other step{times}{later}{widest}.",
                 {
                     "step": number,
                     "annotation": span_ref(window.annotation),
                     "first_op": span_ref(window.first_op),
                     "gap_us": us(gap),
+                    "in_labels_us": us(window.in_labels_us),
                     "quickest_other_gap_us": us(typical),
                     "ratio": round(gap / typical, 2) if typical > 0 else None,
                     "min_excess_us": us(min_excess),
