@@ -1029,6 +1029,27 @@ def test_slow_step_names_the_op_call_furthest_above_its_usual_time(make_trace, k
     assert "outside every op" not in finding.message
 
 
+def test_slow_step_sets_a_call_against_the_like_call_of_the_other_steps(make_trace) -> None:
+    # Two layers' aten::addmm per step: a large one (300 µs) then a small one (35 µs). In
+    # step 3 the large one takes 4,200 µs: against the large calls of the other steps, not
+    # the median of both layers' (which had halved its usual time).
+    events = []
+    for n in range(5):
+        t = 10_000.0 * n
+        large = 4_200.0 if n == 3 else 300.0 + n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500 + large),
+            complete_event("aten::addmm", "cpu_op", t + 10, large),
+            complete_event("aten::addmm", "cpu_op", t + 20 + large, 35.0),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    usual = statistics.median([300.0, 301.0, 302.0, 304.0])
+    assert finding.evidence["slowest_op"]["typical_us"] == usual
+    assert f"aten::addmm took 4200.0 µs against {usual:.1f} µs in the other steps" in (
+        finding.message
+    )
+
+
 def test_slow_step_names_the_op_with_the_most_extra_not_the_deepest(make_trace) -> None:
     # Step 3: aten::index runs 3,000 µs more than usual; a nested convolution, 1,500 µs more.
     events = []

@@ -277,17 +277,33 @@ _SLOW_STEP_COMPARED = 20
 
 def _in_step_and_elsewhere(
     facts: Facts, spans: list[Span], number: int
-) -> tuple[list[Span], dict[str, list[float]]]:
-    """``spans`` in step ``number``, and by name the durations of those in the other steps."""
+) -> list[tuple[Span, list[float]]]:
+    """``spans`` in step ``number``, each with the durations of its like calls in the other
+    steps: the call of its name at the same position among that name's calls in the step,
+    where other steps have one (a layer's first ``aten::addmm`` against the first of the
+    others, not against a smaller layer's), else every call of its name there."""
     in_step: list[Span] = []
     elsewhere: dict[str, list[float]] = {}
+    by_role: dict[tuple[str, int], list[float]] = {}
+    position: dict[tuple[int, str], int] = {}
+    roles = []
     for span in spans:
         step = facts.step_number_of(span)
+        if step is None:
+            continue
+        key = (step, span.name)
+        index = position[key] = position.get(key, -1) + 1
         if step == number:
             in_step.append(span)
-        elif step is not None:
+            roles.append(index)
+        else:
             elsewhere.setdefault(span.name, []).append(span.dur)
-    return in_step, elsewhere
+            by_role.setdefault((span.name, index), []).append(span.dur)
+    like = [
+        (span, by_role.get((span.name, index)) or elsewhere.get(span.name, []))
+        for span, index in zip(in_step, roles, strict=True)
+    ]
+    return like
 
 
 def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
@@ -295,10 +311,9 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
     the other steps, or the innermost call inside it that is itself at least ``least_us``
     beyond its own (the outer ops hold their inner calls' excess too), with ``new_shapes``:
     whether no earlier call of the op had its input shapes."""
-    in_step, elsewhere = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
+    in_step = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
     over: dict[int, tuple[float, Span, float]] = {}  # id -> (excess, call, typical)
-    for op in in_step:
-        usual = elsewhere.get(op.name)
+    for op, usual in in_step:
         if not usual or op.dur - least_us < min(usual):
             continue  # cheap: even against its quickest other call, not enough
         typical = median(usual)
@@ -327,10 +342,9 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     """The runtime call of step ``number`` that ran longest beyond its usual duration."""
-    in_step, elsewhere = _in_step_and_elsewhere(facts, facts.trace.runtime_calls, number)
+    in_step = _in_step_and_elsewhere(facts, facts.trace.runtime_calls, number)
     best, best_excess = None, 0.0
-    for call in in_step:
-        usual = elsewhere.get(call.name)
+    for call, usual in in_step:
         if usual:
             typical = median(usual)
             if call.dur - typical > best_excess:
