@@ -757,6 +757,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         if activities is not None and activities != lane["spans"]:
             # Under the spans: the rest are labels projected onto the lane and sync events.
             out.append(f"{'':<41}{activities:>8,} of them kernels, copies or memsets")
+    if summary["lanes"]:
+        out += [
+            "  (busy: the time covered by a CPU thread's operators, runtime calls and Gloo",
+            "  collectives, or by a GPU lane's kernels, copies and memsets; labels such as",
+            "  ProfilerStep#N are not counted)",
+        ]
     for gpu in summary["gpus_with_streams"]:
         name = "GPU" if gpu["device"] is None else f"GPU {gpu['device']}"
         out += [

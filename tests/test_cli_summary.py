@@ -105,6 +105,20 @@ def test_text_summary_names_what_each_run_shows(capsys) -> None:
     assert "Activity Buffer Request x1" in w0a3 and "CUPTI overhead" in w0a3
 
 
+def test_text_lanes_say_what_busy_counts(capsys) -> None:
+    # A CPU thread's busy time leaves its labels out: below its steps' sum, said under the
+    # table (the JSON help says it; the text had not).
+    path = str(gpu_fixture("64_bf16_warm_eager"))
+    _, text, _ = run_cli(capsys, "summary", path)
+    lanes = text.split("\nLanes\n", 1)[1].split("\n\n", 1)[0]
+    assert "labels such as\n  ProfilerStep#N are not counted)" in lanes
+    trace = load_trace(path)
+    (thread,) = [lane for lane in trace.lanes if lane.kind == "cpu"]
+    steps = sum(step.end - step.start for step in trace.steps)
+    busy = json.loads(run_cli(capsys, "summary", "--json", path)[1])["lanes"][0]["busy_us"]
+    assert busy < steps and f"{busy:,.1f} µs busy" in lanes and thread.label in lanes
+
+
 def test_text_summary_counts_kernels_by_launch_api_and_names_the_runtime(
     capsys, make_trace
 ) -> None:
