@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import json
 import math
 import mmap
 import os
@@ -566,6 +567,36 @@ def _repair(data: bytes) -> bytes:
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
+_FIRST_ITEM_BYTES = 1 << 16
+
+
+def _what_the_array_holds(data: Buffer) -> str:
+    """For a file whose top level is an array: whether its items are trace events (the bare
+    Chrome format of other tools), or not (a table's rows, as a ``key_averages()`` dump)."""
+    # Its first item only, read from the start of the file (it may be large).
+    text = bytes(data[:_FIRST_ITEM_BYTES]).decode("utf-8", "replace")
+    start = text.find("[") + 1
+    while start < len(text) and text[start].isspace():
+        start += 1
+    try:
+        first = [json.JSONDecoder().raw_decode(text, start)[0]]
+    except ValueError:  # an empty array, or an item longer than the piece read
+        first = []
+    if first and isinstance(first[0], dict) and "ph" in first[0]:
+        return (
+            " (a bare array of events is the Chrome trace format that torch's legacy "
+            "autograd profiler and other tools write; torch.profiler writes an object "
+            "with 'traceEvents')"
+        )
+    if first and isinstance(first[0], dict):
+        keys = ", ".join(list(first[0])[:4])
+        return (
+            f" (an array of objects without a 'ph', such as the rows of a table: its first "
+            f"has {keys}; torch.profiler writes an object with 'traceEvents')"
+        )
+    return " (torch.profiler writes an object with 'traceEvents')"
+
+
 def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
     message = str(err)
     if "truncated" in message:
@@ -637,11 +668,7 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
             kind = str(err).rsplit("got `", 1)[-1].rstrip("`")
             problem = f"JSON is not a trace: the top level is {kind!r}, not an object"
             if kind == "array":
-                problem += (
-                    " (a bare array of events is the Chrome trace format that torch's legacy "
-                    "autograd profiler and other tools write; torch.profiler writes an object "
-                    "with 'traceEvents')"
-                )
+                problem += _what_the_array_holds(data)
             raise TraceError(path, problem) from None
         except msgspec.DecodeError as err:
             first_error = err

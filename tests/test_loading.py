@@ -349,7 +349,12 @@ def test_corrupt_gzip(tmp_path: Path) -> None:
     ("document", "expected"),
     [
         ([1, 2, 3], "the top level is 'array'"),
-        (b'[{"ph": "X", "name": "a", "ts": 1}]', "the top level is 'array', not an object (a "),
+        (b'[{"ph": "X", "name": "a", "ts": 1}]', "not an object (a bare array of events is"),
+        (  # key_averages() rows saved as JSON: not events
+            b'[{"name": "aten::mm", "calls": 3, "self_us": 1.5}]',
+            "not an object (an array of objects without a 'ph', such as the rows of a table: "
+            "its first has name, calls, self_us;",
+        ),
         ("trace", "the top level is 'str'"),
         (42, "the top level is 'int'"),
         ({"events": []}, "no 'traceEvents' key (top-level keys: events)"),
