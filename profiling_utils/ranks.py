@@ -42,6 +42,7 @@ import os
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 from operator import add, attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
@@ -1075,7 +1076,7 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(f"no rank recorded (distributedInfo.rank) in: {', '.join(missing)}")
     ranks = [p.rank for p in profiles if p.rank is not None]
     if len(set(ranks)) < len(ranks):
-        notes.append("several traces claim the same rank: are they from one run?")
+        notes.append(_same_rank_note(profiles))
     worlds = sorted({p.world_size for p in profiles if p.world_size})
     if len(worlds) > 1:
         notes.append(
@@ -1091,14 +1092,15 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         )
     on_host = [label for label, p in zip(labels, profiles, strict=True) if p.host_collectives]
     if on_host:
+        whose = "the ranks'" if len(on_host) == len(profiles) else f"{', '.join(on_host)}'s"
         notes.append(
-            f"the collectives of {', '.join(on_host)} are the Gloo backend's host ranges "
+            f"{whose} collectives are the Gloo backend's host ranges "
             "(gloo:<op>, from when a worker thread took the call to its end), read where a trace "
             "holds no collective kernel; their sends and receives are left out (the trace "
             "does not name their peer)"
         )
     apart = _recorded_apart(profiles, labels) if len(clocks) == 1 else None
-    if apart:
+    if apart and len(set(ranks)) == len(ranks):  # else the note on the same rank says it
         notes.append(apart)
     late = _late_start(profiles) if len(clocks) == 1 and not apart else None
     waits = _waits(profiles)
@@ -1212,6 +1214,33 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     if late is not None:
         findings.append(_late_start_finding(late, labels, waits.unexplained))
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
+
+
+def _same_rank_note(profiles: Sequence[RankProfile]) -> str:
+    """The note for traces that claim the same rank: where each such rank's traces were
+    recorded one after another (a profiler's cycles, ``schedule(repeat=N)``, each written to
+    a file of its own), it says so and how to compare the ranks."""
+    by_rank: dict[int, list[RankProfile]] = {}
+    for profile in profiles:
+        if profile.rank is not None:
+            by_rank.setdefault(profile.rank, []).append(profile)
+    repeated = {rank: same for rank, same in by_rank.items() if len(same) > 1}
+    counts = ", ".join(f"rank {rank} ×{len(same)}" for rank, same in sorted(repeated.items()))
+    one_after_another = all(
+        later.recorded_from_us + later.clock_base_ns / 1000
+        > earlier.recorded_to_us + earlier.clock_base_ns / 1000
+        for same in repeated.values()
+        for earlier, later in pairwise(
+            sorted(same, key=lambda p: p.recorded_from_us + p.clock_base_ns / 1000)
+        )
+    )
+    if one_after_another:
+        return (
+            f"several traces claim the same rank ({counts}), each rank's recorded one "
+            "after another: the cycles of a profiler's schedule (repeat), or several runs; "
+            "give one cycle's traces at a time to compare its ranks"
+        )
+    return f"several traces claim the same rank ({counts}): are they from one run?"
 
 
 def _recorded_apart(profiles: Sequence[RankProfile], labels: list[str]) -> str | None:

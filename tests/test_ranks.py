@@ -1079,8 +1079,31 @@ def test_the_same_trace_twice_is_not_judged_as_two_ranks() -> None:
     report = cross_rank([profile, profile])
     assert report.matched_collectives > 0
     assert report.findings == [] and report.straggler is None
-    assert "several traces claim the same rank: are they from one run?" in report.notes
+    assert "several traces claim the same rank (rank 1 ×2): are they from one run?" in (
+        report.notes
+    )
     assert [row.last_arrivals for row in report.ranks] == [0, 0]  # tied starts: none is last
+
+
+def test_a_profiler_s_cycles_of_each_rank_are_told_apart_from_another_run() -> None:
+    # schedule(repeat=2) writes a file per cycle: each rank's two traces, one after another.
+    stalled = [rank_profile(load_trace(NCCL / "stalled" / f"rank{r}.json.gz")) for r in (0, 1)]
+    length = max(p.recorded_to_us for p in stalled) - min(p.recorded_from_us for p in stalled)
+    later = [
+        msgspec.structs.replace(
+            p, file=f"later-{p.rank}.json", clock_base_ns=p.clock_base_ns + int(2 * length * 1000)
+        )
+        for p in stalled
+    ]
+    report = cross_rank([*stalled, *later])
+    assert report.findings == [] and report.straggler is None
+    (note,) = [n for n in report.notes if "claim the same rank" in n]
+    assert note == (
+        "several traces claim the same rank (rank 0 ×2, rank 1 ×2), each rank's recorded one "
+        "after another: the cycles of a profiler's schedule (repeat), or several runs; give "
+        "one cycle's traces at a time to compare its ranks"
+    )
+    assert not [n for n in report.notes if "profiling window" in n]  # said once, above
 
 
 def test_traces_of_worlds_of_different_sizes_are_not_judged_as_one_run() -> None:
