@@ -2387,6 +2387,20 @@ def test_cost_in_children_names_one_calls_children_by_name_with_that_calls_time(
     assert finding.evidence["children"] == [{"name": "aten::matmul", "calls": 3, "total_us": 88.0}]
 
 
+def test_cost_in_children_of_two_calls_says_it_follows_the_longer(make_trace) -> None:
+    # Two steps: the label's calls take 100 and 80 µs. The one followed is a real call, the
+    # longer, not their mean, and the message says which.
+    events = []
+    for k, dur in enumerate((100.0, 80.0)):
+        t = 1_000.0 * k
+        events.append(complete_event(f"ProfilerStep#{k}", "user_annotation", t, dur + 20))
+        events.append(complete_event("forward_backward", "user_annotation", t + 10, dur))
+        events.append(complete_event("aten::matmul", "cpu_op", t + 12, dur - 5))
+    (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
+    said = "; in the longer of its two calls (100.0 µs) the time is below it: "
+    assert said in finding.message
+
+
 def test_cost_in_children_says_when_the_call_it_ends_on_waits_for_another_thread(
     make_trace,
 ) -> None:

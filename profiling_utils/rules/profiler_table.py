@@ -1169,7 +1169,9 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
             f"the middle of their time ({typical.dur:.1f} µs) {where}"
         )
     elif len(occurrences) > 1 and (len(path) > 1 or children):
-        where = f"in its median call ({typical.dur:.1f} µs) {where}"
+        # Of two calls, the one followed is a real call, the longer: not their mean.
+        which = "the longer of its two calls" if len(occurrences) == 2 else "its median call"
+        where = f"in {which} ({typical.dur:.1f} µs) {where}"
     yield (
         f"{name}: {name_total:.1f} µs total, {self_us:.1f} µs self "
         f"({percent(self_us / name_total)}); {where}.",
