@@ -32,8 +32,8 @@ from .trace import Trace, TraceContent, devices_differ, gc_paused, load_trace
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 
 _LISTED_NAMES = 20
-_NOT_RECORDED: TraceContent = "GPU not recorded"
 """How many names of each "only in" list the text shows (the JSON lists them all)."""
+_NOT_RECORDED: TraceContent = "GPU not recorded"
 _NAME_WIDTH = 120
 """Characters of a name the text shows (a kernel's runs to thousands)."""
 

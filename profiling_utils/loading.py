@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 import msgspec
 
 from .errors import TraceError
-from .tables import byte_size
+from .tables import byte_size, cut
 
 if TYPE_CHECKING:  # pragma: no cover
     from decimal import Decimal
@@ -311,7 +311,7 @@ def default_max_bytes() -> int | None:
     """
     written = os.environ.get(MAX_TRACE_BYTES_ENV, "").strip()
     if written:
-        if not written.isdigit() or int(written) <= 0:
+        if not (written.isascii() and written.isdigit()) or int(written) <= 0:
             raise ValueError(
                 f"{MAX_TRACE_BYTES_ENV} must be a whole number of bytes above 0, not {written!r}"
             )
@@ -589,7 +589,7 @@ def _what_the_array_holds(data: Buffer) -> str:
             "with 'traceEvents')"
         )
     if first and isinstance(first[0], dict):
-        keys = ", ".join(list(first[0])[:4])
+        keys = ", ".join(cut(str(key), 40) for key in list(first[0])[:4])
         return (
             f" (an array of objects without a 'ph', such as the rows of a table: its first "
             f"has {keys}; torch.profiler writes an object with 'traceEvents')"

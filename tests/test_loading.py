@@ -661,7 +661,7 @@ def test_environment_variable_sets_the_limit(tmp_path: Path, monkeypatch) -> Non
     assert load_trace(path).has_gpu
 
 
-@pytest.mark.parametrize("written", ["lots", "-5", "0", "1e9"])
+@pytest.mark.parametrize("written", ["lots", "-5", "0", "1e9", "²"])
 def test_environment_variable_must_be_a_byte_count(monkeypatch, written: str) -> None:
     monkeypatch.setenv(MAX_TRACE_BYTES_ENV, written)
     with pytest.raises(ValueError, match=MAX_TRACE_BYTES_ENV):
