@@ -1187,14 +1187,23 @@ def run_diagnose(args: argparse.Namespace) -> int:
     chosen_across = across if args.select is None else across & set(args.select)
     chosen_across -= set(args.ignore or ())
     multi = _is_multi(args.traces)
+    against = [rule.id for rule in rules if rule.needs_baseline]  # compare runs those
+    rules = [rule for rule in rules if not rule.needs_baseline]
     if not rules and not (multi and chosen_across):
         # Nothing would run: "no pattern found" would read as a clean trace.
-        reason = (
-            f"{', '.join(sorted(chosen_across))} compare{'s' if len(chosen_across) == 1 else ''} "
-            "ranks: give several traces, or a directory of a run's per-rank traces"
-            if chosen_across
-            else "--select and --ignore leave no rule to run"
-        )
+        if chosen_across:
+            reason = (
+                f"{', '.join(sorted(chosen_across))} "
+                f"compare{'s' if len(chosen_across) == 1 else ''} ranks: give several "
+                "traces, or a directory of a run's per-rank traces"
+            )
+        elif against:
+            reason = (
+                f"{', '.join(against)} compare{'s' if len(against) == 1 else ''} a run with "
+                "a baseline: compare BASELINE TRACE runs it"
+            )
+        else:
+            reason = "--select and --ignore leave no rule to run"
         print(f"error: {reason}", file=sys.stderr)
         return EXIT_BAD_TRACE
     task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi)

@@ -116,6 +116,11 @@ def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
     status, out, err = run_cli(capsys, "diagnose", "--select", "rank-straggler", path)
     assert (status, out) == (2, "")
     assert err.startswith("error: rank-straggler compares ranks: give several traces")
+    status, out, err = run_cli(capsys, "diagnose", "--select", "compile-cpu-tax", path)
+    assert (status, out) == (2, "")
+    assert err == (
+        "error: compile-cpu-tax compares a run with a baseline: compare BASELINE TRACE runs it\n"
+    )
     # Over a run's ranks it runs, and no trace is said to show no pattern.
     ranks = str(FIXTURES / "nccl" / "stalled")
     status, out, _ = run_cli(capsys, "diagnose", "--select", "rank-straggler", ranks)
