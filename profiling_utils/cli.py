@@ -1103,8 +1103,9 @@ JSON (--json): one object
                    exposed_communication_us};
                    content is "GPU", "accelerator not read", "GPU not recorded" (launch
                    or copy calls, or GPU lanes, but no kernel, copy or memset in the
-                   trace), "CPU only", "profiler only" (the profiler's own events alone)
-                   or "no events";
+                   trace: its kernels, launches and gpu_activities are then null, and
+                   no kernel name is listed as only in one trace), "CPU only", "profiler
+                   only" (the profiler's own events alone) or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or
                    label (recorded without ProfilerActivity.CPU);
                    launch_apis counts the launch calls by name, those of copies and memsets

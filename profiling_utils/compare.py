@@ -82,11 +82,12 @@ class RunSummary:
     """The busiest GPU's busy time from the host's first event on, µs, as ``overhead-bound``
     reads a recording without steps (:meth:`~profiling_utils.rules.facts.Facts.recording_gpu_busy`;
     ``None`` without GPU work)."""
-    kernels: int
-    """Kernels in the whole trace."""
-    launches: int
-    """Runtime or driver calls that started GPU work."""
-    gpu_activities: int
+    kernels: int | None
+    """Kernels in the whole trace (``None`` where its GPU work was not recorded, content
+    ``"GPU not recorded"``: not known, as the next two)."""
+    launches: int | None
+    """Runtime or driver calls that started GPU work found in the trace."""
+    gpu_activities: int | None
     """Kernels, memcpys and memsets in the whole trace."""
     kernels_per_step: float | None
     """Kernels launched from inside steps, per step."""
@@ -239,10 +240,6 @@ class Comparison:
                 "or memset was recorded, so GPU figures and kernel names are not known there)"
             )
 
-        def recorded(side: RunSummary, value: Any) -> Any:
-            # Counts of GPU records are not known where the GPU work was not recorded.
-            return None if side.content == _NOT_RECORDED else value
-
         out.append("")
         rows: list[tuple[str, Any, Any]] = [
             ("steps", a.steps, b.steps),
@@ -250,13 +247,9 @@ class Comparison:
             ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
             ("kernels per step", a.kernels_per_step, b.kernels_per_step),
             ("launches per step", a.launches_per_step, b.launches_per_step),
-            ("kernels (whole trace)", recorded(a, a.kernels), recorded(b, b.kernels)),
-            ("launches (whole trace)", recorded(a, a.launches), recorded(b, b.launches)),
-            (
-                "GPU activities (whole trace)",
-                recorded(a, a.gpu_activities),
-                recorded(b, b.gpu_activities),
-            ),
+            ("kernels (whole trace)", a.kernels, b.kernels),
+            ("launches (whole trace)", a.launches, b.launches),
+            ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
             ("CUDA/HIP graph launches (whole trace)", a.cuda_graph_launches, b.cuda_graph_launches),
         ]
         if not (a.steps and b.steps):  # step medians are missing: the whole recordings
@@ -330,8 +323,8 @@ class Comparison:
                     f"are missing: {its} CPU time counts, {its} GPU figures do not"
                 )
         out.append("launches: runtime and driver calls whose GPU work is in the trace")
-        out.append(f"launch APIs, baseline: {_counts(a.launch_apis)}")
-        out.append(f"             trace:    {_counts(b.launch_apis)}")
+        out.append(f"launch APIs, baseline: {_launch_apis(a)}")
+        out.append(f"             trace:    {_launch_apis(b)}")
         if self.steps:
             headers = ["step", "baseline CPU", "trace CPU", "baseline GPU busy", "trace GPU busy"]
             rows = [
@@ -388,8 +381,10 @@ def _ratio(value: float) -> str:
     return f"{value:.2f}×" if value >= 0.01 or value == 0 else f"{value:.2g}×"
 
 
-def _counts(counter: dict[str, int]) -> str:
-    return ", ".join(f"{name} ×{count}" for name, count in counter.items()) or "none"
+def _launch_apis(side: RunSummary) -> str:
+    if side.content == _NOT_RECORDED:
+        return "not known (no GPU record to tell a launch by)"
+    return ", ".join(f"{name} ×{count}" for name, count in side.launch_apis.items()) or "none"
 
 
 def _median(values: list[float]) -> float | None:
@@ -416,6 +411,7 @@ def _summary(facts: Facts) -> RunSummary:
         per_step = [by_step.get(step.number) for step in gpu_steps]
         communication = _median([o.communication_us if o else 0.0 for o in per_step])
         exposed = _median([o.exposed_us if o else 0.0 for o in per_step])
+    unrecorded = trace.content == _NOT_RECORDED
     return RunSummary(
         trace=str(trace.path),
         device=", ".join(devices) or None,
@@ -428,9 +424,9 @@ def _summary(facts: Facts) -> RunSummary:
         median_step_gpu_busy_us=_median([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
         recording_cpu_us=None if window is None else facts.host_active_us,
         recording_gpu_busy_us=None if busiest is None else busiest[0],
-        kernels=len(trace.kernels),
-        launches=len(facts.launches),
-        gpu_activities=len(trace.gpu_work),
+        kernels=None if unrecorded else len(trace.kernels),
+        launches=None if unrecorded else len(facts.launches),
+        gpu_activities=None if unrecorded else len(trace.gpu_work),
         kernels_per_step=step_kernels / steps if steps else None,
         launches_per_step=len(in_steps) / steps if steps else None,
         launch_apis=dict(Counter(launch.call.name for launch in facts.launches).most_common()),

@@ -196,8 +196,15 @@ def test_a_trace_that_lost_its_gpu_records_is_not_called_cpu_only(make_trace) ->
     assert load_trace(lost).content == "GPU not recorded"
     comparison = compare(gpu_fixture("64_bf16_warm_eager"), lost)
     assert (comparison.baseline.content, comparison.trace.content) == ("GPU", "GPU not recorded")
-    # Its kernels' names are not known: no kernel is "only in the baseline".
+    # Its kernels' names and counts are not known: no kernel is "only in the baseline", and
+    # its counts are null, not 0.
     assert comparison.kernels_only_in_baseline == comparison.kernels_only_in_trace == []
+    lost_side = comparison.to_dict()["trace"]
+    assert (lost_side["kernels"], lost_side["launches"], lost_side["gpu_activities"]) == (
+        None,
+        None,
+        None,
+    )
     text = comparison.to_text()
     assert "content:  GPU | GPU not recorded" in text
     assert "the trace launched GPU work that it does not hold" in text
@@ -209,6 +216,7 @@ def test_a_trace_that_lost_its_gpu_records_is_not_called_cpu_only(make_trace) ->
     assert rows["kernels (whole trace)"] == ["6", "-"]  # not "0", with no "0.00×"
     assert rows["GPU activities (whole trace)"][1] == "-"
     assert text.count("not compared (no kernel recorded in the trace)") == 2
+    assert "trace:    not known (no GPU record to tell a launch by)" in text
     # Beside a run whose GPU work is recorded, nothing changes.
     whole = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile"))
     assert "not compared" not in whole.to_text() and whole.kernels_only_in_baseline
