@@ -382,6 +382,9 @@ class RankProfile(msgspec.Struct, frozen=True):
     host_collectives: bool = False
     """Whether :attr:`collectives` are a CPU backend's host ranges (Gloo's ``gloo:<op>``),
     read where the trace holds no collective kernel."""
+    host_collectives_in_groups: int = 0
+    """Gloo ranges not read as collectives because the trace records several process groups
+    (the ranges do not say whose they are)."""
 
     @property
     def label(self) -> str:
@@ -451,8 +454,15 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
             )
         )
     host_collectives = not calls
+    in_groups = 0
     if host_collectives:
         calls = _host_collective_calls(trace, origin)
+        if not calls and (trace.process_groups or 1) > 1:
+            in_groups = sum(
+                len(spans)
+                for name, spans in trace.by_name.items()
+                if name.startswith(HOST_COLLECTIVE_PREFIX)
+            )
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
     return RankProfile(
         file=str(trace.path) if file is None else file,
@@ -470,32 +480,40 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         recorded_to_us=origin
         + max(map(add, map(_START, trace.spans), map(_DURATION, trace.spans)), default=0.0),
         host_collectives=host_collectives and bool(calls),
+        host_collectives_in_groups=in_groups,
     )
+
+
+_HOST_COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+"""The Gloo collectives lined up across ranks: those in which every rank's range lasts until
+the last rank's part arrives. A rooted one's (broadcast, reduce, gather, scatter) may end on
+some ranks before another began (the root of a broadcast returns once it has sent)."""
 
 
 def _host_collective_calls(trace: Trace, origin: float) -> list[CollectiveCall]:
     """The collectives a CPU backend ran on the host (Gloo's ``gloo:<op>`` ranges on its
     worker threads), for a trace without collective kernels, in the order they began: each
     rank's k-th of an op is the same call. Their time runs from when a worker took the call
-    to when every rank's part arrived and the data had moved, so the wait for a late rank is
-    in it, as in a kernel's. Sends and receives are left out: the trace does not name their
-    peer."""
+    to when every rank's part had arrived and the data had moved, so the wait for a late
+    rank is in it, as in a kernel's. Only :data:`_HOST_COLLECTIVE_OPS`; none where the trace
+    records process groups besides the default one (the ranges do not say whose they are,
+    so the k-th call of an op may be another group's on another rank)."""
+    if (trace.process_groups or 1) > 1:
+        return []
     ranges = sorted(
         (
             span
             for name, spans in trace.by_name.items()
-            if name.startswith(HOST_COLLECTIVE_PREFIX)
+            if name.removeprefix(HOST_COLLECTIVE_PREFIX) in _HOST_COLLECTIVE_OPS
+            and name.startswith(HOST_COLLECTIVE_PREFIX)
             for span in spans
         ),
-        key=attrgetter("start"),
+        key=_START,
     )
     calls = []
     seen: dict[str, int] = {}
     for span in ranges:
         op = span.name.removeprefix(HOST_COLLECTIVE_PREFIX)
-        if op in ("send", "recv"):
-            continue
-        op = op if op in comm.OPERATIONS else "unknown"
         index = seen[op] = seen.get(op, -1) + 1
         calls.append(CollectiveCall("default", index, op, origin + span.start, span.dur))
     return calls
@@ -1096,12 +1114,21 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         notes.append(
             f"{whose} collectives are the Gloo backend's host ranges "
             "(gloo:<op>, from when a worker thread took the call to its end), read where a trace "
-            "holds no collective kernel; their sends and receives are left out (the trace "
-            "does not name their peer)"
+            "holds no collective kernel: its all_reduce, all_gather, reduce_scatter, all_to_all "
+            "and barrier calls (in a rooted one, broadcast or gather, a rank may return before "
+            "another arrives; a send or receive does not name its peer)"
         )
     apart = _recorded_apart(profiles, labels) if len(clocks) == 1 else None
     if apart and len(set(ranks)) == len(ranks):  # else the note on the same rank says it
         notes.append(apart)
+    grouped = [
+        label for label, p in zip(labels, profiles, strict=True) if p.host_collectives_in_groups
+    ]
+    if grouped:
+        notes.append(
+            f"the Gloo collectives of {', '.join(grouped)} are not lined up: the traces "
+            "record several process groups, and a Gloo range does not say whose it is"
+        )
     late = _late_start(profiles) if len(clocks) == 1 and not apart else None
     waits = _waits(profiles)
     matched = waits.matched

@@ -688,6 +688,9 @@ class Trace:
     """``distributedInfo.rank``: this process's rank in a distributed job, else ``None``."""
     world_size: int | None
     """``distributedInfo.world_size``, else ``None``."""
+    process_groups: int | None
+    """``distributedInfo.pg_count``: the process groups the rank had made when the trace was
+    written (the default one included), else ``None``."""
     renamed_categories: dict[str, str]
     """Legacy categories this file used, ``{written: current}`` (empty for today's traces),
     e.g. ``{"Kernel": "kernel"}`` for torch ~1.8; see :data:`LEGACY_CATEGORIES`."""
@@ -754,6 +757,7 @@ class Trace:
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
+        self.process_groups = _as_int(distributed.get("pg_count"))
         events, raw.events = raw.events, []
         self._build_spans(events)
 

@@ -911,6 +911,51 @@ def test_gloo_collectives_on_the_host_find_the_rank_the_others_wait_for(capsys) 
     assert not any("Gloo" in note for note in json.loads(out)["cross_rank"]["notes"])
 
 
+def _gloo_copy(directory: Path, change: Any) -> Path:
+    """The Gloo fixture's two ranks written into ``directory``, each document passed to
+    ``change`` first."""
+    for rank in (0, 1):
+        path = FIXTURES / "gloo" / "slow" / f"rank{rank}.json.gz"
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        change(document)
+        write_trace(directory / f"rank{rank}.json", document)
+    return directory
+
+
+def test_gloo_collectives_of_several_process_groups_are_not_lined_up(
+    tmp_path: Path, capsys
+) -> None:
+    # The ranges do not say whose group they are: the k-th all_reduce of one rank may be a
+    # sub-group's on another (a three-rank run with a group of two had its straggler named
+    # for 1 of 1 collectives).
+    def sub_group(document: dict[str, Any]) -> None:
+        document["distributedInfo"]["pg_count"] = 2
+
+    _, out, _ = run_cli(capsys, "summary", "--json", str(_gloo_copy(tmp_path, sub_group)))
+    report = json.loads(out)["cross_rank"]
+    assert [row["collectives"] for row in report["ranks"]] == [0, 0]
+    assert report["straggler"] is None and report["matched_collectives"] == 0
+    assert (
+        "the Gloo collectives of rank 0, rank 1 are not lined up: the traces record several "
+        "process groups, and a Gloo range does not say whose it is"
+    ) in report["notes"]
+
+
+def test_rooted_gloo_collectives_are_not_lined_up(tmp_path: Path) -> None:
+    # A broadcast's root returns once it has sent, before a late rank arrives: its ranges
+    # do not all last until the last arrival, so they are left out.
+    def broadcast_first(document: dict[str, Any]) -> None:
+        first = min(
+            (e for e in document["traceEvents"] if e.get("name") == "gloo:all_reduce"),
+            key=lambda e: e["ts"],
+        )
+        first["name"] = "gloo:broadcast"
+
+    loaded = profiles(_gloo_copy(tmp_path, broadcast_first))
+    assert [len(p.collectives) for p in loaded] == [4, 4]
+    assert all(c.op in ("all_reduce", "barrier") for p in loaded for c in p.collectives)
+
+
 @pytest.mark.parametrize("written", ["1GB", "lots", "0"])
 def test_a_size_limit_no_trace_can_be_read_under_is_a_usage_error(
     capsys, monkeypatch, tmp_path: Path, written: str
