@@ -1050,6 +1050,37 @@ def test_slow_step_sets_a_call_against_the_like_call_of_the_other_steps(make_tra
     )
 
 
+def test_slow_step_without_like_calls_sets_a_call_against_its_name_s_longest(make_trace) -> None:
+    # Step 3 takes a branch: an extra small addmm first, which shifts the positions, then
+    # the large layer's at its usual time, and 4,000 µs of host time outside every op. Set
+    # against the small layer's calls (its position's), the large one had been named.
+    def steps(large_in_3: float) -> list[dict[str, Any]]:
+        events = []
+        for n in range(5):
+            t = 10_000.0 * n
+            extra = 4_000.0 if n == 3 else 0.0
+            calls = ([20.0] if n == 3 else []) + [large_in_3 if n == 3 else 300.0 + n, 35.0]
+            events.append(
+                complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500 + extra + sum(calls))
+            )
+            at = t + 10
+            for dur in calls:
+                events.append(complete_event("aten::addmm", "cpu_op", at, dur))
+                at += dur + 5
+        return events
+
+    (finding,) = diagnose(make_trace(steps(310.0)), select=["slow-step"])
+    assert "slowest_op" not in finding.evidence
+    assert "runs outside every op" in finding.message
+    # Where the large call itself is slow, it is told against the longest of its name.
+    (finding,) = diagnose(make_trace(steps(4_300.0), name="slow.json"), select=["slow-step"])
+    assert finding.evidence["slowest_op"]["compared_with"] == "longest call"
+    assert (
+        "aten::addmm took 4300.0 µs against 304.0 µs, the longest call of its name in the "
+        "other steps (they call it a different number of times)"
+    ) in finding.message
+
+
 def test_slow_step_names_the_op_with_the_most_extra_not_the_deepest(make_trace) -> None:
     # Step 3: aten::index runs 3,000 µs more than usual; a nested convolution, 1,500 µs more.
     events = []

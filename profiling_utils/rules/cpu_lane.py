@@ -83,6 +83,7 @@ which ``intra-step-gap`` reads.)"""
 
 _GROUPS_REPORTED = 5
 _START = attrgetter("start")
+_DUR = attrgetter("dur")
 
 
 def _other_median(values: dict[int, float], skip: int) -> float | None:
@@ -162,8 +163,8 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         share = (slowest["dur_us"] - slowest["typical_us"]) / extra
         message += (
             f"; the runtime call furthest above its usual time, {slowest['name']}, took "
-            f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
-            f"steps ({percent(share)} of the extra {extra:.1f} µs)"
+            f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
+            f"extra {extra:.1f} µs)"
         )
     yield message + ".", evidence
 
@@ -236,8 +237,8 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         share = (slowest["dur_us"] - slowest["typical_us"]) / extra
         reasons.append(
             f"the runtime call furthest above its usual time, {slowest['name']}, took "
-            f"{slowest['dur_us']:.1f} µs against {slowest['typical_us']:.1f} µs in the other "
-            f"steps ({percent(share)} of the extra {extra:.1f} µs)"
+            f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
+            f"extra {extra:.1f} µs)"
         )
     op = _slowest_op(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
     if op is not None:
@@ -249,9 +250,8 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
             else ""
         )
         reasons.append(
-            f"{short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against "
-            f"{op['typical_us']:.1f} µs in the other steps ({percent(share)} of the extra)"
-            f"{first}"
+            f"{short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against {_usual(op)} "
+            f"({percent(share)} of the extra){first}"
         )
     busy = {t.step: t.gpu_busy_us for t in facts.step_times}
     usual_busy = _other_median(busy, number)
@@ -275,15 +275,21 @@ _SLOW_STEP_COMPARED = 20
 (those nearest it)."""
 
 
+_LIKE = "like calls"
+_LONGEST = "longest call"
+
+
 def _in_step_and_elsewhere(
     facts: Facts, spans: list[Span], number: int
-) -> list[tuple[Span, list[float]]]:
+) -> list[tuple[Span, list[float], str]]:
     """``spans`` in step ``number``, each with the durations of its like calls in the other
-    steps: the call of its name at the same position among that name's calls in the step,
-    where other steps have one (a layer's first ``aten::addmm`` against the first of the
-    others, not against a smaller layer's), else every call of its name there."""
+    steps: where every step calls its name as often, the call at the same position among
+    them (a layer's first ``aten::addmm`` against the first of the others, not against a
+    smaller layer's); else the calls of its name with its input shapes, where recorded (a
+    branch taken in one step shifts the positions); else, not knowing which is its like, the
+    longest call of its name there (a call beyond that is beyond any of them)."""
     in_step: list[Span] = []
-    elsewhere: dict[str, list[float]] = {}
+    elsewhere: dict[str, list[Span]] = {}
     by_role: dict[tuple[str, int], list[float]] = {}
     position: dict[tuple[int, str], int] = {}
     roles = []
@@ -297,13 +303,35 @@ def _in_step_and_elsewhere(
             in_step.append(span)
             roles.append(index)
         else:
-            elsewhere.setdefault(span.name, []).append(span.dur)
+            elsewhere.setdefault(span.name, []).append(span)
             by_role.setdefault((span.name, index), []).append(span.dur)
-    like = [
-        (span, by_role.get((span.name, index)) or elsewhere.get(span.name, []))
-        for span, index in zip(in_step, roles, strict=True)
-    ]
+    counts: dict[str, set[int]] = {}
+    for (_, name), index in position.items():
+        counts.setdefault(name, set()).add(index)
+    like = []
+    for span, index in zip(in_step, roles, strict=True):
+        others = elsewhere.get(span.name, [])
+        if len(counts[span.name]) == 1:  # every step calls it as often
+            usual = by_role.get((span.name, index), [])
+        else:
+            shapes = input_shapes(span)
+            usual = [other.dur for other in others if input_shapes(other) == shapes]
+            if shapes is None or not usual:
+                usual = [max(map(_DUR, others))] if others else []
+                like.append((span, usual, _LONGEST))
+                continue
+        like.append((span, usual, _LIKE))
     return like
+
+
+def _usual(found: dict[str, Any]) -> str:
+    """What a slow call was set against, in words: ``"40.0 µs in the other steps"``."""
+    if found["compared_with"] == _LONGEST:
+        return (
+            f"{found['typical_us']:.1f} µs, the longest call of its name in the other steps "
+            "(they call it a different number of times)"
+        )
+    return f"{found['typical_us']:.1f} µs in the other steps"
 
 
 def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
@@ -312,18 +340,19 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
     beyond its own (the outer ops hold their inner calls' excess too), with ``new_shapes``:
     whether no earlier call of the op had its input shapes."""
     in_step = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
-    over: dict[int, tuple[float, Span, float]] = {}  # id -> (excess, call, typical)
-    for op, usual in in_step:
+    # id -> (excess, call, typical, what it is set against)
+    over: dict[int, tuple[float, Span, float, str]] = {}
+    for op, usual, against in in_step:
         if not usual or op.dur - least_us < min(usual):
             continue  # cheap: even against its quickest other call, not enough
         typical = median(usual)
         if op.dur - typical >= least_us:
-            over[op.id] = (op.dur - typical, op, typical)
+            over[op.id] = (op.dur - typical, op, typical, against)
     if not over:
         return None
     # The call with the most excess, then down the calls inside it that hold enough of it
     # themselves (the outer ones hold their inner calls' excess too).
-    excess, op, typical = max(over.values(), key=lambda entry: entry[0])
+    excess, op, typical, against = max(over.values(), key=lambda entry: entry[0])
     inside = [
         entry
         for entry in over.values()
@@ -331,25 +360,25 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
         and any(ancestor.id == op.id for ancestor in facts.trace.ancestors(entry[1]))
     ]
     if inside:
-        _, op, typical = max(inside, key=lambda entry: (entry[1].depth, entry[0]))
+        _, op, typical, against = max(inside, key=lambda entry: (entry[1].depth, entry[0]))
     shapes = input_shapes(op)
     new = shapes is not None and not any(
         earlier.start < op.start and input_shapes(earlier) == shapes
         for earlier in facts.trace.by_name.get(op.name, [])
     )
-    return {**span_ref(op), "typical_us": us(typical), "new_shapes": new}
+    return {**span_ref(op), "typical_us": us(typical), "compared_with": against, "new_shapes": new}
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
     """The runtime call of step ``number`` that ran longest beyond its usual duration."""
     in_step = _in_step_and_elsewhere(facts, facts.trace.runtime_calls, number)
     best, best_excess = None, 0.0
-    for call, usual in in_step:
+    for call, usual, against in in_step:
         if usual:
             typical = median(usual)
             if call.dur - typical > best_excess:
                 best_excess = call.dur - typical
-                best = {**span_ref(call), "typical_us": us(typical)}
+                best = {**span_ref(call), "typical_us": us(typical), "compared_with": against}
     return best
 
 
