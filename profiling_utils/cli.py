@@ -48,7 +48,8 @@ Commands:
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
       without them; ``lane_offset_us`` runs from the step's first launch call to that
       work's start on the GPU, ``dead_window_us`` from the first label directly inside the
-      step to its first ``aten::`` op (:func:`profiling_utils.measures.dead_windows`);
+      step to its first ``aten::`` op, less the time in labels inside it that closed before
+      that op (:attr:`profiling_utils.measures.DeadWindow.dead_us`);
       ``gpu_busy_us`` is the union of the step's own work wherever it ran
       (a GPU running behind the CPU runs it past the window, so it may exceed
       ``gpu_window_us``); the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
@@ -378,7 +379,7 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     offsets = {o.step: o.offset_us for o in measures.lane_offset(trace)}
     dead = {}
     for window in measures.dead_windows(trace):
-        dead.setdefault(window.step, window.gap_us)
+        dead.setdefault(window.step, window.dead_us)
     delays: dict[int, list[float]] = {}
     for delay in measures.launch_delays(trace):
         if delay.step is not None:
@@ -697,8 +698,8 @@ _STEPS_LEGEND = [
     "  share of its GPU window (its CPU window, moved past earlier GPU work and stretched",
     "  to its own last work) in which no stream ran. lane off.: from its first launch call",
     "  to that work's start on the GPU. dead win.: from a label's start to its first ATen",
-    "  op. delay: launch call to GPU start, median and longest. gaps: the GPU's idle",
-    "  stretches in its work.)",
+    "  op, less the time in labels inside it that closed before that op. delay: launch",
+    "  call to GPU start, median and longest. gaps: the GPU's idle stretches in its work.)",
 ]
 
 

@@ -554,6 +554,11 @@ class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     longest_label: Span | None = None
     """The longest of those labels, if any."""
 
+    @property
+    def dead_us(self) -> float:
+        """:attr:`gap_us` less :attr:`in_labels_us`: the time before dispatch began."""
+        return self.gap_us - self.in_labels_us
+
 
 def _first_op_and_labels(trace: Trace, outer: Span) -> tuple[Span | None, list[Span]]:
     """The earliest ``aten::`` op nested in ``outer`` on its lane, and the labels nested in

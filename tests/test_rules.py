@@ -1385,6 +1385,23 @@ def test_dead_window_leaves_the_data_loader_s_wait_to_its_own_rule(make_trace) -
             complete_event("aten::empty", "cpu_op", t + 1 + wait, 50),
         ]
     assert diagnose(make_trace(events), select=["dead-window"]) == []
+    # The same fetch inside the step's own label (next() in the loop's body): the label's
+    # first op is the loader's, and its wait is still not a dead window.
+    nested = []
+    for k in range(4):
+        t = 20_000.0 * k
+        wait = 5_000.0 if k == 2 else 5.0
+        nested += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 15_000),
+            complete_event("body", "user_annotation", t + 1, 14_000),
+            complete_event(label, "user_annotation", t + 2, wait + 60),
+            complete_event("aten::empty", "cpu_op", t + 2 + wait, 50),
+            complete_event("aten::linear", "cpu_op", t + 200 + wait, 50),
+        ]
+    path = make_trace(nested, name="nested.json")
+    assert diagnose(path, select=["dead-window"]) == []
+    windows = measures.dead_windows(load_trace(path))
+    assert [w.first_op.name for w in windows] == ["aten::empty"] * 4  # measured all the same
 
 
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:

@@ -396,12 +396,12 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
     for window in measures.dead_windows(facts.trace):
-        if window.annotation.name.startswith(DATA_LOADER_PREFIX):
+        if _fetching_a_batch(facts, window):
             continue  # waiting for a batch before its first op: data-loader's to read
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
     for label, windows in by_label.items():
         # Time in labels of the program's own that closed before the first op is not dead.
-        gaps = {number: window.gap_us - window.in_labels_us for number, window in windows.items()}
+        gaps = {number: window.dead_us for number, window in windows.items()}
         if len(gaps) < 2:
             continue
         # The quickest other step's gap: the quickest, or for the quickest step the next.
@@ -455,6 +455,19 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "steps_standing_out": len(standing_out),
                 },
             )
+
+
+def _fetching_a_batch(facts: Facts, window: measures.DeadWindow) -> bool:
+    """Whether the window's label is a data loader's, or its first op runs inside one (the
+    fetch of the step's batch, ``next()`` inside the step's own label)."""
+    if window.annotation.name.startswith(DATA_LOADER_PREFIX):
+        return True
+    for ancestor in facts.trace.ancestors(window.first_op):
+        if ancestor.id == window.annotation.id:
+            return False
+        if ancestor.name.startswith(DATA_LOADER_PREFIX):
+            return True
+    return False
 
 
 _DEAD_WINDOWS_REPORTED = 5
