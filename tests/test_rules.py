@@ -32,7 +32,7 @@ from conftest import (
     write_trace,
 )
 
-from profiling_utils import Finding, TraceError, diagnose, load_trace, measures
+from profiling_utils import Finding, TraceError, cli, diagnose, load_trace, measures
 from profiling_utils.comm import collectives
 from profiling_utils.rules import (
     RULES,
@@ -1371,6 +1371,9 @@ def test_dead_window_leaves_out_the_time_in_labels_that_close_before_the_first_o
     (window,) = [w for w in measures.dead_windows(load_trace(make_trace(events))) if w.step == 2]
     assert window.gap_us == pytest.approx(10_006.0)  # the measure itself is unchanged
     assert (window.in_labels_us, window.longest_label.name) == (10_000.0, "fetch_batch")
+    # summary's column reads the same time as the rule.
+    steps = cli.summarize(load_trace(make_trace(events)))["steps"]
+    assert [s["dead_window_us"] for s in steps] == pytest.approx([6.0, 6.0, 6.0, 301.0])
 
 
 def test_dead_window_leaves_the_data_loader_s_wait_to_its_own_rule(make_trace) -> None:
