@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -648,7 +649,7 @@ def gpu_gaps(trace: Trace, min_gap_us: float = 0.0) -> list[GpuGap]:
     Returns:
         The gaps, step by step, each step's in time order.
     """
-    idle = _idle_stretches(trace.gpu_work)
+    idle = _idle_stretches_of(trace)
     results = []
     for step in trace.steps:
         for device, work in _work_by_device(step.gpu_work).items():
@@ -678,12 +679,11 @@ def gpu_gaps_between_steps(trace: Trace) -> list[GpuGap]:
     Returns:
         The gaps, in step order.
     """
-    idle = _idle_stretches(trace.gpu_work)
+    idle = _idle_stretches_of(trace)
     results = []
-    steps = trace.steps
-    for step, following in pairwise(steps):
-        later = _work_by_device(following.gpu_work)
-        for device, work in _work_by_device(step.gpu_work).items():
+    by_step = [_work_by_device(step.gpu_work) for step in trace.steps]
+    for (step, _), (mine, later) in zip(pairwise(trace.steps), pairwise(by_step), strict=True):
+        for device, work in mine.items():
             stretches = idle.get(device)
             if not stretches or device not in later:
                 continue
@@ -695,6 +695,23 @@ def gpu_gaps_between_steps(trace: Trace) -> list[GpuGap]:
                 before = found[index][0]
                 results.append(GpuGap(step.number, device, before, first, first.start - last_end))
     return results
+
+
+# A trace's idle stretches, kept while the trace lives: gpu_gaps and gpu_gaps_between_steps
+# both read them, and on a large trace the pass over every activity is their main cost.
+_IDLE_STRETCHES: weakref.WeakKeyDictionary[
+    Trace, dict[int | None, tuple[list[float], list[tuple[Span, Span]]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _idle_stretches_of(
+    trace: Trace,
+) -> dict[int | None, tuple[list[float], list[tuple[Span, Span]]]]:
+    """:func:`_idle_stretches` of the trace's GPU work, computed once per trace."""
+    found = _IDLE_STRETCHES.get(trace)
+    if found is None:
+        found = _IDLE_STRETCHES[trace] = _idle_stretches(trace.gpu_work)
+    return found
 
 
 def _idle_stretches(
