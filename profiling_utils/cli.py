@@ -48,8 +48,9 @@ Commands:
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
       without them; ``lane_offset_us`` runs from the step's first launch call to that
       work's start on the GPU, ``dead_window_us`` from the first label directly inside the
-      step to its first ``aten::`` op, less the time in labels inside it that closed before
-      that op (:attr:`profiling_utils.measures.DeadWindow.dead_us`);
+      step (not a data loader's) to its first ``aten::`` op, or to the data loader's fetch
+      that holds it, less the time in labels inside it that closed before then
+      (:attr:`profiling_utils.measures.DeadWindow.dead_us`);
       ``gpu_busy_us`` is the union of the step's own work wherever it ran
       (a GPU running behind the CPU runs it past the window, so it may exceed
       ``gpu_window_us``); the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
@@ -698,8 +699,9 @@ _STEPS_LEGEND = [
     "  share of its GPU window (its CPU window, moved past earlier GPU work and stretched",
     "  to its own last work) in which no stream ran. lane off.: from its first launch call",
     "  to that work's start on the GPU. dead win.: from a label's start to its first ATen",
-    "  op, less the time in labels inside it that closed before that op. delay: launch",
-    "  call to GPU start, median and longest. gaps: the GPU's idle stretches in its work.)",
+    "  op (or to fetching a batch), less labels inside it that closed before then. delay:",
+    "  launch call to GPU start, median and longest. gaps: the GPU's idle stretches in its",
+    "  work.)",
 ]
 
 

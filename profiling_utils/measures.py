@@ -537,6 +537,10 @@ def lane_offset(trace: Trace) -> list[LaneOffset]:
     return results
 
 
+DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
+"""The label torch writes around each ``next()`` of a ``DataLoader`` iterator."""
+
+
 class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     """The gap between a ``record_function`` label's start and the first ATen op inside it."""
 
@@ -549,32 +553,39 @@ class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     gap_us: float
     """``first_op.start - annotation.start``: CPU time in the label before any ATen work."""
     in_labels_us: float = 0.0
-    """Of :attr:`gap_us`, the time inside ``record_function`` labels nested in the label
-    that closed before :attr:`first_op` (the program's own labelled code, such as fetching a
-    batch, ran then: not time before dispatch)."""
+    """Of the time before dispatch could begin (up to :attr:`first_op`, or to
+    :attr:`data_loader`), the time inside ``record_function`` labels nested in the label that
+    closed before it (the program's own labelled code ran then, not dispatch)."""
     longest_label: Span | None = None
     """The longest of those labels, if any."""
+    data_loader: Span | None = None
+    """The data loader's label (``next()`` on a ``DataLoader``) that holds :attr:`first_op`,
+    nested in the label: fetching the batch is the loader's time, so the window ends where
+    it begins."""
 
     @property
     def dead_us(self) -> float:
-        """:attr:`gap_us` less :attr:`in_labels_us`: the time before dispatch began."""
-        return self.gap_us - self.in_labels_us
+        """From the label's start to its first op (or to the data loader's fetch that holds
+        it), less :attr:`in_labels_us`: the time before dispatch began."""
+        end = self.first_op.start if self.data_loader is None else self.data_loader.start
+        return end - self.annotation.start - self.in_labels_us
 
 
 def _first_op_and_labels(trace: Trace, outer: Span) -> tuple[Span | None, list[Span]]:
     """The earliest ``aten::`` op nested in ``outer`` on its lane, and the labels nested in
-    ``outer`` that closed before it began."""
+    ``outer`` that began before it, in start order."""
     labels = []
     for span in trace.within(outer):
         if span.cat == "cpu_op" and span.name.startswith("aten::"):
-            return span, [label for label in labels if label.end <= span.start]
+            return span, labels
         if span.cat == "user_annotation":
             labels.append(span)
     return None, []
 
 
 def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
-    """The post's "dead window" in every step.
+    """The post's "dead window" in every step. A data loader's own label (the loop's
+    ``next()`` directly in the step) is no such window: its wait is the fetch.
 
     Args:
         trace: The trace.
@@ -587,7 +598,7 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
         step_ids = {step.span.id: id(step) for step in trace.steps}
         for annotation in trace.annotations:
             key = step_ids.get(annotation.parent) if annotation.parent is not None else None
-            if key is not None:
+            if key is not None and not annotation.name.startswith(DATA_LOADER_PREFIX):
                 by_step.setdefault(key, []).append(annotation)
     else:
         for annotation in trace.by_name.get(label, ()):
@@ -598,17 +609,30 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
     for step in trace.steps:
         for annotation in by_step.get(id(step), ()):
             first, labels = _first_op_and_labels(trace, annotation)
-            if first is not None:
-                results.append(
-                    DeadWindow(
-                        step.number,
-                        annotation,
-                        first,
-                        first.start - annotation.start,
-                        union_us(labels),
-                        max(labels, key=_DUR, default=None),
-                    )
+            if first is None:
+                continue
+            # A data loader's label around the first op: the window ends where it begins.
+            loader = next(
+                (
+                    held
+                    for held in labels
+                    if held.name.startswith(DATA_LOADER_PREFIX) and held.end >= first.end
+                ),
+                None,
+            )
+            end = first.start if loader is None else loader.start
+            closed = [held for held in labels if held.end <= end]
+            results.append(
+                DeadWindow(
+                    step.number,
+                    annotation,
+                    first,
+                    first.start - annotation.start,
+                    union_us(closed),
+                    max(closed, key=_DUR, default=None),
+                    loader,
                 )
+            )
     return results
 
 

@@ -1405,6 +1405,23 @@ def test_dead_window_leaves_the_data_loader_s_wait_to_its_own_rule(make_trace) -
     assert diagnose(path, select=["dead-window"]) == []
     windows = measures.dead_windows(load_trace(path))
     assert [w.first_op.name for w in windows] == ["aten::empty"] * 4  # measured all the same
+    assert [w.dead_us for w in windows] == [1.0] * 4  # up to the fetch, not through it
+    # Host time before the fetch begins is the label's own, and is told.
+    before = []
+    for k in range(4):
+        t = 20_000.0 * k
+        spin = 4_000.0 if k == 2 else 10.0
+        before += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 15_000),
+            complete_event("body", "user_annotation", t + 1, 14_000),
+            complete_event(label, "user_annotation", t + 1 + spin, 65),
+            complete_event("aten::empty", "cpu_op", t + 6 + spin, 50),
+        ]
+    (finding,) = diagnose(make_trace(before, name="before.json"), select=["dead-window"])
+    assert finding.evidence["step"] == 2 and finding.evidence["gap_us"] == 4_000.0
+    assert "4000.0 µs pass between entering 'body' and fetching a batch (enumerate(" in (
+        finding.message
+    )
 
 
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:

@@ -13,7 +13,6 @@ from .. import measures
 from ..tables import percent
 from ..trace import Span, input_shapes
 from .facts import (
-    DATA_LOADER_PREFIX,
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
     MEMCPY_CALL_PREFIXES,
@@ -396,8 +395,6 @@ def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
 def dead_window(facts: Facts) -> Iterator[Hit]:
     by_label: dict[str, dict[int, measures.DeadWindow]] = {}
     for window in measures.dead_windows(facts.trace):
-        if _fetching_a_batch(facts, window):
-            continue  # waiting for a batch before its first op: data-loader's to read
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
     for label, windows in by_label.items():
         # Time in labels of the program's own that closed before the first op is not dead.
@@ -438,9 +435,14 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     f" (besides {window.in_labels_us:.1f} µs in labels inside it, "
                     f"{window.longest_label.name!r} the longest)"
                 )
+            until = (
+                window.first_op.name
+                if window.data_loader is None
+                else f"fetching a batch ({short_name(window.data_loader.name, 48)})"
+            )
             yield (
                 f"In {step_label(number)}, {gap:.1f} µs pass between entering {label!r} and "
-                f"{window.first_op.name}{besides}, against {typical:.1f} µs in the quickest "
+                f"{until}{besides}, against {typical:.1f} µs in the quickest "
                 f"other step{times}{later}{widest}.",
                 {
                     "step": number,
@@ -455,19 +457,6 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "steps_standing_out": len(standing_out),
                 },
             )
-
-
-def _fetching_a_batch(facts: Facts, window: measures.DeadWindow) -> bool:
-    """Whether the window's label is a data loader's, or its first op runs inside one (the
-    fetch of the step's batch, ``next()`` inside the step's own label)."""
-    if window.annotation.name.startswith(DATA_LOADER_PREFIX):
-        return True
-    for ancestor in facts.trace.ancestors(window.first_op):
-        if ancestor.id == window.annotation.id:
-            return False
-        if ancestor.name.startswith(DATA_LOADER_PREFIX):
-            return True
-    return False
 
 
 _DEAD_WINDOWS_REPORTED = 5
@@ -806,7 +795,7 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
     trace = facts.trace
     loaders = [
         span
-        for span in trace.find(prefix=DATA_LOADER_PREFIX)
+        for span in trace.find(prefix=measures.DATA_LOADER_PREFIX)
         if span.cat == "user_annotation" and span.lane.kind == "cpu"
     ]
     steps = facts.steps

@@ -153,9 +153,6 @@ def is_aten_kernel(kernel: Span) -> bool:
     return "at::native::" in kernel.name
 
 
-DATA_LOADER_PREFIX = "enumerate(DataLoader)#"
-"""The label torch writes around each ``next()`` of a ``DataLoader`` iterator."""
-
 GEMM_HELPER_KERNELS = (
     "splitKreduce_kernel",
     "_execute_split_k_kernel",

@@ -20,7 +20,6 @@ from ..tables import percent
 from ..trace import LAUNCH_CATEGORIES, Span, Step, Trace
 from .facts import (
     BIAS_MATMUL_OPS,
-    DATA_LOADER_PREFIX,
     MATMUL_OPS,
     Copy,
     Facts,
@@ -416,7 +415,7 @@ def _closing_syncs(
     kept = {step.number for step in facts.steps}
     loaders = [
         span
-        for span in trace.find(prefix=DATA_LOADER_PREFIX)
+        for span in trace.find(prefix=measures.DATA_LOADER_PREFIX)
         if span.cat == "user_annotation" and span.lane.kind == "cpu"
     ]
     loader_starts = [span.start for span in loaders]  # find() gives them in start order
