@@ -696,12 +696,11 @@ def _counts(counter: dict[str, int]) -> str:
 
 _STEPS_LEGEND = [
     "  (CPU: the step's window. GPU busy: its launched work's time on the GPU. idle: the",
-    "  share of its GPU window (its CPU window, moved past earlier GPU work and stretched",
-    "  to its own last work) in which no stream ran. lane off.: from its first launch call",
-    "  to that work's start on the GPU. dead win.: from a label's start to its first ATen",
-    "  op (or to fetching a batch), less labels inside it that closed before then. delay:",
-    "  launch call to GPU start, median and longest. gaps: the GPU's idle stretches in its",
-    "  work.)",
+    "  share of its GPU window (its CPU window, moved past earlier GPU work and stretched to",
+    "  its own last work) in which no stream ran. lane off.: from its first launch call to",
+    "  that work's start on the GPU. dead win.: from a label's start to its first ATen op (or",
+    "  to fetching a batch), less labels inside it that closed before then. delay: launch",
+    "  call to GPU start, median and longest. gaps: the GPU's idle stretches in its work.)",
 ]
 
 
