@@ -1108,6 +1108,20 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "wait counted here may be for a rank not given, and a straggler named is the "
             "latest of the ranks given"
         )
+    if any(p.host_collectives_in_groups for p in profiles):
+        # One rank's Gloo ranges cannot be told by group: none lines up with its others'
+        # either (a rank outside the sub-group records the world's calls alone).
+        profiles = [
+            msgspec.structs.replace(
+                p,
+                collectives=(),
+                host_collectives=False,
+                host_collectives_in_groups=p.host_collectives_in_groups or len(p.collectives),
+            )
+            if p.host_collectives or p.host_collectives_in_groups
+            else p
+            for p in profiles
+        ]
     on_host = [label for label, p in zip(labels, profiles, strict=True) if p.host_collectives]
     if on_host:
         whose = "the ranks'" if len(on_host) == len(profiles) else f"{', '.join(on_host)}'s"
@@ -1127,7 +1141,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     if grouped:
         notes.append(
             f"the Gloo collectives of {', '.join(grouped)} are not lined up: the traces "
-            "record several process groups, and a Gloo range does not say whose it is"
+            "record several process groups, and a Gloo range does not say whose it is (a "
+            "rank's k-th all_reduce may be another group's on another rank)"
         )
     late = _late_start(profiles) if len(clocks) == 1 and not apart else None
     waits = _waits(profiles)

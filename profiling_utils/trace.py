@@ -689,8 +689,10 @@ class Trace:
     world_size: int | None
     """``distributedInfo.world_size``, else ``None``."""
     process_groups: int | None
-    """``distributedInfo.pg_count``: the process groups the rank had made when the trace was
-    written (the default one included), else ``None``."""
+    """The process groups the trace records (the default one included): the larger of
+    ``distributedInfo.pg_count`` and the groups ``pg_config`` lists (torch counts in
+    ``pg_count`` only the groups it names itself, not those made with
+    ``use_local_synchronization`` or ``split_group``); ``None`` where it records neither."""
     renamed_categories: dict[str, str]
     """Legacy categories this file used, ``{written: current}`` (empty for today's traces),
     e.g. ``{"Kernel": "kernel"}`` for torch ~1.8; see :data:`LEGACY_CATEGORIES`."""
@@ -757,7 +759,16 @@ class Trace:
         distributed = distributed if isinstance(distributed, dict) else {}
         self.rank = _as_int(distributed.get("rank"))
         self.world_size = _as_int(distributed.get("world_size"))
-        self.process_groups = _as_int(distributed.get("pg_count"))
+        listed = distributed.get("pg_config")
+        counts = [
+            count
+            for count in (
+                _as_int(distributed.get("pg_count")),
+                len(listed) if isinstance(listed, list) else None,
+            )
+            if count is not None
+        ]
+        self.process_groups = max(counts) if counts else None
         events, raw.events = raw.events, []
         self._build_spans(events)
 

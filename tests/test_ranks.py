@@ -937,8 +937,30 @@ def test_gloo_collectives_of_several_process_groups_are_not_lined_up(
     assert report["straggler"] is None and report["matched_collectives"] == 0
     assert (
         "the Gloo collectives of rank 0, rank 1 are not lined up: the traces record several "
-        "process groups, and a Gloo range does not say whose it is"
+        "process groups, and a Gloo range does not say whose it is (a rank's k-th all_reduce "
+        "may be another group's on another rank)"
     ) in report["notes"]
+
+
+def test_gloo_sub_groups_that_pg_count_leaves_out_are_counted_from_pg_config(
+    tmp_path: Path, capsys
+) -> None:
+    # A group made with use_local_synchronization is listed in pg_config, not counted in
+    # pg_count, and only by its members: rank 1 here. Rank 0, outside it, records the
+    # world's calls alone, and its ranges are not lined up either.
+    def sub_group_of_rank_1(document: dict[str, Any]) -> None:
+        info = document["distributedInfo"]
+        if info["rank"] == 1:
+            info["pg_config"].append({"pg_name": "9f3c", "pg_size": 1, "ranks": [1]})
+
+    directory = _gloo_copy(tmp_path, sub_group_of_rank_1)
+    assert [load_trace(path).process_groups for path in trace_files([directory])] == [1, 2]
+    _, out, _ = run_cli(capsys, "summary", "--json", str(directory))
+    report = json.loads(out)["cross_rank"]
+    assert [row["collectives"] for row in report["ranks"]] == [0, 0]
+    assert report["matched_collectives"] == 0 and report["straggler"] is None
+    (note,) = [n for n in report["notes"] if "Gloo" in n]
+    assert note.startswith("the Gloo collectives of rank 0, rank 1 are not lined up")
 
 
 def test_rooted_gloo_collectives_are_not_lined_up(tmp_path: Path) -> None:
