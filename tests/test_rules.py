@@ -1081,6 +1081,35 @@ def test_slow_step_without_like_calls_sets_a_call_against_its_name_s_longest(mak
     ) in finding.message
 
 
+def test_slow_step_does_not_take_a_factory_op_s_empty_shapes_for_like_calls(make_trace) -> None:
+    # record_shapes on aten::randn: every call records empty dims, large or small. Step 3
+    # makes one more small tensor and spins 25 ms outside every op; its large randn runs at
+    # its usual time, and is not to be set against the small ones.
+    events = []
+    for n in range(5):
+        t = 100_000.0 * n
+        sizes = ([40.0] if n == 3 else []) + [40.0, 7_000.0 + 10 * n, 40.0]
+        spin = 25_000.0 if n == 3 else 0.0
+        events.append(
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 500 + spin + sum(sizes))
+        )
+        at = t + 10
+        for dur in sizes:
+            events.append(
+                complete_event(
+                    "aten::randn",
+                    "cpu_op",
+                    at,
+                    dur,
+                    **{"Input Dims": [[], [], [], [], []], "Input type": ["", "", "", "", ""]},
+                )
+            )
+            at += dur + 5
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert "slowest_op" not in finding.evidence
+    assert "runs outside every op" in finding.message
+
+
 def test_slow_step_names_the_op_with_the_most_extra_not_the_deepest(make_trace) -> None:
     # Step 3: aten::index runs 3,000 µs more than usual; a nested convolution, 1,500 µs more.
     events = []

@@ -274,6 +274,14 @@ _SLOW_STEP_COMPARED = 20
 (those nearest it)."""
 
 
+def _tensor_shapes(span: Span) -> Any:
+    """The input shapes ``span`` recorded, where one of its inputs is a tensor with sizes;
+    ``None`` otherwise: a factory op (``aten::randn``, ``aten::zeros``) records empty
+    dims for every call, whatever it makes, so they would all look alike."""
+    shapes = input_shapes(span)
+    return shapes if shapes is not None and any(shapes.dims) else None
+
+
 _LIKE = "like calls"
 _LONGEST = "longest call"
 
@@ -313,8 +321,8 @@ def _in_step_and_elsewhere(
         if len(counts[span.name]) == 1:  # every step calls it as often
             usual = by_role.get((span.name, index), [])
         else:
-            shapes = input_shapes(span)
-            usual = [other.dur for other in others if input_shapes(other) == shapes]
+            shapes = _tensor_shapes(span)
+            usual = [other.dur for other in others if _tensor_shapes(other) == shapes]
             if shapes is None or not usual:
                 usual = [max(map(_DUR, others))] if others else []
                 like.append((span, usual, _LONGEST))
