@@ -1105,7 +1105,8 @@ JSON (--json): one object
                    exposed_communication_us};
                    content is "GPU", "accelerator not read", "GPU not recorded" (launch
                    or copy calls, or GPU lanes, but no kernel, copy or memset in the
-                   trace: its kernels, launches and gpu_activities are then null, and
+                   trace: its kernels, launches, gpu_activities, collectives and
+                   launch_apis are then null, and
                    no kernel name is listed as only in one trace), "CPU only", "profiler
                    only" (the profiler's own events alone) or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or

@@ -93,14 +93,16 @@ class RunSummary:
     """Kernels launched from inside steps, per step."""
     launches_per_step: float | None
     """Launch calls made inside steps, per step."""
-    launch_apis: dict[str, int]
-    """Launch calls by name (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``...)."""
+    launch_apis: dict[str, int] | None
+    """Launch calls by name (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``...);
+    ``None`` where the GPU work was not recorded."""
     compiled: bool
     """Whether the trace shows ``torch.compile`` activity."""
     cuda_graph_launches: int
     """``cudaGraphLaunch`` calls."""
-    collectives: int
-    """Communication kernels (NCCL, RCCL collectives) in the whole trace."""
+    collectives: int | None
+    """Communication kernels (NCCL, RCCL collectives) in the whole trace; ``None`` where the
+    GPU work was not recorded."""
     median_step_communication_us: float | None
     """Median over the steps of the time at least one collective kernel runs (union), µs;
     ``None`` without collectives or steps. Part of the step's GPU busy time: a rank waiting in
@@ -382,7 +384,7 @@ def _ratio(value: float) -> str:
 
 
 def _launch_apis(side: RunSummary) -> str:
-    if side.content == _NOT_RECORDED:
+    if side.launch_apis is None:
         return "not known (no GPU record to tell a launch by)"
     return ", ".join(f"{name} ×{count}" for name, count in side.launch_apis.items()) or "none"
 
@@ -429,10 +431,12 @@ def _summary(facts: Facts) -> RunSummary:
         gpu_activities=None if unrecorded else len(trace.gpu_work),
         kernels_per_step=step_kernels / steps if steps else None,
         launches_per_step=len(in_steps) / steps if steps else None,
-        launch_apis=dict(Counter(launch.call.name for launch in facts.launches).most_common()),
+        launch_apis=None
+        if unrecorded
+        else dict(Counter(launch.call.name for launch in facts.launches).most_common()),
         compiled=info.is_compiled,
         cuda_graph_launches=len(info.cuda_graph_launches),
-        collectives=len(trace.communication),
+        collectives=None if unrecorded else len(trace.communication),
         median_step_communication_us=communication,
         median_step_exposed_communication_us=exposed,
         communication_us=None if total is None else total.communication_us,
