@@ -1129,8 +1129,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             f"{whose} collectives are the Gloo backend's host ranges "
             "(gloo:<op>, from when a worker thread took the call to its end), read where a trace "
             "holds no collective kernel: its all_reduce, all_gather, reduce_scatter, all_to_all "
-            "and barrier calls (in a rooted one, broadcast or gather, a rank may return before "
-            "another arrives; a send or receive does not name its peer)"
+            "and barrier calls (not the rooted ones, broadcast or gather, in which a rank need "
+            "not wait for the last to arrive, nor sends and receives, which do not name their "
+            "peer)"
         )
     apart = _recorded_apart(profiles, labels) if len(clocks) == 1 else None
     if apart and len(set(ranks)) == len(ranks):  # else the note on the same rank says it
@@ -1154,9 +1155,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         )
     if waits.apart:
         notes.append(
-            f"{waits.apart} collective(s) left out: their kernels do not overlap across ranks, "
-            "so they are not one call (the traces start at different collectives, or the "
-            "hosts' clocks disagree)"
+            f"{waits.apart} collective(s) left out: they do not overlap in time across ranks, "
+            "so they are not one call (the traces start at different collectives, were "
+            "recorded at different times, or the hosts' clocks disagree)"
         )
     for (position, _, op), (shift, reference) in waits.realigned.items():
         calls = f"{abs(shift)} {op} call{'s' if abs(shift) > 1 else ''}"

@@ -1077,7 +1077,7 @@ def test_slow_step_without_like_calls_sets_a_call_against_its_name_s_longest(mak
     assert finding.evidence["slowest_op"]["compared_with"] == "longest call"
     assert (
         "aten::addmm took 4300.0 µs against 304.0 µs, the longest call of its name in the "
-        "other steps (they call it a different number of times)"
+        "other steps, which call it a different number of times"
     ) in finding.message
 
 

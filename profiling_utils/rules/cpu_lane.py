@@ -335,8 +335,8 @@ def _usual(found: dict[str, Any]) -> str:
     """What a slow call was set against, in words: ``"40.0 µs in the other steps"``."""
     if found["compared_with"] == _LONGEST:
         return (
-            f"{found['typical_us']:.1f} µs, the longest call of its name in the other steps "
-            "(they call it a different number of times)"
+            f"{found['typical_us']:.1f} µs, the longest call of its name in the other steps, "
+            "which call it a different number of times"
         )
     return f"{found['typical_us']:.1f} µs in the other steps"
 
