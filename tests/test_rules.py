@@ -1110,6 +1110,41 @@ def test_slow_step_does_not_take_a_factory_op_s_empty_shapes_for_like_calls(make
     assert "runs outside every op" in finding.message
 
 
+def test_slow_step_tells_calls_apart_by_their_concrete_inputs(make_trace) -> None:
+    # aten::repeat records the same dims for x.repeat(1, 1) and x.repeat(512, 512): the
+    # sizes are in its Concrete Inputs. Step 3 adds a small repeat and spins 25 ms outside
+    # every op; its large repeat runs at its usual time.
+    events = []
+    for n in range(5):
+        t = 100_000.0 * n
+        calls = ([(40.0, "[1, 1]")] if n == 3 else []) + [
+            (40.0, "[1, 1]"),
+            (7_000.0 + 10 * n, "[512, 512]"),
+            (40.0, "[1, 1]"),
+        ]
+        spin = 25_000.0 if n == 3 else 0.0
+        total = 500 + spin + sum(dur for dur, _ in calls)
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, total))
+        at = t + 10
+        for dur, given in calls:
+            events.append(
+                complete_event(
+                    "aten::repeat",
+                    "cpu_op",
+                    at,
+                    dur,
+                    **{
+                        "Input Dims": [[8, 8], []],
+                        "Input type": ["float", "ScalarList"],
+                        "Concrete Inputs": ["", given],
+                    },
+                )
+            )
+            at += dur + 5
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert "slowest_op" not in finding.evidence
+
+
 def test_slow_step_names_the_op_with_the_most_extra_not_the_deepest(make_trace) -> None:
     # Step 3: aten::index runs 3,000 µs more than usual; a nested convolution, 1,500 µs more.
     events = []
@@ -1451,6 +1486,27 @@ def test_dead_window_leaves_the_data_loader_s_wait_to_its_own_rule(make_trace) -
     assert "4000.0 µs pass between entering 'body' and fetching a batch (enumerate(" in (
         finding.message
     )
+
+
+def test_dead_window_reports_the_widest_windows_not_the_slowest_fetches(make_trace) -> None:
+    # Eight of ten steps stand out. Steps 2 and 3 wait 5 ms in a data loader's fetch but
+    # only 250 µs before it; steps 4-9 wait 300 µs and more before their first op. The five
+    # widest windows are those of steps 5-9, whatever the fetches took.
+    label = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for k in range(10):
+        t = 20_000.0 * k
+        before = 250.0 if k in (2, 3) else (300.0 + 10 * k if k >= 4 else 2.0)
+        fetch = 5_000.0 if k in (2, 3) else 20.0
+        events += [
+            complete_event(f"ProfilerStep#{k}", "user_annotation", t, 15_000),
+            complete_event("body", "user_annotation", t + 1, 14_000),
+            complete_event(label, "user_annotation", t + 1 + before, fetch + 30),
+            complete_event("aten::empty", "cpu_op", t + 1 + before + fetch, 10),
+        ]
+    found = diagnose(make_trace(events), select=["dead-window"])
+    assert [f.evidence["step"] for f in found] == [5, 6, 7, 8, 9]
+    assert all(f.evidence["data_loader"]["name"] == label for f in found)
 
 
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:

@@ -275,11 +275,18 @@ _SLOW_STEP_COMPARED = 20
 
 
 def _tensor_shapes(span: Span) -> Any:
-    """The input shapes ``span`` recorded, where one of its inputs is a tensor with sizes;
-    ``None`` otherwise: a factory op (``aten::randn``, ``aten::zeros``) records empty
-    dims for every call, whatever it makes, so they would all look alike."""
+    """What tells ``span``'s calls apart where shapes were recorded: its input shapes and
+    its ``Concrete Inputs`` (the sizes given to ``aten::repeat`` or ``aten::randn``, which
+    its dims do not hold); ``None`` where neither tells anything (a factory op's dims are
+    empty whatever it makes, and older torch records no concrete inputs)."""
     shapes = input_shapes(span)
-    return shapes if shapes is not None and any(shapes.dims) else None
+    if shapes is None:
+        return None
+    concrete = span.args.get("Concrete Inputs")
+    given = tuple(map(str, concrete)) if isinstance(concrete, list) else ()
+    if not any(shapes.dims) and not any(given):
+        return None
+    return shapes, given
 
 
 _LIKE = "like calls"
@@ -423,7 +430,7 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                 continue
             standing_out.append((number, window, typical))
         # A long recording can hold many: the widest few, in step order, each saying so.
-        reported = sorted(standing_out, key=lambda hit: -hit[1].gap_us)[:_DEAD_WINDOWS_REPORTED]
+        reported = sorted(standing_out, key=lambda hit: -gaps[hit[0]])[:_DEAD_WINDOWS_REPORTED]
         widest = (
             f" (one of the {len(reported)} widest of {len(standing_out)} steps that stand out)"
             if len(standing_out) > len(reported)
@@ -458,6 +465,9 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "first_op": span_ref(window.first_op),
                     "gap_us": us(gap),
                     "in_labels_us": us(window.in_labels_us),
+                    "data_loader": None
+                    if window.data_loader is None
+                    else span_ref(window.data_loader),
                     "quickest_other_gap_us": us(typical),
                     "ratio": round(gap / typical, 2) if typical > 0 else None,
                     "min_excess_us": us(min_excess),
