@@ -248,7 +248,7 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
             _us(r.median_step_us, 0),
             _us(r.gpu_busy_us if r.content == "GPU" else None, 0),
             _us(r.gpu_idle_us, 0),
-            str(r.collectives),
+            "-" if r.collectives is None else str(r.collectives),
             _us(r.collective_us if r.collectives else None, 0),
             _us(r.wait_us, 0),
             _us(r.transfer_us, 0),
@@ -312,7 +312,9 @@ _CROSS_RANK_KEYS = """\
                  profiler's own events alone) or "no events";
                  gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
-                 of the steps' GPU windows; collective_us is the collectives' kernel time
+                 of the steps' GPU windows; collectives counts the rank's collectives
+                 (null where not known: its GPU work was not recorded, or its Gloo ranges
+                 cannot be told by process group); collective_us is their kernel time
                  (where a trace holds no collective kernel, the Gloo backend's host
                  ranges, gloo:<op>, and a note says so),
                  the matched collectives' part of it split into wait_us (waiting for the

@@ -542,7 +542,9 @@ class RankTiming(msgspec.Struct, frozen=True):
     gpu_idle_us: float | None
     """The rest of the steps' GPU windows (of the GPU's whole span without steps); ``None``
     without GPU work."""
-    collectives: int
+    collectives: int | None
+    """The rank's collectives; ``None`` where they are not known: its GPU work was not
+    recorded, or its Gloo ranges cannot be told by process group."""
     collective_us: float
     """Total duration of the rank's collective kernels (for those matched across ranks,
     wait plus transfer)."""
@@ -1213,7 +1215,9 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
                 median_step_us=_median([s.cpu_us for s in profile.steps]),
                 gpu_busy_us=profile.gpu_busy_us,
                 gpu_idle_us=profile.gpu_idle_us,
-                collectives=len(profile.collectives),
+                collectives=None
+                if profile.content == "GPU not recorded" or profile.host_collectives_in_groups
+                else len(profile.collectives),
                 collective_us=profile.collective_us,
                 wait_us=waits.wait[position] if waits.joined[position] else None,
                 transfer_us=waits.transfer[position] if waits.joined[position] else None,
