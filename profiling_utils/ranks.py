@@ -455,14 +455,16 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
         )
     host_collectives = not calls
     in_groups = 0
-    if host_collectives:
+    if host_collectives and (trace.process_groups or 1) > 1:
+        # The ranges do not say whose group they are: the k-th call of an op may be another
+        # group's on another rank. Counted, not lined up.
+        in_groups = sum(
+            len(spans)
+            for name, spans in trace.by_name.items()
+            if name.startswith(HOST_COLLECTIVE_PREFIX)
+        )
+    elif host_collectives:
         calls = _host_collective_calls(trace, origin)
-        if not calls and (trace.process_groups or 1) > 1:
-            in_groups = sum(
-                len(spans)
-                for name, spans in trace.by_name.items()
-                if name.startswith(HOST_COLLECTIVE_PREFIX)
-            )
     devices = list(dict.fromkeys(device.describe() for device in trace.devices))
     return RankProfile(
         file=str(trace.path) if file is None else file,
@@ -486,8 +488,8 @@ def rank_profile(trace: Trace, file: str | None = None) -> RankProfile:
 
 _HOST_COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
 """The Gloo collectives lined up across ranks: those in which every rank's range lasts until
-the last rank's part arrives. A rooted one's (broadcast, reduce, gather, scatter) may end on
-some ranks before another began (the root of a broadcast returns once it has sent)."""
+the last rank's part arrives. In a rooted one (broadcast, reduce, gather, scatter) a rank need
+not wait for the last to arrive: its range may end before another's began."""
 
 
 def _host_collective_calls(trace: Trace, origin: float) -> list[CollectiveCall]:
@@ -495,17 +497,14 @@ def _host_collective_calls(trace: Trace, origin: float) -> list[CollectiveCall]:
     worker threads), for a trace without collective kernels, in the order they began: each
     rank's k-th of an op is the same call. Their time runs from when a worker took the call
     to when every rank's part had arrived and the data had moved, so the wait for a late
-    rank is in it, as in a kernel's. Only :data:`_HOST_COLLECTIVE_OPS`; none where the trace
-    records process groups besides the default one (the ranges do not say whose they are,
-    so the k-th call of an op may be another group's on another rank)."""
-    if (trace.process_groups or 1) > 1:
-        return []
+    rank is in it, as in a kernel's. Only :data:`_HOST_COLLECTIVE_OPS`, of a trace that
+    records one process group (see :func:`rank_profile`)."""
     ranges = sorted(
         (
             span
             for name, spans in trace.by_name.items()
-            if name.removeprefix(HOST_COLLECTIVE_PREFIX) in _HOST_COLLECTIVE_OPS
-            and name.startswith(HOST_COLLECTIVE_PREFIX)
+            if name.startswith(HOST_COLLECTIVE_PREFIX)
+            and name.removeprefix(HOST_COLLECTIVE_PREFIX) in _HOST_COLLECTIVE_OPS
             for span in spans
         ),
         key=_START,
