@@ -9,6 +9,8 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
+import msgspec
+
 from .. import measures
 from ..tables import percent
 from ..trace import Span, input_shapes
@@ -274,7 +276,7 @@ _SLOW_STEP_COMPARED = 20
 (those nearest it)."""
 
 
-def _tensor_shapes(span: Span) -> Any:
+def _tensor_shapes(span: Span) -> tuple[bytes, tuple[str, ...]] | None:
     """What tells ``span``'s calls apart where shapes were recorded: its input shapes and
     its ``Concrete Inputs`` (the sizes given to ``aten::repeat`` or ``aten::randn``, which
     its dims do not hold); ``None`` where neither tells anything (a factory op's dims are
@@ -286,7 +288,7 @@ def _tensor_shapes(span: Span) -> Any:
     given = tuple(map(str, concrete)) if isinstance(concrete, list) else ()
     if not any(shapes.dims) and not any(given):
         return None
-    return shapes, given
+    return msgspec.json.encode(shapes), given  # hashable: a key to group calls by
 
 
 _LIKE = "like calls"
@@ -322,15 +324,21 @@ def _in_step_and_elsewhere(
     counts: dict[str, set[int]] = {}
     for (_, name), index in position.items():
         counts.setdefault(name, set()).add(index)
+    by_shapes: dict[str, dict[Any, list[float]]] = {}  # read once per name, where needed
     like = []
     for span, index in zip(in_step, roles, strict=True):
         others = elsewhere.get(span.name, [])
         if len(counts[span.name]) == 1:  # every step calls it as often
             usual = by_role.get((span.name, index), [])
         else:
+            grouped = by_shapes.get(span.name)
+            if grouped is None:
+                grouped = by_shapes[span.name] = {}
+                for other in others:
+                    grouped.setdefault(_tensor_shapes(other), []).append(other.dur)
             shapes = _tensor_shapes(span)
-            usual = [other.dur for other in others if _tensor_shapes(other) == shapes]
-            if shapes is None or not usual:
+            usual = grouped.get(shapes, []) if shapes is not None else []
+            if not usual:
                 usual = [max(map(_DUR, others))] if others else []
                 like.append((span, usual, _LONGEST))
                 continue
