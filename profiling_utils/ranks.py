@@ -1262,23 +1262,28 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     return CrossRank(rows, spreads, matched, straggler, findings, notes, waits.paired)
 
 
+def _recording_windows(profiles: Sequence[RankProfile]) -> list[tuple[float, float]]:
+    """Per profile, when its recording began and ended, µs on the profiles' common clock."""
+    return [
+        (p.recorded_from_us + offset, p.recorded_to_us + offset)
+        for p, offset in zip(profiles, _offsets_us(profiles), strict=True)
+    ]
+
+
 def _same_rank_note(profiles: Sequence[RankProfile]) -> str:
     """The note for traces that claim the same rank: where each such rank's traces were
     recorded one after another (a profiler's cycles, ``schedule(repeat=N)``, each written to
     a file of its own), it says so and how to compare the ranks."""
-    by_rank: dict[int, list[RankProfile]] = {}
-    for profile in profiles:
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    for profile, window in zip(profiles, _recording_windows(profiles), strict=True):
         if profile.rank is not None:
-            by_rank.setdefault(profile.rank, []).append(profile)
+            by_rank.setdefault(profile.rank, []).append(window)
     repeated = {rank: same for rank, same in by_rank.items() if len(same) > 1}
     counts = ", ".join(f"rank {rank} ×{len(same)}" for rank, same in sorted(repeated.items()))
     one_after_another = all(
-        later.recorded_from_us + later.clock_base_ns / 1000
-        > earlier.recorded_to_us + earlier.clock_base_ns / 1000
+        later[0] > earlier[1]
         for same in repeated.values()
-        for earlier, later in pairwise(
-            sorted(same, key=lambda p: p.recorded_from_us + p.clock_base_ns / 1000)
-        )
+        for earlier, later in pairwise(sorted(same))
     )
     if one_after_another:
         return (
@@ -1297,11 +1302,10 @@ def _recorded_apart(profiles: Sequence[RankProfile], labels: list[str]) -> str |
     then judged to have started late (its lateness would be the time between them). Ranks
     recorded one after another with another rank's recording across them (a pipeline's first
     stage done before its last begins) are one window. ``None`` where there is no such gap."""
-    offsets = _offsets_us(profiles)
     windows = sorted(
-        (p.recorded_from_us + offset, p.recorded_to_us + offset, label)
-        for p, offset, label in zip(profiles, offsets, labels, strict=True)
-        if p.recorded_to_us > p.recorded_from_us
+        (start, end, label)
+        for (start, end), label in zip(_recording_windows(profiles), labels, strict=True)
+        if end > start
     )
     if len(windows) < 2:
         return None
