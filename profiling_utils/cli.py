@@ -1193,25 +1193,34 @@ def run_diagnose(args: argparse.Namespace) -> int:
     chosen_across = across if args.select is None else across & set(args.select)
     chosen_across -= set(args.ignore or ())
     multi = _is_multi(args.traces)
+    several = multi and len(trace_files(args.traces)) > 1  # a directory may hold one trace
     against = [rule.id for rule in rules if rule.needs_baseline]  # compare runs those
     rules = [rule for rule in rules if not rule.needs_baseline]
-    if not rules and not (multi and chosen_across):
+    across_reason = (
+        f"{', '.join(sorted(chosen_across))} compare{'s' if len(chosen_across) == 1 else ''} "
+        "ranks and one trace is given: give several traces, or a directory of a run's "
+        "per-rank traces"
+    )
+    against_reason = (
+        f"{', '.join(against)} compare{'s' if len(against) == 1 else ''} a run with a "
+        "baseline: compare BASELINE TRACE runs it"
+    )
+    if not rules and not (several and chosen_across):
         # Nothing would run: "no pattern found" would read as a clean trace.
         if chosen_across:
-            reason = (
-                f"{', '.join(sorted(chosen_across))} "
-                f"compare{'s' if len(chosen_across) == 1 else ''} ranks: give several "
-                "traces, or a directory of a run's per-rank traces"
-            )
+            reason = across_reason
         elif against:
-            reason = (
-                f"{', '.join(against)} compare{'s' if len(against) == 1 else ''} a run with "
-                "a baseline: compare BASELINE TRACE runs it"
-            )
+            reason = against_reason
         else:
             reason = "--select and --ignore leave no rule to run"
         print(f"error: {reason}", file=sys.stderr)
         return EXIT_BAD_TRACE
+    if args.select is not None:
+        # Rules asked for by name that cannot run here are said to be left out, not dropped.
+        if against:
+            print(f"note: not run: {against_reason}", file=sys.stderr)
+        if chosen_across and not several:
+            print(f"note: not run: {across_reason}", file=sys.stderr)
     task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi)
     outcomes = _analyse(args, args.traces, task)
     status = _report_errors(outcomes)

@@ -1083,6 +1083,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
     profiles = sorted(profiles, key=lambda p: (p.rank is None, p.rank or 0, p.file))
     labels = _labels(profiles)
     notes = []
+    if len(profiles) == 1:
+        notes.append("one trace: there is no other rank to compare it with")
     clocks = {p.clock for p in profiles}
     if len(clocks) > 1:
         notes.append(

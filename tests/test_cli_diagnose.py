@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,7 +116,7 @@ def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
     assert (status, out, err) == (2, "", "error: --select and --ignore leave no rule to run\n")
     status, out, err = run_cli(capsys, "diagnose", "--select", "rank-straggler", path)
     assert (status, out) == (2, "")
-    assert err.startswith("error: rank-straggler compares ranks: give several traces")
+    assert err.startswith("error: rank-straggler compares ranks and one trace is given: give")
     status, out, err = run_cli(capsys, "diagnose", "--select", "compile-cpu-tax", path)
     assert (status, out) == (2, "")
     assert err == (
@@ -127,6 +128,44 @@ def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
     assert status == 0
     assert "rank-straggler: rank 1 is the straggler" in out
     assert "No cheatsheet pattern found" not in out
+
+
+def test_a_directory_of_one_trace_is_one_trace_to_the_cross_rank_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # A directory of one trace had run rank-straggler and said "No cross-rank finding."
+    shutil.copy(gpu_fixture("4096_bf16_warm_eager"), tmp_path)
+    status, out, err = run_cli(capsys, "diagnose", "--select", "rank-straggler", str(tmp_path))
+    assert (status, out) == (2, "")
+    assert err.startswith("error: rank-straggler compares ranks and one trace is given")
+    status, out, _ = run_cli(capsys, "diagnose", str(tmp_path))
+    assert status == 0
+    assert "note: one trace: there is no other rank to compare it with" in out
+    # Two traces have another rank to compare with: no such note.
+    shutil.copy(gpu_fixture("64_bf16_warm_eager"), tmp_path)
+    status, out, _ = run_cli(capsys, "diagnose", str(tmp_path))
+    assert status == 0
+    assert "no other rank" not in out
+
+
+def test_rules_selected_by_name_that_cannot_run_are_said_to_be_left_out(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # hotspot ran and compile-cpu-tax and rank-straggler were dropped without a word.
+    path = str(gpu_fixture("4096_bf16_warm_eager"))
+    selection = "compile-cpu-tax,hotspot,rank-straggler"
+    status, out, err = run_cli(capsys, "diagnose", "--json", "--select", selection, path)
+    assert status == 0
+    assert [f["rule"] for f in json.loads(out)["findings"]] == ["hotspot"]
+    assert err.splitlines() == [
+        "note: not run: compile-cpu-tax compares a run with a baseline: compare BASELINE "
+        "TRACE runs it",
+        "note: not run: rank-straggler compares ranks and one trace is given: give several "
+        "traces, or a directory of a run's per-rank traces",
+    ]
+    # Every rule by default: nothing was asked for by name, nothing to say.
+    status, _, err = run_cli(capsys, "diagnose", "--json", path)
+    assert (status, err) == (0, "")
 
 
 @pytest.mark.parametrize("content", [None, b"", b'{"traceEvents": [', gzip.compress(b"{}")[:10]])
