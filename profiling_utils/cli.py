@@ -41,7 +41,7 @@ Commands:
       gpu_idle_fraction, gpu_activities, lane_offset_us, dead_window_us,
       launch_delay_median_us, launch_delay_max_us, gpu_gap_count, gpu_gap_total_us,
       gpu_gap_max_us, end_recorded, kernel_launches_without_gpu_record, kernel_launches,
-      read_by_rules}]``
+      read_by_rules, gpu_busy_by_gpu_us}]``
       (:class:`profiling_utils.measures.StepTime` for the
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
@@ -53,7 +53,9 @@ Commands:
       (:attr:`profiling_utils.measures.DeadWindow.dead_us`);
       ``gpu_busy_us`` is the union of the step's own work wherever it ran
       (a GPU running behind the CPU runs it past the window, so it may exceed
-      ``gpu_window_us``); the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
+      ``gpu_window_us``), on all its GPUs together, and ``gpu_busy_by_gpu_us`` the union on
+      each, ``{"<device>": µs}``, where the step's work ran on several GPUs (one process
+      driving two: model parallel), else ``null``; the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
       stretches in which no stream ran between the step's first activity's end and its last
       one's start, each counted in every step whose work lies on both sides of it;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
@@ -395,9 +397,11 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
         step.number: trace.kernel_launches_without_gpu_record(step) for step in trace.steps
     }
     read = {step.number for step in Facts(trace).steps}
+    by_gpu = {step.number: _busy_by_gpu(step.gpu_work) for step in trace.steps}
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
+        row["gpu_busy_by_gpu_us"] = by_gpu.get(timing.step)
         row["end_recorded"] = recorded[timing.step]
         missing, launches = unrecorded[timing.step]
         row["kernel_launches"] = launches if missing else None
@@ -415,6 +419,18 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
         )
         rows.append(row)
     return rows
+
+
+def _busy_by_gpu(work: Sequence[Span]) -> dict[str, float] | None:
+    """A step's busy time on each GPU its work ran on, by device number (as a JSON key),
+    where that is several; ``None`` on one."""
+    by_device: dict[int | None, list[Span]] = {}
+    for activity in work:
+        by_device.setdefault(activity.lane.device, []).append(activity)
+    if len(by_device) < 2:
+        return None
+    ordered = sorted(by_device.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    return {str(device): measures.union_us(on_device) for device, on_device in ordered}
 
 
 def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Counter]:
@@ -706,6 +722,26 @@ _STEPS_LEGEND = [
 ]
 
 
+def _busy_by_gpu_lines(steps: list[dict[str, Any]]) -> list[str]:
+    """Under the step table, where steps ran work on several GPUs: each GPU's busy time,
+    the median over those steps, since the table's busy and idle take the GPUs together."""
+    by_gpu: dict[str, list[float]] = {}
+    for row in steps:
+        for device, busy in (row["gpu_busy_by_gpu_us"] or {}).items():
+            by_gpu.setdefault(device, []).append(busy)
+    if not by_gpu:
+        return []
+    each = ", ".join(f"GPU {device} {_us(_median(busy))}" for device, busy in by_gpu.items())
+    text = (
+        f"(Busy per GPU, the median over the steps that ran work on several, µs: {each}. "
+        f"GPU busy and idle above take the {len(by_gpu)} GPUs together: one idling beside a "
+        "busy one does not show there. diagnose's bound rules read the busiest.)"
+    )
+    return textwrap.wrap(
+        text, width=_LINE_WIDTH, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+    )
+
+
 _STEPS_SHOWN_ALL = 60
 """The text summary's step table shows every step of a trace of up to this many; of a longer
 one, the first :data:`_STEPS_SHOWN`..."""
@@ -802,6 +838,7 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f" {gaps:>5} {_us(s['gpu_gap_max_us']):>8}"
             )
         out += _STEPS_LEGEND
+        out += _busy_by_gpu_lines(summary["steps"])
         if summary["left_out_steps"]:
             names = summary["left_out_steps"]
             listed = ", ".join(names[:5]) + (

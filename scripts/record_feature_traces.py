@@ -30,6 +30,9 @@ naming no directory of the machine):
   ``torch.backends.cudnn.benchmark = True`` on batches whose size changes from step to step
   (48, 32, 64, 32, 80, 32 after a warm-up at 32): cuDNN times its candidate algorithms on
   the first call with each new size.
+- ``two_devices_model_parallel`` (two GPUs): one process training two layers on ``cuda:0``
+  and two on ``cuda:1``, the activations copied from one GPU to the other each step (naive
+  model parallelism: the GPUs take turns).
 
 ``--only NAME ...`` records some of them.
 """
@@ -259,12 +262,43 @@ def record_varying_batch(out: Path) -> None:
         torch.backends.cudnn.benchmark = previous
 
 
+def record_two_devices(out: Path) -> None:
+    """Needs two GPUs: naive model parallelism, one process running its first two layers on
+    ``cuda:0`` and the last two on ``cuda:1``, the activations copied across each step."""
+    first = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
+    ).to("cuda:0")
+    second = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
+    ).to("cuda:1")
+    optimizer = torch.optim.AdamW([*first.parameters(), *second.parameters()])
+    x = torch.randn(1024, 2048, device="cuda:0")
+
+    def step() -> None:
+        second(first(x).to("cuda:1")).float().pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    ready = export_to(out, "two_devices_model_parallel")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
+    ) as prof:
+        for _ in range(6):
+            step()
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
     "side_stream_prefetch": record_side_stream,
     "decode_loop_no_steps": record_decode_loop,
     "varying_batch_cudnn_benchmark": record_varying_batch,
+    "two_devices_model_parallel": record_two_devices,
 }
 
 

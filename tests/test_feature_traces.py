@@ -226,3 +226,61 @@ def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
     sdpa = next(r for r in many.evidence["ops"] if r["op"] == "aten::scaled_dot_product_attention")
     assert sdpa["calls"] == len(attention) - 40
     assert all(row["total_cpu_share"] < 1 for row in many.evidence["ops"])
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, -float("inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def test_a_process_driving_two_gpus_shows_each_gpus_busy_time(capsys: Any) -> None:
+    # The step table's busy time took both GPUs together (92% busy, "idle 8%") while each
+    # GPU idled about half of each step, waiting for the other.
+    raw = events("two_devices_model_parallel")
+    steps: dict[int, dict[str, Any]] = {}
+    for e in raw:
+        if e.get("name", "").startswith("ProfilerStep#"):  # also on autograd's threads
+            number = int(e["name"].split("#")[1])
+            if number not in steps or e["dur"] > steps[number]["dur"]:
+                steps[number] = e
+    launches = {
+        e["args"]["correlation"]: e
+        for e in raw
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    expected = {}
+    for number, step in steps.items():
+        by_gpu: dict[str, list[tuple[float, float]]] = {}
+        for e in raw:
+            launch = launches.get(e.get("args", {}).get("correlation"))
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and launch is not None:
+                if step["ts"] <= launch["ts"] < step["ts"] + step["dur"]:
+                    by_gpu.setdefault(str(e["pid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+        expected[number] = {gpu: _union_us(spans) for gpu, spans in sorted(by_gpu.items())}
+    path = str(FEATURES / "two_devices_model_parallel.json.gz")
+    status, out, _ = run_cli(capsys, "summary", "--json", path)
+    rows = json.loads(out)["steps"]
+    assert status == 0 and [row["step"] for row in rows] == sorted(expected) == [2, 3, 4, 5]
+    for row in rows:
+        by_gpu = row["gpu_busy_by_gpu_us"]
+        assert list(by_gpu) == ["0", "1"]
+        for gpu, busy in by_gpu.items():
+            assert abs(busy - expected[row["step"]][gpu]) < 0.01  # epoch µs as floats: ~1 ns apart
+        # They take turns: each is busy for well under the time the two together are.
+        assert max(by_gpu.values()) < 0.6 * row["gpu_busy_us"]
+        assert row["gpu_idle_fraction"] < 0.1
+    status, text, _ = run_cli(capsys, "summary", path)
+    medians = [sorted(row["gpu_busy_by_gpu_us"][gpu] for row in rows) for gpu in ("0", "1")]
+    shown = [f"{(values[1] + values[2]) / 2:,.1f}" for values in medians]
+    assert f"µs: GPU 0 {shown[0]}, GPU 1 {shown[1]}." in " ".join(text.split())
+    assert "take the 2 GPUs together" in " ".join(text.split())
+    # One GPU: no such line, and the key is null.
+    one = str(FEATURES / "side_stream_prefetch.json.gz")
+    _, out, _ = run_cli(capsys, "summary", "--json", one)
+    assert {row["gpu_busy_by_gpu_us"] for row in json.loads(out)["steps"]} == {None}
+    _, text, _ = run_cli(capsys, "summary", one)
+    assert "Busy per GPU" not in text
