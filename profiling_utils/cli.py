@@ -55,9 +55,10 @@ Commands:
       (a GPU running behind the CPU runs it past the window, so it may exceed
       ``gpu_window_us``), on all its GPUs together, and ``gpu_busy_by_gpu_us`` the union on
       each, ``{"<device>": µs}``, where the step's work ran on several GPUs (one process
-      driving two: model parallel), else ``null``; the gaps (:func:`profiling_utils.measures.gpu_gaps`) are the
-      stretches in which no stream ran between the step's first activity's end and its last
-      one's start, each counted in every step whose work lies on both sides of it;
+      driving two: model parallel), else ``null``; the gaps
+      (:func:`profiling_utils.measures.gpu_gaps`) are the stretches in which no stream ran
+      between the step's first activity's end and its last one's start, each counted in
+      every step whose work lies on both sides of it;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
       (:meth:`profiling_utils.trace.Trace.end_recorded`);
       ``kernel_launches_without_gpu_record`` counts the step's kernel launch calls with no GPU

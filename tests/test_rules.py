@@ -810,6 +810,44 @@ def test_hotspot_says_its_total_sums_overlapping_streams(make_trace) -> None:
     assert "takes 100% of all GPU time (100.0 of 100.0 µs" in hit.message
 
 
+def test_hotspot_says_which_of_its_kernels_ran_while_torch_compile_compiled(make_trace) -> None:
+    # A cold max-autotune compile: Inductor's autotuning zeroes a buffer between candidate
+    # kernels (cache flushes), 72% of the GPU time of the recording audited: the hotspot is
+    # the compiler's work, which it had not said.
+    events = [
+        complete_event("Torch-Compiled Region: 0/0", "user_annotation", 0, 1000),
+        complete_event("dynamo", "user_annotation", 1, 900),
+        complete_event("mm_template_autotuning (dynamo_timed)", "user_annotation", 10, 800),
+    ]
+    for n in range(3):
+        events += [
+            complete_event("aten::fill_", "cpu_op", 20 + 100 * n, 20),
+            complete_event("cudaLaunchKernel", "cuda_runtime", 25 + 100 * n, 5, correlation=n),
+            complete_event("FillFunctor", "kernel", 40 + 100 * n, 50, pid=0, tid=7, correlation=n),
+        ]
+    # The compiled program's own call of it, after compiling, and its GEMM.
+    events += [
+        complete_event("aten::fill_", "cpu_op", 950, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 952, 5, correlation=10),
+        complete_event("FillFunctor", "kernel", 960, 50, pid=0, tid=7, correlation=10),
+        complete_event("aten::mm", "cpu_op", 975, 20),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 980, 5, correlation=11),
+        complete_event("gemm", "kernel", 1010, 30, pid=0, tid=7, correlation=11),
+    ]
+    (hit,) = diagnose(make_trace(events), select=["hotspot"])
+    assert hit.message.endswith(
+        "launched from aten::fill_; 3 of them while torch.compile was compiling (its "
+        "benchmarks of candidate kernels, or other work of the compiler), not in the "
+        "compiled program."
+    )
+    assert hit.evidence["launched_while_compiling"] == 3
+    # Outside compilation, nothing to say.
+    program = [e for e in events if e["ts"] >= 950]
+    (hit,) = diagnose(make_trace(program, name="program.json"), select=["hotspot"])
+    assert hit.message.endswith("launched from aten::fill_.")
+    assert hit.evidence["launched_while_compiling"] == 0
+
+
 def test_hotspot_counts_every_kernel_a_graph_replays(make_trace) -> None:
     # One cudaGraphLaunch per step replays a copy, then the GEMM: the GEMM is not the replay's
     # first activity, and no op launches it. It was "with no launch call in the trace".

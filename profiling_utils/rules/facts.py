@@ -264,6 +264,16 @@ _END = attrgetter("end")
 _START = attrgetter("start")
 
 
+# torch.compile's own time is labelled: "dynamo", "aot_trace_joint_graph" and their
+# "... (dynamo_timed)" twins (and Inductor's steps, "mm_template_autotuning (dynamo_timed)"...).
+_COMPILE_LABELS = ("aot_trace_joint_graph", "dynamo")
+_COMPILE_LABEL_SUFFIX = " (dynamo_timed)"
+
+
+def _is_compile_label(name: str) -> bool:
+    return name in _COMPILE_LABELS or name.endswith(_COMPILE_LABEL_SUFFIX)
+
+
 class Facts:
     """A trace and the measurements the rules share, each computed on first use.
 
@@ -274,6 +284,39 @@ class Facts:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self._lane_starts: dict[Any, list[float]] = {}
+        self._compiling: dict[int, bool] = {}
+
+    @cached_property
+    def _compile_labels(self) -> bool:
+        return any(map(_is_compile_label, self.trace.by_name))
+
+    def while_compiling(self, span: Span) -> bool:
+        """Whether ``span`` ran inside torch.compile's compilation: a labelled compile step
+        (``dynamo``, ``aot_trace_joint_graph``, or a ``... (dynamo_timed)`` label) encloses
+        it. AOTAutograd runs autograd nodes there when it traces the backward graph, and
+        Inductor's autotuning launches candidate kernels and cache flushes: neither is the
+        compiled program's own work."""
+        if not self._compile_labels:
+            return False
+        known = self._compiling
+        spans = self.trace.spans
+        walked = []
+        found = False
+        parent = span.parent
+        while parent is not None:
+            seen = known.get(parent)
+            if seen is not None:
+                found = seen
+                break
+            walked.append(parent)
+            enclosing = spans[parent]
+            if _is_compile_label(enclosing.name):
+                found = True
+                break
+            parent = enclosing.parent
+        for ancestor in walked:  # each is, or lies inside, a compile label exactly if found
+            known[ancestor] = found
+        return found
 
     @cached_property
     def steps(self) -> list[Step]:

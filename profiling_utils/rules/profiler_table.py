@@ -590,7 +590,9 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     see="One row takes most of the CUDA time total.",
     means="""That is the hotspot: start optimizing there, since it bounds what any other
     change can gain. Communication kernels (NCCL, RCCL) are left out: their time is judged
-    by exposed-communication and collective-bandwidth.""",
+    by exposed-communication and collective-bandwidth. In a trace of torch.compile compiling,
+    the calls launched while it compiled are counted apart: Inductor's autotuning runs
+    candidate kernels and flushes the cache between them, the compiler's work.""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
@@ -633,6 +635,19 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
         sources.append(f"{replayed} replayed by {', '.join(replays)}")
     if unlinked:
         sources.append(f"{unlinked} with no launch call in the trace")
+    # Inductor's autotuning runs candidate kernels and flushes the cache between them: work
+    # of the compiler, which a hotspot in a cold compile's trace may be, not of the program.
+    compiling = sum(
+        1
+        for launch, kernel in facts.kernel_launches
+        if kernel.name == name and facts.while_compiling(launch.call)
+    )
+    if compiling:
+        sources.append(
+            f"{'all' if compiling == len(kernels) else compiling} of them while torch.compile "
+            "was compiling (its benchmarks of candidate kernels, or other work of the "
+            "compiler), not in the compiled program"
+        )
     sources_text = "; ".join(sources)
     yield (
         f"{short_name(name)} takes {percent(share)} of {of_what} ({kernel_total:.1f} of "
@@ -647,6 +662,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
             "median_us": us(median(k.dur for k in kernels)),
             "ops": dict(ops.most_common()),
             **({"graph_replays": dict(replays.most_common())} if replays else {}),
+            "launched_while_compiling": compiling,
             "communication_kernels_left_out": len(communication),
         },
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Trace, devices_differ
+from ..trace import Span, devices_differ
 from .facts import Facts, median, short_name, span_ref, step_label, us
 from .gpu_lane import is_host_sync
 from .registry import Hit, rule
@@ -124,23 +124,6 @@ def dynamo_cache_lookup(facts: Facts) -> Iterator[Hit]:
 
 
 _BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function"
-# torch.compile's own time is labelled: "dynamo", "aot_trace_joint_graph" and their
-# "... (dynamo_timed)" twins. AOTAutograd traces the backward graph under them, running
-# autograd nodes while compiling, when no backward pass runs.
-_COMPILING = ("aot_trace_joint_graph", "dynamo")
-_COMPILING_SUFFIX = " (dynamo_timed)"
-
-
-def _while_compiling(trace: Trace, span: Span) -> bool:
-    """Whether ``span`` ran inside torch.compile's compilation (a labelled compile step
-    encloses it)."""
-    parent = span.parent
-    while parent is not None:
-        enclosing = trace.spans[parent]
-        if enclosing.name in _COMPILING or enclosing.name.endswith(_COMPILING_SUFFIX):
-            return True
-        parent = enclosing.parent
-    return False
 
 
 @rule(
@@ -159,8 +142,7 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
         return
     names = Counter(span.name for span in wrappers)
     backward = any(
-        not _while_compiling(facts.trace, span)
-        for span in facts.trace.find(prefix=_BACKWARD_NODE_PREFIX)
+        not facts.while_compiling(span) for span in facts.trace.find(prefix=_BACKWARD_NODE_PREFIX)
     )
     name, count = names.most_common(1)[0]
     yield (
