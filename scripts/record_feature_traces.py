@@ -33,6 +33,9 @@ naming no directory of the machine):
 - ``two_devices_model_parallel`` (two GPUs): one process training two layers on ``cuda:0``
   and two on ``cuda:1``, the activations copied from one GPU to the other each step (naive
   model parallelism: the GPUs take turns).
+- ``empty_cache_every_step``: a small MLP's forward and backward with
+  ``torch.cuda.empty_cache()`` at the end of each step (the allocator's memory given back to
+  the driver and taken again every step).
 
 ``--only NAME ...`` records some of them.
 """
@@ -292,6 +295,29 @@ def record_two_devices(out: Path) -> None:
             prof.step()
 
 
+def record_empty_cache(out: Path) -> None:
+    """``torch.cuda.empty_cache()`` at the end of every step: the caching allocator gives its
+    memory back to the driver, and takes it again from ``cudaMalloc`` in the next step."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
+    ).cuda()
+    x = torch.randn(4096, 2048, device="cuda")
+
+    def step() -> None:
+        model(x).sum().backward()
+        model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+
+    step()
+    ready = export_to(out, "empty_cache_every_step")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
+    ) as prof:
+        for _ in range(6):
+            step()
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -299,6 +325,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "decode_loop_no_steps": record_decode_loop,
     "varying_batch_cudnn_benchmark": record_varying_batch,
     "two_devices_model_parallel": record_two_devices,
+    "empty_cache_every_step": record_empty_cache,
 }
 
 

@@ -284,3 +284,62 @@ def test_a_process_driving_two_gpus_shows_each_gpus_busy_time(capsys: Any) -> No
     assert {row["gpu_busy_by_gpu_us"] for row in json.loads(out)["steps"]} == {None}
     _, text, _ = run_cli(capsys, "summary", one)
     assert "Busy per GPU" not in text
+
+
+def _allocator_calls_by_step(name: str) -> tuple[dict[int, dict[str, Any]], dict[int, list]]:
+    raw = events(name)
+    steps: dict[int, dict[str, Any]] = {}
+    for e in raw:
+        if e.get("name", "").startswith("ProfilerStep#"):
+            number = int(e["name"].split("#")[1])
+            if number not in steps or e["dur"] > steps[number]["dur"]:
+                steps[number] = e
+    calls: dict[int, list] = {number: [] for number in steps}
+    for e in raw:
+        if e.get("cat") == "cuda_runtime" and e["name"] in ("cudaMalloc", "cudaFree"):
+            for number, step in steps.items():
+                if step["ts"] <= e["ts"] < step["ts"] + step["dur"]:
+                    calls[number].append(e)
+    return steps, calls
+
+
+def test_empty_cache_in_every_step_is_allocator_churn() -> None:
+    steps, calls = _allocator_calls_by_step("empty_cache_every_step")
+    later = sorted(steps)[1:]
+    (hit,) = fired("empty_cache_every_step", "allocator-churn")
+    assert hit.evidence["steps_with_calls"] == later == [3, 4, 5]
+    names = [e["name"] for number in later for e in calls[number]]
+    assert hit.evidence["calls"] == {n: names.count(n) for n in ("cudaFree", "cudaMalloc")}
+    assert hit.evidence["calls"] == {"cudaFree": 18, "cudaMalloc": 18}
+    shares = sorted(
+        (sum(e["dur"] for e in calls[n]) / steps[n]["dur"], n) for n in later
+    )  # fmt: skip
+    share, number = shares[1]
+    assert hit.evidence["median_step"] == number
+    assert abs(hit.evidence["median_step_share"] - share) < 1e-4
+    assert share > 0.5  # most of the step: the first cudaFree waits for the GPU
+    longest = max((e for n in later for e in calls[n]), key=lambda e: e["dur"])
+    assert longest["name"] == "cudaFree"
+    assert abs(hit.evidence["longest"]["dur_us"] - longest["dur"]) < 1e-3
+    # empty_cache() is no op: its cudaFree calls are outside any.
+    assert hit.evidence["places"]["cudaFree outside any op"] == 18
+
+
+def test_cudnn_benchmark_frees_and_takes_memory_again_in_every_step() -> None:
+    # A new batch size makes cuDNN's search take workspaces, and the next step at the old
+    # size allocates again: the allocator calls the driver in every step, 11% of a 4.7 ms one.
+    steps, calls = _allocator_calls_by_step("varying_batch_cudnn_benchmark")
+    later = sorted(steps)[1:]
+    assert all(calls[n] for n in later)
+    (hit,) = fired("varying_batch_cudnn_benchmark", "allocator-churn")
+    assert hit.evidence["steps_with_calls"] == later
+    shares = sorted((sum(e["dur"] for e in calls[n]) / steps[n]["dur"], n) for n in later)
+    share, number = shares[(len(shares) - 1) // 2]
+    assert (hit.evidence["median_step"], round(share, 4)) == (
+        number,
+        hit.evidence["median_step_share"],
+    )
+    assert set(hit.evidence["places"]) >= {
+        "cudaMalloc in aten::convolution_backward",
+        "cudaFree in aten::cudnn_convolution",
+    }

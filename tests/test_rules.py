@@ -189,6 +189,9 @@ FIRES: dict[str, set[str]] = {
     "cuda-graph": GRAPHS,
     # Our recordings load no data (see the synthetic loader traces below).
     "data-loader": set(),
+    # Every recording reuses its memory after the first step; the cold ones allocate in it
+    # only (see tests/test_feature_traces.py for the cuDNN benchmark's churn).
+    "allocator-churn": set(),
     # No recording has a later step 3x the others (the widest: 2.3x, the step after a cold
     # start); see the synthetic stalls below.
     "slow-step": set(),
@@ -285,6 +288,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "slow-step",
         "new-shape-cost",
         "gpu-idle",
+        "allocator-churn",
     }
 
 
@@ -331,6 +335,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "collective-bandwidth",
         "slow-step",
         "new-shape-cost",
+        "allocator-churn",
     }
 
 
@@ -2911,3 +2916,69 @@ def test_cost_in_children_follows_the_call_that_holds_most_of_the_few_long_ones(
     (hit,) = diagnose(make_trace(events), select=["cost-in-children"])
     assert hit.evidence["drill_down"][0]["total_us"] == 30_000.0
     assert "the one at the middle of their time (30000.0 µs)" in hit.message
+
+
+# -- allocator-churn ---------------------------------------------------------------------------
+
+
+def _allocator_steps(make_trace, calls_per_step: dict[int, list[tuple[str, float]]]) -> Path:
+    """Four steps of 1000 µs, each launching a kernel from aten::mm; ``calls_per_step`` adds
+    allocator calls ``(name, µs)`` inside aten::empty in the given steps."""
+    events = op_steps_events([("aten::mm", {}, True)], steps=4)
+    for number, calls in calls_per_step.items():
+        t = 2000.0 * number + 500
+        for name, dur in calls:
+            events.append(complete_event("aten::empty", "cpu_op", t, dur + 2))
+            events.append(complete_event(name, "cuda_runtime", t + 1, dur))
+            t += dur + 10
+    return make_trace(events)
+
+
+def test_allocator_churn_reads_the_steps_after_the_first(make_trace) -> None:
+    both = [("cudaMalloc", 40.0), ("cudaFree", 20.0)]
+    path = _allocator_steps(make_trace, {2: both, 3: both, 4: both})
+    (hit,) = diagnose(path, select=["allocator-churn"])
+    assert hit.evidence["steps_with_calls"] == [2, 3, 4]
+    assert hit.evidence["calls"] == {"cudaFree": 3, "cudaMalloc": 3}
+    assert hit.evidence["median_step_share"] == 0.06  # 60 of 1000 µs
+    assert hit.message == (
+        "In 3 of the 3 steps after the first, PyTorch's caching allocator called the driver "
+        "(3 cudaFree and 3 cudaMalloc in all, most often cudaMalloc in aten::empty, 3×): "
+        "60.0 µs of ProfilerStep#3's 1000.0 µs (6.0%), the step with the median share; the "
+        "longest, cudaMalloc for 40.0 µs in ProfilerStep#2 (in aten::empty)."
+    )
+    # Two of three later steps are most of them: still churn.
+    (hit,) = diagnose(_allocator_steps(make_trace, {2: both, 4: both}), select=["allocator-churn"])
+    assert hit.evidence["steps_with_calls"] == [2, 4]
+
+
+@pytest.mark.parametrize(
+    "calls_per_step",
+    [
+        # The first step fills the cache: the usual cold start, not churn.
+        {1: [("cudaMalloc", 400.0), ("cudaMalloc", 300.0)]},
+        # One later step only: a new shape once, not every step.
+        {1: [("cudaMalloc", 400.0)], 3: [("cudaMalloc", 400.0)]},
+        # In every later step, but under 2% of it (15 µs of 1000).
+        {2: [("cudaMalloc", 15.0)], 3: [("cudaMalloc", 15.0)], 4: [("cudaMalloc", 15.0)]},
+        # cudaHostAlloc is pinned host memory, not the device allocator.
+        {n: [("cudaHostAlloc", 100.0)] for n in (2, 3, 4)},
+        # No allocator call.
+        {},
+    ],
+)
+def test_allocator_churn_is_silent_without_it_in_most_warm_steps(
+    make_trace, calls_per_step
+) -> None:
+    assert diagnose(_allocator_steps(make_trace, calls_per_step), select=["allocator-churn"]) == []
+
+
+def test_allocator_churn_needs_two_steps_after_the_first(make_trace) -> None:
+    both = [("cudaMalloc", 400.0), ("cudaFree", 200.0)]
+    events = op_steps_events([("aten::mm", {}, True)], steps=2)
+    for number in (1, 2):
+        t = 2000.0 * number + 500
+        for name, dur in both:
+            events.append(complete_event(name, "cuda_runtime", t, dur))
+            t += dur + 10
+    assert diagnose(make_trace(events), select=["allocator-churn"]) == []

@@ -748,6 +748,89 @@ def _caller_of_copy(facts: Facts, op: Span | None) -> Span | None:
     return op if op is not None and op.name.startswith("aten::") else None
 
 
+ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree")
+"""The driver calls of PyTorch's caching allocator (its default backend: not
+``cudaMallocAsync``'s stream-ordered calls, nor the pinned host memory of ``cudaHostAlloc``)."""
+
+ALLOCATOR_CHURN_MIN_SHARE = 0.02
+"""``allocator-churn``: the allocator's driver calls take at least this share of the CPU time
+of the median step after the first (steps without any counted at 0)."""
+
+
+@rule(
+    "allocator-churn",
+    "CPU lane",
+    see="""cudaMalloc or cudaFree (hipMalloc, hipFree) in most steps after the first, not
+    only while the first fills PyTorch's memory cache.""",
+    means="""PyTorch's caching allocator calls the driver only when its cache cannot serve a
+    request: every step it does, the cache was emptied (torch.cuda.empty_cache() in the
+    loop), split by changing shapes, or is too small (near a full GPU the allocator frees its
+    cached blocks and tries again; torch.cuda.memory_stats() counts num_alloc_retries). A
+    cudaMalloc takes tens to hundreds of µs, and a cudaFree first waits for the GPU to finish
+    all its work. Keep shapes steady, take empty_cache() out of the loop, free memory, or try
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.""",
+    severity="warning",
+    from_post=False,
+)
+def allocator_churn(facts: Facts) -> Iterator[Hit]:
+    later = facts.steps[1:]
+    if len(later) < 2:
+        return
+    calls = facts.in_steps(sorted(
+        (call for name in ALLOCATOR_CALLS for call in facts.named(name)), key=_START
+    ))  # fmt: skip
+    by_step: dict[int, list[Span]] = {}
+    for call in calls:
+        step = facts.trace.step_of(call)
+        if step is not None:
+            by_step.setdefault(step.number, []).append(call)
+    rows = [
+        (step, by_step.get(step.number, []), sum(c.dur for c in by_step.get(step.number, ())))
+        for step in later
+    ]
+    with_calls = [row for row in rows if row[1]]
+    if len(with_calls) < 2 or 2 * len(with_calls) < len(later):
+        return
+    # The step with the median share (of equal shares, the middle one in step order).
+    shares = sorted(rows, key=lambda row: row[2] / row[0].span.dur if row[0].span.dur else 0.0)
+    step, step_calls, step_us = shares[(len(shares) - 1) // 2]
+    share = step_us / step.span.dur if step.span.dur > 0 else 0.0
+    if share < ALLOCATOR_CHURN_MIN_SHARE:
+        return
+    every = [call for _, found, _ in with_calls for call in found]
+    names = Counter(call.name for call in every)
+    places = Counter(
+        f"{call.name} {'outside any op' if op is None else f'in {op.name}'}"
+        for call in every
+        for op in (facts.trace.op_of(call),)
+    )
+    longest = max(every, key=_DUR)
+    longest_op = facts.trace.op_of(longest)
+    place, place_count = places.most_common(1)[0]
+    counted = " and ".join(f"{count} {name}" for name, count in sorted(names.items()))
+    yield (
+        f"In {len(with_calls)} of the {len(later)} steps after the first, PyTorch's caching "
+        f"allocator called the driver ({counted} in all, most often {place}, "
+        f"{place_count}×): {step_us:.1f} µs of {step_label(step.number)}'s "
+        f"{step.span.dur:.1f} µs ({percent(share)}), the step with the median share; the "
+        f"longest, {longest.name} for {longest.dur:.1f} µs in "
+        f"{step_label(facts.trace.step_of(longest).number)}"
+        f"{'' if longest_op is None else f' (in {longest_op.name})'}.",
+        {
+            "steps_after_first": len(later),
+            "steps_with_calls": [row[0].number for row in with_calls],
+            "calls": dict(sorted(names.items())),
+            "places": dict(places.most_common()),
+            "median_step": step.number,
+            "median_step_calls": len(step_calls),
+            "median_step_allocator_us": us(step_us),
+            "median_step_cpu_us": us(step.span.dur),
+            "median_step_share": round(share, 4),
+            "longest": span_ref(longest),
+        },
+    )
+
+
 @rule(
     "hidden-memcpy",
     "CPU lane",
