@@ -850,7 +850,7 @@ def test_hotspot_says_which_of_its_kernels_ran_while_torch_compile_compiled(make
     program = [e for e in events if e["ts"] >= 950]
     (hit,) = diagnose(make_trace(program, name="program.json"), select=["hotspot"])
     assert hit.message.endswith("launched from aten::fill_.")
-    assert hit.evidence["launched_while_compiling"] == 0
+    assert "launched_while_compiling" not in hit.evidence
 
 
 def test_hotspot_counts_every_kernel_a_graph_replays(make_trace) -> None:

@@ -662,7 +662,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
             "median_us": us(median(k.dur for k in kernels)),
             "ops": dict(ops.most_common()),
             **({"graph_replays": dict(replays.most_common())} if replays else {}),
-            "launched_while_compiling": compiling,
+            **({"launched_while_compiling": compiling} if compiling else {}),
             "communication_kernels_left_out": len(communication),
         },
     )
