@@ -24,6 +24,7 @@ Commands:
       ids rather than device indices, the CPU sockets numbered first; see
       :attr:`profiling_utils.trace.Trace.gpu_numbers_may_be_agent_ids`);
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
+      ``hip_runtime_version``, ``hip_driver_version`` (ROCm's, ``"7.1.25424"``),
       ``base_time_ns``.
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, activities, busy_us}]``;
       ``activities``, on a GPU lane, how many of its ``spans`` are GPU work (kernels, copies,
@@ -617,6 +618,8 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "cuda_runtime_version": trace.cuda_runtime_version,
         "cuda_driver_version": trace.cuda_driver_version,
         "cupti_version": trace.cupti_version,
+        "hip_runtime_version": trace.hip_runtime_version,
+        "hip_driver_version": trace.hip_driver_version,
         "base_time_ns": trace.base_time_ns,
         "lanes": [
             {
@@ -772,6 +775,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             ("CUDA runtime", "cuda_runtime_version"),
             ("driver", "cuda_driver_version"),
             ("CUPTI", "cupti_version"),
+            ("HIP runtime", "hip_runtime_version"),
+            ("driver", "hip_driver_version"),
         )
         if summary[key] is not None
     ]

@@ -155,6 +155,10 @@ class RawTrace(Generic[E]):
     """``cuda_driver_version`` as written."""
     cupti_version: Any = None
     """``cupti_version`` as written."""
+    hip_runtime_version: Any = None
+    """``hip_runtime_version`` as written on ROCm, e.g. ``70125424`` (HIP 7.1.25424)."""
+    hip_driver_version: Any = None
+    """``hip_driver_version`` as written on ROCm."""
     base_time_ns: Any = None
     """``baseTimeNanoseconds`` as written, when present."""
     repaired: bool = False
@@ -238,6 +242,8 @@ _KNOWN_KEYS = {
     "cuda_runtime_version": "cuda_runtime_version",
     "cuda_driver_version": "cuda_driver_version",
     "cupti_version": "cupti_version",
+    "hip_runtime_version": "hip_runtime_version",
+    "hip_driver_version": "hip_driver_version",
     "baseTimeNanoseconds": "base_time_ns",
 }
 

@@ -423,7 +423,19 @@ class _Inputs:
         return index in self.tensors
 
     def shape(self, index: int) -> list[int] | None:
-        return self.dims[index] if self.is_tensor(index) else None
+        """The sizes of tensor argument ``index``; ``None`` where none are recorded.
+
+        Raises:
+            _CannotCount: Its sizes are recorded but its dtype is not one whose size is known
+                (:data:`DTYPE_BYTES`), so that the reason given is the dtype, not the sizes.
+        """
+        if self.is_tensor(index):
+            return self.dims[index]
+        if index < len(self.types) and isinstance(self.dims[index], list) and self.dims[index]:
+            dtype = self.types[index]
+            if isinstance(dtype, str) and dtype and dtype not in DTYPE_BYTES:
+                raise _CannotCount(f"the size of its dtype {dtype!r} is not known")
+        return None
 
     def tensor_bytes(self, index: int) -> int:
         return math.prod(self.dims[index]) * DTYPE_BYTES[self.types[index]]

@@ -139,10 +139,11 @@ SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 
 COMMUNICATION_KERNEL_PATTERN = re.compile(
-    r"nccl\w*Kernel|rccl|mscclKernel|nvshmem"
+    r"[np]ccl\w*Kernel|rccl|mscclKernel|nvshmem"
     r"|(?:void )?(?:deep_ep::|(?:(?:\w+|\(anonymous namespace\))::)*"
     r"(?:cross_device_reduce_|(?:multimem_)?(?:one|two)_shot_all_reduce|multimem_all_reduce"
-    r"|multimem_all_gather|(?:one|two)ShotAllReduce|allreduce_fusion_kernel))"
+    r"|multimem_all_gather|(?:one|two)[Ss]hotAll[Rr]educe|allreduce_fusion_kernel"
+    r"|allreduce_prototype_(?:one|two)shot))"
 )
 """The names of collective and point-to-point communication kernels, matched at the start:
 
@@ -150,12 +151,14 @@ COMMUNICATION_KERNEL_PATTERN = re.compile(
   NCCL 2.7 ``ncclAllReduceRingLLKernel_sum_f32``), RCCL's on ROCm (NCCL's names, plus its own
   ``rccl`` ones), MSCCL's and NVSHMEM's;
 - the custom all-reduce of vLLM and SGLang (``void vllm::cross_device_reduce_1stage<...>``,
-  ``void sglang::cross_device_reduce_2stage<...>``), on NVIDIA and AMD alike, which serving
-  traces run instead of NCCL for small tensors;
+  ``void sglang::cross_device_reduce_2stage<...>``, aiter's), on NVIDIA and AMD alike, which
+  serving traces run instead of NCCL for small tensors, and their quantized QuickReduce on
+  ROCm (``quickreduce::allreduce_prototype_twoshot<...>``);
 - PyTorch's symmetric-memory and intra-node collectives (``one_shot_all_reduce_kernel``,
   ``multimem_all_reduce_kernel``, ``oneShotAllReduceKernel``), FlashInfer's TensorRT-LLM
   all-reduce (``allreduce_fusion_kernel_oneshot_lamport``, fused with the residual add and
-  norm that follow it) and DeepEP's expert-parallel kernels (``deep_ep::``).
+  norm that follow it, and its multi-node NVLink ``twoshotAllreduceKernel``), DeepEP's
+  expert-parallel kernels (``deep_ep::``) and the PCCL library's (``pcclKernel_...``).
 
 The function's own name must match, after ``void`` and its namespaces: a kernel that only
 mentions one in its template arguments, or that fuses a GEMM with an all-reduce
@@ -531,6 +534,14 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
+def _hip_version(value: Any) -> str | None:
+    """``70125424`` -> ``"7.1.25424"`` (HIP's ``10**7 * major + 10**5 * minor + patch``)."""
+    number = _as_int(value)
+    if number is not None and number > 0:
+        return f"{number // 10**7}.{number % 10**7 // 10**5}.{number % 10**5}"
+    return value if isinstance(value, str) and value else None
+
+
 def _cuda_version(value: Any) -> str | None:
     """``13000`` -> ``"13.0"``, ``12040`` -> ``"12.4"`` (CUDA's ``1000 * major + 10 * minor``)."""
     number = _as_int(value)
@@ -702,6 +713,10 @@ class Trace:
     """E.g. ``"13.0"`` from ``cuda_driver_version: 13000``."""
     cupti_version: int | None
     """``cupti_version`` as written, e.g. ``130001``."""
+    hip_runtime_version: str | None
+    """On ROCm, e.g. ``"7.1.25424"`` from ``hip_runtime_version: 70125424``."""
+    hip_driver_version: str | None
+    """On ROCm, ``hip_driver_version`` read the same way."""
     base_time_ns: int | None
     """``baseTimeNanoseconds`` when written (torch >= 2.4): absolute ns of the trace's ``ts`` 0."""
     origin_us: float
@@ -753,6 +768,8 @@ class Trace:
         self.cuda_runtime_version = _cuda_version(raw.cuda_runtime_version)
         self.cuda_driver_version = _cuda_version(raw.cuda_driver_version)
         self.cupti_version = _as_int(raw.cupti_version)
+        self.hip_runtime_version = _hip_version(raw.hip_runtime_version)
+        self.hip_driver_version = _hip_version(raw.hip_driver_version)
         self.base_time_ns = _as_int(raw.base_time_ns)
         self._raw = raw
         distributed = raw.distributed_info

@@ -39,6 +39,8 @@ SUMMARY_KEYS = {
     "cuda_runtime_version",
     "cuda_driver_version",
     "cupti_version",
+    "hip_runtime_version",
+    "hip_driver_version",
     "base_time_ns",
     "gpus_with_streams",
     "lanes",
@@ -157,6 +159,28 @@ def test_top_limits_the_kernel_list(capsys) -> None:
     path = str(gpu_fixture("train_tiny_transformer_a3"))
     _, out, _ = run_cli(capsys, "summary", path, "--json", "--top", "3")
     assert len(json.loads(out)["top_kernels"]) == 3
+
+
+def test_rocm_versions_are_read_as_hip_writes_them(capsys, make_trace) -> None:
+    # rocprofiler-sdk's Kineto (ROCm 7) writes HIP's versions, which summary had left out.
+    path = make_trace(
+        [complete_event("ProfilerStep#0", "user_annotation", 0, 10)],
+        cuda_runtime_version=None,
+        cuda_driver_version=None,
+        cupti_version=None,
+        hip_runtime_version=70125424,
+        hip_driver_version=60443483,
+    )
+    _, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert (summary["hip_runtime_version"], summary["hip_driver_version"]) == (
+        "7.1.25424",
+        "6.4.43483",
+    )
+    assert summary["cuda_runtime_version"] is None
+    _, text, _ = run_cli(capsys, "summary", str(path))
+    assert "  HIP runtime 7.1.25424, driver 6.4.43483\n" in text
+    assert "CUDA runtime" not in text
 
 
 def test_cpu_only_trace(capsys, make_trace) -> None:

@@ -327,6 +327,16 @@ def test_sizes_without_dtypes_are_named_as_such(make_trace) -> None:
     assert "sizes but not their dtypes" in view.reason and "record_shapes" not in view.reason
 
 
+def test_a_dtype_of_unknown_size_is_named_not_the_sizes(entry_of) -> None:
+    # A trace written by another tool spells bf16 "BFloat16": the sizes are recorded, and
+    # the note had said they were not (asking, in effect, for record_shapes=True).
+    entry = entry_of("aten::mm", [[64, 32], [32, 16]], ["BFloat16", "BFloat16"])
+    assert (entry.bound, entry.flops) == ("unknown", None)
+    assert entry.note == "the size of its dtype 'BFloat16' is not known"
+    entry = entry_of("aten::mm", [[64, 32], []], [BF16, ""])
+    assert entry.note == "the matrices' sizes are not recorded"
+
+
 def test_a_cpu_only_trace_says_there_is_no_gpu_work(make_trace) -> None:
     path = make_trace([complete_event("aten::mm", "cpu_op", 0, 10)], deviceProperties=None)
     view = roofline(load_trace(path))

@@ -697,6 +697,19 @@ def test_rank_is_none_without_distributed_info(eager: Trace) -> None:
             True,
         ),
         ("void deep_ep::intranode::dispatch<(int)2, (int)768, (int)8192>(int4 *, float *)", True),
+        # QuickReduce (vLLM and SGLang on ROCm), FlashInfer's multi-node NVLink all-reduce,
+        # and PCCL's kernels: names from public profiles of serving runs.
+        (
+            "quickreduce::allreduce_prototype_twoshot<AllReduceTwoshot<__half, CodecQ4<__half, "
+            "4>, true>, __half>",
+            True,
+        ),
+        (
+            "void flashinfer::trtllm_mnnvl_allreduce::twoshotAllreduceKernel<(unsigned char)2, "
+            "__nv_bfloat16, true>(flashinfer::trtllm_mnnvl_allreduce::AllReduceFusionParams)",
+            True,
+        ),
+        ("pcclKernel_twoShotAllReduceKernel", True),
         # Compute that only mentions communication: a fused GEMM, a template argument.
         ("gemm_one_shot_all_reduce_kernel", False),
         (
