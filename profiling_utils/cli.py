@@ -55,8 +55,8 @@ Commands:
       ``gpu_busy_us`` is the union of the step's own work wherever it ran
       (a GPU running behind the CPU runs it past the window, so it may exceed
       ``gpu_window_us``), on all its GPUs together, and ``gpu_busy_by_gpu_us`` the union on
-      each, ``{"<device>": µs}``, where the step's work ran on several GPUs (one process
-      driving two: model parallel), else ``null``; the gaps
+      each, ``{"<device>": µs}`` (0.0 for a GPU without work in the step), in a trace of one
+      process driving several GPUs (model parallelism), else ``null``; the gaps
       (:func:`profiling_utils.measures.gpu_gaps`) are the stretches in which no stream ran
       between the step's first activity's end and its last one's start, each counted in
       every step whose work lies on both sides of it;
@@ -399,7 +399,14 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
         step.number: trace.kernel_launches_without_gpu_record(step) for step in trace.steps
     }
     read = {step.number for step in Facts(trace).steps}
-    by_gpu = {step.number: _busy_by_gpu(step.gpu_work) for step in trace.steps}
+    devices = measures.gpu_devices(trace)
+    by_gpu = {
+        step.number: {
+            str(device): busy
+            for device, busy in measures.busy_by_device(step.gpu_work, devices).items()
+        }
+        for step in (trace.steps if len(devices) > 1 else ())
+    }
     rows = []
     for timing in measures.step_times(trace):
         row = timing.to_dict()
@@ -421,18 +428,6 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
         )
         rows.append(row)
     return rows
-
-
-def _busy_by_gpu(work: Sequence[Span]) -> dict[str, float] | None:
-    """A step's busy time on each GPU its work ran on, by device number (as a JSON key),
-    where that is several; ``None`` on one."""
-    by_device: dict[int | None, list[Span]] = {}
-    for activity in work:
-        by_device.setdefault(activity.lane.device, []).append(activity)
-    if len(by_device) < 2:
-        return None
-    ordered = sorted(by_device.items(), key=lambda item: (item[0] is None, item[0] or 0))
-    return {str(device): measures.union_us(on_device) for device, on_device in ordered}
 
 
 def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Counter]:
@@ -727,8 +722,8 @@ _STEPS_LEGEND = [
 
 
 def _busy_by_gpu_lines(steps: list[dict[str, Any]]) -> list[str]:
-    """Under the step table, where steps ran work on several GPUs: each GPU's busy time,
-    the median over those steps, since the table's busy and idle take the GPUs together."""
+    """Under the step table, in a trace of one process driving several GPUs: each GPU's busy
+    time, the median over the steps, since the table's busy and idle take them together."""
     by_gpu: dict[str, list[float]] = {}
     for row in steps:
         for device, busy in (row["gpu_busy_by_gpu_us"] or {}).items():
@@ -737,9 +732,10 @@ def _busy_by_gpu_lines(steps: list[dict[str, Any]]) -> list[str]:
         return []
     each = ", ".join(f"GPU {device} {_us(_median(busy))}" for device, busy in by_gpu.items())
     text = (
-        f"(Busy per GPU, the median over the steps that ran work on several, µs: {each}. "
-        f"GPU busy and idle above take the {len(by_gpu)} GPUs together: one idling beside a "
-        "busy one does not show there. diagnose's bound rules read the busiest.)"
+        f"(Each GPU's own busy time, µs, the median over the steps: {each}. The table's GPU "
+        f"busy and idle take the {len(by_gpu)} GPUs together, so a GPU idling while another "
+        "works does not show there; diagnose's overhead-bound, gpu-idle and compute-bound "
+        "read the busiest GPU.)"
     )
     return textwrap.wrap(
         text, width=_LINE_WIDTH, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
@@ -1132,11 +1128,13 @@ JSON (--json): one object
             part of a whole (0 to 1), except a GPU busy "fraction" per step (GPU busy
             time over the step's CPU window), which exceeds 1 where the GPU runs behind
             the CPU; median_step is the step with the median share in the bound rules
-            (overhead-bound, gpu-idle, compute-bound) and the median_* keys beside it are
-            that step's values, so that the message's numbers are one step's.
+            (overhead-bound, gpu-idle, compute-bound) and in allocator-churn, and the
+            median_* keys beside it are that step's values, so that the message's numbers
+            are one step's.
 Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown
 rule id, a --select/--ignore naming none or leaving no rule to run (a cross-rank rule alone
-on one trace), with one line on stderr."""
+on one trace or a directory holding one), with one line on stderr. A rule selected by name
+that cannot run beside the others is named in a "note: not run:" line on stderr."""
 
 COMPARE_JSON_HELP = """\
 JSON (--json): one object
@@ -1250,12 +1248,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
     )
     if not rules and not (several and chosen_across):
         # Nothing would run: "no pattern found" would read as a clean trace.
-        if chosen_across:
-            reason = across_reason
-        elif against:
-            reason = against_reason
-        else:
-            reason = "--select and --ignore leave no rule to run"
+        reasons = [across_reason] if chosen_across else []
+        reasons += [against_reason] if against else []
+        reason = "; ".join(reasons) or "--select and --ignore leave no rule to run"
         print(f"error: {reason}", file=sys.stderr)
         return EXIT_BAD_TRACE
     if args.select is not None:

@@ -73,6 +73,8 @@ __all__ = [
     "gpu_busy_in_windows",
     "union_us",
     "union_within",
+    "gpu_devices",
+    "busy_by_device",
     "lane_busy_us",
     "host_work_us",
     "host_work_in_windows",
@@ -247,6 +249,33 @@ def union_us(spans: list[Span] | tuple[Span, ...], *, in_start_order: bool = Fal
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+def gpu_devices(trace: Trace) -> list[int]:
+    """The device numbers of the GPUs whose lanes hold GPU work, in order: more than one
+    where one process drives several GPUs (model parallelism by hand, ``device_map="auto"``)."""
+    return sorted(
+        {
+            lane.device
+            for lane in trace.lanes
+            if lane.kind == "gpu"
+            and lane.device is not None
+            and any(span.is_gpu_work for span in trace.lane_spans(lane))
+        }
+    )
+
+
+def busy_by_device(work: Sequence[Span], devices: Sequence[int]) -> dict[int, float]:
+    """Each of ``devices``' own busy time in ``work``: the union of the activities on its
+    GPU lanes, 0.0 where it has none (work off the GPU lanes, as on the profiler's overhead
+    row, is left out)."""
+    by_device: dict[int, list[Span]] = {device: [] for device in devices}
+    for activity in work:
+        lane = activity.lane
+        on_device = by_device.get(lane.device) if lane.kind == "gpu" else None
+        if on_device is not None:
+            on_device.append(activity)
+    return {device: union_us(spans) for device, spans in by_device.items()}
 
 
 def gpu_busy_in_windows(trace: Trace, windows: Sequence[tuple[float, float]]) -> list[float]:

@@ -122,6 +122,12 @@ def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
     assert err == (
         "error: compile-cpu-tax compares a run with a baseline: compare BASELINE TRACE runs it\n"
     )
+    # Both kinds asked for: both reasons.
+    status, out, err = run_cli(
+        capsys, "diagnose", "--select", "compile-cpu-tax,rank-straggler", path
+    )
+    assert (status, out) == (2, "")
+    assert "rank-straggler compares ranks" in err and "compile-cpu-tax compares a run" in err
     # Over a run's ranks it runs, and no trace is said to show no pattern.
     ranks = str(FIXTURES / "nccl" / "stalled")
     status, out, _ = run_cli(capsys, "diagnose", "--select", "rank-straggler", ranks)

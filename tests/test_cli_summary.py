@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import (
+    DEVICE_PROPERTIES,
     FIXTURES,
     FOREIGN,
     complete_event,
@@ -159,6 +160,56 @@ def test_top_limits_the_kernel_list(capsys) -> None:
     path = str(gpu_fixture("train_tiny_transformer_a3"))
     _, out, _ = run_cli(capsys, "summary", path, "--json", "--top", "3")
     assert len(json.loads(out)["top_kernels"]) == 3
+
+
+def _steps_on_gpus(plan: dict[int, list[tuple[int, float, float]]]) -> list[dict[str, Any]]:
+    """Steps of 1000 µs, step ``n`` launching one kernel ``(device, start offset, µs)`` per
+    entry of ``plan[n]``; device -1 is the profiler's overhead row."""
+    events = []
+    for n, kernels in plan.items():
+        t = 2000.0 * n
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 1000))
+        for i, (device, offset, dur) in enumerate(kernels):
+            correlation = 100 * n + i
+            events += [
+                complete_event("aten::mm", "cpu_op", t + 10 + 40 * i, 30),
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 15 + 40 * i, 5,
+                               correlation=correlation),
+                complete_event(f"k{device}", "kernel", t + offset, dur, pid=device, tid=7,
+                               correlation=correlation, device=device),
+            ]  # fmt: skip
+    return events
+
+
+def test_each_gpus_busy_time_counts_the_steps_it_sits_out(capsys, make_trace) -> None:
+    # GPU 1 works in two steps of five: the steps it sat out had been left out of its median
+    # (400.0, as busy as GPU 0); the devices are listed in order, whichever worked first.
+    props = [dict(DEVICE_PROPERTIES[0], id=i) for i in range(3)]
+    plan = {
+        1: [(2, 100, 400), (1, 500, 400)],
+        2: [(0, 100, 400), (2, 500, 300)],
+        3: [(0, 100, 400), (2, 500, 300)],
+        4: [(0, 100, 400), (1, 500, 400), (2, 600, 300)],
+        5: [(0, 100, 400), (2, 500, 300)],
+    }
+    path = str(make_trace(_steps_on_gpus(plan), deviceProperties=props))
+    _, out, _ = run_cli(capsys, "summary", "--json", path)
+    rows = json.loads(out)["steps"]
+    assert [row["gpu_busy_by_gpu_us"] for row in rows[:2]] == [
+        {"0": 0.0, "1": 400.0, "2": 400.0},
+        {"0": 400.0, "1": 0.0, "2": 300.0},
+    ]
+    _, text, _ = run_cli(capsys, "summary", path)
+    assert "the median over the steps: GPU 0 400.0, GPU 1 0.0, GPU 2 300.0." in " ".join(
+        text.split()
+    )
+
+
+def test_work_off_the_gpu_lanes_is_no_second_gpu(capsys, make_trace) -> None:
+    # A kernel on the profiler's overhead row (pid -1) beside GPU 0's: one GPU, not "GPU None".
+    plan = {n: [(0, 100, 400), (-1, 600, 100)] for n in (1, 2, 3)}
+    _, out, _ = run_cli(capsys, "summary", "--json", str(make_trace(_steps_on_gpus(plan))))
+    assert {row["gpu_busy_by_gpu_us"] is None for row in json.loads(out)["steps"]} == {True}
 
 
 def test_rocm_versions_are_read_as_hip_writes_them(capsys, make_trace) -> None:

@@ -276,14 +276,15 @@ def test_a_process_driving_two_gpus_shows_each_gpus_busy_time(capsys: Any) -> No
     status, text, _ = run_cli(capsys, "summary", path)
     medians = [sorted(row["gpu_busy_by_gpu_us"][gpu] for row in rows) for gpu in ("0", "1")]
     shown = [f"{(values[1] + values[2]) / 2:,.1f}" for values in medians]
-    assert f"µs: GPU 0 {shown[0]}, GPU 1 {shown[1]}." in " ".join(text.split())
-    assert "take the 2 GPUs together" in " ".join(text.split())
+    line = " ".join(text.split())
+    assert f"the median over the steps: GPU 0 {shown[0]}, GPU 1 {shown[1]}." in line
+    assert "take the 2 GPUs together" in line
     # One GPU: no such line, and the key is null.
     one = str(FEATURES / "side_stream_prefetch.json.gz")
     _, out, _ = run_cli(capsys, "summary", "--json", one)
     assert {row["gpu_busy_by_gpu_us"] for row in json.loads(out)["steps"]} == {None}
     _, text, _ = run_cli(capsys, "summary", one)
-    assert "Busy per GPU" not in text
+    assert "Each GPU's own busy time" not in text
 
 
 def _allocator_calls_by_step(name: str) -> tuple[dict[int, dict[str, Any]], dict[int, list]]:

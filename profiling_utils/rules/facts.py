@@ -734,19 +734,13 @@ class Facts:
 
     def _busiest(self, left_out: frozenset[int]) -> dict[int, float]:
         one = self.compute_busy_us if left_out else {t.step: t.gpu_busy_us for t in self.step_times}
-        devices = {lane.device for lane in self.trace.lanes if lane.kind == "gpu"}
+        devices = measures.gpu_devices(self.trace)
         if len(devices) < 2:  # one GPU: its busy time (no pass over the work)
             return one
         busiest = {}
         for step in self.steps:
-            by_device: dict[Any, list[Span]] = {}
-            for work in step.gpu_work:
-                if work.id not in left_out:
-                    by_device.setdefault(work.lane.device, []).append(work)
-            if len(by_device) < 2:
-                busiest[step.number] = one[step.number]
-            else:
-                busiest[step.number] = max(map(measures.union_us, by_device.values()))
+            work = [w for w in step.gpu_work if w.id not in left_out]
+            busiest[step.number] = max(measures.busy_by_device(work, devices).values())
         return busiest
 
     @cached_property
