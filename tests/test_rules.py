@@ -2921,10 +2921,12 @@ def test_cost_in_children_follows_the_call_that_holds_most_of_the_few_long_ones(
 # -- allocator-churn ---------------------------------------------------------------------------
 
 
-def _allocator_steps(make_trace, calls_per_step: dict[int, list[tuple[str, float]]]) -> Path:
-    """Four steps of 1000 µs, each launching a kernel from aten::mm; ``calls_per_step`` adds
-    allocator calls ``(name, µs)`` inside aten::empty in the given steps."""
-    events = op_steps_events([("aten::mm", {}, True)], steps=4)
+def _allocator_steps(
+    make_trace, calls_per_step: dict[int, list[tuple[str, float]]], steps: int = 4
+) -> Path:
+    """``steps`` steps of 1000 µs, each launching a kernel from aten::mm; ``calls_per_step``
+    adds allocator calls ``(name, µs)`` inside aten::empty in the given steps."""
+    events = op_steps_events([("aten::mm", {}, True)], steps=steps)
     for number, calls in calls_per_step.items():
         t = 2000.0 * number + 500
         for name, dur in calls:
@@ -2942,14 +2944,33 @@ def test_allocator_churn_reads_the_steps_after_the_first(make_trace) -> None:
     assert hit.evidence["calls"] == {"cudaFree": 3, "cudaMalloc": 3}
     assert hit.evidence["median_step_share"] == 0.06  # 60 of 1000 µs
     assert hit.message == (
-        "In 3 of the 3 steps after the first, PyTorch's caching allocator called the driver "
-        "(3 cudaFree and 3 cudaMalloc in all, most often cudaMalloc in aten::empty, 3×): "
-        "60.0 µs of ProfilerStep#3's 1000.0 µs (6.0%), the step with the median share; the "
-        "longest, cudaMalloc for 40.0 µs in ProfilerStep#2 (in aten::empty)."
+        "In 3 of the 3 steps after the first, device memory was taken or given back (3 "
+        "cudaFree, 3 cudaMalloc in all, most often cudaMalloc in aten::empty, 3×): in "
+        "ProfilerStep#3, the step with the median share, these calls take 60.0 µs of its "
+        "1000.0 µs (6.0%); the longest, cudaMalloc for 40.0 µs in ProfilerStep#2 (in "
+        "aten::empty)."
     )
-    # Two of three later steps are most of them: still churn.
+    # Two of three later steps are most of them: still churn; two of four are not.
     (hit,) = diagnose(_allocator_steps(make_trace, {2: both, 4: both}), select=["allocator-churn"])
     assert hit.evidence["steps_with_calls"] == [2, 4]
+    path = _allocator_steps(make_trace, {2: both, 4: both}, steps=5)
+    assert diagnose(path, select=["allocator-churn"]) == []
+
+
+def test_allocator_churn_counts_time_in_the_step_once(make_trace) -> None:
+    # Two threads' cudaFree at once, and one that runs past its step's end: the share had
+    # summed whole calls (160% of a step).
+    events = op_steps_events([("aten::mm", {}, True)], steps=4)
+    for number in (2, 3, 4):
+        t = 2000.0 * number + 100
+        events += [
+            complete_event("cudaFree", "cuda_runtime", t, 800, tid=1),
+            complete_event("cudaFree", "cuda_runtime", t, 800, tid=2),
+            complete_event("cudaMalloc", "cuda_runtime", t + 850, 400),  # 50 µs in the step
+        ]
+    (hit,) = diagnose(make_trace(events), select=["allocator-churn"])
+    assert hit.evidence["median_step_allocator_us"] == 850.0
+    assert hit.evidence["median_step_share"] == 0.85
 
 
 @pytest.mark.parametrize(

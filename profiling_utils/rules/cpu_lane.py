@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, input_shapes
+from ..trace import Span, Step, input_shapes
 from .facts import (
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
@@ -749,12 +750,13 @@ def _caller_of_copy(facts: Facts, op: Span | None) -> Span | None:
 
 
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree")
-"""The driver calls of PyTorch's caching allocator (its default backend: not
-``cudaMallocAsync``'s stream-ordered calls, nor the pinned host memory of ``cudaHostAlloc``)."""
+"""The runtime calls that take device memory and give it back, as PyTorch's caching
+allocator makes them (its default backend: not ``cudaMallocAsync``'s stream-ordered calls,
+nor ``expandable_segments``' driver calls, nor pinned host memory's ``cudaHostAlloc``)."""
 
 ALLOCATOR_CHURN_MIN_SHARE = 0.02
-"""``allocator-churn``: the allocator's driver calls take at least this share of the CPU time
-of the median step after the first (steps without any counted at 0)."""
+"""``allocator-churn``: in the step after the first with the median share, the calls take
+at least this share of its CPU time (steps without any counted at 0)."""
 
 
 @rule(
@@ -762,42 +764,44 @@ of the median step after the first (steps without any counted at 0)."""
     "CPU lane",
     see="""cudaMalloc or cudaFree (hipMalloc, hipFree) in most steps after the first, not
     only while the first fills PyTorch's memory cache.""",
-    means="""PyTorch's caching allocator calls the driver only when its cache cannot serve a
-    request: every step it does, the cache was emptied (torch.cuda.empty_cache() in the
-    loop), split by changing shapes, or is too small (near a full GPU the allocator frees its
-    cached blocks and tries again; torch.cuda.memory_stats() counts num_alloc_retries). A
-    cudaMalloc takes tens to hundreds of µs, and a cudaFree first waits for the GPU to finish
-    all its work. Keep shapes steady, take empty_cache() out of the loop, free memory, or try
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.""",
+    means="""PyTorch's caching allocator asks for device memory only when its cache cannot
+    serve a request, so in the steady state these calls should not occur. When they do in
+    every step, the cache was emptied (torch.cuda.empty_cache() in the loop), is fragmented
+    by shapes that keep changing, or is too small: near a full GPU the allocator gives its
+    cached blocks back and tries again (torch.cuda.memory_stats() counts
+    num_alloc_retries). A cudaMalloc takes tens to hundreds of µs, and a cudaFree also
+    synchronizes: it waits for the work this process queued on the GPU, so the host cannot
+    run ahead. Keep shapes steady, take empty_cache() out of the loop, or leave the GPU more
+    free memory.""",
     severity="warning",
     from_post=False,
 )
 def allocator_churn(facts: Facts) -> Iterator[Hit]:
     later = facts.steps[1:]
-    if len(later) < 2:
-        return
-    calls = facts.in_steps(sorted(
-        (call for name in ALLOCATOR_CALLS for call in facts.named(name)), key=_START
-    ))  # fmt: skip
-    by_step: dict[int, list[Span]] = {}
-    for call in calls:
+    first_start = later[0].start if later else math.inf
+    calls = sorted((call for name in ALLOCATOR_CALLS for call in facts.named(name)), key=_START)
+    by_step: dict[int, list[Span]] = {step.number: [] for step in later}
+    for call in facts.in_steps([call for call in calls if call.start >= first_start]):
         step = facts.trace.step_of(call)
-        if step is not None:
-            by_step.setdefault(step.number, []).append(call)
-    rows = [
-        (step, by_step.get(step.number, []), sum(c.dur for c in by_step.get(step.number, ())))
-        for step in later
-    ]
-    with_calls = [row for row in rows if row[1]]
-    if len(with_calls) < 2 or 2 * len(with_calls) < len(later):
+        if step is not None and step.number in by_step:
+            by_step[step.number].append(call)
+    with_calls = [step for step in later if by_step[step.number]]
+    if len(with_calls) < 2 or 2 * len(with_calls) <= len(later):  # most steps, at least two
         return
+    # Each step's time in the calls: their union (threads may call at once) within the step.
+    held = {
+        step.number: measures.union_within(by_step[step.number], step.start, step.end)
+        for step in later
+    }
     # The step with the median share (of equal shares, the middle one in step order).
-    shares = sorted(rows, key=lambda row: row[2] / row[0].span.dur if row[0].span.dur else 0.0)
-    step, step_calls, step_us = shares[(len(shares) - 1) // 2]
-    share = step_us / step.span.dur if step.span.dur > 0 else 0.0
+    ranked = sorted(later, key=lambda step: held[step.number] / step.span.dur)
+    step = ranked[(len(ranked) - 1) // 2]
+    share = held[step.number] / step.span.dur
     if share < ALLOCATOR_CHURN_MIN_SHARE:
         return
-    every = [call for _, found, _ in with_calls for call in found]
+    # How much of it the GPU was busy: a cudaFree waiting for queued work to finish.
+    waited = sum(measures.gpu_busy_in_windows(facts.trace, _merged(by_step[step.number], step)))
+    every = [call for step_ in with_calls for call in by_step[step_.number]]
     names = Counter(call.name for call in every)
     places = Counter(
         f"{call.name} {'outside any op' if op is None else f'in {op.name}'}"
@@ -806,29 +810,51 @@ def allocator_churn(facts: Facts) -> Iterator[Hit]:
     )
     longest = max(every, key=_DUR)
     longest_op = facts.trace.op_of(longest)
+    longest_step = facts.trace.step_of(longest)
     place, place_count = places.most_common(1)[0]
-    counted = " and ".join(f"{count} {name}" for name, count in sorted(names.items()))
+    counted = ", ".join(f"{count} {name}" for name, count in sorted(names.items()))
+    busy = (
+        f", {waited:.1f} µs of them while the GPU still ran queued work"
+        if round(waited, 1) > 0
+        else ""
+    )
     yield (
-        f"In {len(with_calls)} of the {len(later)} steps after the first, PyTorch's caching "
-        f"allocator called the driver ({counted} in all, most often {place}, "
-        f"{place_count}×): {step_us:.1f} µs of {step_label(step.number)}'s "
-        f"{step.span.dur:.1f} µs ({percent(share)}), the step with the median share; the "
-        f"longest, {longest.name} for {longest.dur:.1f} µs in "
-        f"{step_label(facts.trace.step_of(longest).number)}"
+        f"In {len(with_calls)} of the {len(later)} steps after the first, device memory was "
+        f"taken or given back ({counted} in all, most often {place}, {place_count}×): in "
+        f"{step_label(step.number)}, the step with the median share, these calls take "
+        f"{held[step.number]:.1f} µs of its {step.span.dur:.1f} µs ({percent(share)}){busy}; "
+        f"the longest, {longest.name} for {longest.dur:.1f} µs in "
+        f"{step_label(longest_step.number)}"
         f"{'' if longest_op is None else f' (in {longest_op.name})'}.",
         {
             "steps_after_first": len(later),
-            "steps_with_calls": [row[0].number for row in with_calls],
+            "steps_with_calls": [step_.number for step_ in with_calls],
             "calls": dict(sorted(names.items())),
             "places": dict(places.most_common()),
             "median_step": step.number,
-            "median_step_calls": len(step_calls),
-            "median_step_allocator_us": us(step_us),
+            "median_step_calls": len(by_step[step.number]),
+            "median_step_allocator_us": us(held[step.number]),
+            "median_step_gpu_busy_during_us": us(waited),
             "median_step_cpu_us": us(step.span.dur),
             "median_step_share": round(share, 4),
             "longest": span_ref(longest),
         },
     )
+
+
+def _merged(calls: list[Span], step: Step) -> list[tuple[float, float]]:
+    """The calls' time within ``step`` as disjoint windows, in order (``calls`` in start
+    order)."""
+    windows: list[tuple[float, float]] = []
+    for call in calls:
+        start, end = max(call.start, step.start), min(call.end, step.end)
+        if end <= start:
+            continue
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+        else:
+            windows.append((start, end))
+    return windows
 
 
 @rule(
