@@ -591,8 +591,9 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
     means="""That is the hotspot: start optimizing there, since it bounds what any other
     change can gain. Communication kernels (NCCL, RCCL) are left out: their time is judged
     by exposed-communication and collective-bandwidth. In a trace of torch.compile compiling,
-    the calls launched while it compiled are counted apart: Inductor's autotuning runs
-    candidate kernels and flushes the cache between them, the compiler's work.""",
+    the finding says how many of the kernel's calls were launched while it compiled:
+    Inductor's autotuning runs candidate kernels and flushes the cache between them, work
+    of the compiler that may be the hotspot of such a trace.""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
 )
@@ -612,11 +613,14 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
         return
     # A graph launch replays many kernels, and the launch index pairs it with its first only:
     # the kernels a replay runs are counted apart, all of them.
-    launched = Counter(
-        launch.op.name if launch.op is not None else NO_OP
-        for launch, kernel in facts.kernel_launches
-        if kernel.name == name and launch.call.name not in GRAPH_LAUNCH_CALLS
-    )
+    launched: Counter[str] = Counter()
+    # Inductor's autotuning runs candidate kernels and flushes the cache between them: work
+    # of the compiler, which a hotspot in a cold compile's trace may be, not of the program.
+    compiling = 0
+    for launch, kernel in facts.kernel_launches:
+        if kernel.name == name and launch.call.name not in GRAPH_LAUNCH_CALLS:
+            launched[launch.op.name if launch.op is not None else NO_OP] += 1
+            compiling += facts.while_compiling(launch.call)
     replays: Counter[str] = Counter()
     for launch in facts.graph_launches:
         runs = sum(work.name == name for work in trace.gpu_work_of(launch))
@@ -635,13 +639,6 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
         sources.append(f"{replayed} replayed by {', '.join(replays)}")
     if unlinked:
         sources.append(f"{unlinked} with no launch call in the trace")
-    # Inductor's autotuning runs candidate kernels and flushes the cache between them: work
-    # of the compiler, which a hotspot in a cold compile's trace may be, not of the program.
-    compiling = sum(
-        1
-        for launch, kernel in facts.kernel_launches
-        if kernel.name == name and facts.while_compiling(launch.call)
-    )
     if compiling:
         sources.append(
             f"{'all' if compiling == len(kernels) else compiling} of them while torch.compile "
