@@ -265,15 +265,28 @@ def record_varying_batch(out: Path) -> None:
         torch.backends.cudnn.benchmark = previous
 
 
+def _wide_mlp() -> torch.nn.Sequential:
+    """Two 2048-wide layers with GELU, on the CPU (moved by the caller)."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
+    )
+
+
+def _record_four_steps(out: Path, name: str, step: Callable[[], None]) -> None:
+    """Profile ``step`` with a schedule of one step waited, one warmed up and four recorded."""
+    ready = export_to(out, name)
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
+    ) as prof:
+        for _ in range(6):
+            step()
+            prof.step()
+
+
 def record_two_devices(out: Path) -> None:
     """Needs two GPUs: naive model parallelism, one process running its first two layers on
     ``cuda:0`` and the last two on ``cuda:1``, the activations copied across each step."""
-    first = torch.nn.Sequential(
-        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
-    ).to("cuda:0")
-    second = torch.nn.Sequential(
-        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
-    ).to("cuda:1")
+    first, second = _wide_mlp().to("cuda:0"), _wide_mlp().to("cuda:1")
     optimizer = torch.optim.AdamW([*first.parameters(), *second.parameters()])
     x = torch.randn(1024, 2048, device="cuda:0")
 
@@ -286,21 +299,13 @@ def record_two_devices(out: Path) -> None:
         step()
     torch.cuda.synchronize(0)
     torch.cuda.synchronize(1)
-    ready = export_to(out, "two_devices_model_parallel")
-    with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
-    ) as prof:
-        for _ in range(6):
-            step()
-            prof.step()
+    _record_four_steps(out, "two_devices_model_parallel", step)
 
 
 def record_empty_cache(out: Path) -> None:
     """``torch.cuda.empty_cache()`` at the end of every step: the caching allocator gives its
     memory back to the driver, and takes it again from ``cudaMalloc`` in the next step."""
-    model = torch.nn.Sequential(
-        torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU()
-    ).cuda()
+    model = _wide_mlp().cuda()
     x = torch.randn(4096, 2048, device="cuda")
 
     def step() -> None:
@@ -309,13 +314,7 @@ def record_empty_cache(out: Path) -> None:
         torch.cuda.empty_cache()
 
     step()
-    ready = export_to(out, "empty_cache_every_step")
-    with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
-    ) as prof:
-        for _ in range(6):
-            step()
-            prof.step()
+    _record_four_steps(out, "empty_cache_every_step", step)
 
 
 RECORDINGS: dict[str, Callable[[Path], None]] = {
