@@ -3003,3 +3003,21 @@ def test_allocator_churn_needs_two_steps_after_the_first(make_trace) -> None:
             events.append(complete_event(name, "cuda_runtime", t, dur))
             t += dur + 10
     assert diagnose(make_trace(events), select=["allocator-churn"]) == []
+
+
+def test_many_calls_says_which_calls_ran_while_torch_compile_compiled(make_trace) -> None:
+    # A cold compile's trace: the autotuner zeroes a buffer before each candidate it times
+    # (9,292 aten::zero_ calls in the recording audited), the compiler's calls.
+    events = [complete_event("mm_template_autotuning (dynamo_timed)", "user_annotation", 0, 6000)]
+    events += [complete_event("aten::zero_", "cpu_op", 10 + 50 * n, 40) for n in range(100)]
+    events += [complete_event("aten::zero_", "cpu_op", 6100 + 50 * n, 40) for n in range(20)]
+    (hit,) = diagnose(make_trace(events, deviceProperties=None), select=["many-calls"])
+    assert hit.message.endswith(
+        "; 100 of its calls ran while torch.compile was compiling, work of the compiler."
+    )
+    assert hit.evidence["ops"][0]["calls_while_compiling"] == 100
+    # The same calls outside compilation: nothing said.
+    events[0]["name"] = "my_label"
+    (hit,) = diagnose(make_trace(events, deviceProperties=None), select=["many-calls"])
+    assert "torch.compile" not in hit.message
+    assert "calls_while_compiling" not in hit.evidence["ops"][0]

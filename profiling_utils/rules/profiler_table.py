@@ -679,7 +679,9 @@ def _steps_cpu_us(facts: Facts) -> float:
     see="""One row with a very large # of Calls (per step; over the whole recording in a
     trace without steps).""",
     means="""Each call may be cheap, but together they cost dispatch and launch time; see
-    whether they can be fused or batched (foreach ops, torch.compile, larger operands).""",
+    whether they can be fused or batched (foreach ops, torch.compile, larger operands). Calls
+    made while torch.compile was compiling (its autotuning) are the compiler's, and the
+    finding says how many there were.""",
     severity="warning",
     example="auto_examples/part1_matmul_add/plot_09_diagnose_your_own_trace",
 )
@@ -772,6 +774,18 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
             f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
             f"{top['calls']:,} calls take over twice the median)"
+        )
+    # In a cold torch.compile's trace the many calls can be the compiler's (its autotuning
+    # zeroes a buffer before each candidate kernel it times), not the program's.
+    for entry in found:
+        compiling = sum(map(facts.while_compiling, calls_of[entry["op"]]))
+        if compiling:
+            entry["calls_while_compiling"] = compiling
+    if top.get("calls_while_compiling"):
+        compiling = top["calls_while_compiling"]
+        skewed += (
+            f"; {'all' if compiling == top['calls'] else f'{compiling:,}'} of its calls ran "
+            "while torch.compile was compiling, work of the compiler"
         )
     also = ""
     if inner:
