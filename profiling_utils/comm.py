@@ -18,10 +18,11 @@ Bandwidths follow the conventions of NCCL's `nccl-tests
 the larger of the input and output buffers, the *algorithm bandwidth* is that size over the
 kernel's duration, and the *bus bandwidth* scales it by how much each rank really sends, so that
 it compares with the link's peak whatever the number of ranks ``n``: ``2(n-1)/n`` for all_reduce,
-``(n-1)/n`` for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv.
-That factor for all_to_all assumes even splits; where the trace records uneven ones (``In split
-size``, ``Out split size``) and the rank's place in its group, the bus bandwidth is the bytes
-the rank sends to or receives from the other ranks, whichever is larger, over the duration.
+``(n-1)/n`` for all_gather, reduce_scatter and all_to_all, 1 for broadcast, reduce, send and
+recv. That factor for all_to_all assumes even splits; where the trace records uneven ones
+(``In split size``, ``Out split size``) and the rank's place in its group, the bus bandwidth
+is the bytes the rank sends to or receives from the other ranks, whichever is larger, over
+the duration.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ OPERATIONS = (
     "all_gather",
     "reduce_scatter",
     "broadcast",
+    "reduce",
     "all_to_all",
     "send",
     "recv",
@@ -67,6 +69,7 @@ _BUS_FACTORS = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
     "send": lambda n: 1.0,
     "recv": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
@@ -124,6 +127,8 @@ def _operation(text: str) -> str:
     ):
         if needle in key:
             return operation
+    if "reduce" in key:  # what is left: NCCL's rooted Reduce (dist.reduce, DataParallel's)
+        return "reduce"
     if "sendrecv" in key:
         return "unknown"  # NCCL's SendRecv kernel runs sends, receives and all_to_all alike
     if "send" in key:
@@ -222,7 +227,8 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     """The GPU kernel doing the collective (``ncclDevKernel_*``, ``ncclKernel_*``...)."""
     op: str
     """One of :data:`OPERATIONS`: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``,
-    ``"broadcast"``, ``"all_to_all"``, ``"send"``, ``"recv"``, ``"send_recv"`` (a batch of
+    ``"broadcast"``, ``"reduce"`` (rooted), ``"all_to_all"``, ``"send"``, ``"recv"``,
+    ``"send_recv"`` (a batch of
     sends and receives run as one kernel, as ``batch_isend_irecv`` does), ``"barrier"``, or
     ``"unknown"`` when the trace does not say (an older trace's ``SendRecv`` kernel outside any
     label)."""
@@ -270,10 +276,10 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     @property
     def busbw_gb_s(self) -> float | None:
         """Bus bandwidth, GB/s: :attr:`algbw_gb_s` × ``2(n-1)/n`` for all_reduce, ``(n-1)/n``
-        for all_gather, reduce_scatter and all_to_all, 1 for broadcast, send and recv (``n`` =
-        :attr:`group_size`); for an all_to_all with :attr:`peer_bytes`, those bytes over the
-        duration (what ``(n-1)/n`` stands for with even splits); ``None`` when the size, the
-        group size or the operation is unknown."""
+        for all_gather, reduce_scatter and all_to_all, 1 for broadcast, reduce, send and recv
+        (``n`` = :attr:`group_size`); for an all_to_all with :attr:`peer_bytes`, those bytes
+        over the duration (what ``(n-1)/n`` stands for with even splits); ``None`` when the
+        size, the group size or the operation is unknown."""
         if self.peer_bytes is not None and self.span.dur > 0:
             return self.peer_bytes / (self.span.dur * 1e3)
         algbw = self.algbw_gb_s
@@ -286,12 +292,12 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
 def bus_factor(op: str, group_size: int | None) -> float | None:
     """What turns a collective's algorithm bandwidth into its bus bandwidth (NCCL's tests'
     convention): ``2(n-1)/n`` for all_reduce, ``(n-1)/n`` for all_gather, reduce_scatter and
-    all_to_all, 1 for broadcast, send and recv; ``None`` for another operation, or an unknown
-    group size where it matters."""
+    all_to_all, 1 for broadcast, reduce, send and recv; ``None`` for another operation, or an
+    unknown group size where it matters."""
     factor = _BUS_FACTORS.get(op)
     if factor is None:
         return None
-    if op in ("broadcast", "send", "recv", "send_recv"):
+    if op in ("broadcast", "reduce", "send", "recv", "send_recv"):
         return 1.0
     if group_size is None or group_size < 1:
         return None

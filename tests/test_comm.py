@@ -9,7 +9,7 @@ import pytest
 from conftest import complete_event
 
 from profiling_utils import diagnose, load_trace
-from profiling_utils.comm import _intersection, collectives, comm_overlap
+from profiling_utils.comm import _intersection, _operation, collectives, comm_overlap
 
 COMM_STREAM = 20
 
@@ -151,6 +151,29 @@ def test_the_kernel_name_is_the_last_resort(make_trace: Any) -> None:
         ("unknown", None, None, None, 3),
     ]
     assert found[0].algbw_gb_s is None and found[0].busbw_gb_s is None
+
+
+def test_a_rooted_reduce_is_named_and_counted_as_one_pass(make_trace: Any) -> None:
+    # DataParallel sums its replicas' gradients with NCCL's Reduce: it was "unknown".
+    events = [
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, 5, correlation=1),
+        complete_event("ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                       "kernel", 20, 100, pid=0, tid=COMM_STREAM, correlation=1,
+                       **{"Collective name": "reduce", "In msg nelems": 25000,
+                          "Out msg nelems": 25000, "dtype": "Float", "Group size": 2}),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 200, 5, correlation=2),
+        complete_event("ncclReduceRingLLKernel_sum_f32(ncclColl)", "kernel", 210, 50,
+                       pid=0, tid=COMM_STREAM, correlation=2),
+    ]  # fmt: skip
+    reduce, older = collectives(load_trace(make_trace(events)))
+    assert (reduce.op, older.op) == ("reduce", "reduce")
+    assert reduce.bytes == 100_000
+    assert reduce.busbw_gb_s == reduce.algbw_gb_s == pytest.approx(1.0)  # 100 kB in 100 µs
+    assert [_operation(name) for name in ("nccl:reduce", "allreduce", "reduce_scatter")] == [
+        "reduce",
+        "all_reduce",
+        "reduce_scatter",
+    ]
 
 
 def test_index_counts_within_each_group(make_trace: Any) -> None:
