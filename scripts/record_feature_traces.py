@@ -33,6 +33,8 @@ naming no directory of the machine):
 - ``two_devices_model_parallel`` (two GPUs): one process training two layers on ``cuda:0``
   and two on ``cuda:1``, the activations copied from one GPU to the other each step (naive
   model parallelism: the GPUs take turns).
+- ``data_parallel_two_gpus`` (two GPUs): ``torch.nn.DataParallel`` over both GPUs, in one
+  process (replicas in threads, gradients summed with NCCL's broadcast and reduce).
 - ``empty_cache_every_step``: a small MLP's forward and backward with
   ``torch.cuda.empty_cache()`` at the end of each step (the allocator's memory given back to
   the driver and taken again every step).
@@ -317,6 +319,27 @@ def record_empty_cache(out: Path) -> None:
     _record_four_steps(out, "empty_cache_every_step", step)
 
 
+def record_data_parallel(out: Path) -> None:
+    """Needs two GPUs: ``torch.nn.DataParallel`` over both, in one process: each step scatters
+    the batch, runs a replica on each GPU in threads of its own, and sums the gradients on
+    GPU 0 with NCCL's broadcast and reduce."""
+    model = _wide_mlp().cuda()
+    replicated = torch.nn.DataParallel(model, device_ids=[0, 1])
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def step() -> None:
+        replicated(x).float().pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    _record_four_steps(out, "data_parallel_two_gpus", step)
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -325,6 +348,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "varying_batch_cudnn_benchmark": record_varying_batch,
     "two_devices_model_parallel": record_two_devices,
     "empty_cache_every_step": record_empty_cache,
+    "data_parallel_two_gpus": record_data_parallel,
 }
 
 

@@ -344,3 +344,24 @@ def test_cudnn_benchmark_frees_and_takes_memory_again_in_every_step() -> None:
         "cudaMalloc in aten::convolution_backward",
         "cudaFree in aten::cudnn_convolution",
     }
+
+
+def test_data_parallels_reduce_and_broadcast_are_collectives_on_two_gpus(capsys: Any) -> None:
+    # DataParallel sums its replicas' gradients with NCCL's rooted Reduce: "unknown" before.
+    raw = events("data_parallel_two_gpus")
+    kernels = [e["name"] for e in raw if e.get("cat") == "kernel"]
+    reduces = sum(name.startswith("ncclDevKernel_Reduce_") for name in kernels)
+    broadcasts = sum(name.startswith("ncclDevKernel_Broadcast_") for name in kernels)
+    assert reduces and broadcasts
+    path = str(FEATURES / "data_parallel_two_gpus.json.gz")
+    _, out, _ = run_cli(capsys, "summary", "--json", path)
+    summary = json.loads(out)
+    counts: dict[str, int] = {}
+    for row in summary["communication"]["by_op"]:
+        counts[row["op"]] = counts.get(row["op"], 0) + row["count"]
+    assert counts == {"reduce": reduces, "broadcast": broadcasts}
+    # Both GPUs work in every step, at the same time for part of it.
+    for row in summary["steps"]:
+        by_gpu = row["gpu_busy_by_gpu_us"]
+        assert list(by_gpu) == ["0", "1"] and min(by_gpu.values()) > 0
+        assert sum(by_gpu.values()) > row["gpu_busy_us"]
