@@ -285,6 +285,14 @@ def _record_four_steps(out: Path, name: str, step: Callable[[], None]) -> None:
             prof.step()
 
 
+def _warm_on_two_gpus(step: Callable[[], None]) -> None:
+    """Two untimed steps (cuBLAS handles, the optimizer's state), then both GPUs drained."""
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+
+
 def record_two_devices(out: Path) -> None:
     """Needs two GPUs: naive model parallelism, one process running its first two layers on
     ``cuda:0`` and the last two on ``cuda:1``, the activations copied across each step."""
@@ -297,10 +305,7 @@ def record_two_devices(out: Path) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(1)
+    _warm_on_two_gpus(step)
     _record_four_steps(out, "two_devices_model_parallel", step)
 
 
@@ -333,10 +338,7 @@ def record_data_parallel(out: Path) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(1)
+    _warm_on_two_gpus(step)
     _record_four_steps(out, "data_parallel_two_gpus", step)
 
 
