@@ -57,9 +57,10 @@ Commands:
       ``gpu_window_us``), on all its GPUs together, and ``gpu_busy_by_gpu_us`` the union on
       each, ``{"<device>": µs}`` (0.0 for a GPU without work in the step), in a trace of one
       process driving several GPUs (model parallelism), else ``null``; the gaps
-      (:func:`profiling_utils.measures.gpu_gaps`) are the stretches in which no stream ran
-      between the step's first activity's end and its last one's start, each counted in
-      every step whose work lies on both sides of it;
+      (:func:`profiling_utils.measures.gpu_gaps`) are the stretches in which no stream of a
+      GPU ran between the step's first activity's end and its last one's start on it (each
+      GPU's own, where the step's work ran on several), each counted in every step whose
+      work lies on both sides of it;
       ``end_recorded`` is false for a step that ends after the profiler's recording window
       (:meth:`profiling_utils.trace.Trace.end_recorded`);
       ``kernel_launches_without_gpu_record`` counts the step's kernel launch calls with no GPU
@@ -734,8 +735,9 @@ def _busy_by_gpu_lines(steps: list[dict[str, Any]]) -> list[str]:
     text = (
         f"(Each GPU's own busy time, µs, the median over the steps: {each}. The table's GPU "
         f"busy and idle take the {len(by_gpu)} GPUs together, so a GPU idling while another "
-        "works does not show there; diagnose's overhead-bound, gpu-idle and compute-bound "
-        "read the busiest GPU.)"
+        "works does not show there, while the gaps columns count each GPU's own idle "
+        "stretches, GPU by GPU. diagnose's overhead-bound, gpu-idle and compute-bound read "
+        "the busiest GPU.)"
     )
     return textwrap.wrap(
         text, width=_LINE_WIDTH, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False

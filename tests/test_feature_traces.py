@@ -279,6 +279,9 @@ def test_a_process_driving_two_gpus_shows_each_gpus_busy_time(capsys: Any) -> No
     line = " ".join(text.split())
     assert f"the median over the steps: GPU 0 {shown[0]}, GPU 1 {shown[1]}." in line
     assert "take the 2 GPUs together" in line
+    assert "the gaps columns count each GPU's own idle stretches, GPU by GPU" in line
+    # ... which is why a step's gaps can add up to more than its idle time.
+    assert any(row["gpu_gap_total_us"] > row["gpu_idle_us"] for row in rows)
     # One GPU: no such line, and the key is null.
     one = str(FEATURES / "side_stream_prefetch.json.gz")
     _, out, _ = run_cli(capsys, "summary", "--json", one)

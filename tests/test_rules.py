@@ -2945,7 +2945,7 @@ def test_allocator_churn_reads_the_steps_after_the_first(make_trace) -> None:
     assert hit.evidence["median_step_share"] == 0.06  # 60 of 1000 µs
     assert hit.message == (
         "In 3 of the 3 steps after the first, device memory was taken or given back (3 "
-        "cudaFree, 3 cudaMalloc in all, most often cudaMalloc in aten::empty, 3×): in "
+        "cudaFree, 3 cudaMalloc in those steps, most often cudaMalloc in aten::empty, 3×): in "
         "ProfilerStep#3, the step with the median share, these calls take 60.0 µs of its "
         "1000.0 µs (6.0%); the longest, cudaMalloc for 40.0 µs in ProfilerStep#2 (in "
         "aten::empty)."

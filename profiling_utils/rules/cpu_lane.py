@@ -820,7 +820,8 @@ def allocator_churn(facts: Facts) -> Iterator[Hit]:
     )
     yield (
         f"In {len(with_calls)} of the {len(later)} steps after the first, device memory was "
-        f"taken or given back ({counted} in all, most often {place}, {place_count}×): in "
+        f"taken or given back ({counted} in those steps, most often {place}, "
+        f"{place_count}×): in "
         f"{step_label(step.number)}, the step with the median share, these calls take "
         f"{held[step.number]:.1f} µs of its {step.span.dur:.1f} µs ({percent(share)}){busy}; "
         f"the longest, {longest.name} for {longest.dur:.1f} µs in "
