@@ -228,10 +228,9 @@ class Collective(msgspec.Struct, frozen=True, gc=False):
     op: str
     """One of :data:`OPERATIONS`: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``,
     ``"broadcast"``, ``"reduce"`` (rooted), ``"all_to_all"``, ``"send"``, ``"recv"``,
-    ``"send_recv"`` (a batch of
-    sends and receives run as one kernel, as ``batch_isend_irecv`` does), ``"barrier"``, or
-    ``"unknown"`` when the trace does not say (an older trace's ``SendRecv`` kernel outside any
-    label)."""
+    ``"send_recv"`` (a batch of sends and receives run as one kernel, as
+    ``batch_isend_irecv`` does), ``"barrier"``, or ``"unknown"`` when the trace does not say
+    (an older trace's ``SendRecv`` kernel outside any label)."""
     bytes: int | None
     """Message size in bytes, the larger of the input and output buffers (elements × dtype
     size), where the trace records it; else ``None``."""

@@ -781,9 +781,10 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         compiling = sum(map(facts.while_compiling, calls_of[entry["op"]]))
         if compiling:
             entry["calls_while_compiling"] = compiling
+    compiler = ""
     if top.get("calls_while_compiling"):
         compiling = top["calls_while_compiling"]
-        skewed += (
+        compiler = (
             f"; {'all' if compiling == top['calls'] else f'{compiling:,}'} of its calls ran "
             "while torch.compile was compiling, work of the compiler"
         )
@@ -819,7 +820,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" each at the length of "
             f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
-            f"that time {at_length}{skewed}."
+            f"that time {at_length}{skewed}{compiler}."
         )
     else:
         message = (
@@ -827,7 +828,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
             f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
             f"per step, {top['median_us']:.1f} µs for the median call, "
-            f"{percent(top['cpu_share'])} of the steps' CPU time {at_length}{skewed}."
+            f"{percent(top['cpu_share'])} of the steps' CPU time {at_length}{skewed}{compiler}."
         )
     yield (
         message,
