@@ -670,6 +670,23 @@ def test_cold_start_says_how_much_runs_outside_every_op(make_trace) -> None:
     assert "outside every op" not in finding.message
 
 
+def test_cold_start_names_calls_that_no_later_step_makes(make_trace) -> None:
+    # The first step's 500 µs before its op: 400 µs in a cudaHostAlloc the later steps do not
+    # make, which no usual time could show as slow.
+    events = cold_steps(50.0, 500.0)
+    events.append(complete_event("cudaHostAlloc", "cuda_runtime", 50, 400))
+    (finding,) = diagnose(make_trace(events), select=["cold-start"])
+    assert finding.evidence["calls_only_in_step"] == {
+        "name": "cudaHostAlloc",
+        "calls": 1,
+        "us": 400.0,
+    }
+    assert finding.message.endswith(
+        "; 1 call of cudaHostAlloc, which no other step makes, took 400.0 µs (82% of the extra "
+        "490.0 µs)."
+    )
+
+
 @pytest.mark.parametrize(("op_us", "said"), [(900.0, False), (100.0, True)])
 def test_overhead_bound_says_when_the_step_is_mostly_unrecorded_host_time(
     make_trace, op_us: float, said: bool
@@ -1059,6 +1076,32 @@ def test_slow_step_names_the_runtime_call_that_waited(make_trace) -> None:
         "the runtime call furthest above its usual time, cudaStreamSynchronize, took 4010.0 µs "
         "against 10.0 µs in the other steps (100% of the extra 4000.0 µs)"
     ) in finding.message
+
+
+def test_slow_step_names_calls_that_no_other_step_makes(make_trace) -> None:
+    # Step 3 frees pinned memory as a CUDA graph capture empties the caches: six calls of
+    # cudaFreeHost, 600 µs each, which no other step makes (no usual time to exceed), on
+    # two threads, two of them at once. The same step with one short call says nothing.
+    def freeing(each: float) -> list:
+        events = stalled_steps({3: ("host", 4_000.0)})
+        for k in range(6):
+            tid = 431 if k == 5 else 430
+            start = 30_200 + 600 * min(k, 4)  # the sixth, on another thread, overlaps the fifth
+            events.append(complete_event("cudaFreeHost", "cuda_runtime", start, each, tid=tid))
+        return events
+
+    (finding,) = diagnose(make_trace(freeing(600.0)), select=["slow-step"])
+    assert finding.evidence["calls_only_in_step"] == {
+        "name": "cudaFreeHost",
+        "calls": 6,
+        "us": 3000.0,
+    }
+    assert (
+        "6 calls of cudaFreeHost, which no other step makes, took 3000.0 µs (75% of the extra "
+        "4000.0 µs)"
+    ) in finding.message
+    (finding,) = diagnose(make_trace(freeing(10.0)), select=["slow-step"])
+    assert "calls_only_in_step" not in finding.evidence and "no other step" not in finding.message
 
 
 @pytest.mark.parametrize("kind", ["op", "new shape"])

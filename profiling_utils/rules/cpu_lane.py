@@ -168,6 +168,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
             f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
             f"extra {extra:.1f} µs)"
         )
+    alone = _calls_only_in_step(facts, first.number)
+    if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+        evidence["calls_only_in_step"] = alone
+        message += "; " + _calls_only_in_step_words(alone, extra)
     yield message + ".", evidence
 
 
@@ -178,7 +182,9 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     means="""Something ran in that step only: a stall on the host (garbage collection, a
     checkpoint save, logging, a batch that took long to load), a recompilation, a wait on
     other ranks or on the GPU, or an input of another size. The evidence says whether the
-    time went to host work outside every op, to one runtime call, or to more GPU work;
+    time went to host work outside every op, to one runtime call, to calls no other step
+    makes (freeing pinned memory as a CUDA graph capture empties the caches), or to more GPU
+    work;
     steady-state numbers should leave the step out.""",
     severity="warning",
     from_post=False,
@@ -242,6 +248,10 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
             f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
             f"extra {extra:.1f} µs)"
         )
+    alone = _calls_only_in_step(facts, number)
+    if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
+        evidence["calls_only_in_step"] = alone
+        reasons.append(_calls_only_in_step_words(alone, extra))
     op = _slowest_op(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
     if op is not None:
         evidence["slowest_op"] = op
@@ -390,6 +400,38 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
         for earlier in facts.trace.by_name.get(op.name, [])
     )
     return {**span_ref(op), "typical_us": us(typical), "compared_with": against, "new_shapes": new}
+
+
+def _calls_only_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
+    """Of the runtime calls that step ``number`` makes and no other step does (freeing pinned
+    memory as a CUDA graph capture empties the caches, a one-time allocation), the name with
+    the most time, its calls on every thread counted once where they overlap: ``{"name",
+    "calls", "us"}``. ``_slowest_call`` cannot see them: they have no usual time to exceed."""
+    mine: dict[str, list[Span]] = {}
+    elsewhere: set[str] = set()
+    for call in facts.trace.runtime_calls:
+        step = facts.step_number_of(call)
+        if step == number:
+            mine.setdefault(call.name, []).append(call)
+        elif step is not None:
+            elsewhere.add(call.name)
+    totals = {
+        name: measures.union_us(calls, in_start_order=True)
+        for name, calls in mine.items()
+        if name not in elsewhere
+    }
+    if not totals:
+        return None
+    name = max(totals, key=totals.__getitem__)
+    return {"name": name, "calls": len(mine[name]), "us": us(totals[name])}
+
+
+def _calls_only_in_step_words(alone: dict[str, Any], extra: float) -> str:
+    calls = "1 call" if alone["calls"] == 1 else f"{alone['calls']} calls"
+    return (
+        f"{calls} of {alone['name']}, which no other step makes, took {alone['us']:.1f} µs "
+        f"({percent(alone['us'] / extra)} of the extra {extra:.1f} µs)"
+    )
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
