@@ -2488,6 +2488,28 @@ def test_data_loader_fires_when_the_gpu_waits_for_the_next_batch(make_trace) -> 
     assert "num_workers=0" not in finding.message
 
 
+def test_data_loader_reads_the_loaders_iterations_without_steps(make_trace) -> None:
+    # The same loop recorded without a schedule: no ProfilerStep, the loader's calls mark the
+    # iterations (three calls, two whole iterations; the recording may stop inside the last).
+    def without_steps(kernel_us: float) -> list:
+        events = loader_steps(3, kernel_us)
+        return [e for e in events if not e["name"].startswith("ProfilerStep#")]
+
+    (finding,) = diagnose(make_trace(without_steps(100.0)), select=["data-loader"])
+    evidence = finding.evidence
+    assert evidence["median_iteration"] == 1 and evidence["iteration_us"] == 1000.0
+    assert [row["iteration"] for row in evidence["iterations"]] == [1, 2]
+    assert evidence["gpu_idle_while_loading_us"] == 400.0
+    assert finding.message.startswith(
+        "With no profiler steps, in the loop's iteration with the median share (from the "
+        "loader's call 1 of 3 to the next), fetching the next batch"
+    )
+    assert "(40% of the iteration): the loop waits for its data." in finding.message
+    assert (
+        diagnose(make_trace(without_steps(880.0), name="busy.json"), select=["data-loader"]) == []
+    )
+
+
 def test_data_loader_is_silent_while_the_gpu_still_runs_the_step_before(make_trace) -> None:
     # Each kernel runs 880 µs, into the next step's loading: the GPU idles 0-40 µs of it.
     assert diagnose(make_trace(loader_steps(3, 880.0)), select=["data-loader"]) == []

@@ -6,7 +6,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -961,7 +961,8 @@ def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     "CPU lane",
     see="""The data loader's label, enumerate(DataLoader)#… (around each next() of the
     loader), takes a large share of the median step on the training thread while the GPU
-    lane is empty (the TensorBoard plugin's "DataLoader" time).""",
+    lane is empty (the TensorBoard plugin's "DataLoader" time). Without profiler steps, the
+    loop's iterations are read from one next() to the next.""",
     means="""The training loop waits for its next batch: data is read, decoded and collated on
     the thread that launches the GPU's work, and once the GPU has run what was queued it has
     nothing to do. Load in worker processes (DataLoader(num_workers=N), with pin_memory=True
@@ -976,62 +977,95 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
         for span in trace.find(prefix=measures.DATA_LOADER_PREFIX)
         if span.cat == "user_annotation" and span.lane.kind == "cpu"
     ]
-    steps = facts.steps
-    if not loaders or len(steps) < 2:
-        return
-    # Each step's loader calls, found by bisection (a scan of them all per step was quadratic
-    # in steps): those starting before its end, from the first that reaches past its start.
-    starts = [span.start for span in loaders]  # find() gives them in start order
-    reach = list(accumulate((span.end for span in loaders), max))
-    inside_step = []
-    for step in steps:
-        first, last = bisect_right(reach, step.start), bisect_left(starts, step.end)
-        inside_step.append(
-            [
-                (max(span.start, step.start), min(span.end, step.end))
-                for span in loaders[first:last]
-                if span.end > step.start
-            ]
-        )
-    busy = iter(measures.gpu_busy_in_windows(trace, [w for inside in inside_step for w in inside]))
-    rows = []
-    for step, inside in zip(steps, inside_step, strict=True):
-        loading = sum(end - start for start, end in inside)  # one next() per step, in order
-        gpu = sum(next(busy) for _ in inside)
-        idle = loading - gpu
-        rows.append((idle / step.span.dur if step.span.dur > 0 else 0.0, step, loading, idle))
-    share, step, loading, idle = sorted(rows, key=lambda row: row[0])[(len(rows) - 1) // 2]
-    if share < DATA_LOADER_MIN_SHARE:
+    if not loaders:
         return
     name = Counter(span.name for span in loaders).most_common(1)[0][0]
+    # The windows to read: the steps; without steps, the loop's iterations as the loader
+    # marks them, from one next() to the next (after the last, the recording may stop at
+    # any point of the iteration: not read).
+    windows: list[tuple[float, float, int | None]] = []
+    if len(facts.steps) >= 2:
+        windows = [(step.start, step.end, step.number) for step in facts.steps]
+    elif not facts.steps:
+        calls = [span for span in loaders if span.name == name]
+        windows = [(a.start, b.start, None) for a, b in pairwise(calls) if b.start > a.start]
+    if len(windows) < 2:
+        return
+    # Each window's loader calls, found by bisection (a scan of them all per window was
+    # quadratic in steps): those starting before its end, from the first that reaches past
+    # its start.
+    starts = [span.start for span in loaders]  # find() gives them in start order
+    reach = list(accumulate((span.end for span in loaders), max))
+    inside_window = []
+    for start, end, _ in windows:
+        first, last = bisect_right(reach, start), bisect_left(starts, end)
+        inside_window.append(
+            [
+                (max(span.start, start), min(span.end, end))
+                for span in loaders[first:last]
+                if span.end > start
+            ]
+        )
+    busy = iter(
+        measures.gpu_busy_in_windows(trace, [w for inside in inside_window for w in inside])
+    )
+    rows = []
+    for index, ((start, end, number), inside) in enumerate(
+        zip(windows, inside_window, strict=True)
+    ):
+        loading = sum(last - first for first, last in inside)  # one next() per window, in order
+        gpu = sum(next(busy) for _ in inside)
+        idle = loading - gpu
+        width = end - start
+        rows.append((idle / width if width > 0 else 0.0, index, number, width, loading, idle))
+    share, index, number, width, loading, idle = sorted(rows, key=lambda row: row[:2])[
+        (len(rows) - 1) // 2
+    ]
+    if share < DATA_LOADER_MIN_SHARE:
+        return
+    if number is not None:
+        where, whole = f"In the step with the median share ({step_label(number)})", "the step's"
+        of = "of the step): the step waits for its data."
+    else:
+        where = (
+            f"With no profiler steps, in the loop's iteration with the median share (from the "
+            f"loader's call {index + 1} of {len(rows) + 1} to the next)"
+        )
+        whole, of = "the iteration's", "of the iteration): the loop waits for its data."
     message = (
-        f"In the step with the median share ({step_label(step.number)}), fetching the next "
-        f"batch ({short_name(name, 64)}) takes {loading:.1f} µs of the step's "
-        f"{step.span.dur:.1f} µs, and the GPU sits idle for {idle:.1f} µs of it "
-        f"({percent(share)} of the step): the step waits for its data."
+        f"{where}, fetching the next batch ({short_name(name, 64)}) takes {loading:.1f} µs of "
+        f"{whole} {width:.1f} µs, and the GPU sits idle for {idle:.1f} µs of it "
+        f"({percent(share)} {of}"
     )
     if "_SingleProcessDataLoaderIter" in name:
         message += (
             " The batches are loaded in the training process (num_workers=0): worker "
             "processes would prepare them while the steps run."
         )
+    per_window = [
+        {
+            **({"step": n} if n is not None else {"iteration": i + 1}),
+            "loading_us": us(load),
+            "gpu_idle_while_loading_us": us(gap),
+            "idle_share": round(sh, 4),
+        }
+        for sh, i, n, _, load, gap in rows
+    ]
     yield (
         message,
         {
             "label": name,
-            "median_step": step.number,
+            **(
+                {"median_step": number, "step_us": us(width), "steps": per_window}
+                if number is not None
+                else {
+                    "median_iteration": index + 1,
+                    "iteration_us": us(width),
+                    "iterations": per_window,
+                }
+            ),
             "median_idle_share": round(share, 4),
             "loading_us": us(loading),
             "gpu_idle_while_loading_us": us(idle),
-            "step_us": us(step.span.dur),
-            "steps": [
-                {
-                    "step": s.number,
-                    "loading_us": us(load),
-                    "gpu_idle_while_loading_us": us(gap),
-                    "idle_share": round(sh, 4),
-                }
-                for sh, s, load, gap in rows
-            ],
         },
     )
