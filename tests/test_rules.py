@@ -1989,6 +1989,44 @@ def test_cuda_graph_counts_replays_and_input_copies() -> None:
     assert f"(3 copy launch(es) and {per_step:.1f} µs of GPU time per step)" in message
 
 
+def test_cuda_graph_reads_the_copies_of_an_older_torch_s_compiled_function(make_trace) -> None:
+    # Older torch wrote no "## Call CompiledFxGraph" label: the graph launch sits in AOTAutograd's
+    # CompiledFunction, with two inputs copied in before it (10 µs each on the GPU) and one
+    # output cloned out after it (30 µs); a copy outside the compiled call is not the graph's.
+    def copy(start: float, correlation: int, gpu_us: float, clone: bool = False) -> list:
+        events = [
+            complete_event("aten::copy_", "cpu_op", start + 1, 8),
+            complete_event("cudaMemcpyAsync", "cuda_runtime", start + 2, 5,
+                           correlation=correlation),
+            complete_event("Memcpy DtoD (Device -> Device)", "gpu_memcpy", start + 200, gpu_us,
+                           pid=0, tid=7, correlation=correlation),
+        ]  # fmt: skip
+        if clone:
+            events.append(complete_event("aten::clone", "cpu_op", start, 10))
+        return events
+
+    events = [
+        complete_event("ProfilerStep#1", "user_annotation", 0, 500),
+        complete_event("CompiledFunction", "cpu_op", 10, 200),
+        *copy(20, 1, 10.0),
+        *copy(40, 2, 10.0),
+        complete_event("cudaGraphLaunch", "cuda_runtime", 60, 20, correlation=3),
+        complete_event("graph_kernel", "kernel", 300, 50, pid=0, tid=7, correlation=3),
+        *copy(100, 4, 30.0, clone=True),
+        *copy(300, 5, 99.0),  # after the compiled call
+    ]
+    [finding] = diagnose(make_trace(events), select=["cuda-graph"])
+    assert finding.evidence["input_copy_launches"] == 2
+    assert finding.evidence["input_copy_gpu_us"] == 20.0
+    assert finding.evidence["output_clone_launches"] == 1
+    assert finding.evidence["output_clone_gpu_us"] == 30.0
+    assert finding.message.endswith(
+        "; before each replay, inputs are copied into the graph's buffers (2 copy launch(es) and "
+        "20.0 µs of GPU time per step); after each replay, outputs are cloned out of them (1 "
+        "copy launch(es) and 30.0 µs of GPU time per step)."
+    )
+
+
 def test_cuda_graph_gives_the_range_when_replays_differ(make_trace) -> None:
     # Two graphs of a different size: not "each replaying 2" (the median of 1 and 3).
     events = []

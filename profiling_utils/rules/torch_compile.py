@@ -28,6 +28,10 @@ GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
 INPUT_COPY_OPS = frozenset({"aten::_foreach_copy_", "aten::copy_"})
 """Ops that copy inputs into a CUDA graph's static buffers before a replay."""
 
+AOT_FUNCTIONS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
+"""AOTAutograd's autograd function around a compiled graph's call, forward and backward: the
+compiled call where a trace holds no ``## Call CompiledFxGraph`` label (older torch)."""
+
 _REGION_ID = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 _GRAPH_HASH = re.compile(r"## Call CompiledFxGraph (\S+)")
 
@@ -306,6 +310,34 @@ def _run(facts: Facts) -> dict[str, Any]:
     }
 
 
+def _graph_call(trace: Any, launch: Span) -> int | None:
+    """The id of the compiled call that replays ``launch``'s graph: Inductor's
+    ``## Call CompiledFxGraph`` label, or, in traces of torch versions that did not write it,
+    the AOTAutograd function around the launch (``CompiledFunction``,
+    ``CompiledFunctionBackward``)."""
+    ancestors = list(trace.ancestors(launch))
+    for ancestor in ancestors:
+        if ancestor.name.startswith(GRAPH_CALL_PREFIX):
+            return ancestor.id
+    for ancestor in ancestors:
+        if ancestor.cat == "cpu_op":
+            return ancestor.id if ancestor.name in AOT_FUNCTIONS else None
+    return None
+
+
+def _copy_way(trace: Any, op: Span, graph_calls: set[int]) -> str | None:
+    """For a copy ``op`` inside one of ``graph_calls``: ``"in"``, an input copied into the
+    graph's static buffers, or ``"out"``, inside an ``aten::clone`` there, an output cloned
+    out of them (as torch's first CUDA-graph wrapper did); ``None`` outside them."""
+    way = "in"
+    for ancestor in trace.ancestors(op):
+        if ancestor.id in graph_calls:
+            return way
+        if ancestor.name == "aten::clone":
+            way = "out"
+    return None
+
+
 @rule(
     "cuda-graph",
     "torch.compile",
@@ -330,20 +362,16 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
         " + ".join(short_name(w.name, 60) for w in sorted(work, key=lambda w: w.start))
         for work in replayed
     )
-    graph_calls = {
-        ancestor.id
-        for launch in graph_launches
-        for ancestor in trace.ancestors(launch)
-        if ancestor.name.startswith(GRAPH_CALL_PREFIX)
-    }
-    copies = [
-        launch
-        for launch in facts.launches
-        if launch.op is not None
-        and launch.op.name in INPUT_COPY_OPS
-        and any(a.id in graph_calls for a in trace.ancestors(launch.op))
-    ]
+    graph_calls = {_graph_call(trace, launch) for launch in graph_launches} - {None}
+    copies: list[Any] = []
+    clones: list[Any] = []
+    for launch in facts.launches:
+        if launch.op is not None and launch.op.name in INPUT_COPY_OPS:
+            way = _copy_way(trace, launch.op, graph_calls)
+            if way is not None:
+                (copies if way == "in" else clones).append(launch)
     copy_gpu_us = sum(work.dur for launch in copies for work in launch.work)
+    clone_gpu_us = sum(work.dur for launch in clones for work in launch.work)
     steps = max(len(_per_step(facts, graph_launches)), 1)
     launch_us = median(s.dur for s in graph_launches)
     counts = [len(work) for work in replayed]
@@ -363,6 +391,13 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
             f"({len(copies) / steps:g} copy launch(es) and {copy_gpu_us / steps:.1f} µs of "
             "GPU time per step)"
         )
+    if clones:
+        buffers = "them" if copies else "the graph's buffers"
+        message += (
+            f"; after each replay, outputs are cloned out of {buffers} "
+            f"({len(clones) / steps:g} copy launch(es) and {clone_gpu_us / steps:.1f} µs of "
+            "GPU time per step)"
+        )
     yield (
         message + ".",
         {
@@ -372,6 +407,8 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
             "replayed": dict(activities.most_common(3)),
             "input_copy_launches": len(copies),
             "input_copy_gpu_us": us(copy_gpu_us),
+            "output_clone_launches": len(clones),
+            "output_clone_gpu_us": us(clone_gpu_us),
             "steps_with_replays": steps,
             "first": span_ref(graph_launches[0]),
         },
