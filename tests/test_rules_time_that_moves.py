@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 from itertools import pairwise
 from pathlib import Path
@@ -118,6 +119,30 @@ def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
     assert finding.evidence["longest_idle_step"] == 5
     assert finding.evidence["longest_idle_us"] > 5000
     assert "The GPU's longest idle stretch inside a step is not one of them: " in finding.message
+    # What the trace shows of it: its next work was queued before the GPU went idle.
+    assert re.search(
+        r"not one of them: \d+\.\d µs in ProfilerStep#5, with its next work queued "
+        r"\d+\.\d µs before the GPU went idle: something outside the trace held the GPU "
+        r"back\.$",
+        finding.message,
+    )
+
+    # Another thread waits in a device-wide sync through the whole stretch: said, not "no
+    # host sync" (a 16-rank recording's 64 ms stretch lay inside a 158 ms one).
+    def hold_back_under_a_sync(events: list[dict]) -> None:
+        hold_back(events)
+        window = _step_window(events, 5)
+        sync = dict(window, name="cudaDeviceSynchronize", cat="cuda_runtime", tid=999)
+        sync["dur"] = window["dur"] + 6000.0
+        sync["args"] = {}
+        events.append(sync)
+
+    (finding, *_) = findings(altered(tmp_path, ITEM_SYNC, hold_back_under_a_sync), "intra-step-gap")
+    assert finding.message.endswith(
+        f"held the GPU back; cudaDeviceSynchronize on CPU thread 999 "
+        f"({_step_window(fixture_document(ITEM_SYNC)['traceEvents'], 5)['dur'] + 6000.0:.1f} "
+        "µs) waited through all of it."
+    )
 
 
 def copy_then_launch_steps(

@@ -702,8 +702,9 @@ def _host_sync_hit(
     if widest >= GAP_OTHER_CAUSE_RATIO * idle.gap_us:
         message += (
             f" The GPU's longest idle stretch inside a step is not one of them: "
-            f"{widest:.1f} µs in {step_label(widest_step)}, with no host sync before it."
+            f"{widest:.1f} µs in {step_label(widest_step)}, "
         )
+        message += _widest_stretch_words(facts, widest_step, widest)
     return (
         message,
         {
@@ -721,6 +722,42 @@ def _host_sync_hit(
             "longest_idle_step": widest_step,
         },
     )
+
+
+def _widest_stretch_words(facts: Facts, step: int, gap_us: float) -> str:
+    """What the trace shows of step ``step``'s idle stretch of ``gap_us`` (one of
+    :func:`profiling_utils.measures.gpu_gaps`) that is not a host sync's: its next work
+    queued before it (held back), or launched late; and a host sync that waited through all
+    of it, on any thread."""
+    trace = facts.trace
+    gap = next((g for g in measures.gpu_gaps(trace) if g.step == step and g.gap_us == gap_us), None)
+    launch = None if gap is None else trace.launch_of_id(gap.after.id)
+    if gap is None or launch is None:
+        return "with no host sync before it."
+    syncs = _HostSyncs(trace)
+    requests = [span for span in trace.overhead if span.name == BUFFER_REQUEST]
+    idle = _read(facts, step, gap.before, gap.before.end, gap.after, launch, syncs, requests)
+    if idle.cause == "held back":
+        words = (
+            f"with its next work queued {-idle.launched_late_us:.1f} µs before the GPU went "
+            "idle: something outside the trace held the GPU back"
+        )
+    elif idle.cause == "buffer request":
+        words = "while the profiler's Activity Buffer Request held the launching thread"
+    else:
+        words = "with no host sync before it"
+    start, end = gap.before.end, gap.after.start
+    waiting = max(
+        (call for call in syncs.calls if call.start <= start and call.end >= end),
+        key=_DUR,
+        default=None,
+    )
+    if waiting is not None:
+        words += (
+            f"; {waiting.name} on {waiting.lane.label} ({waiting.dur:.1f} µs) waited through "
+            "all of it"
+        )
+    return words + "."
 
 
 def _one_off_hit(
