@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import run_cli
 
 from profiling_utils import diagnose, load_trace
@@ -288,6 +289,27 @@ def test_a_process_driving_two_gpus_shows_each_gpus_busy_time(capsys: Any) -> No
     assert {row["gpu_busy_by_gpu_us"] for row in json.loads(out)["steps"]} == {None}
     _, text, _ = run_cli(capsys, "summary", one)
     assert "Each GPU's own busy time" not in text
+
+
+def test_two_gpus_taking_turns_are_said_to_take_turns(capsys: Any) -> None:
+    # No bound rule spoke (the busiest GPU, 54% busy, is neither idle nor compute-bound);
+    # the two together are busy for 92% of the step, each alone for about half.
+    (hit,) = fired("two_devices_model_parallel", "gpus-take-turns")
+    path = str(FEATURES / "two_devices_model_parallel.json.gz")
+    _, out, _ = run_cli(capsys, "summary", "--json", path)
+    row = next(r for r in json.loads(out)["steps"] if r["step"] == hit.evidence["step"])
+    assert hit.evidence["gpu_busy_by_gpu_us"] == pytest.approx(row["gpu_busy_by_gpu_us"])
+    assert hit.evidence["gpus_busy_together_us"] == pytest.approx(row["gpu_busy_us"])
+    assert hit.evidence["together_busy_fraction"] >= 0.75
+    assert hit.evidence["busiest_gpu_busy_fraction"] < 0.6
+    both = sum(row["gpu_busy_by_gpu_us"].values()) - row["gpu_busy_us"]
+    assert f"both ran at once for {both:.1f} µs: they take turns" in hit.message
+    # DataParallel's two GPUs work at once, and idle most of the step together: gpu-idle's.
+    assert fired("data_parallel_two_gpus", "gpus-take-turns") == []
+    for one_gpu in FEATURES.glob("*.json.gz"):
+        if one_gpu.name.startswith(("two_devices", "data_parallel")):
+            continue
+        assert diagnose(one_gpu, select=["gpus-take-turns"]) == [], one_gpu.name
 
 
 def _allocator_calls_by_step(name: str) -> tuple[dict[int, dict[str, Any]], dict[int, list]]:

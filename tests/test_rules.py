@@ -198,6 +198,8 @@ FIRES: dict[str, set[str]] = {
     # Every recording's shapes repeat from step to step (see the synthetic steps below and
     # the decode loop of tests/fixtures/features).
     "new-shape-cost": set(),
+    # Single-GPU recordings (see the two-GPU one in tests/test_feature_traces.py).
+    "gpus-take-turns": set(),
     # Single-GPU recordings: no collective (see the synthetic NCCL traces below).
     "exposed-communication": set(),
     "comm-overlap": set(),
@@ -288,6 +290,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "slow-step",
         "new-shape-cost",
         "gpu-idle",
+        "gpus-take-turns",
         "allocator-churn",
     }
 
@@ -335,6 +338,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "collective-bandwidth",
         "slow-step",
         "new-shape-cost",
+        "gpus-take-turns",
         "allocator-churn",
     }
 
@@ -394,6 +398,90 @@ def test_gpu_idle_reads_where_the_gpu_waits_in_the_median_step(make_trace) -> No
     # Packed into the first half of the step, the host's launches set the pace.
     (finding,) = diagnose(make_trace(kernel_steps(24)), select=["gpu-idle"])
     assert finding.message.endswith(": the host's work before and between launches sets the pace.")
+
+
+def test_gpu_idle_gives_a_buffer_request_only_the_idle_time_it_overlaps(make_trace) -> None:
+    # The ops from the ninth on start 200 µs later in each step: kernel_7 ends at +330 µs,
+    # kernel_8 starts at +550 µs, and the profiler's buffer request holds the thread for
+    # 100 µs of those 220: the other 120 are the host's own time before the launch.
+    events = kernel_steps(15)
+    for event in events:
+        if not event["name"].startswith("ProfilerStep#") and event["ts"] % 2000.0 >= 330.0:
+            event["ts"] += 200.0
+    for step in (1, 2):
+        events.append(complete_event("Activity Buffer Request", "overhead", 2000.0 * step + 400,
+                                     100, pid=-1, tid=0))  # fmt: skip
+    (finding,) = diagnose(make_trace(events), select=["gpu-idle"])
+    assert finding.evidence["median_step_idle_by_cause"] == {
+        "CPU time": {"stretches": 13, "us": 380.0},
+        "buffer request": {"stretches": 1, "us": 100.0},
+    }
+    assert "(14 stretches: 380.0 µs until a launch call that returned after the GPU had run " \
+        "dry; 100.0 µs while the profiler's Activity Buffer Request held the launching " \
+        "thread)" in finding.message  # fmt: skip
+
+
+def test_gpu_idle_reads_a_recording_without_steps_besides_its_start_up(make_trace) -> None:
+    # No steps: 1,300 µs of one-time calls (cudaFree, cudaMalloc, each as long as 100 launch
+    # latencies or more), then ten 10 µs ops 100 µs apart, each launching a 60 µs kernel. The
+    # recording (2,210 µs) is 27% busy; the rest, 600 of 910 µs: the start-up waits.
+    events = [
+        complete_event("cudaFree", "cuda_runtime", 0, 600),
+        complete_event("cudaMalloc", "cuda_runtime", 600, 700),
+    ]
+    for i in range(10):
+        t = 1300.0 + 100 * i
+        events += [
+            complete_event("aten::op", "cpu_op", t, 10),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 2, 5, correlation=i + 1),
+            complete_event("k", "kernel", t + 8, 60, pid=0, tid=7, correlation=i + 1),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["gpu-idle"])
+    assert finding.evidence["recording_long_calls"] == {
+        "count": 2,
+        "self_us": 1300.0,
+        "share": round(1300 / 2210, 4),
+        "gpu_busy_fraction_besides": round(600 / 910, 4),
+    }
+    assert "(27%): it waits for most of the recording; 2 calls, each 1.0% or more" in (
+        finding.message
+    )
+    assert finding.message.endswith(
+        "Besides them, the GPU is busy for about 66% of the rest: the waiting is the "
+        "start-up's more than the running program's."
+    )
+
+
+def _two_gpus(at_once: bool) -> list[dict[str, Any]]:
+    """No steps: ten 10 µs ops 100 µs apart, each launching a 90 µs kernel on GPU 0 and GPU 1
+    in turn, or (``at_once``) one on each."""
+    events = []
+    for i in range(10):
+        t = 100.0 * i
+        events.append(complete_event("aten::op", "cpu_op", t, 10))
+        for device in (0, 1) if at_once else (i % 2,):
+            correlation = 2 * i + device + 1
+            events += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 1 + device, 1,
+                               correlation=correlation),
+                complete_event("k", "kernel", t + 5, 90, pid=device, tid=7,
+                               correlation=correlation),
+            ]  # fmt: skip
+    return events
+
+
+def test_gpus_take_turns_over_a_recording_without_steps(make_trace) -> None:
+    (finding,) = diagnose(make_trace(_two_gpus(at_once=False)), select=["gpus-take-turns"])
+    assert finding.evidence["step"] is None
+    assert finding.evidence["gpu_busy_by_gpu_us"] == {"0": 450.0, "1": 450.0}
+    assert finding.evidence["gpus_busy_together_us"] == 900.0
+    assert finding.message.startswith(
+        "Over the whole recording (no profiler steps to compare) the 2 GPUs this process "
+        "drives are together busy 900.0 µs for 910.0 µs of CPU time (99%), but each alone for "
+        "less: GPU 0 450.0 µs (49%), GPU 1 450.0 µs (49%); both ran at once for 0.0 µs"
+    )
+    # The same GPUs running at once: not turns (compute-bound's reading).
+    assert diagnose(make_trace(_two_gpus(at_once=True)), select=["gpus-take-turns"]) == []
 
 
 def test_gpu_idle_is_silent_where_a_bound_rule_speaks_or_the_gpu_is_busy(make_trace) -> None:

@@ -560,7 +560,9 @@ class StepIdle(NamedTuple):
     between: dict[str, tuple[int, float]]
     """The idle stretches between the step's own activities, cut to the window, by the cause
     :func:`idle_stretches` reads: cause -> (stretches, µs); a stretch whose closing activity's
-    launch is not in the trace under ``"launch not recorded"``."""
+    launch is not in the trace under ``"launch not recorded"``. Of a ``"buffer request"``
+    stretch only the time the request overlaps counts there; the rest of it is the host's
+    own time before the launch, added to ``"CPU time"`` (as µs, not as a stretch)."""
     after_us: float
     """From the GPU's last activity of the step to the window's end (0 if it ran past it)."""
     past_end_us: float
@@ -599,6 +601,16 @@ def step_idle(facts: Facts, step: Step) -> StepIdle | None:
             cause = _read(
                 facts, gap.step, before, before.end, gap.after, launch, syncs, requests
             ).cause
+        if cause == "buffer request":
+            # The request holds the thread for part of the stretch: the rest is the host's
+            # own time before the launch, counted as such (the stretch is counted once).
+            held = _overlap_us(
+                requests, max(gap.before.end, step.start), min(gap.after.start, step.end)
+            )
+            count, total = between.get("CPU time", (0, 0.0))
+            if inside - held > 0:
+                between["CPU time"] = (count, total + inside - held)
+            inside = held
         count, total = between.get(cause, (0, 0.0))
         between[cause] = (count + 1, total + inside)
     return StepIdle(
@@ -608,6 +620,20 @@ def step_idle(facts: Facts, step: Step) -> StepIdle | None:
         max(0.0, step.end - last),
         max(0.0, last - step.end),
     )
+
+
+def _overlap_us(spans: list[Span], start: float, end: float) -> float:
+    """How long ``spans`` (any order, possibly overlapping each other) cover of
+    [``start``, ``end``], counted once."""
+    pieces = sorted(
+        (max(s.start, start), min(s.end, end)) for s in spans if s.start < end and s.end > start
+    )
+    covered, reached = 0.0, start
+    for lo, hi in pieces:
+        if hi > reached:
+            covered += hi - max(lo, reached)
+            reached = hi
+    return covered
 
 
 def _idle_evidence(idle: IdleStretch) -> dict[str, Any]:

@@ -67,6 +67,11 @@ COMPUTE_BOUND_MIN_BUSY_FRACTION = 0.75
 or of the whole recording's without steps (GPU and CPU time of the same size, or the GPU
 longer)."""
 
+TURNS_MIN_GAIN = 1.25
+"""``gpus-take-turns``: the GPUs one process drives are together busy for at least
+:data:`COMPUTE_BOUND_MIN_BUSY_FRACTION` of the median step's CPU time, and for at least this
+many times the busiest one alone (two GPUs in strict turns: about 2; all at once: 1)."""
+
 HOTSPOT_MIN_SHARE = 0.5
 """``hotspot``: one kernel (by name) takes at least this share of all GPU time."""
 
@@ -374,13 +379,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     "self_us": us(held),
                     "share": round(held / cpu_us, 4),
                 }
-                held_by = (
-                    f"{len(long_calls)} calls, each {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} "
-                    f"or more of it, take {held:.1f} µs of it ({percent(held / cpu_us)}) by "
-                    f"themselves, the longest {short_name(longest.name, 40)}{under} "
-                    f"({own:.1f} µs): one-time costs (the process's CUDA start-up, first "
-                    "launches loading their kernels, first allocations) look like this"
-                )
+                held_by = _long_calls_words(facts, long_calls, cpu_us)
             message = (
                 f"{message[:-1]}; {held_by}, not only the overhead of many small ops"
                 f"{alone if len(facts.steps) == 1 else ''}."
@@ -434,7 +433,9 @@ _IDLE_CAUSES = {
     after it had run dry, the host's work between launches sets the pace (Python, dispatch,
     an optimizer's many small ops): the remedies are overhead-bound's (larger or fewer
     kernels, torch.compile, CUDA graphs). Idle after host syncs is intra-step-gap's, idle
-    before the step's first GPU work often data loading (data-loader).""",
+    before the step's first GPU work often data loading (data-loader). A recording without
+    steps that holds its process's start-up (a few long one-time calls) is also read
+    without them: the GPU may be busy for most of the rest.""",
     severity="warning",
     from_post=False,
 )
@@ -448,7 +449,30 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
         return
     where = "the recording" if window.step is None else "the step"
     message = _bound_message(evidence, shown, percent, "", f"it waits for most of {where}")
-    if window.step is not None:
+    if window.step is None:
+        # A recording without steps may hold a process's start-up, as overhead-bound reads
+        # it: the GPU's share of the rest says whether the running program waits too.
+        cpu_us = evidence["recording_cpu_us"]
+        long_calls = _long_calls(facts, window, cpu_us)
+        held = sum(own for _, own in long_calls)
+        if len(long_calls) > 1 and held >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
+            besides = evidence["recording_gpu_busy_us"] / (cpu_us - held)
+            evidence["recording_long_calls"] = {
+                "count": len(long_calls),
+                "self_us": us(held),
+                "share": round(held / cpu_us, 4),
+                "gpu_busy_fraction_besides": round(besides, 4),
+            }
+            message = (
+                f"{message[:-1]}; {_long_calls_words(facts, long_calls, cpu_us)}. Besides "
+                f"them, the GPU is busy for about {percent(besides)} of the rest"
+            )
+            message += (
+                ": the waiting is the start-up's more than the running program's."
+                if besides >= GPU_IDLE_MAX_BUSY_FRACTION
+                else "."
+            )
+    else:
         idle = step_idle(facts, window.step)
         if idle is None:
             return
@@ -495,6 +519,22 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
                 message += ": the host's work before and between launches sets the pace"
             message += "."
     yield message, evidence
+
+
+def _long_calls_words(facts: Facts, long_calls: list[tuple[Span, float]], cpu_us: float) -> str:
+    """``overhead-bound``'s and ``gpu-idle``'s words for a whole recording's long calls
+    (:func:`_long_calls`, two or more), which take ``cpu_us``'s share they say."""
+    longest, own = long_calls[0]
+    held = sum(call_own for _, call_own in long_calls)
+    ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
+    under = f" under {short_name(ops[0].name, 40)}" if ops else ""
+    return (
+        f"{len(long_calls)} calls, each {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} "
+        f"or more of it, take {held:.1f} µs of it ({percent(held / cpu_us)}) by "
+        f"themselves, the longest {short_name(longest.name, 40)}{under} "
+        f"({own:.1f} µs): one-time costs (the process's CUDA start-up, first "
+        "launches loading their kernels, first allocations) look like this"
+    )
 
 
 def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
@@ -582,6 +622,80 @@ def compute_bound(facts: Facts) -> Iterator[Hit]:
         busy = "busy with compute (collectives left out)" if facts.communication_ids else "busy"
         message = _bound_message(evidence, shown, _times, " as long", pace, busy)
         yield message, evidence
+
+
+@rule(
+    "gpus-take-turns",
+    "profiler table",
+    see="""Self CUDA time total counts every GPU the process drives. In the trace: several
+    GPUs, together busy for most of the median step's CPU time (of the whole recording,
+    without steps), but each alone for much less: little of their work runs at the same
+    time.""",
+    means="""The GPUs run their parts one after the other (a model split across GPUs by hand,
+    or with device_map="auto"): each waits while the others work, however busy they look
+    together, and the bound rules, which read the busiest GPU, may say nothing. Split the
+    batch into micro-batches so that the parts overlap (pipeline parallelism: GPipe, 1F1B), or
+    use data or tensor parallelism, which keep every GPU busy at once.""",
+    severity="warning",
+    from_post=False,
+)
+def gpus_take_turns(facts: Facts) -> Iterator[Hit]:
+    devices = measures.gpu_devices(facts.trace)
+    if len(devices) < 2:
+        return
+    rows, _ = _busy_fractions(facts)
+    if not rows:
+        return
+    if rows[0]["step"] is None:  # the whole recording
+        window = facts.host_window
+        assert window is not None
+        label = "Over the whole recording (no profiler steps to compare)"
+        cpu_us = rows[0]["cpu_us"]
+        work = [w for w in facts.trace.gpu_work if w.end > window[0]]
+        together = measures.union_within(work, window[0], math.inf)
+        alone = measures.busy_by_device([w for w in work if w.start >= window[0]], devices)
+        step = None
+    else:
+        union = {t.step: t.gpu_busy_us for t in facts.step_times}
+        read = sorted(rows, key=lambda row: (union[row["step"]] / row["cpu_us"], row["step"]))
+        row = read[(len(read) - 1) // 2]
+        step = next(s for s in facts.steps if s.number == row["step"])
+        label = f"In the step with the median share ({step_label(step.number)})"
+        cpu_us = row["cpu_us"]
+        together = union[step.number]
+        alone = measures.busy_by_device(step.gpu_work, devices)
+    busiest = max(alone.values())
+    running = {device: busy for device, busy in alone.items() if busy > 0}
+    if (
+        len(running) < 2
+        or together < COMPUTE_BOUND_MIN_BUSY_FRACTION * cpu_us
+        or together < TURNS_MIN_GAIN * busiest
+    ):
+        return
+    each = ", ".join(
+        f"GPU {device} {busy:.1f} µs ({percent(busy / cpu_us)})" for device, busy in running.items()
+    )
+    added = sum(running.values())
+    overlap = (
+        f"both ran at once for {added - together:.1f} µs"
+        if len(running) == 2
+        else f"their busy times add up to {added:.1f} µs, {added - together:.1f} µs more"
+    )
+    message = (
+        f"{label} the {len(running)} GPUs this process drives are together busy "
+        f"{together:.1f} µs for {cpu_us:.1f} µs of CPU time ({percent(together / cpu_us)}), "
+        f"but each alone for less: {each}; {overlap}: they take turns, each waiting while "
+        "another works."
+    )
+    evidence = {
+        "step": None if step is None else step.number,
+        "cpu_us": us(cpu_us),
+        "gpus_busy_together_us": us(together),
+        "gpu_busy_by_gpu_us": {str(device): us(busy) for device, busy in alone.items()},
+        "busiest_gpu_busy_fraction": round(busiest / cpu_us, 4),
+        "together_busy_fraction": round(together / cpu_us, 4),
+    }
+    yield message, evidence
 
 
 @rule(
