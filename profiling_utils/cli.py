@@ -737,7 +737,7 @@ def _busy_by_gpu_lines(steps: list[dict[str, Any]]) -> list[str]:
         f"busy and idle take the {len(by_gpu)} GPUs together, so a GPU idling while another "
         "works does not show there, while the gaps columns count each GPU's own idle "
         "stretches, GPU by GPU. diagnose's overhead-bound, gpu-idle and compute-bound read "
-        "the busiest GPU.)"
+        "the busiest GPU; gpus-take-turns compares them.)"
     )
     return textwrap.wrap(
         text, width=_LINE_WIDTH, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
@@ -1130,7 +1130,8 @@ JSON (--json): one object
             part of a whole (0 to 1), except a GPU busy "fraction" per step (GPU busy
             time over the step's CPU window), which exceeds 1 where the GPU runs behind
             the CPU; median_step is the step with the median share in the bound rules
-            (overhead-bound, gpu-idle, compute-bound) and in allocator-churn, and the
+            (overhead-bound, gpu-idle, compute-bound, gpus-take-turns) and in
+            allocator-churn, and the
             median_* keys beside it are that step's values, so that the message's numbers
             are one step's.
 Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown

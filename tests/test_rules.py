@@ -472,9 +472,9 @@ def _two_gpus(at_once: bool) -> list[dict[str, Any]]:
 
 def test_gpus_take_turns_over_a_recording_without_steps(make_trace) -> None:
     (finding,) = diagnose(make_trace(_two_gpus(at_once=False)), select=["gpus-take-turns"])
-    assert finding.evidence["step"] is None
-    assert finding.evidence["gpu_busy_by_gpu_us"] == {"0": 450.0, "1": 450.0}
-    assert finding.evidence["gpus_busy_together_us"] == 900.0
+    assert finding.evidence["window"] == "recording"
+    assert finding.evidence["recording_gpu_busy_by_gpu_us"] == {"0": 450.0, "1": 450.0}
+    assert finding.evidence["recording_gpus_busy_together_us"] == 900.0
     assert finding.message.startswith(
         "Over the whole recording (no profiler steps to compare) the 2 GPUs this process "
         "drives are together busy 900.0 µs for 910.0 µs of CPU time (99%), but each alone for "

@@ -687,13 +687,16 @@ def gpus_take_turns(facts: Facts) -> Iterator[Hit]:
         f"but each alone for less: {each}; {overlap}: they take turns, each waiting while "
         "another works."
     )
-    evidence = {
-        "step": None if step is None else step.number,
-        "cpu_us": us(cpu_us),
-        "gpus_busy_together_us": us(together),
-        "gpu_busy_by_gpu_us": {str(device): us(busy) for device, busy in alone.items()},
-        "busiest_gpu_busy_fraction": round(busiest / cpu_us, 4),
+    key = "recording" if step is None else "median"
+    evidence: dict[str, Any] = (
+        {"window": "recording"} if step is None else {"median_step": step.number}
+    )
+    evidence |= {
+        f"{key}_cpu_us": us(cpu_us),
+        f"{key}_gpus_busy_together_us": us(together),
+        f"{key}_gpu_busy_by_gpu_us": {str(device): us(busy) for device, busy in alone.items()},
         "together_busy_fraction": round(together / cpu_us, 4),
+        "busiest_gpu_busy_fraction": round(busiest / cpu_us, 4),
     }
     yield message, evidence
 
