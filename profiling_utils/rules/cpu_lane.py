@@ -1055,17 +1055,14 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
         message,
         {
             "label": name,
-            **(
-                {"median_step": number, "step_us": us(width), "steps": per_window}
-                if number is not None
-                else {
-                    "median_iteration": index + 1,
-                    "iteration_us": us(width),
-                    "iterations": per_window,
-                }
-            ),
+            **({"median_step": number} if number is not None else {"median_iteration": index + 1}),
             "median_idle_share": round(share, 4),
             "loading_us": us(loading),
             "gpu_idle_while_loading_us": us(idle),
+            **(
+                {"step_us": us(width), "steps": per_window}
+                if number is not None
+                else {"iteration_us": us(width), "iterations": per_window}
+            ),
         },
     )
