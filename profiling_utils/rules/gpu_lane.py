@@ -607,10 +607,13 @@ def step_idle(facts: Facts, step: Step) -> StepIdle | None:
             held = _overlap_us(
                 requests, max(gap.before.end, step.start), min(gap.after.start, step.end)
             )
-            count, total = between.get("CPU time", (0, 0.0))
-            if inside - held > 0:
-                between["CPU time"] = (count, total + inside - held)
-            inside = held
+            if held <= 0:  # the request held it before the window only
+                cause = "CPU time"
+            else:
+                count, total = between.get("CPU time", (0, 0.0))
+                if inside - held > 0:
+                    between["CPU time"] = (count, total + inside - held)
+                inside = held
         count, total = between.get(cause, (0, 0.0))
         between[cause] = (count + 1, total + inside)
     return StepIdle(
