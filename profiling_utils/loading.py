@@ -424,6 +424,10 @@ def _gunzip(
                 size += len(chunk)
                 if limit is not None and size > limit:
                     raise _too_large(path, "the gzip data expands to", limit, source)
+                # A member that ends inside the piece leaves the rest in unused_data (and
+                # again in unconsumed_tail, which must not be fed back: that never ends).
+                if decompressor.eof:
+                    break
                 piece = decompressor.unconsumed_tail
                 # A full piece may leave output pending inside zlib: drain it too.
                 if not piece and len(chunk) < _GZIP_OUTPUT_CHUNK:

@@ -11,6 +11,8 @@ import json
 import mmap
 import os
 import pickle
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -594,6 +596,23 @@ def test_gzip_with_several_members(tmp_path: Path) -> None:
     path = tmp_path / "multi.json.gz"
     path.write_bytes(gzip.compress(text[:100]) + gzip.compress(text[100:]))
     assert len(load_trace(path).kernels) == 1
+
+
+def test_gzip_with_several_highly_compressed_members(tmp_path: Path) -> None:
+    # Two members of a trace that compresses over 16:1: the first ends inside a 64 KB piece
+    # of input whose output passed 1 MB, where the reader once looped for ever. In a child
+    # process, so that the old loop fails on its time limit instead of hanging the tests.
+    events = [complete_event("aten::add", "cpu_op", 10.0 * i, 5) for i in range(30_000)]
+    text = json.dumps(trace_document(events)).encode()
+    half = len(text) // 2
+    path = tmp_path / "two_members.json.gz"
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    assert len(text) > 16 * path.stat().st_size  # the ratio that made zlib hold input back
+    code = f"from profiling_utils import load_trace; print(len(load_trace({str(path)!r}).spans))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "30000"
 
 
 def test_gzip_with_a_corrupt_size_trailer(tmp_path: Path) -> None:
