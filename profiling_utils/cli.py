@@ -129,6 +129,8 @@ Commands:
     - ``unlaunched_gpu_work``: ``{count, busy_us}``, the GPU activities whose launch call is
       not in the trace (no step counts them) and the time they ran (streams' overlaps
       counted once).
+    - ``negative_durations``: how many events the file gives a negative ``dur``, read as
+      0 µs (Kineto before torch 1.13 wrote one where it recorded no end); 0 normally.
     - ``gpu_work_before_launch``: ``{count, max_us}``, the GPU activities that start before
       the call that launched them, and by how much at most (``null`` when none does): no
       kernel can, so the trace's CPU and GPU clocks disagree by at least that much, and its
@@ -638,6 +640,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "gpus_with_streams": _gpus_with_streams(trace),
         "steps": _steps(trace),
         "unlaunched_gpu_work": _unlaunched_gpu_work(trace),
+        "negative_durations": trace.negative_durations,
         "gpu_work_before_launch": _gpu_work_before_launch(trace),
         "unrecorded_kernel_launches": _unrecorded_kernel_launches(trace),
         "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
@@ -783,6 +786,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     extent = f"  {summary['spans']:,} spans over {_us(summary['duration_us'])} µs"
     line = f"{extent}; {summary['gpu_work']}"
     out += [line] if len(line) <= _LINE_WIDTH else [extent, f"  {summary['gpu_work']}"]
+    if summary["negative_durations"]:
+        count = summary["negative_durations"]
+        out += [
+            f"  {count:,} event{'s' if count > 1 else ''} with a negative dur (an end the "
+            "profiler did not record, as torch",
+            "  before 1.13 could write) read as 0 µs",
+        ]
     early = summary["gpu_work_before_launch"]
     if early["count"]:
         out += [

@@ -753,6 +753,9 @@ class Trace:
     than device indices. Kineto on ROCm writes the agent id, and HSA numbers the CPU sockets
     first (the first GPU of a two-socket host is agent 2); when every number fits the device
     list and none is 0, the trace cannot tell the two apart. False on NVIDIA."""
+    negative_durations: int
+    """How many complete events the file gives a negative ``dur``, read as 0 µs: Kineto
+    before torch 1.13 wrote one for an activity whose end it did not record (its end as 0)."""
     children_cover_us: list[float]
     """Per span id, the time its direct children cover (the union of their intervals; children
     may overlap one another, never their parent's edges). See :meth:`self_us`."""
@@ -1019,8 +1022,10 @@ class Trace:
         self.devices.sort(key=attrgetter("id"))
 
     def _check_times(self, spans: list[Span], starts: list[float], durations: list[float]) -> None:
-        """Refuse a span without a start, with a negative duration or one that ends past the
-        largest float; ``starts`` and ``durations`` are the spans', in their order."""
+        """Refuse a span without a start, or one that ends past the largest float; read a
+        negative duration as 0 (:attr:`negative_durations`). ``starts`` and ``durations`` are
+        the spans', in their order."""
+        self.negative_durations = 0
         if not spans:
             return
         if math.isfinite(sum(starts) + sum(durations)) and min(durations) >= 0:
@@ -1034,7 +1039,10 @@ class Trace:
             if not math.isfinite(span.dur):
                 raise TraceError(self.path, f"{where} has a NaN or infinite dur")
             if span.dur < 0:
-                raise TraceError(self.path, f"{where} has a negative dur ({span.dur})")
+                # Kineto before torch 1.13 wrote one where it recorded no end (an end of 0):
+                # the event happened, for an unknown time.
+                span.dur = 0.0
+                self.negative_durations += 1
             if not math.isfinite(span.start + span.dur):
                 raise TraceError(self.path, f"{where} ends past the largest time a float can hold")
         # Every time is finite and every span ends: only the sums above overflowed.

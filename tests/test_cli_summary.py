@@ -48,6 +48,7 @@ SUMMARY_KEYS = {
     "steps",
     "unlaunched_gpu_work",
     "unrecorded_kernel_launches",
+    "negative_durations",
     "gpu_work_before_launch",
     "other_step_lanes",
     "left_out_steps",
@@ -827,6 +828,24 @@ def test_gpu_work_before_its_launch_says_the_clocks_disagree(make_trace, capsys)
     assert "1 GPU activities start before their launch call (by up to 12.0 µs)" in text
     recorded = cli.summarize(load_trace(gpu_fixture("4096_bf16_item-sync")))
     assert recorded["gpu_work_before_launch"] == {"count": 0, "max_us": None}
+
+
+def test_negative_durations_are_counted_and_said(make_trace, capsys) -> None:
+    # An old Kineto's event without a recorded end: read, and said, in both commands.
+    events = [
+        complete_event("aten::add", "cpu_op", 0, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 30, -4433858951.0, correlation=1),
+        complete_event("add_kernel", "kernel", 40, 10, pid=0, tid=7, correlation=1),
+    ]
+    path = str(make_trace(events))
+    status, out, _ = run_cli(capsys, "summary", "--json", path)
+    assert status == 0 and json.loads(out)["negative_durations"] == 1
+    _, text, _ = run_cli(capsys, "summary", path)
+    assert "1 event with a negative dur (an end the profiler did not record" in text
+    _, text, _ = run_cli(capsys, "diagnose", path)
+    assert "1 event(s) with a negative dur (an end the profiler did not record) read as 0" in text
+    recorded = cli.summarize(load_trace(gpu_fixture("4096_bf16_item-sync")))
+    assert recorded["negative_durations"] == 0
 
 
 def test_a_file_of_two_processes_reads_one_processs_steps(make_trace, capsys) -> None:

@@ -492,9 +492,23 @@ def test_complete_event_without_ts(make_trace) -> None:
     assert _reason(make_trace([event])) == "complete event 'op' (#0) has no ts or a NaN ts"
 
 
-def test_negative_duration(make_trace) -> None:
-    reason = _reason(make_trace([complete_event("op", "cpu_op", 10, -5)]))
-    assert reason == "complete event 'op' (#0) has a negative dur (-5.0)"
+def test_negative_duration_is_read_as_zero_and_counted(make_trace) -> None:
+    # Kineto before torch 1.13 wrote a negative dur where it recorded no end (pytorch/kineto
+    # PR 646): the event is kept, at its start, for no time; the trace is not refused.
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 100),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 10, -1020),
+        complete_event("aten::add", "cpu_op", 200, 10),
+    ]
+    trace = load_trace(make_trace(events))
+    assert [(s.name, s.dur) for s in trace.spans] == [
+        ("aten::mm", 100.0),
+        ("cudaLaunchKernel", 0.0),
+        ("aten::add", 10.0),
+    ]
+    assert trace.negative_durations == 1
+    assert next(trace.ancestors(trace.spans[1])).name == "aten::mm"
+    assert load_trace(make_trace(events[:1], name="fine.json")).negative_durations == 0
 
 
 def test_huge_times_load_unless_a_span_ends_past_the_largest_float(make_trace) -> None:

@@ -216,6 +216,11 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     if (described or not trace.records_host_ops) and trace.spans and not trace.has_gpu:
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
+    if trace.negative_durations:
+        header.append(
+            f"  {trace.negative_durations:,} event(s) with a negative dur (an end the profiler "
+            "did not record) read as 0 µs: the rules see them take no time"
+        )
     early, most = measures.gpu_work_before_launch(trace)
     if early:
         header.append(
