@@ -1528,7 +1528,10 @@ def _longest_first_at_equal_starts(spans: list[Span], starts: list[float]) -> No
     Of spans with the same start and duration, a ``python_function`` comes first: the Python
     frame calls the op (``<built-in method mm>`` around ``aten::mm``), and with times written
     in whole µs the two often coincide; the op then nests in the frame, not the frame in the
-    op (which would leave the op no self time). Others keep their file order.
+    op (which would leave the op no self time). Ops and labels that coincide come in the order
+    they were entered, by ``External id`` (``aten::empty_like`` around the
+    ``aten::empty_strided`` it calls), whatever the file's order; others keep their file
+    order.
 
     ``spans`` is sorted by start (``starts``, their starts); equal starts are rare, so they
     are found with one C-level comparison pass and only those runs are re-sorted, instead of a
@@ -1544,7 +1547,17 @@ def _longest_first_at_equal_starts(spans: list[Span], starts: list[float]) -> No
             index += 1
         run = spans[first : last + 2]
         run.sort(key=_enclosing_first)  # stable: other equal spans keep their file order
+        if len({(span.dur, span.cat) for span in run}) < len(run):
+            run.sort(key=_enclosing_first_entered)  # the args read only where both tie
         spans[first : last + 2] = run
+
+
+def _enclosing_first_entered(span: Span) -> tuple[float, bool, float]:
+    """:func:`_enclosing_first`, then the order ops and labels were entered (their
+    ``External id``, which an op's runtime calls share; spans without one after, in their
+    order)."""
+    entered = span.external_id
+    return (*_enclosing_first(span), math.inf if entered is None else entered)
 
 
 def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:

@@ -1052,3 +1052,17 @@ def test_a_step_number_beyond_64_bits_is_no_step(make_trace) -> None:
     events[1]["name"] = f"ProfilerStep#{2**63 - 1}"
     trace = load_trace(make_trace(events, name="largest.json"))
     assert [step.number for step in trace.steps] == [1, 2**63 - 1]
+
+
+def test_ops_that_coincide_nest_in_the_order_they_were_entered(make_trace) -> None:
+    # aten::empty_like calls aten::empty_strided; written in whole µs both start at 100 and
+    # last 5 µs. Whatever the file's order, the op entered first (the lower External id)
+    # holds the other, which takes the self time.
+    like = complete_event("aten::empty_like", "cpu_op", 100, 5, **{"External id": 1})
+    strided = complete_event("aten::empty_strided", "cpu_op", 100, 5, **{"External id": 2})
+    for order, name in (([like, strided], "a.json"), ([strided, like], "b.json")):
+        trace = load_trace(make_trace([dict(e) for e in order], name=name))
+        by_name = {span.name: span for span in trace.spans}
+        inner = by_name["aten::empty_strided"]
+        assert next(trace.ancestors(inner)).name == "aten::empty_like", name
+        assert trace.self_us(inner) == 5.0 and trace.self_us(by_name["aten::empty_like"]) == 0.0
