@@ -1480,6 +1480,27 @@ def test_many_calls_counts_one_of_two_ops_that_run_inside_each_other(make_trace)
     assert finding.message.startswith("1 op(s) are called 50+ times per step")
 
 
+def test_cost_in_children_counts_a_call_inside_one_of_its_name_as_part_of_it(make_trace) -> None:
+    # Five 10 µs aten::matmul calls, and two of 600 µs that each wrap a 598 µs aten::matmul
+    # (an op calling itself, as aten::div does): 7 calls, as the table counts them, not 9,
+    # and the two long ones hold 1,200 of the 1,250 µs, not more than all of it.
+    events = [complete_event("ProfilerStep#1", "user_annotation", 0, 2000)]
+    for i in range(5):
+        events += [
+            complete_event("aten::matmul", "cpu_op", 10 + 20 * i, 10),
+            complete_event("aten::mm", "cpu_op", 11 + 20 * i, 8),
+        ]
+    for start in (200.0, 900.0):
+        events += [
+            complete_event("aten::matmul", "cpu_op", start, 600),
+            complete_event("aten::matmul", "cpu_op", start + 1, 598),
+            complete_event("aten::mm", "cpu_op", start + 2, 596),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
+    assert finding.message.startswith("aten::matmul: 1250.0 µs total")
+    assert "2 of its 7 calls hold 96% of it (600.0 to 600.0 µs each" in finding.message
+
+
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:
     finding = only("4096_bf16_warm_eager", "cost-in-children")
     path = [link["name"] for link in finding.evidence["drill_down"]]

@@ -1263,8 +1263,17 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     if not found:
         return
     name, name_total, self_us = found[0]
+    # The calls the row counts: a call inside another of the same name (aten::div calling
+    # aten::div) is part of it, not one more (its time would count twice).
+    trace = facts.trace
     occurrences = sorted(
-        (span for span in facts.named(name) if span.cat in _ROW_CATEGORIES), key=_DUR
+        (
+            span
+            for span in facts.named(name)
+            if span.cat in _ROW_CATEGORIES
+            and not any(outer.name == name for outer in trace.ancestors(span))
+        ),
+        key=_DUR,
     )
     middle = occurrences[len(occurrences) // 2]
     # One call, or a few, of many hold nearly all of the total (CUDA's start-up inside a
