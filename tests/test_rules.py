@@ -440,15 +440,16 @@ def test_gpu_idle_reads_a_recording_without_steps_besides_its_start_up(make_trac
     assert finding.evidence["recording_long_calls"] == {
         "count": 2,
         "self_us": 1300.0,
+        "wall_us": 1300.0,
         "share": round(1300 / 2210, 4),
         "gpu_busy_fraction_besides": round(600 / 910, 4),
     }
-    assert "(27%): it waits for most of the recording; 2 calls, each 1.0% or more" in (
+    assert "(27%): it waits for most of the recording; 2 calls, each with 1.0% or more" in (
         finding.message
     )
     assert finding.message.endswith(
-        "Besides them, the GPU is busy for about 66% of the rest: the waiting is the "
-        "start-up's more than the running program's."
+        "Besides them, the GPU is busy for 66% of the rest: the waiting is the start-up's more "
+        "than the running program's."
     )
 
 
@@ -636,12 +637,37 @@ def test_overhead_bound_without_steps_adds_up_a_start_ups_long_calls(make_trace)
     assert finding.evidence["recording_long_calls"] == {
         "count": 5,  # the four, and aten::add's own 1,995 µs
         "self_us": 9_995.0,
-        "share": 0.9995,
+        "wall_us": 10_000.0,  # aten::add's launch inside it too
+        "share": 1.0,
     }
     assert (
-        "5 calls, each 1.0% or more of it, take 9995.0 µs of it (99.9%) by themselves, the longest "
-        "cudaGetDeviceCount (2000.0 µs): one-time costs (the process's CUDA start-up"
+        "5 calls, each with 1.0% or more of it as its own time, take 10000.0 µs of it (100%), "
+        "the longest cudaGetDeviceCount (2000.0 µs): one-time costs (the process's CUDA start-up"
     ) in finding.message
+
+
+def test_a_recording_made_only_of_long_calls_on_two_threads(make_trace) -> None:
+    # Two threads, each in two 5,000 µs calls for the whole 10,000 µs recording; a third
+    # launches five 500 µs kernels. The long calls run at once: they take the recording's
+    # 10,000 µs (100%, not 200%), and nothing is left to read besides them (no division).
+    events = []
+    for tid in (1, 3):
+        events += [
+            complete_event(f"op{tid}a", "cpu_op", 0, 5000, tid=tid),
+            complete_event(f"op{tid}b", "cpu_op", 5000, 5000, tid=tid),
+        ]
+    for i in range(5):
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", 100 + 2000 * i, 5, tid=2,
+                           correlation=i + 1),
+            complete_event("k", "kernel", 110 + 2000 * i, 500, pid=0, tid=7, correlation=i + 1),
+        ]  # fmt: skip
+    findings = diagnose(make_trace(events), select=["gpu-idle", "overhead-bound", "many-calls"])
+    (finding,) = findings
+    assert finding.rule == "gpu-idle"
+    assert finding.evidence["recording_long_calls"]["wall_us"] == 10_000.0
+    assert finding.evidence["recording_long_calls"]["share"] == 1.0
+    assert "take 10000.0 µs of it (100%)" in finding.message and "Besides" not in finding.message
 
 
 def test_bound_rules_without_steps_stay_silent_between_the_bounds(make_trace) -> None:

@@ -348,16 +348,16 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
         recorded = measures.host_work_us(facts.trace, (window.start, window.end))
         evidence[f"{key}_host_work_us"] = us(recorded)
         # A whole recording may hold a process's start-up: several long calls, none half.
-        if whole:
-            long_calls = _long_calls(facts, window, cpu_us)
-            longest, own = long_calls[0] if long_calls else (None, 0.0)
+        one_time = _one_time_calls(facts, window, cpu_us) if whole else None
+        if one_time is not None:
+            longest, own = one_time.calls[0]
         else:
-            long_calls = []
-            longest, own = next(_calls_by_self_time(facts, window), (None, 0.0))
-        held = sum(call_own for _, call_own in long_calls)
+            calls = (
+                _long_calls(facts, window, cpu_us) if whole else _calls_by_self_time(facts, window)
+            )
+            longest, own = next(iter(calls), (None, 0.0))
         if longest is not None and (
-            own >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us
-            or (len(long_calls) > 1 and held >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us)
+            own >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us or one_time is not None
         ):
             ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
             under = f" under {short_name(ops[0].name, 40)}" if ops else ""
@@ -367,19 +367,15 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 "share": round(own / cpu_us, 4),
             }
             alone = " (the one step the rules read: nothing to compare it with)"
-            if len(long_calls) < 2:
+            if one_time is None:
                 held_by = (
                     f"one call, {short_name(longest.name, 40)}{under}, takes {own:.1f} µs of "
                     f"it ({percent(own / cpu_us)}) by itself: a one-time cost (a first launch "
                     "loading its kernel, a first allocation) looks like this"
                 )
             else:
-                evidence["recording_long_calls"] = {
-                    "count": len(long_calls),
-                    "self_us": us(held),
-                    "share": round(held / cpu_us, 4),
-                }
-                held_by = _long_calls_words(facts, long_calls, cpu_us)
+                evidence["recording_long_calls"] = _one_time_evidence(one_time, cpu_us)
+                held_by = _long_calls_words(facts, one_time, cpu_us)
             message = (
                 f"{message[:-1]}; {held_by}, not only the overhead of many small ops"
                 f"{alone if len(facts.steps) == 1 else ''}."
@@ -453,25 +449,21 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
         # A recording without steps may hold a process's start-up, as overhead-bound reads
         # it: the GPU's share of the rest says whether the running program waits too.
         cpu_us = evidence["recording_cpu_us"]
-        long_calls = _long_calls(facts, window, cpu_us)
-        held = sum(own for _, own in long_calls)
-        if len(long_calls) > 1 and held >= OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
-            besides = evidence["recording_gpu_busy_us"] / (cpu_us - held)
-            evidence["recording_long_calls"] = {
-                "count": len(long_calls),
-                "self_us": us(held),
-                "share": round(held / cpu_us, 4),
-                "gpu_busy_fraction_besides": round(besides, 4),
-            }
-            message = (
-                f"{message[:-1]}; {_long_calls_words(facts, long_calls, cpu_us)}. Besides "
-                f"them, the GPU is busy for about {percent(besides)} of the rest"
-            )
-            message += (
-                ": the waiting is the start-up's more than the running program's."
-                if besides >= GPU_IDLE_MAX_BUSY_FRACTION
-                else "."
-            )
+        one_time = _one_time_calls(facts, window, cpu_us)
+        if one_time is not None:
+            evidence["recording_long_calls"] = _one_time_evidence(one_time, cpu_us)
+            message = f"{message[:-1]}; {_long_calls_words(facts, one_time, cpu_us)}"
+            rest = cpu_us - one_time.wall_us
+            if rest > 0:
+                besides = _busiest_gpu_besides(facts, window, one_time.pieces) / rest
+                evidence["recording_long_calls"]["gpu_busy_fraction_besides"] = round(besides, 4)
+                message += f". Besides them, the GPU is busy for {percent(besides)} of the rest" + (
+                    ": the waiting is the start-up's more than the running program's."
+                    if besides >= GPU_IDLE_MAX_BUSY_FRACTION
+                    else "."
+                )
+            else:
+                message += "."
     else:
         idle = step_idle(facts, window.step)
         if idle is None:
@@ -521,20 +513,44 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
     yield message, evidence
 
 
-def _long_calls_words(facts: Facts, long_calls: list[tuple[Span, float]], cpu_us: float) -> str:
-    """``overhead-bound``'s and ``gpu-idle``'s words for a whole recording's long calls
-    (:func:`_long_calls`, two or more), which take ``cpu_us``'s share they say."""
-    longest, own = long_calls[0]
-    held = sum(call_own for _, call_own in long_calls)
+def _long_calls_words(facts: Facts, one_time: _OneTime, cpu_us: float) -> str:
+    """``overhead-bound``'s and ``gpu-idle``'s words for a whole recording's one-time calls,
+    which take the share of ``cpu_us`` they say."""
+    longest, own = one_time.calls[0]
     ops = [span for span in facts.trace.ancestors(longest) if span.cat == "cpu_op"]
     under = f" under {short_name(ops[0].name, 40)}" if ops else ""
     return (
-        f"{len(long_calls)} calls, each {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} "
-        f"or more of it, take {held:.1f} µs of it ({percent(held / cpu_us)}) by "
-        f"themselves, the longest {short_name(longest.name, 40)}{under} "
-        f"({own:.1f} µs): one-time costs (the process's CUDA start-up, first "
-        "launches loading their kernels, first allocations) look like this"
+        f"{len(one_time.calls)} calls, each with {percent(OVERHEAD_BOUND_LONG_CALL_SHARE)} "
+        f"or more of it as its own time, take {one_time.wall_us:.1f} µs of it "
+        f"({percent(one_time.wall_us / cpu_us)}), the longest "
+        f"{short_name(longest.name, 40)}{under} ({own:.1f} µs): one-time costs (the process's "
+        "CUDA start-up, first launches loading their kernels, first allocations) look like "
+        "this"
     )
+
+
+def _one_time_evidence(one_time: _OneTime, cpu_us: float) -> dict[str, Any]:
+    return {
+        "count": len(one_time.calls),
+        "self_us": us(sum(own for _, own in one_time.calls)),
+        "wall_us": us(one_time.wall_us),
+        "share": round(one_time.wall_us / cpu_us, 4),
+    }
+
+
+def _busiest_gpu_besides(facts: Facts, window: _Window, pieces: list[tuple[float, float]]) -> float:
+    """The busy time, in ``window`` (from its start on, as a recording's busy time is read),
+    of the GPU busiest there, less its busy time inside ``pieces``: what it ran while none of
+    the one-time calls did, µs."""
+    by_device: dict[Any, list[Span]] = {}
+    for work in facts.trace.gpu_work:
+        by_device.setdefault(work.lane.device, []).append(work)
+    best = 0.0
+    for work in by_device.values():
+        busy = measures.union_within(work, window.start, math.inf)
+        inside = sum(measures.union_within(work, start, end) for start, end in pieces)
+        best = max(best, busy - inside)
+    return best
 
 
 def _unlaunched_gpu_us(facts: Facts, step: _Window) -> float:
@@ -571,6 +587,42 @@ def _long_calls(facts: Facts, window: _Window, cpu_us: float) -> list[tuple[Span
             break
         found.append((call, own))
     return found
+
+
+class _OneTime(NamedTuple):
+    """A whole recording's long calls (:func:`_long_calls`), two or more, that hold at least
+    :data:`OVERHEAD_BOUND_ONE_CALL_SHARE` of it: a process's start-up, read apart."""
+
+    calls: list[tuple[Span, float]]
+    """The calls with their self times, longest first."""
+    pieces: list[tuple[float, float]]
+    """The stretches they run in, cut to the recording, merged (calls on several threads
+    may run at once)."""
+    wall_us: float
+    """How long at least one of them runs: the pieces' total, never more than the
+    recording."""
+
+
+def _one_time_calls(facts: Facts, window: _Window, cpu_us: float) -> _OneTime | None:
+    """The recording's one-time calls (:class:`_OneTime`), or None where there are fewer than
+    two or they hold less than :data:`OVERHEAD_BOUND_ONE_CALL_SHARE` of ``cpu_us``."""
+    calls = _long_calls(facts, window, cpu_us)
+    if len(calls) < 2:
+        return None
+    pieces: list[tuple[float, float]] = []
+    for start, end in sorted(
+        (max(call.start, window.start), min(call.end, window.end)) for call, _ in calls
+    ):
+        if end <= start:
+            continue
+        if pieces and start <= pieces[-1][1]:
+            pieces[-1] = (pieces[-1][0], max(pieces[-1][1], end))
+        else:
+            pieces.append((start, end))
+    wall = sum(end - start for start, end in pieces)
+    if wall < OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
+        return None
+    return _OneTime(calls, pieces, wall)
 
 
 def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, float]]:
@@ -819,16 +871,18 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
     # A recording that holds long one-time calls for most of its host time (a process's
     # start-up, per-shape set-up) is read besides them: what the calls cost once it runs.
     one_time: list[tuple[Span, float]] = []
+    one_time_us = 0.0
     if whole and bound is not None:
-        one_time = _long_calls(facts, bound[2], steps_cpu)
-        held = sum(own for _, own in one_time)
-        if len(one_time) < 2 or held < OVERHEAD_BOUND_ONE_CALL_SHARE * steps_cpu:
-            one_time = []
-        elif bound[0]["recording_gpu_busy_us"] >= COMPUTE_BOUND_MIN_BUSY_FRACTION * (
-            steps_cpu - held
-        ):
-            return  # besides its one-time calls, the GPU sets the pace
-    one_time_us = sum(own for _, own in one_time)
+        found_once = _one_time_calls(facts, bound[2], steps_cpu)
+        if found_once is not None:
+            one_time, one_time_us = found_once.calls, found_once.wall_us
+            rest = steps_cpu - one_time_us
+            if (
+                rest <= 0
+                or _busiest_gpu_besides(facts, bound[2], found_once.pieces)
+                >= COMPUTE_BOUND_MIN_BUSY_FRACTION * rest
+            ):
+                return  # nothing but them, or besides them the GPU sets the pace
     steps_cpu -= one_time_us  # what the shares below are of
     # ... so an op's calls that hold a one-time call (its first, loading a kernel) are left
     # out of its own count and time as well.
