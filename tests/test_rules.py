@@ -483,6 +483,20 @@ def test_gpus_take_turns_over_a_recording_without_steps(make_trace) -> None:
     )
     # The same GPUs running at once: not turns (compute-bound's reading).
     assert diagnose(make_trace(_two_gpus(at_once=True)), select=["gpus-take-turns"]) == []
+    # A kernel that began before the host's first event counts from there, on both sides:
+    # 4 of its 14 µs, for GPU 0 alone as for the two together (no negative overlap).
+    events = _two_gpus(at_once=False)
+    events.append(complete_event("early", "kernel", -10, 14, pid=0, tid=7))
+    (finding,) = diagnose(make_trace(events, name="early.json"), select=["gpus-take-turns"])
+    assert finding.evidence["recording_gpu_busy_by_gpu_us"] == {"0": 454.0, "1": 450.0}
+    assert finding.evidence["recording_gpus_busy_together_us"] == 904.0
+    assert "both ran at once for 0.0 µs" in finding.message
+    # Two processes' launches in one file (a merged trace): not one process's turns.
+    merged = _two_gpus(at_once=False)
+    for event in merged:
+        if event["name"] == "cudaLaunchKernel" and event["args"]["correlation"] % 2 == 0:
+            event["pid"] = 2
+    assert diagnose(make_trace(merged, name="merged.json"), select=["gpus-take-turns"]) == []
 
 
 def test_gpu_idle_is_silent_where_a_bound_rule_speaks_or_the_gpu_is_busy(make_trace) -> None:

@@ -703,9 +703,20 @@ def gpus_take_turns(facts: Facts) -> Iterator[Hit]:
         assert window is not None
         label = "Over the whole recording (no profiler steps to compare)"
         cpu_us = rows[0]["cpu_us"]
-        work = [w for w in facts.trace.gpu_work if w.end > window[0]]
+        trace = facts.trace
+        work = [w for w in trace.gpu_work if w.end > window[0]]
+        launchers = {launch.pid for w in work if (launch := trace.launch_of_id(w.id))}
+        if len(launchers) > 1:
+            return  # a file that merges processes: whose turns would they be?
         together = measures.union_within(work, window[0], math.inf)
-        alone = measures.busy_by_device([w for w in work if w.start >= window[0]], devices)
+        alone = {
+            device: measures.union_within(
+                [w for w in work if w.lane.kind == "gpu" and w.lane.device == device],
+                window[0],
+                math.inf,
+            )
+            for device in devices
+        }
         step = None
     else:
         union = {t.step: t.gpu_busy_us for t in facts.step_times}
