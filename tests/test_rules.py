@@ -1230,6 +1230,12 @@ def test_slow_step_names_calls_that_no_other_step_makes(make_trace) -> None:
     ) in finding.message
     (finding,) = diagnose(make_trace(freeing(10.0)), select=["slow-step"])
     assert "calls_only_in_step" not in finding.evidence and "no other step" not in finding.message
+    # A call on another thread that starts 100 µs before the step ends and runs on for 10 ms:
+    # only its 100 µs in the step count, too few to name.
+    events = freeing(10.0)
+    events.append(complete_event("cudaHostAlloc", "cuda_runtime", 34_900, 10_000, tid=432))
+    (finding,) = diagnose(make_trace(events, name="past.json"), select=["slow-step"])
+    assert "calls_only_in_step" not in finding.evidence
 
 
 @pytest.mark.parametrize("kind", ["op", "new shape"])
@@ -2695,6 +2701,14 @@ def test_data_loader_reads_the_loaders_iterations_without_steps(make_trace) -> N
     assert (
         diagnose(make_trace(without_steps(880.0), name="busy.json"), select=["data-loader"]) == []
     )
+    # A step whose end the recording missed is no step to read: said so, not "no steps".
+    unended = without_steps(100.0) + [
+        complete_event("PyTorch Profiler (0)", "Trace", 0, 3_000),
+        complete_event("ProfilerStep#7", "user_annotation", 0, 99_000),
+    ]
+    (finding,) = diagnose(make_trace(unended, name="unended.json"), select=["data-loader"])
+    assert finding.message.startswith("With no profiler step ending in the recording, ")
+    assert finding.message.endswith("worker processes would prepare them while the loop runs.")
 
 
 def test_data_loader_is_silent_while_the_gpu_still_runs_the_step_before(make_trace) -> None:

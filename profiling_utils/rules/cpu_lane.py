@@ -405,8 +405,9 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
 def _calls_only_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
     """Of the runtime calls that step ``number`` makes and no other step does (freeing pinned
     memory as a CUDA graph capture empties the caches, a one-time allocation), the name with
-    the most time, its calls on every thread counted once where they overlap: ``{"name",
-    "calls", "us"}``. ``_slowest_call`` cannot see them: they have no usual time to exceed."""
+    the most time inside the step, its calls on every thread counted once where they overlap:
+    ``{"name", "calls", "us"}``. ``_slowest_call`` cannot see them: they have no usual time
+    to exceed."""
     mine: dict[str, list[Span]] = {}
     elsewhere: set[str] = set()
     for call in facts.trace.runtime_calls:
@@ -415,8 +416,11 @@ def _calls_only_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
             mine.setdefault(call.name, []).append(call)
         elif step is not None:
             elsewhere.add(call.name)
+    step = next(s for s in facts.steps if s.number == number)
+    # The part of them inside the step: a call on another thread may start just before its
+    # end and run on long after.
     totals = {
-        name: measures.union_us(calls, in_start_order=True)
+        name: measures.union_within(calls, step.start, step.end)
         for name, calls in mine.items()
         if name not in elsewhere
     }
@@ -1027,8 +1031,10 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
         where, whole = f"In the step with the median share ({step_label(number)})", "the step's"
         of = "of the step): the step waits for its data."
     else:
+        # Steps whose end the recording missed are no steps to read either.
+        without = "no profiler step ending in the recording" if trace.steps else "no profiler steps"
         where = (
-            f"With no profiler steps, in the loop's iteration with the median share (from the "
+            f"With {without}, in the loop's iteration with the median share (from the "
             f"loader's call {index + 1} of {len(rows) + 1} to the next)"
         )
         whole, of = "the iteration's", "of the iteration): the loop waits for its data."
@@ -1040,7 +1046,8 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
     if "_SingleProcessDataLoaderIter" in name:
         message += (
             " The batches are loaded in the training process (num_workers=0): worker "
-            "processes would prepare them while the steps run."
+            f"processes would prepare them while the {'steps' if number is not None else 'loop'} "
+            "runs."
         )
     per_window = [
         {
