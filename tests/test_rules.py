@@ -2180,6 +2180,12 @@ def test_cuda_graph_reads_the_copies_of_an_older_torch_s_compiled_function(make_
         "20.0 µs of GPU time per step); after each replay, outputs are cloned out of them (1 "
         "copy launch(es) and 30.0 µs of GPU time per step)."
     )
+    # A clone in the compiled call before its replay is neither: no output comes out yet.
+    before = [*events[:2], *copy(20, 1, 10.0, clone=True), *events[8:10]]
+    [finding] = diagnose(make_trace(before, name="before.json"), select=["cuda-graph"])
+    assert finding.evidence["input_copy_launches"] == 0
+    assert finding.evidence["output_clone_launches"] == 0
+    assert "cloned" not in finding.message and "copied" not in finding.message
 
 
 def test_cuda_graph_gives_the_range_when_replays_differ(make_trace) -> None:

@@ -325,16 +325,20 @@ def _graph_call(trace: Any, launch: Span) -> int | None:
     return None
 
 
-def _copy_way(trace: Any, op: Span, graph_calls: set[int]) -> str | None:
-    """For a copy ``op`` inside one of ``graph_calls``: ``"in"``, an input copied into the
-    graph's static buffers, or ``"out"``, inside an ``aten::clone`` there, an output cloned
-    out of them (as torch's first CUDA-graph wrapper did); ``None`` outside them."""
-    way = "in"
+def _copy_way(trace: Any, op: Span, graph_calls: dict[int, float]) -> str | None:
+    """For a copy ``op`` inside one of ``graph_calls`` (by id, with its replay's launch
+    time): ``"in"``, an input copied into the graph's static buffers before the replay, or
+    ``"out"``, inside an ``aten::clone`` after it, an output cloned out of them (as torch's
+    first CUDA-graph wrapper did); ``None`` for any other copy."""
+    cloned = False
     for ancestor in trace.ancestors(op):
-        if ancestor.id in graph_calls:
-            return way
+        replayed_at = graph_calls.get(ancestor.id)
+        if replayed_at is not None:
+            if cloned:
+                return "out" if op.start >= replayed_at else None
+            return "in" if op.start < replayed_at else None
         if ancestor.name == "aten::clone":
-            way = "out"
+            cloned = True
     return None
 
 
@@ -362,7 +366,12 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
         " + ".join(short_name(w.name, 60) for w in sorted(work, key=lambda w: w.start))
         for work in replayed
     )
-    graph_calls = {_graph_call(trace, launch) for launch in graph_launches} - {None}
+    # Each compiled call that replays a graph, with when its (first) replay was launched.
+    graph_calls: dict[int, float] = {}
+    for launch in graph_launches:
+        call = _graph_call(trace, launch)
+        if call is not None and call not in graph_calls:
+            graph_calls[call] = launch.start
     copies: list[Any] = []
     clones: list[Any] = []
     for launch in facts.launches:
