@@ -1547,17 +1547,29 @@ def _longest_first_at_equal_starts(spans: list[Span], starts: list[float]) -> No
             index += 1
         run = spans[first : last + 2]
         run.sort(key=_enclosing_first)  # stable: other equal spans keep their file order
-        if len({(span.dur, span.cat) for span in run}) < len(run):
-            run.sort(key=_enclosing_first_entered)  # the args read only where both tie
+        if len({span.dur for span in run}) < len(run):  # the args read only where both tie
+            _in_the_order_entered(run)
         spans[first : last + 2] = run
 
 
-def _enclosing_first_entered(span: Span) -> tuple[float, bool, float]:
-    """:func:`_enclosing_first`, then the order ops and labels were entered (their
-    ``External id``, which an op's runtime calls share; spans without one after, in their
-    order)."""
-    entered = span.external_id
-    return (*_enclosing_first(span), math.inf if entered is None else entered)
+def _in_the_order_entered(run: list[Span]) -> None:
+    """Within ``run`` (spans of one start, in :func:`_enclosing_first` order), order each
+    group that also shares a duration by ``External id``, the order the profiler entered
+    them (an op's runtime calls share its id and keep their order), where every span of the
+    group has one; a group with a span that has none keeps its order."""
+    index = 0
+    while index < len(run):
+        key = _enclosing_first(run[index])
+        end = index + 1
+        while end < len(run) and _enclosing_first(run[end]) == key:
+            end += 1
+        if end - index > 1:
+            group = run[index:end]
+            entered = [span.external_id for span in group]
+            if None not in entered:
+                order = sorted(range(len(group)), key=entered.__getitem__)  # stable
+                run[index:end] = [group[i] for i in order]
+        index = end
 
 
 def _normalise_categories(by_cat: dict[str, list[Span]]) -> dict[str, str]:

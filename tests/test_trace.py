@@ -1066,3 +1066,10 @@ def test_ops_that_coincide_nest_in_the_order_they_were_entered(make_trace) -> No
         inner = by_name["aten::empty_strided"]
         assert next(trace.ancestors(inner)).name == "aten::empty_like", name
         assert trace.self_us(inner) == 5.0 and trace.self_us(by_name["aten::empty_like"]) == 0.0
+    # A label and the op it encloses, of one start and duration: the label was entered first.
+    label = complete_event("## forward ##", "user_annotation", 100, 20, **{"External id": 7})
+    relu = complete_event("aten::relu", "cpu_op", 100, 20, **{"External id": 8})
+    for order, name in (([label, relu], "c.json"), ([relu, label], "d.json")):
+        trace = load_trace(make_trace([dict(e) for e in order], name=name))
+        op = next(span for span in trace.spans if span.name == "aten::relu")
+        assert next(trace.ancestors(op)).name == "## forward ##", name
