@@ -1545,6 +1545,12 @@ def test_cost_in_children_counts_a_call_inside_one_of_its_name_as_part_of_it(mak
     (finding,) = diagnose(make_trace(events), select=["cost-in-children"])
     assert finding.message.startswith("aten::matmul: 1250.0 µs total")
     assert "2 of its 7 calls hold 96% of it (600.0 to 600.0 µs each" in finding.message
+    # With a second child beside the inner call, key_averages() no longer folds it: 9 calls,
+    # as the table counts them, of which the two outer ones hold the same 96% (not 192%).
+    for start in (200.0, 900.0):
+        events.append(complete_event("aten::mul", "cpu_op", start + 599, 1))
+    (finding,) = diagnose(make_trace(events, name="two.json"), select=["cost-in-children"])
+    assert "of its 9 calls hold 96% of it" in finding.message
 
 
 def test_cost_in_children_drills_down_to_the_op_holding_the_time() -> None:

@@ -1328,18 +1328,15 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
     if not found:
         return
     name, name_total, self_us = found[0]
-    # The calls the row counts: a call inside another of the same name (aten::div calling
-    # aten::div) is part of it, not one more (its time would count twice).
+    # The calls the row counts: as key_averages() does, a call that is the only child of one
+    # of its name (aten::sum calling aten::sum) is folded into it, not one more.
     trace = facts.trace
-    occurrences = sorted(
-        (
-            span
-            for span in facts.named(name)
-            if span.cat in _ROW_CATEGORIES
-            and not any(outer.name == name for outer in trace.ancestors(span))
-        ),
-        key=_DUR,
-    )
+    named = [span for span in facts.named(name) if span.cat in _ROW_CATEGORIES]
+    nested = [
+        span for span in named if span.parent is not None and trace.spans[span.parent].name == name
+    ]
+    folded = measures.folded_calls(trace, nested) if nested else {}
+    occurrences = sorted((span for span in named if span.id not in folded), key=_DUR)
     middle = occurrences[len(occurrences) // 2]
     # One call, or a few, of many hold nearly all of the total (CUDA's start-up inside a
     # first call, a sync in one call per step): follow the typical one of them, not the
@@ -1381,9 +1378,11 @@ def cost_in_children(facts: Facts) -> Iterator[Hit]:
         share = percent(typical.dur / name_total)
         where = f"one call holds {share} of it ({typical.dur:.1f} µs); {where}"
     elif held:
+        # A call nested in another of them holds no time of its own: counted once.
+        holding = measures.union_us(sorted(held, key=_START), in_start_order=True)
         where = (
             f"{len(held)} of its {len(occurrences)} calls hold "
-            f"{percent(sum(map(_DUR, held)) / name_total)} of it ({held[0].dur:.1f} to "
+            f"{percent(holding / name_total)} of it ({held[0].dur:.1f} to "
             f"{held[-1].dur:.1f} µs each, its median call {middle.dur:.1f} µs); in the one at "
             f"the middle of their time ({typical.dur:.1f} µs) {where}"
         )
