@@ -209,9 +209,10 @@ def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
     long_calls = overhead.evidence["recording_long_calls"]
     assert many.evidence["recording_cpu_us"] == overhead.evidence["recording_cpu_us"]
     assert many.evidence["one_time_calls"] == long_calls["count"] == 40
-    assert many.evidence["one_time_us"] == long_calls["self_us"]
+    # The time at least one of them runs (a call's children inside it, counted once).
+    assert many.evidence["one_time_us"] == long_calls["wall_us"] >= long_calls["self_us"]
     besides = many.evidence["besides_one_time_us"]
-    assert besides == round(many.evidence["recording_cpu_us"] - long_calls["self_us"], 3)
+    assert besides == round(many.evidence["recording_cpu_us"] - long_calls["wall_us"], 3)
     linear = next(row for row in many.evidence["ops"] if row["op"] == "aten::linear")
     calls = [e["dur"] for e in events("decode_loop_no_steps") if e.get("name") == "aten::linear"]
     assert linear["calls"] == len(calls) == 432

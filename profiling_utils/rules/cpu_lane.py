@@ -1046,8 +1046,8 @@ def data_loader(facts: Facts) -> Iterator[Hit]:
     if "_SingleProcessDataLoaderIter" in name:
         message += (
             " The batches are loaded in the training process (num_workers=0): worker "
-            f"processes would prepare them while the {'steps' if number is not None else 'loop'} "
-            "runs."
+            "processes would prepare them while the "
+            f"{'steps run' if number is not None else 'loop runs'}."
         )
     per_window = [
         {
