@@ -2687,6 +2687,7 @@ def test_data_loader_fires_when_the_gpu_waits_for_the_next_batch(make_trace) -> 
     assert evidence["median_idle_share"] == 0.4
     assert "the GPU sits idle for 400.0 µs of it (40% of the step)" in finding.message
     assert "num_workers=0" in finding.message
+    assert finding.message.endswith("worker processes would prepare them while the steps run.")
     # With worker processes the label names another iterator, and the hint goes.
     events = loader_steps(3, 100.0, loader="_MultiProcessingDataLoaderIter")
     (finding,) = diagnose(make_trace(events, name="workers.json"), select=["data-loader"])
