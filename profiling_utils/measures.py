@@ -72,6 +72,7 @@ __all__ = [
     "gpu_busy_us",
     "gpu_busy_in_windows",
     "union_us",
+    "pieces_within",
     "union_within",
     "gpu_devices",
     "busy_by_device",
@@ -333,6 +334,22 @@ def gpu_busy_us(
     if window is None:
         return union_us(work, in_start_order=True)
     return union_within(work, *window)
+
+
+def pieces_within(spans: Iterable[Span], start: float, end: float) -> list[tuple[float, float]]:
+    """The time ``spans`` cover inside [start, end], as disjoint ``(start, end)`` pieces in
+    order (``spans`` in start order; those on several threads may overlap)."""
+    pieces: list[tuple[float, float]] = []
+    for span in spans:
+        lo, hi = max(span.start, start), min(span.start + span.dur, end)
+        if hi <= lo:
+            continue
+        if pieces and lo <= pieces[-1][1]:
+            if hi > pieces[-1][1]:
+                pieces[-1] = (pieces[-1][0], hi)
+        else:
+            pieces.append((lo, hi))
+    return pieces
 
 
 def union_within(spans: list[Span], start: float, end: float) -> float:

@@ -988,3 +988,17 @@ def test_host_speed_ratio_reads_the_leaf_calls_both_recordings_make(make_trace) 
     few = [e for e in _steps_of_leaf_calls(1.0) if e["name"] in ("aten::empty", "ProfilerStep#0")]
     few_trace = load_trace(make_trace(few, name="few.json"))
     assert measures.host_speed_ratio(few_trace, fast) is None
+
+
+def test_pieces_within_merges_overlapping_calls_and_cuts_them_to_the_window(make_trace) -> None:
+    # Two threads' calls overlap ([0, 50) and [30, 80)); a third lies apart; the window
+    # [10, 200) cuts the first, and a call wholly after it is left out.
+    events = [
+        complete_event("cudaFree", "cuda_runtime", 0, 50, tid=1),
+        complete_event("cudaFree", "cuda_runtime", 30, 50, tid=2),
+        complete_event("cudaFree", "cuda_runtime", 100, 20, tid=1),
+        complete_event("cudaFree", "cuda_runtime", 300, 20, tid=1),
+    ]
+    trace = load_trace(make_trace(events))
+    assert measures.pieces_within(trace.runtime_calls, 10, 200) == [(10.0, 80.0), (100.0, 120.0)]
+    assert measures.pieces_within(trace.runtime_calls, 500, 600) == []

@@ -14,7 +14,7 @@ import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Step, input_shapes
+from ..trace import Span, input_shapes
 from .facts import (
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
@@ -846,7 +846,11 @@ def allocator_churn(facts: Facts) -> Iterator[Hit]:
     if share < ALLOCATOR_CHURN_MIN_SHARE:
         return
     # How much of it the GPU was busy: a cudaFree waiting for queued work to finish.
-    waited = sum(measures.gpu_busy_in_windows(facts.trace, _merged(by_step[step.number], step)))
+    waited = sum(
+        measures.gpu_busy_in_windows(
+            facts.trace, measures.pieces_within(by_step[step.number], step.start, step.end)
+        )
+    )
     every = [call for step_ in with_calls for call in by_step[step_.number]]
     names = Counter(call.name for call in every)
     places = Counter(
@@ -887,21 +891,6 @@ def allocator_churn(facts: Facts) -> Iterator[Hit]:
             "longest": span_ref(longest),
         },
     )
-
-
-def _merged(calls: list[Span], step: Step) -> list[tuple[float, float]]:
-    """The calls' time within ``step`` as disjoint windows, in order (``calls`` in start
-    order)."""
-    windows: list[tuple[float, float]] = []
-    for call in calls:
-        start, end = max(call.start, step.start), min(call.end, step.end)
-        if end <= start:
-            continue
-        if windows and start <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
-        else:
-            windows.append((start, end))
-    return windows
 
 
 @rule(

@@ -609,16 +609,8 @@ def _one_time_calls(facts: Facts, window: _Window, cpu_us: float) -> _OneTime | 
     calls = _long_calls(facts, window, cpu_us)
     if len(calls) < 2:
         return None
-    pieces: list[tuple[float, float]] = []
-    for start, end in sorted(
-        (max(call.start, window.start), min(call.end, window.end)) for call, _ in calls
-    ):
-        if end <= start:
-            continue
-        if pieces and start <= pieces[-1][1]:
-            pieces[-1] = (pieces[-1][0], max(pieces[-1][1], end))
-        else:
-            pieces.append((start, end))
+    in_order = sorted((call for call, _ in calls), key=_START)
+    pieces = measures.pieces_within(in_order, window.start, window.end)
     wall = sum(end - start for start, end in pieces)
     if wall < OVERHEAD_BOUND_ONE_CALL_SHARE * cpu_us:
         return None
