@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from .measures import pieces_within
 from .trace import Span, Trace, _as_int, input_shapes
 
 __all__ = [
@@ -561,15 +562,7 @@ class CommOverlap(msgspec.Struct, frozen=True, gc=False):
 
 def _merged(spans: list[Span]) -> list[tuple[float, float]]:
     """The union of the spans' intervals as sorted, disjoint (start, end) pairs."""
-    merged: list[tuple[float, float]] = []
-    for span in sorted(spans, key=_START):
-        start, end = span.start, span.start + span.dur
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
+    return pieces_within(sorted(spans, key=_START), -math.inf, math.inf)
 
 
 def _length(intervals: list[tuple[float, float]]) -> float:
