@@ -2192,6 +2192,17 @@ def test_cuda_graph_reads_the_copies_of_an_older_torch_s_compiled_function(make_
     assert finding.evidence["input_copy_launches"] == 0
     assert finding.evidence["output_clone_launches"] == 0
     assert "cloned" not in finding.message and "copied" not in finding.message
+    # A call that replays twice: the copy between the two replays feeds the second.
+    twice = [
+        *events[:2],
+        complete_event("cudaGraphLaunch", "cuda_runtime", 20, 10, correlation=7),
+        complete_event("graph_kernel", "kernel", 300, 50, pid=0, tid=7, correlation=7),
+        *copy(40, 8, 10.0),
+        complete_event("cudaGraphLaunch", "cuda_runtime", 60, 10, correlation=9),
+        complete_event("graph_kernel", "kernel", 400, 50, pid=0, tid=7, correlation=9),
+    ]
+    [finding] = diagnose(make_trace(twice, name="twice.json"), select=["cuda-graph"])
+    assert finding.evidence["input_copy_launches"] == 1
 
 
 def test_cuda_graph_gives_the_range_when_replays_differ(make_trace) -> None:

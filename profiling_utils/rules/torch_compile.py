@@ -325,18 +325,18 @@ def _graph_call(trace: Any, launch: Span) -> int | None:
     return None
 
 
-def _copy_way(trace: Any, op: Span, graph_calls: dict[int, float]) -> str | None:
-    """For a copy ``op`` inside one of ``graph_calls`` (by id, with its replay's launch
-    time): ``"in"``, an input copied into the graph's static buffers before the replay, or
-    ``"out"``, inside an ``aten::clone`` after it, an output cloned out of them (as torch's
-    first CUDA-graph wrapper did); ``None`` for any other copy."""
+def _copy_way(trace: Any, op: Span, graph_calls: dict[int, list[float]]) -> str | None:
+    """For a copy ``op`` inside one of ``graph_calls`` (by id, with when its replays were
+    launched, in order): ``"in"``, an input copied into the graph's static buffers before a
+    replay, or ``"out"``, inside an ``aten::clone`` after one, an output cloned out of them
+    (as torch's first CUDA-graph wrapper did); ``None`` for any other copy."""
     cloned = False
     for ancestor in trace.ancestors(op):
-        replayed_at = graph_calls.get(ancestor.id)
-        if replayed_at is not None:
+        replays = graph_calls.get(ancestor.id)
+        if replays is not None:
             if cloned:
-                return "out" if op.start >= replayed_at else None
-            return "in" if op.start < replayed_at else None
+                return "out" if replays[0] <= op.start else None
+            return "in" if op.start < replays[-1] else None
         if ancestor.name == "aten::clone":
             cloned = True
     return None
@@ -366,12 +366,12 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
         " + ".join(short_name(w.name, 60) for w in sorted(work, key=lambda w: w.start))
         for work in replayed
     )
-    # Each compiled call that replays a graph, with when its (first) replay was launched.
-    graph_calls: dict[int, float] = {}
-    for launch in graph_launches:
+    # Each compiled call that replays a graph, with when its replays were launched.
+    graph_calls: dict[int, list[float]] = {}
+    for launch in graph_launches:  # in start order
         call = _graph_call(trace, launch)
-        if call is not None and call not in graph_calls:
-            graph_calls[call] = launch.start
+        if call is not None:
+            graph_calls.setdefault(call, []).append(launch.start)
     copies: list[Any] = []
     clones: list[Any] = []
     for launch in facts.launches:
