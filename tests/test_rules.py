@@ -786,15 +786,31 @@ def test_cold_start_says_how_much_runs_outside_every_op(make_trace) -> None:
     (finding,) = diagnose(make_trace(cold_steps(50.0, 500.0)), select=["cold-start"])
     assert finding.evidence["outside_ops_us"] == 510.0
     assert finding.evidence["median_other_outside_ops_us"] == 20.0
-    assert "; 510.0 µs of it runs outside every op of its thread (20.0 µs in the other steps);" in (
-        finding.message
-    )
+    assert (
+        "; 510.0 µs of it runs outside every op and runtime call of every thread (20.0 µs in "
+        "the other steps);"
+    ) in finding.message
     assert finding.message.endswith(
         "cudaLaunchKernel, took 9.0 µs against 5.0 µs in the other steps (0.82% of the extra "
         "490.0 µs)."
     )
-    # The same extra time inside the op: nothing to say about time outside the ops.
+    assert "slowest_op" not in finding.evidence
+    # The same extra time inside the op: nothing to say about time outside the ops, and the
+    # op is named.
     (finding,) = diagnose(make_trace(cold_steps(540.0, 10.0)), select=["cold-start"])
+    assert "outside every op" not in finding.message
+    assert finding.evidence["slowest_op"]["name"] == "aten::mm"
+    assert finding.message.endswith(
+        "; aten::mm took 540.0 µs against 50.0 µs in the other steps (100% of the extra)."
+    )
+    # The step's thread waits while another thread works (a backward pass on autograd's
+    # thread): no time outside every op.
+    busy_elsewhere = complete_event("autograd::engine::evaluate_function: MmBackward0",
+                                    "cpu_op", 0.0, 515.0, tid=430)  # fmt: skip
+    (finding,) = diagnose(
+        make_trace([*cold_steps(50.0, 500.0), busy_elsewhere]), select=["cold-start"]
+    )
+    assert finding.evidence["outside_ops_us"] < 20.0
     assert "outside every op" not in finding.message
 
 

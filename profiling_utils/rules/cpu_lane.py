@@ -51,9 +51,10 @@ COLD_START_MIN_EXCESS_LAUNCHES = 3.0
 (:attr:`~profiling_utils.rules.facts.Facts.launch_latency_us`): less is noise."""
 
 COLD_START_OUTSIDE_OPS_SHARE = 0.25
-"""``cold-start`` says how much of the first step runs outside every op when that time
-exceeds the other steps' by at least this share of the step's extra time (on the MI250 and
-MI300X traces, most of it: host work the profiler does not record as an op)."""
+"""``cold-start`` says how much of the first step runs outside every op and runtime call of
+every thread when that time exceeds the other steps' by at least this share of the step's
+extra time (on the MI250 and MI300X traces, most of it: host work the profiler does not
+record as an op), and names the op or the runtime call that holds this share of it."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
@@ -150,15 +151,18 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         names = ", ".join(dict.fromkeys(span.name for span in overhead))
         message += f"; {overhead_us:.1f} µs of it overlaps the overhead row's {names}"
     extra = width - typical
-    outside = {step.number: facts.self_us(step.span) for step in steps}
+    # Time no CPU thread spent in a recorded op or runtime call: the step's own thread waits
+    # in a backward pass that another thread runs.
+    work = measures.host_work_in_windows(trace, [(step.start, step.end) for step in steps])
+    outside = {step.number: step.span.dur - w for step, w in zip(steps, work, strict=True)}
     usual_outside = _other_median(outside, first.number)
     assert usual_outside is not None
     evidence["outside_ops_us"] = us(outside[first.number])
     evidence["median_other_outside_ops_us"] = us(usual_outside)
     if outside[first.number] - usual_outside >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         message += (
-            f"; {outside[first.number]:.1f} µs of it runs outside every op of its thread "
-            f"({usual_outside:.1f} µs in the other steps)"
+            f"; {outside[first.number]:.1f} µs of it runs outside every op and runtime call "
+            f"of every thread ({usual_outside:.1f} µs in the other steps)"
         )
     if slowest is not None:
         evidence["slowest_call"] = slowest
@@ -172,6 +176,15 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         evidence["calls_only_in_step"] = alone
         message += "; " + _calls_only_in_step_words(alone, extra)
+    op = _slowest_op(facts, first.number, COLD_START_OUTSIDE_OPS_SHARE * extra)
+    if op is not None:
+        # Every op of a first step is a first call with its shapes: not a reason of its own.
+        evidence["slowest_op"] = {k: v for k, v in op.items() if k != "new_shapes"}
+        share = (op["dur_us"] - op["typical_us"]) / extra
+        message += (
+            f"; {short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against {_usual(op)} "
+            f"({percent(share)} of the extra)"
+        )
     yield message + ".", evidence
 
 
