@@ -38,6 +38,8 @@ naming no directory of the machine):
 - ``empty_cache_every_step``: a small MLP's forward and backward with
   ``torch.cuda.empty_cache()`` at the end of each step (the allocator's memory given back to
   the driver and taken again every step).
+- ``recompile_one_step``: a small compiled MLP warmed up at one batch size; one recorded step
+  gets another size, and torch.compile compiles the frame again inside that step.
 
 ``--only NAME ...`` records some of them.
 """
@@ -342,6 +344,35 @@ def record_data_parallel(out: Path) -> None:
     _record_four_steps(out, "data_parallel_two_gpus", step)
 
 
+def record_recompile_one_step(out: Path) -> None:
+    """A small MLP compiled with ``torch.compile`` and warmed up at a batch of 64; one recorded
+    step (``ProfilerStep#4``) gets a batch of 96, so Dynamo compiles the frame again (region
+    ``0/1``, with dynamic shapes) inside that step. Inductor's autotuning of pointwise kernels
+    is off to keep the trace small."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.autotune_pointwise = False
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU()
+    ).cuda()
+    compiled = torch.compile(model)
+    sizes = [64, 64, 64, 64, 96, 64, 64, 64]
+
+    def step(size: int) -> None:
+        x = torch.randn(size, 256, device="cuda")
+        compiled(x).float().pow(2).mean().backward()
+
+    for _ in range(3):
+        step(64)
+    ready = export_to(out, "recompile_one_step")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=6), on_trace_ready=ready
+    ) as prof:
+        for size in sizes:
+            step(size)
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -351,6 +382,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "two_devices_model_parallel": record_two_devices,
     "empty_cache_every_step": record_empty_cache,
     "data_parallel_two_gpus": record_data_parallel,
+    "recompile_one_step": record_recompile_one_step,
 }
 
 

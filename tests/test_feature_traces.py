@@ -391,3 +391,44 @@ def test_data_parallels_reduce_and_broadcast_are_collectives_on_two_gpus(capsys:
         by_gpu = row["gpu_busy_by_gpu_us"]
         assert list(by_gpu) == ["0", "1"] and min(by_gpu.values()) > 0
         assert sum(by_gpu.values()) > row["gpu_busy_us"]
+
+
+def _compiling_by_step(name: str) -> dict[int, float]:
+    """Per ProfilerStep#N, the time torch.compile's labels (``dynamo``, ``... (dynamo_timed)``,
+    which torch 2.11 files as ``cpu_op``) cover inside it, µs, from the raw events: a union
+    over every thread."""
+    raw = [e for e in events(name) if e.get("ph") == "X"]
+    labels = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e["name"] == "dynamo" or e["name"].endswith(" (dynamo_timed)")
+    )
+    found = {}
+    for step in (e for e in raw if e["name"].startswith("ProfilerStep#")):
+        start, end = step["ts"], step["ts"] + step["dur"]
+        total, reached = 0.0, start
+        for lo, hi in labels:
+            lo, hi = max(lo, reached), min(hi, end)
+            if hi > lo:
+                total += hi - lo
+                reached = hi
+        found[int(step["name"].split("#")[1])] = total
+    return found
+
+
+def test_a_recompile_inside_a_step_is_the_compilers_time() -> None:
+    # One step gets a new batch size: Dynamo compiles the frame again (region 0/1) inside it,
+    # and that step is hundreds of times the others'.
+    compiling = _compiling_by_step("recompile_one_step")
+    (number,) = [n for n, us in compiling.items() if us > 0]
+    (hit,) = fired("recompile_one_step", "compiling-recorded")
+    assert hit.evidence["compiling_steps"] == [number]
+    assert hit.evidence["median_step_compiling_us"] == pytest.approx(compiling[number], abs=0.01)
+    assert hit.evidence["recompiled"] == ["0/1"]
+    assert hit.evidence["median_step_compiling_us"] > 0.9 * hit.evidence["median_step_cpu_us"]
+    (slow,) = fired("recompile_one_step", "slow-step")
+    assert slow.evidence["step"] == number
+    assert slow.evidence["compiling"]["us"] == pytest.approx(compiling[number], abs=0.01)
+    assert "torch.compile was compiling for" in slow.message
+    # The compiler's own calls (its dispatch modes while it traces) are no program's calls.
+    assert fired("recompile_one_step", "many-calls") == []

@@ -182,6 +182,8 @@ FIRES: dict[str, set[str]] = {
     # hand-written attention builds it once; is_causal fused backends build none).
     "attention-math-fp32": SDPA_MATH,
     "mask-rebuilt": SDPA_MATH,
+    # No gallery recording compiles inside its window (tests/fixtures/features/ has one).
+    "compiling-recorded": set(),
     "compiled-region": COMPILE | GRAPHS | PART2_COMPILE,
     "dynamo-cache-lookup": COMPILE | GRAPHS | PART2_COMPILE,
     "aot-wrapper": COMPILE | GRAPHS | PART2_COMPILE,
@@ -292,6 +294,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "gpu-idle",
         "gpus-take-turns",
         "allocator-churn",
+        "compiling-recorded",
     }
 
 
@@ -340,6 +343,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "new-shape-cost",
         "gpus-take-turns",
         "allocator-churn",
+        "compiling-recorded",
     }
 
 
@@ -2094,6 +2098,85 @@ def test_cublas_helper_kernels_are_no_gemms(make_trace, gemm: str, reduction: st
 # -- torch.compile -----------------------------------------------------------------------------
 
 
+def test_compiling_recorded_reads_the_compile_labels_in_each_step(make_trace) -> None:
+    # Step 0 compiles (Dynamo's label over 450 of its 560 µs, Inductor's inside it), and a
+    # recompiled frame is entered in step 2; the other steps run their 70 µs.
+    events = cold_steps(50.0, 500.0)
+    events += [
+        complete_event("dynamo", "user_annotation", 5.0, 450.0),
+        complete_event("compile_fx_inner (dynamo_timed)", "user_annotation", 100.0, 300.0),
+        complete_event("Torch-Compiled Region: 0/1", "user_annotation", 20_010.0, 50.0),
+    ]
+    findings = diagnose(make_trace(events), select=["compiling-recorded", "cold-start"])
+    hit = next(f for f in findings if f.rule == "compiling-recorded")
+    assert hit.severity == "warning"
+    assert hit.evidence["compiling_steps"] == [0]
+    assert hit.evidence["median_step_compiling_us"] == 450.0
+    assert [row["compiling_us"] for row in hit.evidence["steps"]] == [450.0, 0.0, 0.0, 0.0]
+    assert hit.evidence["median_other_cpu_us"] == 70.0
+    assert hit.evidence["recompiled"] == []  # 0/1 is entered in a step that does not compile
+    assert hit.message.startswith(
+        "torch.compile was compiling in 1 of 4 steps: ProfilerStep#0, for 450.0 of its 560.0 "
+        "µs of CPU time (80%); the 3 step(s) that compiled less take a median of 70.0 µs:"
+    )
+    cold = next(f for f in findings if f.rule == "cold-start")
+    assert cold.evidence["compiling"] == {"us": 450.0, "median_other_us": 0.0}
+    assert "; torch.compile was compiling for 450.0 µs of it (0.0 µs in the other steps; the " \
+        "difference is 92% of the extra 490.0 µs)" in cold.message  # fmt: skip
+    # The same label of the program's own: no compiler, nothing said.
+    events[-3]["name"] = "my_label"
+    events[-2]["name"] = "my_inner_label"
+    findings = diagnose(make_trace(events), select=["compiling-recorded", "cold-start"])
+    assert [f.rule for f in findings] == ["cold-start"]
+    assert "compiling" not in findings[0].evidence
+
+
+def test_compiling_recorded_names_the_recompiles_and_stays_under_a_quarter_silent(
+    make_trace,
+) -> None:
+    # Every step compiles a frame again for 60 of its 70 µs (Region 0/N entered after it).
+    events = cold_steps(50.0, 10.0)
+    for n in range(4):
+        t = 10_000.0 * n
+        events += [
+            complete_event("dynamo", "user_annotation", t + 1.0, 60.0),
+            complete_event(f"Torch-Compiled Region: 0/{n + 1}", "user_annotation", t + 62, 5.0),
+        ]
+    (hit,) = diagnose(make_trace(events), select=["compiling-recorded"])
+    assert hit.evidence["compiling_steps"] == [0, 1, 2, 3]
+    assert hit.evidence["recompiled"] == ["0/1", "0/2", "0/3", "0/4"]
+    assert "in 4 of 4 steps (86% of each one's CPU time)" in hit.message
+    assert "regions 0/1, 0/2, 0/3, 0/4 are recompiles" in hit.message
+    assert "median_other_cpu_us" not in hit.evidence
+    # 15 µs of each 70 µs step (21%): under a quarter, silent.
+    for event in events:
+        if event["name"] == "dynamo":
+            event["dur"] = 15.0
+    assert diagnose(make_trace(events), select=["compiling-recorded"]) == []
+
+
+def test_compiling_recorded_reads_a_recording_without_steps(make_trace) -> None:
+    events = [
+        complete_event("dynamo", "user_annotation", 0.0, 800.0),
+        complete_event("aten::mm", "cpu_op", 850.0, 50.0),
+    ]
+    (hit,) = diagnose(make_trace(events), select=["compiling-recorded"])
+    assert hit.evidence == {
+        "window": "recording",
+        "recording_cpu_us": 900.0,
+        "recording_compiling_us": 800.0,
+        "recording_compiling_share": 0.8889,
+        "recompiled": [],
+    }
+    assert hit.message.startswith(
+        "Over the whole recording (no profiler steps to compare) torch.compile was compiling "
+        "for 800.0 of the 900.0 µs from the host's first event to its last (89%)"
+    )
+    # Compiling on the GPU's lane (a label copied there) is no compiling on the host.
+    events[0].update(pid=0, tid=7, cat="gpu_user_annotation")
+    assert diagnose(make_trace(events), select=["compiling-recorded"]) == []
+
+
 def test_compiled_region_flags_a_recompiled_frame() -> None:
     assert only("4096_bf16_warm_compile", "compiled-region").evidence["recompiled"] == [
         "Torch-Compiled Region: 0/1"
@@ -3311,19 +3394,26 @@ def test_allocator_churn_needs_two_steps_after_the_first(make_trace) -> None:
     assert diagnose(make_trace(events), select=["allocator-churn"]) == []
 
 
-def test_many_calls_says_which_calls_ran_while_torch_compile_compiled(make_trace) -> None:
+def test_many_calls_leaves_out_the_calls_torch_compile_made_while_compiling(make_trace) -> None:
     # A cold compile's trace: the autotuner zeroes a buffer before each candidate it times
-    # (9,292 aten::zero_ calls in the recording audited), the compiler's calls.
-    events = [complete_event("mm_template_autotuning (dynamo_timed)", "user_annotation", 0, 6000)]
-    events += [complete_event("aten::zero_", "cpu_op", 10 + 50 * n, 40) for n in range(100)]
-    events += [complete_event("aten::zero_", "cpu_op", 6100 + 50 * n, 40) for n in range(20)]
-    (hit,) = diagnose(make_trace(events, deviceProperties=None), select=["many-calls"])
-    assert hit.message.endswith(
-        "; 100 of its calls ran while torch.compile was compiling, work of the compiler."
+    # (9,292 aten::zero_ calls in the recording audited), the compiler's calls, not the
+    # program's; the program then calls aten::zero_ 100 times itself.
+    label = complete_event("mm_template_autotuning (dynamo_timed)", "user_annotation", 0, 6000)
+    compiler = [complete_event("aten::zero_", "cpu_op", 10 + 50 * n, 40) for n in range(100)]
+    program = [complete_event("aten::zero_", "cpu_op", 6100 + 50 * n, 40) for n in range(100)]
+    (hit,) = diagnose(
+        make_trace([label, *compiler, *program], deviceProperties=None), select=["many-calls"]
     )
-    assert hit.evidence["ops"][0]["calls_while_compiling"] == 100
-    # The same calls outside compilation: nothing said.
-    events[0]["name"] = "my_label"
-    (hit,) = diagnose(make_trace(events, deviceProperties=None), select=["many-calls"])
-    assert "torch.compile" not in hit.message
-    assert "calls_while_compiling" not in hit.evidence["ops"][0]
+    assert hit.evidence["ops"][0]["calls"] == 100
+    assert hit.evidence["compiling_us"] == 6000.0
+    assert hit.evidence["recording_cpu_us"] == 11090.0  # from the label's start to the last end
+    assert hit.message.endswith(
+        "(torch.compile's compiling, 6000.0 µs, and the calls made in it left out)."
+    )
+    # The compiler's calls alone: nothing to say.
+    assert diagnose(make_trace([label, *compiler]), select=["many-calls"]) == []
+    # The same calls under a label of the program's own: all counted, nothing left out.
+    label["name"] = "my_label"
+    (hit,) = diagnose(make_trace([label, *compiler, *program]), select=["many-calls"])
+    assert hit.evidence["ops"][0]["calls"] == 200
+    assert "torch.compile" not in hit.message and "compiling_us" not in hit.evidence

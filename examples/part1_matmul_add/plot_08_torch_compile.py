@@ -477,6 +477,7 @@ else:
 # cheatsheet's torch.compile table and the GPU-lane rules about the copy:
 
 compile_rules = [
+    "compiling-recorded",
     "compiled-region",
     "dynamo-cache-lookup",
     "aot-wrapper",

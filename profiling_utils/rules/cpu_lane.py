@@ -54,7 +54,8 @@ COLD_START_OUTSIDE_OPS_SHARE = 0.25
 """``cold-start`` says how much of the first step runs outside every op and runtime call of
 every thread when that time exceeds the other steps' by at least this share of the step's
 extra time (on the MI250 and MI300X traces, most of it: host work the profiler does not
-record as an op), and names the op or the runtime call that holds this share of it."""
+record as an op), and names the op, the runtime call or torch.compile's compiling that holds
+this share of it."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
@@ -185,6 +186,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
             f"; {short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against {_usual(op)} "
             f"({percent(share)} of the extra)"
         )
+    compiling = _compiling_in_step(facts, first.number, extra)
+    if compiling is not None:
+        evidence["compiling"] = compiling
+        message += "; " + _compiling_words(compiling, extra)
     yield message + ".", evidence
 
 
@@ -265,6 +270,10 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
     if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         evidence["calls_only_in_step"] = alone
         reasons.append(_calls_only_in_step_words(alone, extra))
+    compiling = _compiling_in_step(facts, number, extra)
+    if compiling is not None:
+        evidence["compiling"] = compiling
+        reasons.append(_compiling_words(compiling, extra))
     op = _slowest_op(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
     if op is not None:
         evidence["slowest_op"] = op
@@ -448,6 +457,34 @@ def _calls_only_in_step_words(alone: dict[str, Any], extra: float) -> str:
     return (
         f"{calls} of {alone['name']}, which no other step makes, took {alone['us']:.1f} µs "
         f"({percent(alone['us'] / extra)} of the extra {extra:.1f} µs)"
+    )
+
+
+def _compiling_in_step(facts: Facts, number: int, extra: float) -> dict[str, Any] | None:
+    """How long torch.compile compiled in step ``number`` and, at the median, in the other
+    steps, ``{"us", "median_other_us"}``: when the difference holds at least
+    :data:`COLD_START_OUTSIDE_OPS_SHARE` of the step's ``extra`` time."""
+    if not facts.compile_labels:
+        return None
+    own, others = 0.0, []
+    for step in facts.steps:
+        compiling = facts.compiling_us(step.start, step.end)
+        if step.number == number:
+            own = compiling
+        else:
+            others.append(compiling)
+    usual = median(others) if others else 0.0
+    if own - usual < COLD_START_OUTSIDE_OPS_SHARE * extra:
+        return None
+    return {"us": us(own), "median_other_us": us(usual)}
+
+
+def _compiling_words(compiling: dict[str, Any], extra: float) -> str:
+    return (
+        f"torch.compile was compiling for {compiling['us']:.1f} µs of it "
+        f"({compiling['median_other_us']:.1f} µs in the other steps; the difference is "
+        f"{percent((compiling['us'] - compiling['median_other_us']) / extra)} of the extra "
+        f"{extra:.1f} µs)"
     )
 
 

@@ -266,6 +266,11 @@ _START = attrgetter("start")
 
 # torch.compile's own time is labelled: "dynamo", "aot_trace_joint_graph" and their
 # "... (dynamo_timed)" twins (and Inductor's steps, "mm_template_autotuning (dynamo_timed)"...).
+COMPILING_MIN_SHARE = 0.25
+"""torch.compile compiling for at least this share of a step's CPU time (of the recording, in
+a trace without steps): ``compiling-recorded`` fires, and the rules that explain a step's time
+(``overhead-bound``, ``cold-start``, ``slow-step``) say so."""
+
 _COMPILE_LABELS = ("aot_trace_joint_graph", "dynamo")
 _COMPILE_LABEL_SUFFIX = " (dynamo_timed)"
 
@@ -317,6 +322,29 @@ class Facts:
         for ancestor in walked:  # each is, or lies inside, a compile label exactly if found
             known[ancestor] = found
         return found
+
+    @cached_property
+    def compile_labels(self) -> list[Span]:
+        """torch.compile's labelled compile steps (those :meth:`while_compiling` looks for) on
+        every CPU thread, in start order: Dynamo's frame compiles, and the backward graph's
+        and the autotuner's compiles, which run lazily at the compiled code's first calls."""
+        if not self._compile_labels:
+            return []
+        by_name = self.trace.by_name
+        labels = [
+            span
+            for name in filter(_is_compile_label, by_name)
+            for span in by_name[name]
+            if span.lane.kind == "cpu"
+        ]
+        labels.sort(key=_START)
+        return labels
+
+    def compiling_us(self, start: float, end: float) -> float:
+        """The time inside ``[start, end]`` in which torch.compile was compiling on at least
+        one CPU thread (the union of :attr:`compile_labels` there), µs."""
+        labels = self.compile_labels
+        return measures.union_within(labels, start, end) if labels else 0.0
 
     @cached_property
     def steps(self) -> list[Step]:

@@ -22,7 +22,16 @@ from .. import measures
 from ..measures import GRAPH_LAUNCH_CALLS, IN_GRAPH_REPLAYS, NO_LAUNCH, NO_OP
 from ..tables import percent
 from ..trace import LAUNCH_CATEGORIES, InputShapes, Span, Step, input_shapes
-from .facts import Facts, gpu_records_whole, median, short_name, span_ref, step_label, us
+from .facts import (
+    COMPILING_MIN_SHARE,
+    Facts,
+    gpu_records_whole,
+    median,
+    short_name,
+    span_ref,
+    step_label,
+    us,
+)
 from .gpu_lane import is_host_sync, step_idle
 from .registry import Hit, rule
 
@@ -399,6 +408,14 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     ": the rest is host time outside every op and call the profiler records "
                     "(Python between ops, data loading) or no work at all."
                 )
+        compiling = facts.compiling_us(window.start, window.end)
+        if compiling >= COMPILING_MIN_SHARE * cpu_us:
+            evidence[f"{key}_compiling_us"] = us(compiling)
+            message = (
+                f"{message[:-1]}; torch.compile was compiling for {compiling:.1f} µs of the "
+                f"{'recording' if whole else 'step'} ({percent(compiling / cpu_us)}: see "
+                "compiling-recorded)."
+            )
         yield message, evidence
 
 
@@ -845,6 +862,27 @@ def _steps_cpu_us(facts: Facts) -> float:
     return sum(step.span.dur for step in facts.steps)
 
 
+def _compiling_besides(facts: Facts, whole: bool, besides: list[tuple[float, float]]) -> float:
+    """How long torch.compile compiled in the steps (in the recording's host window, where
+    ``whole``), µs, less the part inside ``besides`` (disjoint pieces in order: the one-time
+    calls already taken out of the same time)."""
+    if not facts.compile_labels:
+        return 0.0
+    if not whole:
+        return sum(facts.compiling_us(step.start, step.end) for step in facts.steps)
+    window = facts.host_window
+    if window is None:
+        return 0.0
+    pieces = measures.pieces_within(facts.compile_labels, *window)
+    total = sum(end - start for start, end in pieces)
+    for start, end in pieces:
+        for lo, hi in besides:
+            if lo >= end:
+                break
+            total -= max(0.0, min(end, hi) - max(start, lo))
+    return total
+
+
 @rule(
     "many-calls",
     "profiler table",
@@ -852,8 +890,8 @@ def _steps_cpu_us(facts: Facts) -> float:
     trace without steps).""",
     means="""Each call may be cheap, but together they cost dispatch and launch time; see
     whether they can be fused or batched (foreach ops, torch.compile, larger operands). Calls
-    made while torch.compile was compiling (its autotuning) are the compiler's, and the
-    finding says how many there were.""",
+    made while torch.compile was compiling (its tracing, its autotuning) are the compiler's:
+    neither they nor the time it compiled are counted (compiling-recorded reports it).""",
     severity="warning",
     example="auto_examples/part1_matmul_add/plot_09_diagnose_your_own_trace",
 )
@@ -887,6 +925,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             ):
                 return  # nothing but them, or besides them the GPU sets the pace
     steps_cpu -= one_time_us  # what the shares below are of
+    # torch.compile's compiling is the compiler's time, and the calls inside it its calls.
+    compiling_us = _compiling_besides(facts, whole, found_once.pieces if one_time else [])
+    steps_cpu -= compiling_us
+    if steps_cpu <= 0:
+        return
     # ... so an op's calls that hold a one-time call (its first, loading a kernel) are left
     # out of its own count and time as well.
     holding = {
@@ -906,6 +949,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         calls = calls if whole else facts.in_steps(calls)
         if holding:
             calls = [call for call in calls if call.id not in holding]
+        if compiling_us:
+            calls = [call for call in calls if not facts.while_compiling(call)]
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         typical, long_calls = _median_and_long(calls)
@@ -949,18 +994,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
             f"{top['calls']:,} calls take over twice the median)"
         )
-    # In a cold torch.compile's trace the many calls can be the compiler's (its autotuning
-    # zeroes a buffer before each candidate kernel it times), not the program's.
-    for entry in found:
-        compiling = sum(map(facts.while_compiling, calls_of[entry["op"]]))
-        if compiling:
-            entry["calls_while_compiling"] = compiling
     compiler = ""
-    if top.get("calls_while_compiling"):
-        compiling = top["calls_while_compiling"]
+    if compiling_us:
         compiler = (
-            f"; {'all' if compiling == top['calls'] else f'{compiling:,}'} of its calls ran "
-            "while torch.compile was compiling, work of the compiler"
+            f" (torch.compile's compiling, {compiling_us:.1f} µs, and the calls made in it "
+            "left out)"
         )
     also = ""
     if inner:
@@ -1010,7 +1048,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             **(
                 {
                     "window": "recording",
-                    "recording_cpu_us": us(steps_cpu + one_time_us),
+                    "recording_cpu_us": us(steps_cpu + one_time_us + compiling_us),
                     **(
                         {
                             "one_time_calls": len(one_time),
@@ -1022,8 +1060,9 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
                     ),
                 }
                 if whole
-                else {"steps": steps, "steps_cpu_us": us(steps_cpu)}
+                else {"steps": steps, "steps_cpu_us": us(steps_cpu + compiling_us)}
             ),
+            **({"compiling_us": us(compiling_us)} if compiling_us else {}),
             # The ops counted, then those running inside them: the first few of each.
             "ops": outer[:_REPORTED_ROWS] + found[len(outer) :][:_REPORTED_ROWS],
         },

@@ -11,7 +11,7 @@ from typing import Any
 from .. import measures
 from ..tables import percent
 from ..trace import Span, devices_differ
-from .facts import Facts, median, short_name, span_ref, step_label, us
+from .facts import COMPILING_MIN_SHARE, Facts, median, short_name, span_ref, step_label, us
 from .gpu_lane import is_host_sync
 from .registry import Hit, rule
 
@@ -89,6 +89,122 @@ def compiled_region(facts: Facts) -> Iterator[Hit]:
         ids = ", ".join(name.split(": ", 1)[1] for name in recompiled)
         message += f"; {ids}: a compile number above 0, so Dynamo had compiled that frame before"
     yield message + ".", {"regions": rows, "recompiled": recompiled}
+
+
+def _recompiled_in(facts: Facts, windows: list[tuple[float, float]]) -> list[str]:
+    """The ids (``K/M``, ``M`` above 0) of the compiled regions entered inside ``windows``
+    whose frame Dynamo had compiled before."""
+    ids = []
+    for region in facts.compile_info.regions:
+        match = _REGION_ID.match(region.name)
+        if match is None or int(match[2]) == 0:
+            continue
+        if any(start <= region.start < end for start, end in windows):
+            ids.append(f"{match[1]}/{match[2]}")
+    return list(dict.fromkeys(ids))
+
+
+@rule(
+    "compiling-recorded",
+    "torch.compile",
+    see="""Labels such as dynamo, inductor_compile, compile_fx_inner (dynamo_timed) or
+    CachingAutotuner.benchmark_all_configs cover much of a step (of the recording, in a trace
+    without steps).""",
+    means="""torch.compile compiled while the profiler recorded: Dynamo tracing a frame,
+    AOTAutograd and Inductor building its kernels, the autotuner timing candidates (the
+    backward graph compiles at the first backward). That time is the compiler's, paid once
+    per compiled frame and shape: those steps say nothing about the program's speed. Profile
+    steps after the first compiled calls; a compile in every step is a recompilation (a
+    compile number above 0 in Torch-Compiled Region K/M; TORCH_LOGS=recompiles says why:
+    new shapes, which dynamic=True or torch._dynamo.mark_dynamic avoid, or guards that keep
+    failing).""",
+    severity="warning",
+    from_post=False,
+)
+def compiling_recorded(facts: Facts) -> Iterator[Hit]:
+    if not facts.compile_labels:
+        return
+    steps = facts.host_steps
+    if not steps:
+        window = facts.host_window
+        if window is None:
+            return
+        start, end = window
+        length = end - start
+        compiling = facts.compiling_us(start, end)
+        if length <= 0 or compiling < COMPILING_MIN_SHARE * length:
+            return
+        recompiled = _recompiled_in(facts, [window])
+        message = (
+            f"Over the whole recording (no profiler steps to compare) torch.compile was "
+            f"compiling for {compiling:.1f} of the {length:.1f} µs from the host's first event "
+            f"to its last ({percent(compiling / length)})"
+        )
+        evidence: dict[str, Any] = {
+            "window": "recording",
+            "recording_cpu_us": us(length),
+            "recording_compiling_us": us(compiling),
+            "recording_compiling_share": round(compiling / length, 4),
+            "recompiled": recompiled,
+        }
+    else:
+        rows = []
+        for step in steps:
+            compiling = facts.compiling_us(step.start, step.end)
+            width = step.span.dur
+            share = compiling / width if width > 0 else 0.0
+            rows.append((step, compiling, share))
+        heavy = [row for row in rows if row[2] >= COMPILING_MIN_SHARE]
+        if not heavy:
+            return
+        heavy.sort(key=lambda row: row[2])
+        step, compiling, share = heavy[(len(heavy) - 1) // 2]
+        recompiled = _recompiled_in(facts, [(row[0].start, row[0].end) for row in heavy])
+        message = f"torch.compile was compiling in {len(heavy)} of {len(steps)} steps"
+        if len(heavy) > 1:
+            low, high = percent(heavy[0][2]), percent(heavy[-1][2])
+            spread = f"{low} of each one's" if low == high else f"{low} to {high} of their"
+            message += (
+                f" ({spread} CPU time); in the median of them, "
+                f"{step_label(step.number)}, for {compiling:.1f} of its {step.span.dur:.1f} µs "
+                f"({percent(share)})"
+            )
+        else:
+            message += (
+                f": {step_label(step.number)}, for {compiling:.1f} of its "
+                f"{step.span.dur:.1f} µs of CPU time ({percent(share)})"
+            )
+        evidence = {
+            "median_step": step.number,
+            "median_step_cpu_us": us(step.span.dur),
+            "median_step_compiling_us": us(compiling),
+            "steps": [
+                {
+                    "step": row[0].number,
+                    "cpu_us": us(row[0].span.dur),
+                    "compiling_us": us(row[1]),
+                    "compiling_share": round(row[2], 4),
+                }
+                for row in rows
+            ],
+            "compiling_steps": [row[0].number for row in sorted(heavy, key=lambda r: r[0].number)],
+            "recompiled": recompiled,
+        }
+        calm = [row[0].span.dur for row in rows if row[2] < COMPILING_MIN_SHARE]
+        if calm:
+            evidence["median_other_cpu_us"] = us(median(calm))
+            message += (
+                f"; the {len(calm)} step(s) that compiled less take a median of "
+                f"{median(calm):.1f} µs"
+            )
+    if recompiled:
+        regions = (
+            f"regions {', '.join(recompiled)} are recompiles"
+            if len(recompiled) > 1
+            else f"region {recompiled[0]} is a recompile"
+        )
+        message += f"; {regions} (a compile number above 0: Dynamo had compiled the frame before)"
+    yield message + ": that time is the compiler's, not the program's.", evidence
 
 
 @rule(
