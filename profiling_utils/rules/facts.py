@@ -340,11 +340,25 @@ class Facts:
         labels.sort(key=_START)
         return labels
 
+    @cached_property
+    def _compiling_pieces(self) -> tuple[list[float], list[float]]:
+        """:attr:`compile_labels` merged into disjoint stretches: their starts, their ends."""
+        pieces = measures.pieces_within(self.compile_labels, -math.inf, math.inf)
+        return [lo for lo, _ in pieces], [hi for _, hi in pieces]
+
     def compiling_us(self, start: float, end: float) -> float:
         """The time inside ``[start, end]`` in which torch.compile was compiling on at least
         one CPU thread (the union of :attr:`compile_labels` there), µs."""
-        labels = self.compile_labels
-        return measures.union_within(labels, start, end) if labels else 0.0
+        if not self.compile_labels:
+            return 0.0
+        starts, ends = self._compiling_pieces
+        total = 0.0
+        for index in range(bisect_right(ends, start), len(starts)):  # the first ending after
+            lo = starts[index]
+            if lo >= end:
+                break
+            total += min(ends[index], end) - max(lo, start)
+        return total
 
     @cached_property
     def steps(self) -> list[Step]:
