@@ -2116,8 +2116,9 @@ def test_compiling_recorded_reads_the_compile_labels_in_each_step(make_trace) ->
     assert hit.evidence["median_other_cpu_us"] == 70.0
     assert hit.evidence["recompiled"] == []  # 0/1 is entered in a step that does not compile
     assert hit.message.startswith(
-        "torch.compile was compiling in 1 of 4 steps: ProfilerStep#0, for 450.0 of its 560.0 "
-        "µs of CPU time (80%); the 3 step(s) that compiled less take a median of 70.0 µs:"
+        "torch.compile was compiling for 25% or more of the CPU time of 1 of 4 steps: "
+        "ProfilerStep#0, for 450.0 of its 560.0 µs (80%); the other 3 step(s) take a median "
+        "of 70.0 µs:"
     )
     cold = next(f for f in findings if f.rule == "cold-start")
     assert cold.evidence["compiling"] == {"us": 450.0, "median_other_us": 0.0}
@@ -2145,7 +2146,7 @@ def test_compiling_recorded_names_the_recompiles_and_stays_under_a_quarter_silen
     (hit,) = diagnose(make_trace(events), select=["compiling-recorded"])
     assert hit.evidence["compiling_steps"] == [0, 1, 2, 3]
     assert hit.evidence["recompiled"] == ["0/1", "0/2", "0/3", "0/4"]
-    assert "in 4 of 4 steps (86% of each one's CPU time)" in hit.message
+    assert "of 4 of 4 steps (86%); in the median of them" in hit.message
     assert "regions 0/1, 0/2, 0/3, 0/4 are recompiles" in hit.message
     assert "median_other_cpu_us" not in hit.evidence
     # 15 µs of each 70 µs step (21%): under a quarter, silent.
@@ -2170,11 +2171,71 @@ def test_compiling_recorded_reads_a_recording_without_steps(make_trace) -> None:
     }
     assert hit.message.startswith(
         "Over the whole recording (no profiler steps to compare) torch.compile was compiling "
-        "for 800.0 of the 900.0 µs from the host's first event to its last (89%)"
+        "for 800.0 of the 900.0 µs from the host's first event to its last (89%):"
     )
     # Compiling on the GPU's lane (a label copied there) is no compiling on the host.
     events[0].update(pid=0, tid=7, cat="gpu_user_annotation")
     assert diagnose(make_trace(events), select=["compiling-recorded"]) == []
+
+
+def test_compiling_recorded_reads_the_steps_process_and_the_active_time(make_trace) -> None:
+    # Two processes merged in one file, each with steps 0-3: only the other one compiles.
+    events = []
+    for pid, offset in ((429, 0.0), (500, 3.0)):
+        for n in range(4):
+            t = 1000.0 * n + offset
+            events += [
+                complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900, pid=pid, tid=pid),
+                complete_event("aten::mm", "cpu_op", t + 10, 100, pid=pid, tid=pid),
+            ]
+    events.append(complete_event("dynamo", "cpu_op", 1200.0, 600.0, pid=500, tid=500))
+    assert diagnose(make_trace(events), select=["compiling-recorded"]) == []
+    # No steps, and a long quiet stretch: the share is of the host's active time, as the
+    # bound rules read it, and overhead-bound points to the finding that says so.
+    events = [
+        complete_event("dynamo", "user_annotation", 0.0, 1500.0),
+        complete_event("aten::mm", "cpu_op", 1600.0, 2400.0),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 1700.0, 5.0, correlation=1),
+        complete_event("k", "kernel", 1710.0, 10.0, pid=0, tid=7, correlation=1),
+        complete_event("aten::mm", "cpu_op", 40_000.0, 2000.0),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 40_010.0, 5.0, correlation=2),
+        complete_event("k", "kernel", 40_020.0, 10.0, pid=0, tid=7, correlation=2),
+    ]
+    findings = diagnose(make_trace(events), select=["compiling-recorded", "overhead-bound"])
+    bound, hit = findings
+    assert (bound.rule, hit.rule) == ("overhead-bound", "compiling-recorded")
+    assert hit.evidence["recording_cpu_us"] == bound.evidence["recording_cpu_us"] == 6000.0
+    assert hit.evidence["recording_compiling_share"] == 0.25
+    assert "less the stretches with nothing on any thread or GPU (25%)" in hit.message
+    assert bound.message.endswith("1500.0 µs of the recording (25%: see compiling-recorded).")
+
+
+def test_a_compile_label_filed_as_an_op_is_no_slow_op_or_call(make_trace) -> None:
+    # torch 2.11 files the compile labels as cpu_op: every step recompiles, the first longest.
+    events = cold_steps(50.0, 10.0)
+    for n, dur in enumerate((4500.0, 800.0, 800.0, 800.0)):
+        events[4 * n]["dur"] = dur + 100  # the step holds its compile
+        events.append(complete_event("dynamo", "cpu_op", 10_000.0 * n + 80, dur))
+    findings = diagnose(make_trace(events), select=["cold-start", "overhead-bound"])
+    cold = next(f for f in findings if f.rule == "cold-start")
+    assert "slowest_op" not in cold.evidence and "dynamo took" not in cold.message
+    assert cold.evidence["compiling"] == {"us": 4500.0, "median_other_us": 800.0}
+    bound = next(f for f in findings if f.rule == "overhead-bound")
+    assert "one call" not in bound.message and "longest_call" not in str(bound.evidence)
+    assert "torch.compile was compiling for 800.0 µs of the step" in bound.message
+
+
+def test_cold_start_says_a_compile_longer_than_the_extra_in_words(make_trace) -> None:
+    events = cold_steps(20.0, 10.0)
+    events[0]["dur"] = 1000.0
+    for n in (1, 2, 3):
+        events[4 * n]["dur"] = 200.0
+    events.append(complete_event("dynamo", "user_annotation", 60.0, 930.0))
+    (hit,) = diagnose(make_trace(events), select=["cold-start"])
+    assert hit.message.endswith(
+        "torch.compile was compiling for 930.0 µs of it (0.0 µs in the other steps; the "
+        "difference is more than the whole extra 800.0 µs)."
+    )
 
 
 def test_compiled_region_flags_a_recompiled_frame() -> None:
@@ -3268,6 +3329,25 @@ def test_call_chain_reads_the_whole_recording_without_steps(make_trace) -> None:
     assert finding.message.startswith("aten::mm → cudaLaunchKernel → gemm (15700.0 µs on the GPU")
 
 
+def test_call_chain_runs_through_the_program_not_torch_compiles_autotuning(make_trace) -> None:
+    # The autotuner times a candidate GEMM (200 µs) inside its label; the program's own
+    # launch runs 20 µs: the chain is the program's.
+    events = [
+        complete_event("addmm_template_autotuning (dynamo_timed)", "cpu_op", 0, 500),
+        complete_event("aten::addmm", "cpu_op", 10, 50),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=1),
+        complete_event("candidate", "kernel", 30, 200, pid=0, tid=7, correlation=1),
+        complete_event("aten::mm", "cpu_op", 600, 50),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 610, 5, correlation=2),
+        complete_event("gemm", "kernel", 620, 20, pid=0, tid=7, correlation=2),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["call-chain"])
+    assert finding.message.startswith("aten::mm → cudaLaunchKernel → gemm (20.0 µs")
+    # Only the compiler's launch: its chain is the one there is.
+    (finding,) = diagnose(make_trace(events[:4]), select=["call-chain"])
+    assert "candidate (200.0 µs" in finding.message
+
+
 def test_gemm_kernel_counts_the_runs_a_graph_replays(make_trace) -> None:
     # A serving engine's prefill runs its GEMM from aten::mm; its decode steps replay it in a
     # CUDA graph, twice per replay, with no op around the replay's kernels.
@@ -3412,6 +3492,11 @@ def test_many_calls_leaves_out_the_calls_torch_compile_made_while_compiling(make
     )
     # The compiler's calls alone: nothing to say.
     assert diagnose(make_trace([label, *compiler]), select=["many-calls"]) == []
+    # The calls on another thread while one compiles: left out with the time they ran in.
+    other_thread = [{**call, "tid": 430} for call in compiler]
+    assert diagnose(make_trace([label, *other_thread]), select=["many-calls"]) == []
+    (hit,) = diagnose(make_trace([label, *other_thread, *program]), select=["many-calls"])
+    assert hit.evidence["ops"][0]["calls"] == 100 and hit.evidence["ops"][0]["cpu_share"] <= 1
     # The same calls under a label of the program's own: all counted, nothing left out.
     label["name"] = "my_label"
     (hit,) = diagnose(make_trace([label, *compiler, *program]), select=["many-calls"])

@@ -26,6 +26,7 @@ from .facts import (
     Facts,
     Launch,
     gb_s,
+    is_compile_label,
     median,
     short_name,
     span_ref,
@@ -181,10 +182,15 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     if op is not None:
         # Every op of a first step is a first call with its shapes: not a reason of its own.
         evidence["slowest_op"] = {k: v for k, v in op.items() if k != "new_shapes"}
-        share = (op["dur_us"] - op["typical_us"]) / extra
+        excess = op["dur_us"] - op["typical_us"]
+        share = (
+            f"{percent(excess / extra)} of the extra"
+            if excess <= extra
+            else _of_extra(excess, extra)
+        )
         message += (
             f"; {short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against {_usual(op)} "
-            f"({percent(share)} of the extra)"
+            f"({share})"
         )
     compiling = _compiling_in_step(facts, first.number, extra)
     if compiling is not None:
@@ -397,9 +403,12 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
     in_step = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
     # id -> (excess, call, typical, what it is set against)
     over: dict[int, tuple[float, Span, float, str]] = {}
+    compiler = bool(facts.compile_labels)
     for op, usual, against in in_step:
         if not usual or op.dur - least_us < min(usual):
             continue  # cheap: even against its quickest other call, not enough
+        if compiler and (is_compile_label(op.name) or facts.while_compiling(op)):
+            continue  # torch.compile's labels (filed as ops) and work: said on their own
         typical = median(usual)
         if op.dur - typical >= least_us:
             over[op.id] = (op.dur - typical, op, typical, against)
@@ -468,7 +477,7 @@ def _compiling_in_step(facts: Facts, number: int, extra: float) -> dict[str, Any
         return None
     own, others = 0.0, []
     for step in facts.steps:
-        compiling = facts.compiling_us(step.start, step.end)
+        compiling = facts.compiling_in_step(step)
         if step.number == number:
             own = compiling
         else:
@@ -479,12 +488,20 @@ def _compiling_in_step(facts: Facts, number: int, extra: float) -> dict[str, Any
     return {"us": us(own), "median_other_us": us(usual)}
 
 
+def _of_extra(excess: float, extra: float) -> str:
+    """``excess`` as a part of a step's ``extra`` time, in words. It can be more than all of
+    it: the rest of the step then ran quicker than in the other steps."""
+    if excess > extra:
+        return f"more than the whole extra {extra:.1f} µs"
+    return f"{percent(excess / extra)} of the extra {extra:.1f} µs"
+
+
 def _compiling_words(compiling: dict[str, Any], extra: float) -> str:
+    difference = compiling["us"] - compiling["median_other_us"]
     return (
         f"torch.compile was compiling for {compiling['us']:.1f} µs of it "
         f"({compiling['median_other_us']:.1f} µs in the other steps; the difference is "
-        f"{percent((compiling['us'] - compiling['median_other_us']) / extra)} of the extra "
-        f"{extra:.1f} µs)"
+        f"{_of_extra(difference, extra)})"
     )
 
 

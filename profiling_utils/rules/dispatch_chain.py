@@ -32,19 +32,26 @@ def call_chain(facts: Facts) -> Iterator[Hit]:
     step_lanes = {id(step.span.lane) for step in facts.steps}  # few lanes: compare identity
     whole = not facts.steps  # no steps: a launch anywhere in the recording
     communication = facts.communication_ids
-    launch, longest = None, -1.0
     # The launch with the most GPU time, made inside a step, collectives left out: their
-    # chain runs through c10d, not through the compute the step is built of.
+    # chain runs through c10d, not through the compute the step is built of. One that
+    # torch.compile made while compiling (a candidate kernel its autotuner times) only where
+    # the program made none: its chain runs through the compiler.
+    best: dict[bool, tuple[Any, float]] = {}
+    compiler = bool(facts.compile_labels)
     for candidate in facts.launches:
         if candidate.op is None or not (whole or id(candidate.call.lane) in step_lanes):
             continue
         if communication and any(work.id in communication for work in candidate.work):
             continue
         gpu_us = sum(work.dur for work in candidate.work)
-        if gpu_us > longest and (whole or facts.step_number_of(candidate.call) is not None):
-            launch, longest = candidate, gpu_us
-    if launch is None:
+        compiling = compiler and facts.while_compiling(candidate.call)
+        if gpu_us > best.get(compiling, (None, -1.0))[1] and (
+            whole or facts.step_number_of(candidate.call) is not None
+        ):
+            best[compiling] = (candidate, gpu_us)
+    if not best:
         return
+    launch = (best[False] if False in best else best[True])[0]
     ancestors = list(trace.ancestors(launch.call))[::-1]
     # A with_stack trace nests the Python stack's frames among the ops: hundreds of them.
     frames = sum(span.cat == "python_function" for span in ancestors)

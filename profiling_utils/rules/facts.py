@@ -275,7 +275,10 @@ _COMPILE_LABELS = ("aot_trace_joint_graph", "dynamo")
 _COMPILE_LABEL_SUFFIX = " (dynamo_timed)"
 
 
-def _is_compile_label(name: str) -> bool:
+def is_compile_label(name: str) -> bool:
+    """Whether a span's name is one of torch.compile's labelled compile steps: ``dynamo``,
+    ``aot_trace_joint_graph``, or a name ending `` (dynamo_timed)`` (``compile_fx_inner
+    (dynamo_timed)``, ``CachingAutotuner.benchmark_all_configs (dynamo_timed)``...)."""
     return name in _COMPILE_LABELS or name.endswith(_COMPILE_LABEL_SUFFIX)
 
 
@@ -290,10 +293,11 @@ class Facts:
         self.trace = trace
         self._lane_starts: dict[Any, list[float]] = {}
         self._compiling: dict[int, bool] = {}
+        self._pieces_by_pid: dict[Any, tuple[list[float], list[float]]] = {}
 
     @cached_property
     def _compile_labels(self) -> bool:
-        return any(map(_is_compile_label, self.trace.by_name))
+        return any(map(is_compile_label, self.trace.by_name))
 
     def while_compiling(self, span: Span) -> bool:
         """Whether ``span`` ran inside torch.compile's compilation: a labelled compile step
@@ -315,7 +319,7 @@ class Facts:
                 break
             walked.append(parent)
             enclosing = spans[parent]
-            if _is_compile_label(enclosing.name):
+            if is_compile_label(enclosing.name):
                 found = True
                 break
             parent = enclosing.parent
@@ -333,25 +337,32 @@ class Facts:
         by_name = self.trace.by_name
         labels = [
             span
-            for name in filter(_is_compile_label, by_name)
+            for name in filter(is_compile_label, by_name)
             for span in by_name[name]
             if span.lane.kind == "cpu"
         ]
         labels.sort(key=_START)
         return labels
 
-    @cached_property
-    def _compiling_pieces(self) -> tuple[list[float], list[float]]:
-        """:attr:`compile_labels` merged into disjoint stretches: their starts, their ends."""
-        pieces = measures.pieces_within(self.compile_labels, -math.inf, math.inf)
-        return [lo for lo, _ in pieces], [hi for _, hi in pieces]
+    def _compiling_pieces(self, pid: int | str | None) -> tuple[list[float], list[float]]:
+        """:attr:`compile_labels` (of process ``pid``, or of every process for ``None``)
+        merged into disjoint stretches: their starts, their ends."""
+        found = self._pieces_by_pid.get(pid)
+        if found is None:
+            labels = self.compile_labels
+            if pid is not None:
+                labels = [label for label in labels if label.lane.pid == pid]
+            pieces = measures.pieces_within(labels, -math.inf, math.inf)
+            found = self._pieces_by_pid[pid] = ([lo for lo, _ in pieces], [hi for _, hi in pieces])
+        return found
 
-    def compiling_us(self, start: float, end: float) -> float:
+    def compiling_us(self, start: float, end: float, pid: int | str | None = None) -> float:
         """The time inside ``[start, end]`` in which torch.compile was compiling on at least
-        one CPU thread (the union of :attr:`compile_labels` there), µs."""
+        one CPU thread (the union of :attr:`compile_labels` there), µs; of process ``pid``
+        only where given (a step's: a file may merge several processes)."""
         if not self.compile_labels:
             return 0.0
-        starts, ends = self._compiling_pieces
+        starts, ends = self._compiling_pieces(pid)
         total = 0.0
         for index in range(bisect_right(ends, start), len(starts)):  # the first ending after
             lo = starts[index]
@@ -359,6 +370,10 @@ class Facts:
                 break
             total += min(ends[index], end) - max(lo, start)
         return total
+
+    def compiling_in_step(self, step: Step) -> float:
+        """:meth:`compiling_us` inside ``step``'s CPU window, on its process's threads."""
+        return self.compiling_us(step.start, step.end, step.span.lane.pid)
 
     @cached_property
     def steps(self) -> list[Step]:

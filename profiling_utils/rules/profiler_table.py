@@ -26,6 +26,7 @@ from .facts import (
     COMPILING_MIN_SHARE,
     Facts,
     gpu_records_whole,
+    is_compile_label,
     median,
     short_name,
     span_ref,
@@ -408,7 +409,8 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                     ": the rest is host time outside every op and call the profiler records "
                     "(Python between ops, data loading) or no work at all."
                 )
-        compiling = facts.compiling_us(window.start, window.end)
+        pid = window.step.span.lane.pid if window.step is not None else None
+        compiling = facts.compiling_us(window.start, window.end, pid)
         if compiling >= COMPILING_MIN_SHARE * cpu_us:
             evidence[f"{key}_compiling_us"] = us(compiling)
             message = (
@@ -636,7 +638,8 @@ def _one_time_calls(facts: Facts, window: _Window, cpu_us: float) -> _OneTime | 
 
 def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, float]]:
     """The ops and runtime calls inside ``step``'s window, on any CPU thread, with their self
-    time, longest first (those with some)."""
+    time, longest first (those with some); not torch.compile's labels or the calls made
+    while it compiles."""
     trace = facts.trace
     spans, covered = trace.spans, trace.children_cover_us
     window = spans[
@@ -645,11 +648,16 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
     # Self times in C-level passes (a step holds tens of thousands of spans), then the calls
     # on a CPU thread, ending inside the step, longest first.
     own = list(map(sub, map(_DUR, window), map(covered.__getitem__, map(_ID, window))))
+    compiler = bool(facts.compile_labels)
     for index in sorted(range(len(window)), key=own.__getitem__, reverse=True):
         span = window[index]
         if own[index] <= 0:
             return
         if span.cat in _CALL_CATEGORIES and span.lane.kind == "cpu" and span.end <= step.end:
+            # torch.compile's labels, filed as ops by torch 2.11, and its work are the
+            # compiler's: the rules say how long it compiled on their own.
+            if compiler and (is_compile_label(span.name) or facts.while_compiling(span)):
+                continue
             yield span, own[index]
 
 
@@ -862,25 +870,29 @@ def _steps_cpu_us(facts: Facts) -> float:
     return sum(step.span.dur for step in facts.steps)
 
 
-def _compiling_besides(facts: Facts, whole: bool, besides: list[tuple[float, float]]) -> float:
-    """How long torch.compile compiled in the steps (in the recording's host window, where
-    ``whole``), µs, less the part inside ``besides`` (disjoint pieces in order: the one-time
-    calls already taken out of the same time)."""
+def _compiling_in_windows(
+    facts: Facts, whole: bool, besides: list[tuple[float, float]]
+) -> tuple[float, float]:
+    """How long torch.compile compiled in the steps (on their processes' threads), or in the
+    recording's host window where ``whole``, µs; and that time less the part inside
+    ``besides`` (disjoint pieces in order: one-time calls already taken out of the same
+    time)."""
     if not facts.compile_labels:
-        return 0.0
+        return 0.0, 0.0
     if not whole:
-        return sum(facts.compiling_us(step.start, step.end) for step in facts.steps)
+        total = sum(map(facts.compiling_in_step, facts.steps))
+        return total, total
     window = facts.host_window
     if window is None:
-        return 0.0
+        return 0.0, 0.0
     pieces = measures.pieces_within(facts.compile_labels, *window)
-    total = sum(end - start for start, end in pieces)
+    total = outside = sum(end - start for start, end in pieces)
     for start, end in pieces:
         for lo, hi in besides:
             if lo >= end:
                 break
-            total -= max(0.0, min(end, hi) - max(start, lo))
-    return total
+            outside -= max(0.0, min(end, hi) - max(start, lo))
+    return total, outside
 
 
 @rule(
@@ -925,9 +937,12 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             ):
                 return  # nothing but them, or besides them the GPU sets the pace
     steps_cpu -= one_time_us  # what the shares below are of
-    # torch.compile's compiling is the compiler's time, and the calls inside it its calls.
-    compiling_us = _compiling_besides(facts, whole, found_once.pieces if one_time else [])
-    steps_cpu -= compiling_us
+    # torch.compile's compiling is the compiler's time, and the calls made in it (on any
+    # thread) its calls: both left out, the time once where one-time calls hold it too.
+    compiling_us, compiling_besides = _compiling_in_windows(
+        facts, whole, found_once.pieces if one_time else []
+    )
+    steps_cpu -= compiling_besides
     if steps_cpu <= 0:
         return
     # ... so an op's calls that hold a one-time call (its first, loading a kernel) are left
@@ -950,7 +965,14 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         if holding:
             calls = [call for call in calls if call.id not in holding]
         if compiling_us:
-            calls = [call for call in calls if not facts.while_compiling(call)]
+            calls = [
+                call
+                for call in calls
+                if not facts.while_compiling(call)
+                and not facts.compiling_us(
+                    call.start, call.start + call.dur, None if whole else call.lane.pid
+                )
+            ]
         if len(calls) < MANY_CALLS_MIN_PER_STEP * steps:
             continue
         typical, long_calls = _median_and_long(calls)
@@ -1048,19 +1070,19 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             **(
                 {
                     "window": "recording",
-                    "recording_cpu_us": us(steps_cpu + one_time_us + compiling_us),
+                    "recording_cpu_us": us(steps_cpu + one_time_us + compiling_besides),
                     **(
                         {
                             "one_time_calls": len(one_time),
                             "one_time_us": us(one_time_us),
-                            "besides_one_time_us": us(steps_cpu),
+                            "besides_one_time_us": us(steps_cpu + compiling_besides),
                         }
                         if one_time
                         else {}
                     ),
                 }
                 if whole
-                else {"steps": steps, "steps_cpu_us": us(steps_cpu + compiling_us)}
+                else {"steps": steps, "steps_cpu_us": us(steps_cpu + compiling_besides)}
             ),
             **({"compiling_us": us(compiling_us)} if compiling_us else {}),
             # The ops counted, then those running inside them: the first few of each.

@@ -91,15 +91,19 @@ def compiled_region(facts: Facts) -> Iterator[Hit]:
     yield message + ".", {"regions": rows, "recompiled": recompiled}
 
 
-def _recompiled_in(facts: Facts, windows: list[tuple[float, float]]) -> list[str]:
+def _recompiled_in(facts: Facts, windows: list[tuple[float, float, Any]]) -> list[str]:
     """The ids (``K/M``, ``M`` above 0) of the compiled regions entered inside ``windows``
-    whose frame Dynamo had compiled before."""
+    (``(start, end, pid)``: on that process's threads, or any for a ``None`` pid) whose frame
+    Dynamo had compiled before."""
     ids = []
     for region in facts.compile_info.regions:
         match = _REGION_ID.match(region.name)
         if match is None or int(match[2]) == 0:
             continue
-        if any(start <= region.start < end for start, end in windows):
+        pid = region.lane.pid
+        if any(
+            start <= region.start < end and where in (None, pid) for start, end, where in windows
+        ):
             ids.append(f"{match[1]}/{match[2]}")
     return list(dict.fromkeys(ids))
 
@@ -107,9 +111,9 @@ def _recompiled_in(facts: Facts, windows: list[tuple[float, float]]) -> list[str
 @rule(
     "compiling-recorded",
     "torch.compile",
-    see="""Labels such as dynamo, inductor_compile, compile_fx_inner (dynamo_timed) or
-    CachingAutotuner.benchmark_all_configs cover much of a step (of the recording, in a trace
-    without steps).""",
+    see="""Labels such as dynamo, compile_fx_inner (dynamo_timed) or
+    CachingAutotuner.benchmark_all_configs (dynamo_timed) cover much of a step (of the
+    recording, in a trace without steps).""",
     means="""torch.compile compiled while the profiler recorded: Dynamo tracing a frame,
     AOTAutograd and Inductor building its kernels, the autotuner timing candidates (the
     backward graph compiles at the first backward). That time is the compiler's, paid once
@@ -125,32 +129,39 @@ def compiling_recorded(facts: Facts) -> Iterator[Hit]:
     if not facts.compile_labels:
         return
     steps = facts.host_steps
+    least = percent(COMPILING_MIN_SHARE)
     if not steps:
         window = facts.host_window
         if window is None:
             return
-        start, end = window
-        length = end - start
-        compiling = facts.compiling_us(start, end)
-        if length <= 0 or compiling < COMPILING_MIN_SHARE * length:
+        # The host's active time, as the bound rules read a recording: a quiet stretch holds
+        # no open span, so no compiling either.
+        active = facts.host_active_us
+        compiling = facts.compiling_us(*window)
+        if active <= 0 or compiling < COMPILING_MIN_SHARE * active:
             return
-        recompiled = _recompiled_in(facts, [window])
+        recompiled = _recompiled_in(facts, [(*window, None)])
+        left_out = (
+            ", less the stretches with nothing on any thread or GPU"
+            if facts.quiet_stretches
+            else ""
+        )
         message = (
             f"Over the whole recording (no profiler steps to compare) torch.compile was "
-            f"compiling for {compiling:.1f} of the {length:.1f} µs from the host's first event "
-            f"to its last ({percent(compiling / length)})"
+            f"compiling for {compiling:.1f} of the {active:.1f} µs from the host's first event "
+            f"to its last{left_out} ({percent(compiling / active)})"
         )
         evidence: dict[str, Any] = {
             "window": "recording",
-            "recording_cpu_us": us(length),
+            "recording_cpu_us": us(active),
             "recording_compiling_us": us(compiling),
-            "recording_compiling_share": round(compiling / length, 4),
+            "recording_compiling_share": round(compiling / active, 4),
             "recompiled": recompiled,
         }
     else:
         rows = []
         for step in steps:
-            compiling = facts.compiling_us(step.start, step.end)
+            compiling = facts.compiling_in_step(step)
             width = step.span.dur
             share = compiling / width if width > 0 else 0.0
             rows.append((step, compiling, share))
@@ -159,20 +170,24 @@ def compiling_recorded(facts: Facts) -> Iterator[Hit]:
             return
         heavy.sort(key=lambda row: row[2])
         step, compiling, share = heavy[(len(heavy) - 1) // 2]
-        recompiled = _recompiled_in(facts, [(row[0].start, row[0].end) for row in heavy])
-        message = f"torch.compile was compiling in {len(heavy)} of {len(steps)} steps"
+        recompiled = _recompiled_in(
+            facts, [(row[0].start, row[0].end, row[0].span.lane.pid) for row in heavy]
+        )
+        message = (
+            f"torch.compile was compiling for {least} or more of the CPU time of {len(heavy)} "
+            f"of {len(steps)} steps"
+        )
         if len(heavy) > 1:
             low, high = percent(heavy[0][2]), percent(heavy[-1][2])
-            spread = f"{low} of each one's" if low == high else f"{low} to {high} of their"
             message += (
-                f" ({spread} CPU time); in the median of them, "
+                f" ({low if low == high else f'{low} to {high}'}); in the median of them, "
                 f"{step_label(step.number)}, for {compiling:.1f} of its {step.span.dur:.1f} µs "
                 f"({percent(share)})"
             )
         else:
             message += (
                 f": {step_label(step.number)}, for {compiling:.1f} of its "
-                f"{step.span.dur:.1f} µs of CPU time ({percent(share)})"
+                f"{step.span.dur:.1f} µs ({percent(share)})"
             )
         evidence = {
             "median_step": step.number,
@@ -193,10 +208,7 @@ def compiling_recorded(facts: Facts) -> Iterator[Hit]:
         calm = [row[0].span.dur for row in rows if row[2] < COMPILING_MIN_SHARE]
         if calm:
             evidence["median_other_cpu_us"] = us(median(calm))
-            message += (
-                f"; the {len(calm)} step(s) that compiled less take a median of "
-                f"{median(calm):.1f} µs"
-            )
+            message += f"; the other {len(calm)} step(s) take a median of {median(calm):.1f} µs"
     if recompiled:
         regions = (
             f"regions {', '.join(recompiled)} are recompiles"
