@@ -3348,6 +3348,41 @@ def test_call_chain_runs_through_the_program_not_torch_compiles_autotuning(make_
     assert "candidate (200.0 µs" in finding.message
 
 
+def test_the_launch_and_gemm_rules_leave_torch_compiles_autotuning_out(make_trace) -> None:
+    # max-autotune's benchmarks: inside its label, aten::addmm runs a candidate GEMM and
+    # aten::zero_ flushes the cache 20 times; the program then runs its own GEMM through
+    # aten::mm three times.
+    events = [complete_event("addmm_template_autotuning (dynamo_timed)", "cpu_op", 0, 5000)]
+    for n in range(20):
+        t = 10.0 + 200 * n
+        events += [
+            complete_event("aten::zero_", "cpu_op", t, 40),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=100 + n),
+            complete_event("flush", "kernel", t + 20, 10, pid=0, tid=7, correlation=100 + n),
+            complete_event("aten::addmm", "cpu_op", t + 50, 40),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 55, 5, correlation=200 + n),
+            complete_event("nvjet_candidate", "kernel", t + 70, 50, pid=0, tid=7,
+                           correlation=200 + n),
+        ]  # fmt: skip
+    for n in range(3):
+        t = 6000.0 + 100 * n
+        events += [
+            complete_event("aten::mm", "cpu_op", t, 30),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", t + 20, 20, pid=0, tid=7, correlation=n + 1),
+        ]
+    rules = ["plain-launch", "gemm-kernel", "addmm-fusion"]
+    found = {f.rule: f for f in diagnose(make_trace(events), select=rules)}
+    assert set(found) == {"plain-launch", "gemm-kernel"}
+    assert found["plain-launch"].evidence["launches"] == 3
+    assert [row["kernel"] for row in found["gemm-kernel"].evidence["kernels"]] == ["gemm"]
+    # The same calls under a label of the program's own: all of them are the program's.
+    events[0]["name"] = "my_label"
+    found = {f.rule: f for f in diagnose(make_trace(events), select=rules)}
+    assert set(found) == set(rules)
+    assert found["plain-launch"].evidence["launches"] == 43
+
+
 def test_gemm_kernel_counts_the_runs_a_graph_replays(make_trace) -> None:
     # A serving engine's prefill runs its GEMM from aten::mm; its decode steps replay it in a
     # CUDA graph, twice per replay, with no op around the replay's kernels.

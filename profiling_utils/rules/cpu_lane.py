@@ -672,7 +672,9 @@ def _describe(row: dict[str, Any]) -> str:
     example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )
 def planned_launch(facts: Facts) -> Iterator[Hit]:
-    planned = [(launch, kernel) for launch, kernel in facts.kernel_launches if launch.planning]
+    planned = [
+        (launch, kernel) for launch, kernel in facts.program_kernel_launches if launch.planning
+    ]
     if not planned:
         return
     rows = _launch_groups(planned, with_planning=True)
@@ -697,7 +699,7 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
 def plain_launch(facts: Facts) -> Iterator[Hit]:
     plain = [
         (launch, kernel)
-        for launch, kernel in facts.kernel_launches
+        for launch, kernel in facts.program_kernel_launches
         if not launch.planning and launch.call.name in PLAIN_LAUNCH_CALLS
     ]
     if not plain:
@@ -732,7 +734,7 @@ def plain_launch(facts: Facts) -> Iterator[Hit]:
 def driver_launch(facts: Facts) -> Iterator[Hit]:
     direct = [
         (launch, kernel)
-        for launch, kernel in facts.kernel_launches
+        for launch, kernel in facts.program_kernel_launches
         if not launch.planning
         and (
             launch.call.cat == "cuda_driver" or launch.call.name.startswith(DRIVER_LAUNCH_PREFIXES)
@@ -974,7 +976,7 @@ def allocator_churn(facts: Facts) -> Iterator[Hit]:
 )
 def hidden_memcpy(facts: Facts) -> Iterator[Hit]:
     groups: dict[tuple[str, str], list[Copy]] = {}
-    for copy in facts.copies:
+    for copy in facts.program_copies:
         op = _caller_of_copy(facts, copy.launch.op)
         if copy.kind == "memset" or op is None:
             continue

@@ -194,6 +194,7 @@ def addmm_fusion(facts: Facts) -> Iterator[Hit]:
         for span in facts.named("aten::addmm")
         if span.cat == "cpu_op"
         and any(launch.work for launch in facts.launches_by_op.get(span.id, []))
+        and not facts.while_compiling(span)  # the autotuner timing a candidate
     ]
     if not addmms:
         return

@@ -580,6 +580,23 @@ class Facts:
         return self._launch_index[2]
 
     @cached_property
+    def program_kernel_launches(self) -> list[tuple[Launch, Span]]:
+        """:attr:`kernel_launches` less those torch.compile made while compiling
+        (:meth:`while_compiling`: its autotuner's candidate kernels, the cache flushes between
+        them), which are the compiler's, not the program's."""
+        if not self.compile_labels:
+            return self.kernel_launches
+        compiling = self.while_compiling
+        return [pair for pair in self.kernel_launches if not compiling(pair[0].call)]
+
+    @cached_property
+    def program_copies(self) -> list[Copy]:
+        """:attr:`copies` less those torch.compile made while compiling."""
+        if not self.compile_labels:
+            return self.copies
+        return [copy for copy in self.copies if not self.while_compiling(copy.launch.call)]
+
+    @cached_property
     def copies(self) -> list[Copy]:
         """Memcpys and memsets whose launch is in the trace, in start order."""
         launches = self.launches  # in the order of their calls' ids
@@ -603,13 +620,14 @@ class Facts:
 
     @cached_property
     def gemm_launches(self) -> list[tuple[Launch, Span]]:
-        """Kernel launches from a matrix-multiply op (:data:`MATMUL_OPS`), with the kernel,
-        leaving out PyTorch's own kernels (:func:`is_aten_kernel`: on ROCm, addmm copies the
+        """Kernel launches from a matrix-multiply op (:data:`MATMUL_OPS`), with the kernel, of
+        :attr:`program_kernel_launches` (the compiler's autotuning left out), leaving out
+        PyTorch's own kernels (:func:`is_aten_kernel`: on ROCm, addmm copies the
         bias into its output with an elementwise copy kernel, not a memcpy) and cuBLAS's
         helpers (:func:`is_gemm_helper`)."""
         return [
             (launch, kernel)
-            for launch, kernel in self.kernel_launches
+            for launch, kernel in self.program_kernel_launches
             if launch.op is not None
             and launch.op.name in MATMUL_OPS
             and not is_aten_kernel(kernel)

@@ -167,7 +167,7 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     runs: list[list[tuple[Span, Span]]] = []
     open_runs: dict[Any, list[tuple[Span, Span]]] = {}
     run_step: dict[Any, int | None] = {}  # per lane: the step of its open run's kernels
-    for launch, kernel in facts.kernel_launches:
+    for launch, kernel in facts.program_kernel_launches:
         op = launch.op
         if op is not None and op.name in GEMM_OPS:
             continue

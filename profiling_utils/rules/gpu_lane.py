@@ -1114,7 +1114,7 @@ def _before_gemm(facts: Facts, kind: str, ops: frozenset[str]) -> list[tuple[Cop
     """Copies (or memsets) of ``kind`` issued by one of ``ops`` and followed, on the GPU, by a
     kernel of the same op (with at most other copies or memsets in between)."""
     pairs = []
-    for copy in facts.copies:
+    for copy in facts.program_copies:
         op = copy.launch.op
         if copy.kind != kind or op is None or op.name not in ops:
             continue

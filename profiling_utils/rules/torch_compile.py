@@ -121,7 +121,8 @@ def _recompiled_in(facts: Facts, windows: list[tuple[float, float, Any]]) -> lis
     steps after the first compiled calls; a compile in every step is a recompilation (a
     compile number above 0 in Torch-Compiled Region K/M; TORCH_LOGS=recompiles says why:
     new shapes, which dynamic=True or torch._dynamo.mark_dynamic avoid, or guards that keep
-    failing).""",
+    failing). The rules that describe the program's launches, GEMMs, copies and call chain
+    leave out what the compiler launched while compiling (its autotuner's candidates).""",
     severity="warning",
     from_post=False,
 )
