@@ -264,13 +264,14 @@ _END = attrgetter("end")
 _START = attrgetter("start")
 
 
-# torch.compile's own time is labelled: "dynamo", "aot_trace_joint_graph" and their
-# "... (dynamo_timed)" twins (and Inductor's steps, "mm_template_autotuning (dynamo_timed)"...).
 COMPILING_MIN_SHARE = 0.25
 """torch.compile compiling for at least this share of a step's CPU time (of the recording, in
-a trace without steps): ``compiling-recorded`` fires, and the rules that explain a step's time
-(``overhead-bound``, ``cold-start``, ``slow-step``) say so."""
+a trace without steps): ``compiling-recorded`` fires, and ``overhead-bound`` says how long it
+compiled (``cold-start`` and ``slow-step`` say so when it holds a quarter of the step's extra
+time)."""
 
+# torch.compile's own time is labelled: "dynamo", "aot_trace_joint_graph" and their
+# "... (dynamo_timed)" twins (and Inductor's steps, "mm_template_autotuning (dynamo_timed)"...).
 _COMPILE_LABELS = ("aot_trace_joint_graph", "dynamo")
 _COMPILE_LABEL_SUFFIX = " (dynamo_timed)"
 
