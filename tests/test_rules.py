@@ -588,6 +588,18 @@ def test_compute_bound_when_gpu_time_exceeds_cpu_time() -> None:
     assert evidence["median_gpu_busy_us"] > evidence["median_cpu_us"]
 
 
+def launching(
+    op: str, t: float, op_us: float, kernel: str, kernel_us: float, correlation: int
+) -> list[dict[str, Any]]:
+    """An op at ``t`` whose launch call, 5 µs in, starts ``kernel`` on GPU 0's stream 7 20 µs
+    after the op's start."""
+    return [
+        complete_event(op, "cpu_op", t, op_us),
+        complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=correlation),
+        complete_event(kernel, "kernel", t + 20, kernel_us, pid=0, tid=7, correlation=correlation),
+    ]
+
+
 def matmuls_without_steps(kernel_us: float, sync: bool = True) -> list[dict[str, Any]]:
     """A script without a profiler schedule: five aten::mm, each launching one kernel of
     ``kernel_us``, back to back on the GPU, then (``sync``) a device sync until they end."""
@@ -2194,12 +2206,8 @@ def test_compiling_recorded_reads_the_steps_process_and_the_active_time(make_tra
     # bound rules read it, and overhead-bound points to the finding that says so.
     events = [
         complete_event("dynamo", "user_annotation", 0.0, 1500.0),
-        complete_event("aten::mm", "cpu_op", 1600.0, 2400.0),
-        complete_event("cudaLaunchKernel", "cuda_runtime", 1700.0, 5.0, correlation=1),
-        complete_event("k", "kernel", 1710.0, 10.0, pid=0, tid=7, correlation=1),
-        complete_event("aten::mm", "cpu_op", 40_000.0, 2000.0),
-        complete_event("cudaLaunchKernel", "cuda_runtime", 40_010.0, 5.0, correlation=2),
-        complete_event("k", "kernel", 40_020.0, 10.0, pid=0, tid=7, correlation=2),
+        *launching("aten::mm", 1600.0, 2400.0, "k", 10.0, correlation=1),
+        *launching("aten::mm", 40_000.0, 2000.0, "k", 10.0, correlation=2),
     ]
     findings = diagnose(make_trace(events), select=["compiling-recorded", "overhead-bound"])
     bound, hit = findings
@@ -3334,12 +3342,8 @@ def test_call_chain_runs_through_the_program_not_torch_compiles_autotuning(make_
     # launch runs 20 µs: the chain is the program's.
     events = [
         complete_event("addmm_template_autotuning (dynamo_timed)", "cpu_op", 0, 500),
-        complete_event("aten::addmm", "cpu_op", 10, 50),
-        complete_event("cudaLaunchKernel", "cuda_runtime", 20, 5, correlation=1),
-        complete_event("candidate", "kernel", 30, 200, pid=0, tid=7, correlation=1),
-        complete_event("aten::mm", "cpu_op", 600, 50),
-        complete_event("cudaLaunchKernel", "cuda_runtime", 610, 5, correlation=2),
-        complete_event("gemm", "kernel", 620, 20, pid=0, tid=7, correlation=2),
+        *launching("aten::addmm", 10, 50, "candidate", 200, correlation=1),
+        *launching("aten::mm", 600, 50, "gemm", 20, correlation=2),
     ]
     (finding,) = diagnose(make_trace(events), select=["call-chain"])
     assert finding.message.startswith("aten::mm → cudaLaunchKernel → gemm (20.0 µs")
@@ -3355,22 +3359,10 @@ def test_the_launch_and_gemm_rules_leave_torch_compiles_autotuning_out(make_trac
     events = [complete_event("addmm_template_autotuning (dynamo_timed)", "cpu_op", 0, 5000)]
     for n in range(20):
         t = 10.0 + 200 * n
-        events += [
-            complete_event("aten::zero_", "cpu_op", t, 40),
-            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=100 + n),
-            complete_event("flush", "kernel", t + 20, 10, pid=0, tid=7, correlation=100 + n),
-            complete_event("aten::addmm", "cpu_op", t + 50, 40),
-            complete_event("cudaLaunchKernel", "cuda_runtime", t + 55, 5, correlation=200 + n),
-            complete_event("nvjet_candidate", "kernel", t + 70, 50, pid=0, tid=7,
-                           correlation=200 + n),
-        ]  # fmt: skip
+        events += launching("aten::zero_", t, 40, "flush", 10, correlation=100 + n)
+        events += launching("aten::addmm", t + 50, 40, "nvjet_candidate", 50, correlation=200 + n)
     for n in range(3):
-        t = 6000.0 + 100 * n
-        events += [
-            complete_event("aten::mm", "cpu_op", t, 30),
-            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=n + 1),
-            complete_event("gemm", "kernel", t + 20, 20, pid=0, tid=7, correlation=n + 1),
-        ]
+        events += launching("aten::mm", 6000.0 + 100 * n, 30, "gemm", 20, correlation=n + 1)
     rules = ["plain-launch", "gemm-kernel", "addmm-fusion"]
     found = {f.rule: f for f in diagnose(make_trace(events), select=rules)}
     assert set(found) == {"plain-launch", "gemm-kernel"}
