@@ -90,9 +90,9 @@ class RunSummary:
     gpu_activities: int | None
     """Kernels, memcpys and memsets in the whole trace."""
     kernels_per_step: float | None
-    """Kernels launched from inside steps, per step."""
+    """Kernels launched from inside a step, the median over the steps."""
     launches_per_step: float | None
-    """Launch calls made inside steps, per step."""
+    """Launch calls made inside a step, the median over the steps."""
     launch_apis: dict[str, int] | None
     """Launch calls by name (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``...);
     ``None`` where the GPU work was not recorded."""
@@ -247,8 +247,8 @@ class Comparison:
             ("steps", a.steps, b.steps),
             ("median step CPU (µs)", a.median_step_cpu_us, b.median_step_cpu_us),
             ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
-            ("kernels per step", a.kernels_per_step, b.kernels_per_step),
-            ("launches per step", a.launches_per_step, b.launches_per_step),
+            ("median kernels per step", a.kernels_per_step, b.kernels_per_step),
+            ("median launches per step", a.launches_per_step, b.launches_per_step),
             ("kernels (whole trace)", a.kernels, b.kernels),
             ("launches (whole trace)", a.launches, b.launches),
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
@@ -400,8 +400,15 @@ def _summary(facts: Facts) -> RunSummary:
     host_times = facts.host_step_times
     kept = {step.number for step in gpu_steps}
     times = [t for t in host_times if t.step in kept]
-    in_steps = [launch for launch in facts.launches if facts.step_number_of(launch.call) in kept]
-    step_kernels = sum(w.cat == "kernel" for launch in in_steps for w in launch.work)
+    # Per step, then the median: a step that compiled (its autotuner's candidates) or
+    # captured a CUDA graph would move a mean over the steps far from the others.
+    launches_in: Counter[int] = Counter()
+    kernels_in: Counter[int] = Counter()
+    for launch in facts.launches:
+        number = facts.step_number_of(launch.call)
+        if number in kept:
+            launches_in[number] += 1
+            kernels_in[number] += sum(w.cat == "kernel" for w in launch.work)
     devices = list(dict.fromkeys(d.model for d in trace.devices))
     info = facts.compile_info
     window = facts.host_window
@@ -429,8 +436,8 @@ def _summary(facts: Facts) -> RunSummary:
         kernels=None if unrecorded else len(trace.kernels),
         launches=None if unrecorded else len(facts.launches),
         gpu_activities=None if unrecorded else len(trace.gpu_work),
-        kernels_per_step=step_kernels / steps if steps else None,
-        launches_per_step=len(in_steps) / steps if steps else None,
+        kernels_per_step=_median([float(kernels_in[n]) for n in kept]) if steps else None,
+        launches_per_step=_median([float(launches_in[n]) for n in kept]) if steps else None,
         launch_apis=None
         if unrecorded
         else dict(Counter(launch.call.name for launch in facts.launches).most_common()),

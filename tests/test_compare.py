@@ -522,8 +522,31 @@ def test_whole_trace_counts_of_recordings_of_different_lengths_get_no_ratio() ->
     ]
     assert row.split()[-2:] == ["6", "60"]
     assert "recordings of 3 and 30 steps, whose counts differ by that too" in comparison.to_text()
-    (row,) = [line for line in comparison.to_text().splitlines() if line.startswith("kernels per")]
+    (row,) = [
+        line for line in comparison.to_text().splitlines() if line.startswith("median kernels per")
+    ]
     assert row.endswith("1.00×")
+
+
+def test_per_step_counts_are_medians_a_step_that_compiled_does_not_move(make_trace) -> None:
+    # Three steps launching two kernels each; the first also runs 40 more (a compile's
+    # autotuning): the mean would be 15.3 kernels a step, the median is 2.
+    events = []
+    for n in range(3):
+        t = 1000.0 * n
+        launches = 42 if n == 0 else 2
+        events.append(complete_event(f"ProfilerStep#{n}", "user_annotation", t, 900))
+        for k in range(launches):
+            corr = 100 * n + k + 1
+            events += [
+                complete_event("cudaLaunchKernel", "cuda_runtime", t + 10 + 20 * k, 5,
+                               correlation=corr),
+                complete_event("k", "kernel", t + 20 + 20 * k, 5, pid=0, tid=7,
+                               correlation=corr),
+            ]  # fmt: skip
+    path = make_trace(events)
+    summary = compare(path, path).baseline
+    assert (summary.kernels_per_step, summary.launches_per_step) == (2.0, 2.0)
 
 
 def test_compile_cpu_tax_asks_whether_runs_whose_gpu_work_differs_did_the_same_work() -> None:

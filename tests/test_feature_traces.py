@@ -432,3 +432,11 @@ def test_a_recompile_inside_a_step_is_the_compilers_time() -> None:
     assert "torch.compile was compiling for" in slow.message
     # The compiler's own calls (its dispatch modes while it traces) are no program's calls.
     assert fired("recompile_one_step", "many-calls") == []
+    # The graphs compiled in that step: their first call there follows the compile.
+    hits = fired("recompile_one_step", "compiled-graph-cache-hit")
+    assert {hit.evidence["steps"][0] for hit in hits if hit.evidence["compiled_in_recording"]} == {
+        number
+    }
+    for hit in hits:
+        said = f"the first after torch.compile compiled in ProfilerStep#{number}"
+        assert (said in hit.message) == hit.evidence["compiled_in_recording"]

@@ -2134,8 +2134,10 @@ def test_compiling_recorded_reads_the_compile_labels_in_each_step(make_trace) ->
     )
     cold = next(f for f in findings if f.rule == "cold-start")
     assert cold.evidence["compiling"] == {"us": 450.0, "median_other_us": 0.0}
-    assert "; torch.compile was compiling for 450.0 µs of it (0.0 µs in the other steps; the " \
-        "difference is 92% of the extra 490.0 µs)" in cold.message  # fmt: skip
+    assert (
+        "; torch.compile was compiling for 450.0 µs of it (a median of 0.0 µs in the other "
+        "steps; the difference is 92% of the extra 490.0 µs)"
+    ) in cold.message
     # The same label of the program's own: no compiler, nothing said.
     events[-3]["name"] = "my_label"
     events[-2]["name"] = "my_inner_label"
@@ -2233,6 +2235,23 @@ def test_a_compile_label_filed_as_an_op_is_no_slow_op_or_call(make_trace) -> Non
     assert "torch.compile was compiling for 800.0 µs of the step" in bound.message
 
 
+def test_the_bound_rules_leave_a_step_that_compiled_out_of_their_sample(make_trace) -> None:
+    events = cold_steps(50.0, 10.0)
+    events[0]["dur"] = 4600.0
+    for n in (1, 2, 3):
+        events[4 * n]["dur"] = 200.0  # a 10 µs kernel each: 5% busy
+    events.append(complete_event("dynamo", "cpu_op", 80.0, 4500.0))
+    (bound,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert [row["step"] for row in bound.evidence["steps"]] == [1, 2, 3]
+    # Every step compiling: they are all there is to read.
+    for n in (1, 2, 3):
+        events[4 * n]["dur"] = 4600.0
+        events.append(complete_event("dynamo", "cpu_op", 10_000.0 * n + 80, 4500.0))
+    (bound,) = diagnose(make_trace(events), select=["overhead-bound"])
+    assert [row["step"] for row in bound.evidence["steps"]] == [0, 1, 2, 3]
+    assert "torch.compile was compiling for 4500.0 µs of the step" in bound.message
+
+
 def test_cold_start_says_a_compile_longer_than_the_extra_in_words(make_trace) -> None:
     events = cold_steps(20.0, 10.0)
     events[0]["dur"] = 1000.0
@@ -2241,8 +2260,8 @@ def test_cold_start_says_a_compile_longer_than_the_extra_in_words(make_trace) ->
     events.append(complete_event("dynamo", "user_annotation", 60.0, 930.0))
     (hit,) = diagnose(make_trace(events), select=["cold-start"])
     assert hit.message.endswith(
-        "torch.compile was compiling for 930.0 µs of it (0.0 µs in the other steps; the "
-        "difference is more than the whole extra 800.0 µs)."
+        "torch.compile was compiling for 930.0 µs of it (a median of 0.0 µs in the other "
+        "steps; the difference is more than the whole extra 800.0 µs)."
     )
 
 

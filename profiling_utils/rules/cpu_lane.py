@@ -500,7 +500,7 @@ def _compiling_words(compiling: dict[str, Any], extra: float) -> str:
     difference = compiling["us"] - compiling["median_other_us"]
     return (
         f"torch.compile was compiling for {compiling['us']:.1f} µs of it "
-        f"({compiling['median_other_us']:.1f} µs in the other steps; the difference is "
+        f"(a median of {compiling['median_other_us']:.1f} µs in the other steps; the difference is "
         f"{_of_extra(difference, extra)})"
     )
 

@@ -60,6 +60,11 @@ Lower than :data:`GAP_STANDOUT_RATIO` because the trace names the cause: in an
 overhead-bound loop the usual stretch and a request both last a millisecond or two, and a
 request often replaces the step's usual idle time rather than adding to it."""
 
+GAP_REQUEST_MIN_SHARE = 0.5
+"""``intra-step-gap`` blames a one-off idle stretch on the profiler's buffer request only when
+the request held the CPU thread for at least this share of the time by which the next launch
+came late (a cold step's first calls can take 20 ms around a 3 ms request)."""
+
 GAP_MAX_STEP_SHARE = 1 / 3
 """``intra-step-gap``: one-offs show in at most this share of the steps (at least one): an
 idle stretch in most steps is a property of the code, not a one-off."""
@@ -295,7 +300,9 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
       there. Reported once for the trace, with every step that shows it: the code syncs, the
       GPU drains and waits for the CPU.
     - **buffer request**: launched after the GPU went idle while the profiler's Activity
-      Buffer Request ran; **held back**: launched before the GPU went idle. Reported per step
+      Buffer Request ran (and held the CPU thread for at least :data:`GAP_REQUEST_MIN_SHARE`
+      of the time by which the launch came late); **held back**: launched before the GPU
+      went idle. Reported per step
       as one-offs, when the step's stretch stands out against the median of the other steps'
       longest idle stretch (:data:`GAP_REQUEST_RATIO` times for a buffer request,
       :data:`GAP_STANDOUT_RATIO` times for a stretch held back), in at
@@ -327,6 +334,10 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
     for idle in idles:
         if idle.cause not in _ONE_OFF_CAUSES:
             continue  # plain CPU time: the CPU lane's rows (cold-start, overhead-bound)
+        if idle.cause == "buffer request" and idle.request is not None:
+            held = _overlap_us([idle.request], idle.before.end, idle.launch.end)
+            if held < GAP_REQUEST_MIN_SHARE * idle.launched_late_us:
+                continue  # mostly the host's own time: the CPU lane's rows as well
         others = median(longest.get(number, 0.0) for number in steps if number != idle.step)
         ratio = GAP_REQUEST_RATIO if idle.cause == "buffer request" else GAP_STANDOUT_RATIO
         if idle.gap_us < ratio * others:

@@ -158,7 +158,10 @@ def _busy_fractions(
     ``compute_only``, busy time leaves communication kernels out (a GPU waiting on its peers
     is not computing). A step whose kernels went unrecorded is left out, its busy time too
     low, unless ``lower_bounds`` (a lower bound can still show the GPU busy); so is a slow
-    step (:attr:`Facts.slow_steps`), which is no sample of the steady state."""
+    step (:attr:`Facts.slow_steps`), and one in which torch.compile compiled for
+    :data:`~profiling_utils.rules.facts.COMPILING_MIN_SHARE` of it or more
+    (``compiling-recorded`` reads those), which are no samples of the steady state, unless
+    every step is one."""
     if not facts.steps:
         return _recording_fraction(facts, compute_only, lower_bounds)
     busy = facts.busiest_gpu_compute_busy_us if compute_only else facts.busiest_gpu_busy_us
@@ -169,6 +172,14 @@ def _busy_fractions(
     }
     if len(read - facts.slow_steps) > 0:
         read -= facts.slow_steps
+    compiling = {
+        step.number
+        for step in facts.steps
+        if facts.compile_labels
+        and facts.compiling_in_step(step) >= COMPILING_MIN_SHARE * step.span.dur
+    }
+    if len(read - compiling) > 0:
+        read -= compiling
     rows = []
     ratios = []
     for t in facts.step_times:

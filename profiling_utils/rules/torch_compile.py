@@ -294,7 +294,8 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
     "compiled-graph-cache-hit",
     "torch.compile",
     see="## Call CompiledFxGraph <hash> with the same hash in every step.",
-    means="""The same generated code ran each time: a cache hit, nothing was recompiled. The
+    means="""The same generated code ran each time: a cache hit, nothing was recompiled (in a
+    trace that recorded the compile, after the first call, which follows it). The
     hash keys Inductor's FX graph cache (its fxgraph folder, by default in a
     torchinductor_<user> folder of the system's temporary directory), where the generated code
     can be read.""",
@@ -311,17 +312,31 @@ def compiled_graph_cache_hit(facts: Facts) -> Iterator[Hit]:
         steps = sorted({n for n in map(facts.step_number_of, calls) if n is not None})
         if len(steps) < 2:
             continue
+        # A graph torch.compile compiled in the recording: its first call, after the compile
+        # in the same step, is no hit.
+        first = calls[0]
+        step = facts.trace.step_of(first)
+        compiled_first = step is not None and (
+            facts.compiling_us(step.start, first.start, first.lane.pid) > 0
+        )
+        hits = (
+            f"the first after torch.compile compiled in {step_label(step.number)}, the "
+            f"other {len(calls) - 1} cache hits"
+            if compiled_first and step is not None
+            else "cache hits"
+        )
         yield (
             f"Compiled graph {graph_hash} ran in {len(steps)} steps "
             f"({', '.join(step_label(n) for n in steps[:4])}"
             + (", ..." if len(steps) > 4 else "")
-            + f"), {len(calls)} calls with the same hash: cache hits.",
+            + f"), {len(calls)} calls with the same hash: {hits}.",
             {
                 "hash": graph_hash,
                 "calls": len(calls),
                 "steps": steps,
                 "median_us": us(median(c.dur for c in calls)),
-                "first": span_ref(calls[0]),
+                "first": span_ref(first),
+                "compiled_in_recording": compiled_first,
             },
         )
 
