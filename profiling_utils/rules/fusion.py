@@ -67,7 +67,9 @@ GEMM_OPS = frozenset(
 )
 """Ops whose GEMM kernel does not break a chain: it reads and writes tensors of its own (the
 up projection between a GeGLU MLP's gelu and its mul), and the chain's tensor waits in
-memory for the next elementwise kernel. The GEMM is not part of the chain."""
+memory for the next elementwise kernel. The GEMM is not part of the chain. One that may read
+the chain's tensor, an input of the chain's shape (the next layer's GEMM on a gelu's output),
+breaks it: the kernels after it work on its output."""
 
 MIN_CHAIN_KERNELS = 3
 """Shortest chain reported: two elementwise kernels in a row are common (a cast then a
@@ -137,6 +139,15 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     return shape, math.prod(shape) * itemsize
 
 
+def _may_read(gemm: Span, dims: tuple[int, ...]) -> bool:
+    """Whether a GEMM op has an input of the sizes ``dims`` (so it may read a chain's tensor
+    of that shape), as its recorded shapes say; without them, it is taken not to."""
+    shapes = input_shapes(gemm)
+    if shapes is None:
+        return False
+    return any(shapes.sizes(index) == dims for index in range(len(shapes.dims)))
+
+
 def _first_type(op: Span) -> str:
     shapes = input_shapes(op)
     assert shapes is not None  # an op in a chain recorded its shapes
@@ -155,8 +166,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     """Runs of kernels launched in a step (one of :attr:`Facts.steps`), on one stream, from
     :data:`ELEMENTWISE_OPS` over tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of
     them, or at least :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels
-    (:data:`GEMM_OPS`) between them neither break the run nor join it; any other kernel
-    breaks it.
+    (:data:`GEMM_OPS`) between them do not join the run, and break it only where they take
+    an input of the run's shape; any other kernel breaks it.
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
@@ -164,15 +175,18 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     step_of = facts.step_number_of
     kept = {step.number for step in facts.steps}
     # Runs by op name and step first: the recorded shapes are decoded for long runs only.
-    runs: list[list[tuple[Span, Span]]] = []
-    open_runs: dict[Any, list[tuple[Span, Span]]] = {}
+    # (op, kernel), or (GEMM op, None) for a GEMM between the run's kernels.
+    runs: list[list[tuple[Span, Span | None]]] = []
+    open_runs: dict[Any, list[tuple[Span, Span | None]]] = {}
     run_step: dict[Any, int | None] = {}  # per lane: the step of its open run's kernels
     for launch, kernel in facts.program_kernel_launches:
         op = launch.op
-        if op is not None and op.name in GEMM_OPS:
-            continue
         lane = kernel.lane
         run = open_runs.get(lane)
+        if op is not None and op.name in GEMM_OPS:
+            if run is not None:
+                run.append((op, None))  # read with the shapes below: it may break the run
+            continue
         if op is None or op.name not in ELEMENTWISE_OPS:
             if run is not None:
                 runs.append(open_runs.pop(lane))
@@ -188,13 +202,21 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     runs.extend(open_runs.values())
     chains = []
     for run in runs:
-        if len(run) < _SHORTEST_CHAIN:  # most runs: one elementwise kernel between others
+        kernels = [(op, kernel) for op, kernel in run if kernel is not None]  # no GEMM
+        if len(kernels) < _SHORTEST_CHAIN:  # most runs: one elementwise kernel between others
             continue
-        if not _long_enough([op for op, _ in run]) or step_of_id(run[0][1].id) not in kept:
+        ops = [op for op, _ in kernels]
+        if not _long_enough(ops) or step_of_id(kernels[0][1].id) not in kept:
             continue  # outside the steps the rules read (a step cut short, none at all)
         shaped: list[tuple[Span, Span, tuple[int, ...], int]] = []
-        for op, kernel in [*run, (None, None)]:
-            read = None if op is None else _dims_and_output_bytes(op)
+        ended: list[tuple[Span | None, Span | None]] = [*run, (None, None)]
+        for entry, launched in ended:
+            if entry is not None and launched is None:  # a GEMM between elementwise kernels
+                if not (shaped and _may_read(entry, shaped[-1][2])):
+                    continue
+                read = None  # the chain's tensor goes into it: the chain ends here
+            else:
+                read = None if entry is None else _dims_and_output_bytes(entry)
             if shaped and (read is None or read[0] != shaped[-1][2]):
                 if _long_enough([item[0] for item in shaped]):
                     chains.append(
@@ -207,8 +229,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
                         )
                     )
                 shaped = []
-            if read is not None:
-                shaped.append((op, kernel, *read))
+            if read is not None and entry is not None and launched is not None:
+                shaped.append((entry, launched, *read))
     return sorted(chains, key=lambda chain: chain.kernels[0].start)
 
 
@@ -217,7 +239,7 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     "GPU lane",
     see="""Several short elementwise kernels (add, mul, gelu, where, copy_...) over a tensor of
     one shape, each launched by its own aten op, one after the other or with only GEMMs
-    between them.""",
+    between them that take no input of that shape.""",
     means="""Each kernel writes the whole tensor to GPU memory and the next reads it back: a
     fusion opportunity. One fused kernel (torch.compile, or a fused op such as F.gelu(x + b))
     saves 2 × the tensor's bytes per kernel it removes, and the launches. Needs the shapes:
