@@ -383,7 +383,8 @@ else:
 
 # %%
 # The ``elementwise-chain`` rule of the cheatsheet finds this from the eager trace alone:
-# elementwise kernels over one shape, one after another or with only GEMMs between them,
+# elementwise kernels over one shape, one after another or with only GEMMs between them
+# that take no input of that shape (the up projection reads ``x``, not the gelu's output),
 # and the bytes a fused kernel would save:
 
 findings_table(
