@@ -26,7 +26,6 @@ from .facts import (
     Facts,
     Launch,
     gb_s,
-    is_compile_label,
     median,
     short_name,
     span_ref,
@@ -403,11 +402,10 @@ def _slowest_op(facts: Facts, number: int, least_us: float) -> dict[str, Any] | 
     in_step = _in_step_and_elsewhere(facts, facts.trace.cpu_ops, number)
     # id -> (excess, call, typical, what it is set against)
     over: dict[int, tuple[float, Span, float, str]] = {}
-    compiler = bool(facts.compile_labels)
     for op, usual, against in in_step:
         if not usual or op.dur - least_us < min(usual):
             continue  # cheap: even against its quickest other call, not enough
-        if compiler and (is_compile_label(op.name) or facts.while_compiling(op)):
+        if facts.is_compile_work(op):
             continue  # torch.compile's labels (filed as ops) and work: said on their own
         typical = median(usual)
         if op.dur - typical >= least_us:

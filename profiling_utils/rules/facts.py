@@ -328,6 +328,13 @@ class Facts:
             known[ancestor] = found
         return found
 
+    def is_compile_work(self, span: Span) -> bool:
+        """Whether ``span`` is torch.compile's: one of its compile labels (torch 2.11 files
+        them as ops) or a span inside one (:meth:`while_compiling`)."""
+        if not self._compile_labels:
+            return False
+        return is_compile_label(span.name) or self.while_compiling(span)
+
     @cached_property
     def compile_labels(self) -> list[Span]:
         """torch.compile's labelled compile steps (those :meth:`while_compiling` looks for) on

@@ -26,7 +26,6 @@ from .facts import (
     COMPILING_MIN_SHARE,
     Facts,
     gpu_records_whole,
-    is_compile_label,
     median,
     short_name,
     span_ref,
@@ -659,7 +658,6 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
     # Self times in C-level passes (a step holds tens of thousands of spans), then the calls
     # on a CPU thread, ending inside the step, longest first.
     own = list(map(sub, map(_DUR, window), map(covered.__getitem__, map(_ID, window))))
-    compiler = bool(facts.compile_labels)
     for index in sorted(range(len(window)), key=own.__getitem__, reverse=True):
         span = window[index]
         if own[index] <= 0:
@@ -667,7 +665,7 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
         if span.cat in _CALL_CATEGORIES and span.lane.kind == "cpu" and span.end <= step.end:
             # torch.compile's labels, filed as ops by torch 2.11, and its work are the
             # compiler's: the rules say how long it compiled on their own.
-            if compiler and (is_compile_label(span.name) or facts.while_compiling(span)):
+            if facts.is_compile_work(span):
                 continue
             yield span, own[index]
 
@@ -896,14 +894,11 @@ def _compiling_in_windows(
     window = facts.host_window
     if window is None:
         return 0.0, 0.0
-    pieces = measures.pieces_within(facts.compile_labels, *window)
-    total = outside = sum(end - start for start, end in pieces)
-    for start, end in pieces:
-        for lo, hi in besides:
-            if lo >= end:
-                break
-            outside -= max(0.0, min(end, hi) - max(start, lo))
-    return total, outside
+    start, end = window
+    total = facts.compiling_us(start, end)
+    clipped = [(max(lo, start), min(hi, end)) for lo, hi in besides]
+    inside = sum(facts.compiling_us(lo, hi) for lo, hi in clipped if lo < hi)
+    return total, total - inside
 
 
 @rule(
