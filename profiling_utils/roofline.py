@@ -51,9 +51,12 @@ launch (:meth:`~profiling_utils.trace.Trace.op_of`): ``aten::linear`` reaches th
 twice. The outer ops' formulas apply when they launch kernels themselves.
 
 **Which peak applies.** The compute peak is the datasheet's for the op's first input dtype:
-``bf16``, ``fp16``, ``fp8``, and for ``float`` the plain ``fp32`` figure (a trace does not
-record whether TF32 was allowed; with it, fp32 GEMMs may exceed that peak), or for a GEMM on
-AMD's CDNA2 parts, which run fp32 GEMMs on their matrix cores, the ``fp32_matrix`` one. The
+``bf16``, ``fp16``, ``fp8``, and for ``float`` the plain ``fp32`` figure; the ``tf32`` one for
+a GEMM or convolution whose kernels' names say they ran TF32 on the tensor cores
+(:func:`profiling_utils.kernels.fp32_math`: cuDNN allows TF32 for convolutions by default,
+cuBLAS for matmuls once ``torch.set_float32_matmul_precision("high")`` is set; a trace
+records neither setting); or for a GEMM on AMD's CDNA2 parts, which run fp32 GEMMs on their
+matrix cores, the ``fp32_matrix`` one. The
 ridge point is that peak over the memory bandwidth, in FLOP/byte: an op whose intensity (FLOPs
 per byte) is below it is memory-bound, and its share of peak is its GB/s over the bandwidth;
 above, it is compute-bound and its share is its TFLOP/s over the compute peak.
@@ -80,6 +83,7 @@ from typing import Any, Literal
 import msgspec
 
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
+from .kernels import fp32_math
 from .trace import Span, Trace, gc_paused, input_shapes
 
 __all__ = ["Roofline", "RooflineEntry", "roofline"]
@@ -367,6 +371,8 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             note = f"{note}; {missing}" if note else missing
         device = names.get(work[0].lane.device) if work[0].lane.device is not None else None
         figure = next((_COMPUTE_FIGURE.get(types[i]) for i in inputs.tensors), None)
+        if figure == "fp32" and kind in ("gemm", "convolution") and _ran_tf32(work):
+            figure = "tf32"
         compute_peak = None
         if figure == "fp32" and kind == "gemm":  # on AMD's matrix cores where they take fp32
             compute_peak = peak(device, "fp32_matrix")
@@ -397,6 +403,12 @@ def _roofline(trace: Trace, elementwise: frozenset[str]) -> Roofline:
             [], "the operators record no input shapes (profile with record_shapes=True)"
         )
     return Roofline(entries, None)
+
+
+def _ran_tf32(work: list[Span]) -> bool:
+    """Whether the kernels of an op's GPU work that name their fp32 math all name TF32."""
+    said = {fp32_math(activity.name) for activity in work if activity.cat == "kernel"}
+    return said - {None} == {"tf32"}
 
 
 # -- the recorded arguments ------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import (
     DEVICE_PROPERTIES,
+    FIXTURES,
     complete_event,
     fixture_document,
     flow_pair,
@@ -21,6 +22,7 @@ from conftest import (
 
 from profiling_utils import load_trace, roofline
 from profiling_utils.datasheet import datasheet_peak
+from profiling_utils.kernels import fp32_math
 from profiling_utils.roofline import RooflineEntry
 
 BF16, FP32 = "c10::BFloat16", "float"
@@ -530,3 +532,27 @@ def test_a_host_device_copy_is_not_held_to_the_gpu_memory_bandwidth(make_trace) 
     # 2 MiB crossed the link once in 30 µs: the copy's own rate, not a read and a write.
     assert entry.bytes == 1024 * 1024 * 2
     assert entry.gb_s == pytest.approx(1024 * 1024 * 2 / 30e-6 / 1e9)
+
+
+def test_an_fp32_convolution_that_ran_tf32_is_held_to_the_tf32_peak() -> None:
+    # cuDNN allows TF32 by default: on the H100, the training run's larger convolutions ran
+    # tf32 kernels at up to 87 TFLOP/s, 130% of the plain fp32 peak; its first layer's, with
+    # three input channels, ran ffma kernels on the CUDA cores.
+    trace = load_trace(FIXTURES / "features" / "varying_batch_cudnn_benchmark.json.gz")
+    kernels: dict[int, set[str | None]] = {}
+    for work in trace.kernels:
+        op = trace.op_of(work)
+        if op is not None:
+            kernels.setdefault(op.id, set()).add(fp32_math(work.name))
+    convolutions = [entry for entry in roofline(trace).entries if entry.kind == "convolution"]
+    figures = set()
+    for entry in convolutions:
+        said = kernels[entry.op.id] - {None}
+        figure = "tf32" if said == {"tf32"} else "fp32"
+        assert entry.input_types[0] == FP32
+        assert entry.compute_peak == datasheet_peak(H100, figure), said
+        assert 0 < entry.peak_share < 1
+        figures.add(figure)
+    assert figures == {"tf32", "fp32"}
+    tf32 = [e for e in convolutions if e.compute_peak == datasheet_peak(H100, "tf32")]
+    assert max(entry.tflops for entry in tf32) > datasheet_peak(H100, "fp32").value
