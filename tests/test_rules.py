@@ -166,6 +166,9 @@ FIRES: dict[str, set[str]] = {
     "kernel-variance": SHARED_GPU,
     # Every run with a matmul op on the CPU lane (a graph replay hides the op).
     "gemm-kernel": MATMUL - GRAPHS | TRAIN | HAND_WRITTEN | SDPA_MATH | PART2,
+    # The fp32 GEMM runs on the H100's CUDA cores (ffma), TF32 being off; the math backend's
+    # fp32 GEMMs are attention-math-fp32's, and every other GEMM is bf16.
+    "fp32-gemm": FP32,
     "bias-copy": COMPILE,
     # The 4096 bf16 GEMM kernel needs a zeroed 4-byte workspace.
     "memset-before-gemm": EAGER_4096 | COMPILE_4096 | HAND_WRITTEN | MLP,
@@ -295,6 +298,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "gpus-take-turns",
         "allocator-churn",
         "compiling-recorded",
+        "fp32-gemm",
     }
 
 
@@ -3548,3 +3552,78 @@ def test_many_calls_leaves_out_the_calls_torch_compile_made_while_compiling(make
     (hit,) = diagnose(make_trace([label, *compiler, *program]), select=["many-calls"])
     assert hit.evidence["ops"][0]["calls"] == 200
     assert "torch.compile" not in hit.message and "compiling_us" not in hit.evidence
+
+
+# -- fp32-gemm: fp32 GEMMs on the CUDA cores of a GPU with TF32 tensor cores ----------------
+
+_TF32_KERNEL = (
+    "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_"
+    "segment_k_off_kernel__5x_cublas"
+)
+
+
+def _fp32_gemm(document: dict[str, Any], make_trace: Any) -> Finding | None:
+    found = diagnose(make_trace(document), select=["fp32-gemm"])
+    return found[0] if found else None
+
+
+def test_fp32_gemm_reads_the_cuda_core_kernel_and_quotes_both_datasheet_rates() -> None:
+    (hit,) = [f for f in diagnose(gpu_fixture("4096_fp32_warm_eager")) if f.rule == "fp32-gemm"]
+    evidence = hit.evidence
+    assert evidence["of"] == "steps" and evidence["share"] > 0.9
+    assert evidence["share"] == round(evidence["fp32_gemm_us"] / evidence["window_us"], 4)
+    assert [row["ops"] for row in evidence["kernels"]] == [{"aten::mm": 3}]
+    assert "_ffma_" in evidence["kernels"][0]["kernel"]
+    rates = evidence["datasheet_tflops"]
+    assert (rates["fp32"], rates["tf32"]) == (66.9, 494.7)
+    assert "The NVIDIA H100 80GB HBM3 (compute capability 9.0) has TF32 tensor cores" in (
+        hit.message
+    )
+    assert hit.message.endswith('torch.set_float32_matmul_precision("high") lets cuBLAS use them.')
+
+
+def test_fp32_gemm_is_silent_once_any_gemm_runs_in_tf32(make_trace: Any) -> None:
+    # TF32 allowed: cuBLAS picked the CUDA cores for the other GEMMs' shapes, not the user.
+    document = fixture_document("4096_fp32_warm_eager")
+    gemms = [e for e in document["traceEvents"] if "_ffma_" in e.get("name", "")]
+    assert len(gemms) == 3 and _fp32_gemm(document, make_trace) is not None
+    gemms[0]["name"] = _TF32_KERNEL
+    assert _fp32_gemm(document, make_trace) is None
+
+
+def test_fp32_gemm_is_silent_on_a_gpu_without_tf32_and_reads_the_kernels_without_one(
+    make_trace: Any,
+) -> None:
+    document = fixture_document("4096_fp32_warm_eager")
+    document["deviceProperties"][0].update(computeMajor=7, computeMinor=0)  # a V100
+    assert _fp32_gemm(document, make_trace) is None
+    del document["deviceProperties"]  # the sm80 kernel still says compute capability 8+
+    hit = _fp32_gemm(document, make_trace)
+    assert hit is not None and hit.evidence["datasheet_tflops"] is None
+    assert "This GPU (its kernels are built for compute capability 8.0 or newer)" in hit.message
+    for event in document["traceEvents"]:  # a Volta kernel says nothing of the kind
+        if event.get("cat") == "kernel":
+            event["name"] = "volta_sgemm_128x64_nn"
+    assert _fp32_gemm(document, make_trace) is None
+
+
+def test_fp32_gemm_is_silent_when_the_gemms_take_little_of_the_steps(make_trace: Any) -> None:
+    from profiling_utils.rules.gpu_lane import FP32_GEMM_MIN_SHARE
+
+    document = fixture_document("4096_fp32_warm_eager")
+    share = _fp32_gemm(document, make_trace).evidence["share"]
+    for event in document["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["dur"] *= FP32_GEMM_MIN_SHARE / share * 0.9
+    assert _fp32_gemm(document, make_trace) is None
+
+
+def test_fp32_gemm_leaves_out_attention_and_cpu_only_traces(make_trace: Any) -> None:
+    # The math backend's upcast GEMMs run on the CUDA cores too: attention-math-fp32's.
+    math = {f.rule for f in diagnose(gpu_fixture("attention_8x16x1024x64_bf16_sdpa-math"))}
+    assert "attention-math-fp32" in math and "fp32-gemm" not in math
+    document = fixture_document("4096_fp32_warm_eager")
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memset")
+    ]
+    assert _fp32_gemm(document, make_trace) is None

@@ -16,8 +16,11 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from .. import measures
+from ..datasheet import datasheet_peak
+from ..kernels import TF32_CAPABLE_KERNEL, fp32_math
 from ..tables import percent
-from ..trace import LAUNCH_CATEGORIES, Span, Step, Trace
+from ..trace import LAUNCH_CATEGORIES, DeviceInfo, Span, Step, Trace
+from .attention import MATH_BACKEND_OP, SDPA_OP
 from .facts import (
     BIAS_MATMUL_OPS,
     MATMUL_OPS,
@@ -178,6 +181,11 @@ VARIANCE_MIN_COUNT = 3
 VARIANCE_MIN_STEPS = 2
 """``kernel-variance``: steps the instances must come from, so that a slow one can be told
 from the others by its step."""
+
+FP32_GEMM_MIN_SHARE = 0.10
+"""``fp32-gemm``: the GEMMs computing fp32 on the CUDA cores keep one GPU busy for at least
+this share of the steps' GPU time (:attr:`profiling_utils.measures.StepTime.gpu_window_us`;
+without steps, of the recording's active time)."""
 
 _REPORTED = 5
 
@@ -1119,6 +1127,146 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
             "replays, where no op launches it."
         )
     yield message, {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
+
+
+_ATTENTION_OPS = frozenset({SDPA_OP, MATH_BACKEND_OP})
+
+
+def _in_attention(spans: list[Span], op: Span) -> bool:
+    """Whether ``op`` runs inside scaled_dot_product_attention (its math backend's GEMMs)."""
+    parent = op.parent
+    while parent is not None:
+        above = spans[parent]
+        if above.name in _ATTENTION_OPS:
+            return True
+        parent = above.parent
+    return False
+
+
+def _has_tf32(trace: Trace, kernel: Span) -> DeviceInfo | None | Literal[False]:
+    """The device that ran ``kernel`` if it has TF32 tensor cores (``None`` for one the trace
+    does not describe), ``False`` if it has none: NVIDIA with compute capability 8.0 or newer,
+    from ``deviceProperties``, else from a kernel name built for such a GPU."""
+    device = next((d for d in trace.devices if d.id == kernel.lane.device), None)
+    if device is not None and device.vendor == "amd":
+        return False
+    if device is not None and device.vendor == "nvidia" and device.compute_capability:
+        return device if device.compute_capability >= (8, 0) else False
+    return device if TF32_CAPABLE_KERNEL.search(kernel.name) else False
+
+
+def _fp32_gemm_share(facts: Facts, kernels: list[Span]) -> tuple[float, float, str]:
+    """The time ``kernels`` (of one device) keep it busy, the time that is a share of, and
+    which time that is: the steps' GPU windows, or without steps the recording's active time
+    (the device's first to last activity where no CPU thread was recorded)."""
+    if facts.steps:
+        kept = {step.number for step in facts.steps}
+        step_of = facts.step_of_gpu_work
+        inside = [kernel for kernel in kernels if step_of(kernel.id) in kept]
+        window = sum(times.gpu_window_us for times in facts.step_times)
+        return measures.union_us(inside), window, "the steps' time"
+    window = facts.host_active_us
+    if window <= 0:
+        device = kernels[0].lane.device
+        on_device = [work for work in facts.trace.gpu_work if work.lane.device == device]
+        window = max(map(_END, on_device)) - on_device[0].start
+    return measures.union_us(kernels), window, "the recording's active time"
+
+
+@rule(
+    "fp32-gemm",
+    "GPU lane",
+    see="""GEMM kernels under matrix-multiply ops whose names say fp32 math on the CUDA cores
+    (sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_..., ampere_sgemm_..., cutlass_80_simt_sgemm_...)
+    keep an A100, H100 or newer GPU busy for a good part of the steps, and no GEMM of the
+    trace runs a TF32 kernel (tf32 or s1688gemm in its name).""",
+    means="""The fp32 matrix multiplies run at the plain fp32 rate, a small part of what the
+    tensor cores reach in TF32 (an H100 SXM's datasheet: 67 against 495 TFLOP/s dense).
+    PyTorch leaves TF32 off for matmuls unless asked (cuDNN's convolutions have it on by
+    default). If TF32's 10-bit mantissa suits the model,
+    torch.set_float32_matmul_precision("high") lets cuBLAS use the tensor cores; autocast to
+    bf16 goes further. The GEMMs of attention's math backend are attention-math-fp32's.""",
+    severity="warning",
+    from_post=False,
+    example="auto_examples/part1_matmul_add/plot_06_launch_planning",
+)
+def fp32_gemm(facts: Facts) -> Iterator[Hit]:
+    trace = facts.trace
+    by_device: dict[Any, list[tuple[Launch, Span]]] = {}
+    described: dict[Any, DeviceInfo | None] = {}
+    for launch, kernel in facts.gemm_launches:
+        math = fp32_math(kernel.name)
+        if math == "tf32":
+            return  # TF32 is allowed: cuBLAS chose CUDA cores for the others' shapes
+        if math != "fp32" or _in_attention(trace.spans, launch.op):
+            continue
+        device = _has_tf32(trace, kernel)
+        if device is not False:
+            by_device.setdefault(kernel.lane.device, []).append((launch, kernel))
+            described[kernel.lane.device] = device
+    shares = []
+    for device_id, pairs in by_device.items():
+        busy, window, basis = _fp32_gemm_share(facts, [kernel for _, kernel in pairs])
+        if window > 0:
+            shares.append((busy / window, busy, window, basis, device_id))
+    if not shares:
+        return
+    share, busy, window, basis, device_id = max(shares, key=lambda entry: entry[0])
+    if share < FP32_GEMM_MIN_SHARE:
+        return
+    pairs = by_device[device_id]
+    by_name: dict[str, list[tuple[Launch, Span]]] = {}
+    for launch, kernel in pairs:
+        by_name.setdefault(kernel.name, []).append((launch, kernel))
+    rows = [
+        {
+            "kernel": name,
+            "count": len(members),
+            "ops": dict(Counter(launch.op.name for launch, _ in members if launch.op)),
+            "median_us": us(median(kernel.dur for _, kernel in members)),
+            "total_us": us(sum(kernel.dur for _, kernel in members)),
+        }
+        for name, members in by_name.items()
+    ]
+    rows.sort(key=lambda row: -row["total_us"])
+    top = rows[0]
+    device = described[device_id]
+    where = f"GPU {device_id}" if len(by_device) > 1 else "the GPU"
+    if device is not None and device.compute_capability:
+        major, minor = device.compute_capability
+        gpu = f"The {device.model} (compute capability {major}.{minor})"
+    else:
+        gpu = "This GPU (its kernels are built for compute capability 8.0 or newer)"
+    fp32 = datasheet_peak(device.name, "fp32") if device is not None else None
+    tf32 = datasheet_peak(device.name, "tf32") if device is not None else None
+    rates = (
+        f" ({tf32.value:,.6g} dense TFLOP/s in TF32 against {fp32.value:,.6g} in fp32, per "
+        "its datasheet)"
+        if fp32 is not None and tf32 is not None
+        else ""
+    )
+    yield (
+        f"fp32 GEMMs ran on the CUDA cores for {percent(share)} of {basis} on {where} "
+        f"({len(pairs)} kernel runs; the one with the most time, {short_name(top['kernel'])}, ran "
+        f"{top['count']}× from {', '.join(top['ops'])}, median {top['median_us']:.1f} µs), "
+        f"and no GEMM ran a TF32 kernel. {gpu} has TF32 tensor cores{rates}: if TF32's "
+        'precision suits the model, torch.set_float32_matmul_precision("high") lets cuBLAS '
+        "use them.",
+        {
+            "device": device_id,
+            "share": round(share, 4),
+            "of": "steps" if facts.steps else "recording",
+            "fp32_gemm_us": us(busy),
+            "window_us": us(window),
+            "kernels": rows[:_REPORTED],
+            "fp32_gemm_kernels": len(rows),
+            "datasheet_tflops": (
+                {"fp32": fp32.value, "tf32": tf32.value, "source": tf32.source}
+                if fp32 is not None and tf32 is not None
+                else None
+            ),
+        },
+    )
 
 
 def _before_gemm(facts: Facts, kind: str, ops: frozenset[str]) -> list[tuple[Copy, Span]]:
