@@ -20,7 +20,9 @@ process's first GEMM, allocations and module loading can come in between).
 In its 64×64 trace on an A100, the
 `Hugging Face post <https://huggingface.co/blog/torch-profiler>`_ found
 ``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` before the GEMM's launch. We look for
-planning calls on this machine, in warm steps and in a process's very first GEMM.
+planning calls on this machine, in warm steps and in a process's very first GEMM, and read
+what the kernels' names say, down to whether an fp32 GEMM ran on the CUDA cores or on the
+tensor cores.
 """
 
 # %%
@@ -40,6 +42,7 @@ import torch
 from profiling_utils import capture, diagnose, load_trace, run_name
 from profiling_utils.claims import at_least_times, claim
 from profiling_utils.fresh import run_in_fresh_process
+from profiling_utils.kernels import fp32_math
 from profiling_utils.measures import kernel_launches
 from profiling_utils.render import (
     Highlight,
@@ -157,6 +160,138 @@ for run in runs:
             named = re.search(r"sm_?(\d+)", launch.kernel.name)
             arch = f"names sm{named.group(1)}" if named else "names no architecture"
             print(f"{run.name}: GEMM kernel {arch}")
+
+# %%
+# How a GEMM computes on fp32 data
+# --------------------------------
+# The name also says how a GEMM computes on fp32 data: ``ffma`` (a fused fp32 multiply-add)
+# or ``sgemm`` in it means the CUDA cores; ``tf32`` (or CUTLASS's ``s1688gemm``) means the
+# tensor cores in TF32, which keeps fp32's range but rounds its inputs to a 10-bit mantissa.
+# PyTorch runs fp32 matmuls in full fp32 unless told otherwise:
+# ``torch.set_float32_matmul_precision("high")`` allows TF32.
+# :func:`~profiling_utils.kernels.fp32_math` reads which from the name. The largest fp32
+# run, and the same product recorded again with TF32 allowed (each run's median GEMM kernel
+# over its recorded steps, and the TFLOP/s of that median kernel, 2·n³ operations):
+
+size = sizes[-1]
+x32, w32, b32 = (torch.randn(size, size, device=device) for _ in range(3))
+torch.set_float32_matmul_precision("high")
+try:
+    tf32_run = capture(
+        lambda: torch.add(torch.matmul(x32, w32), b32),
+        name=run_name(size, "tf32", warm=True),
+        label="matmul_add",
+        warmup_iters=3,
+        out_dir=trace_dir(),
+    )
+finally:
+    torch.set_float32_matmul_precision("highest")
+
+
+def recorded_gemms(run):
+    return [
+        k
+        for k in kernel_launches(run.trace)
+        if k.op and k.op.name in GEMMS and k.step is not None
+    ]
+
+
+MATH_WORDS = {
+    "fp32": "fp32 on CUDA cores",
+    "tf32": "TF32 on tensor cores",
+    None: "neither",
+}
+large_fp32 = runs[-1]
+gemm_us, said = {}, {}
+rows = []
+for run in (large_fp32, tf32_run):
+    gemms = recorded_gemms(run)
+    if not gemms:
+        continue
+    said[run.name] = {fp32_math(k.kernel.name) for k in gemms}
+    gemm_us[run.name] = statistics.median(k.kernel.dur for k in gemms)
+    names = sorted({k.kernel.name for k in gemms})
+    says = ", ".join(sorted(MATH_WORDS[kind] for kind in said[run.name]))
+    tflops = 2 * size**3 / gemm_us[run.name] / 1e6
+    rows.append([run.name, cut(names[0], 40), says, gemm_us[run.name], tflops])
+if not rows:
+    print("No GPU here: the runs launched no GEMM kernel to read.")
+columns = ["run", "GEMM kernel", "its name says", "median GEMM kernel (µs)", "TFLOP/s"]
+value_table(columns, rows) if rows else None
+
+# %%
+# The cheatsheet's ``fp32-gemm`` rule reads the same names: it reports fp32 GEMMs on the
+# CUDA cores of a GPU that has TF32 tensor cores (compute capability 8.0 or newer), when
+# they keep the GPU busy for a good part of the steps and no GEMM of the trace runs TF32.
+# On the fp32 run, then on the TF32 one:
+
+findings_table(
+    diagnose(large_fp32.trace, select=["fp32-gemm"]),
+    caption=large_fp32.name,
+    rules=["fp32-gemm"],
+)
+
+# %%
+
+findings_table(
+    diagnose(tf32_run.trace, select=["fp32-gemm"]),
+    caption=tf32_run.name,
+    rules=["fp32-gemm"],
+)
+
+# %%
+# The finding quotes the datasheet's two rates; the table above gives this run's, and the
+# claims below check what it measured. TF32 is not free. The largest error of each product
+# against the same product computed in fp64, relative to the product's largest value:
+
+reference = x32.double() @ w32.double()
+errors = {}
+try:
+    for precision, kind in (("highest", "fp32"), ("high", "TF32 allowed")):
+        torch.set_float32_matmul_precision(precision)
+        error = (x32 @ w32).double() - reference
+        errors[kind] = (error.abs().max() / reference.abs().max()).item()
+finally:
+    torch.set_float32_matmul_precision("highest")
+for kind, error in errors.items():
+    print(f"{kind}: largest error {error:.1e} of the largest value")
+
+# %%
+# Most training tolerates TF32's error; code that needs fp32's digits (a solver, a
+# reduction that cancels) does not, and keeps the default.
+
+if device == "cuda" and len(gemm_us) == 2:
+    claim(
+        "the fp32 run's GEMM kernels compute on the CUDA cores, by their names",
+        said[large_fp32.name] == {"fp32"},
+        otherwise=f"the fp32 run's GEMM kernel names say {said[large_fp32.name]}",
+    )
+    claim(
+        "with TF32 allowed, the GEMM kernels' names say TF32",
+        said[tf32_run.name] == {"tf32"},
+        otherwise=f"with TF32 allowed, the GEMM kernel names say {said[tf32_run.name]}",
+    )
+    at_least_times(
+        "the TF32 GEMM kernel is at least twice as fast as the fp32 one",
+        2,
+        fp32_gemm_us=gemm_us[large_fp32.name],
+        tf32_gemm_us=gemm_us[tf32_run.name],
+    )
+    fired = {
+        run.name: bool(diagnose(run.trace, select=["fp32-gemm"]))
+        for run in (large_fp32, tf32_run)
+    }
+    at_least_times(
+        "TF32's error is at least ten times fp32's",
+        10,
+        tf32_error=errors["TF32 allowed"],
+        fp32_error=errors["fp32"],
+    )
+    claim(
+        "fp32-gemm reports the fp32 run and not the TF32 one",
+        fired == {large_fp32.name: True, tf32_run.name: False},
+        otherwise=f"fp32-gemm fired: {fired}",
+    )
 
 # %%
 # What the kernels ask of an SM
@@ -457,7 +592,6 @@ elif first_call is not None:
 # launch rules, on the largest fp32 run and on the first-call trace:
 
 launch_rules = ["planned-launch", "plain-launch", "driver-launch", "gemm-kernel"]
-large_fp32 = runs[-1]
 findings_table(
     diagnose(large_fp32.trace, select=launch_rules),
     caption=large_fp32.name,
@@ -483,11 +617,18 @@ findings_table(first_findings, caption="first GEMM of a process", rules=launch_r
 #   the extended calls for library kernels that pass launch attributes.
 # - A kernel's name is its template's: an architecture in it says what the template was
 #   written for, not which machine code ran.
+# - On fp32 data, a GEMM kernel's name says where it computed: ``ffma`` or ``sgemm`` on the
+#   CUDA cores, ``tf32`` on the tensor cores. Allowing TF32 is one line, where the model's
+#   numerics tolerate it.
 #
 # The traces
 # ----------
 
 trace_links(large_fp32)
+
+# %%
+
+trace_links(tf32_run)
 
 # %%
 
