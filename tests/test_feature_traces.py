@@ -199,6 +199,42 @@ def test_a_benchmarked_algorithm_search_per_new_batch_size_is_named() -> None:
     assert hit.evidence["op"] == "aten::convolution_backward"
     assert hit.evidence["slow_first_calls"] == 3 and hit.evidence["shapes_called_again"] == 0
     assert "scaled by input elements" in hit.message
+    # The search itself: each slow call times its candidates with CUDA events on its thread.
+    slow_calls = [e for e in calls if e["dur"] > 1e5]
+    timing = [
+        sum(
+            1
+            for e in raw
+            if e.get("name") in ("cudaEventRecord", "cudaEventSynchronize")
+            and e["tid"] == call["tid"]
+            and call["ts"] <= e["ts"] < call["ts"] + call["dur"]
+        )
+        for call in slow_calls
+    ]
+    tried = hit.evidence["tried_candidates"]
+    assert tried["timing_calls_median"] == sorted(timing)[1] > 0
+    assert tried["timing_calls"] == ["cudaEventRecord", "cudaEventSynchronize"]
+    assert tried["kernel_kinds_median"] >= 2 * tried["seen_shape_kernel_kinds_median"]
+    assert hit.message.endswith(
+        "it tried candidate kernels and timed them, as cuDNN does for each new shape under "
+        "torch.backends.cudnn.benchmark = True."
+    )
+
+
+def test_a_new_shape_cost_without_timed_candidates_names_no_search(tmp_path: Path) -> None:
+    # cuDNN attention's plan builds launch no candidates; and the benchmark run with its event
+    # calls renamed away says nothing of a search either.
+    (plans,) = fired("decode_loop_no_steps", "new-shape-cost")
+    assert "tried_candidates" not in plans.evidence and "timed" not in plans.message
+    document = json.loads(gzip.decompress((FEATURES / "varying_batch_cudnn_benchmark.json.gz")
+                                          .read_bytes()))  # fmt: skip
+    for event in document["traceEvents"]:
+        if event.get("name") in ("cudaEventRecord", "cudaEventSynchronize"):
+            event["name"] = "cudaStreamQuery"
+    path = tmp_path / "untimed.json"
+    path.write_text(json.dumps(document))
+    (hit,) = diagnose(str(path), select=["new-shape-cost"])
+    assert hit.evidence["slow_first_calls"] == 3 and "tried_candidates" not in hit.evidence
 
 
 def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:

@@ -133,6 +133,22 @@ NEW_SHAPE_MIN_SHARE = 0.05
 """... whose time beyond their shapes' later calls is at least this share of the steps' CPU
 time (of the host's active time without steps)."""
 
+NEW_SHAPE_TRIAL_RATIO = 2.0
+"""``new-shape-cost`` says the slow first calls tried candidate kernels when they launch at
+least this many times the kinds of kernel (distinct names) of the op's calls with shapes
+seen before, and time GPU work with events (:data:`TIMING_EVENT_CALLS`) where those calls
+do not: an algorithm search, as ``torch.backends.cudnn.benchmark`` makes per new shape."""
+
+TIMING_EVENT_CALLS = frozenset(
+    {"cudaEventRecord", "cudaEventSynchronize", "cudaEventElapsedTime"}
+    | {"hipEventRecord", "hipEventSynchronize", "hipEventElapsedTime"}
+)
+"""Runtime calls that time GPU work: an event recorded on each side of it, waited for, and
+the time between read."""
+
+_TRIAL_SAMPLE = 50
+"""Calls with shapes seen before read for what the op usually launches (the first ones)."""
+
 COST_IN_CHILDREN_LONG_CALL = 2.0
 """``cost-in-children`` drills into the typical one of a few long calls, not into the median
 call, when the fewest calls that hold :data:`COST_IN_CHILDREN_ONE_CALL` of the row's time
@@ -1109,7 +1125,7 @@ class _ShapeCost(NamedTuple):
     time per input element times its elements."""
     repeated: int
     """How many of :attr:`slow`'s shapes were called again."""
-    seen_calls: int
+    seen: list[Span]
     """The op's calls with shapes seen before (every call of a shape but its first)."""
     late: int
     """How many of :attr:`slow` lie in the later half of the op's calls."""
@@ -1207,8 +1223,60 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
     slow_indices = {index for index, _ in slow}
     repeated = sum(len(indices) > 1 for indices in by_shape.values() if indices[0] in slow_indices)
     return _ShapeCost(
-        name, spans, [expected for _, expected in slow], repeated, len(seen), late,
-        len(by_shape), excess,
+        name, spans, [expected for _, expected in slow], repeated,
+        [calls[index] for index in sorted(seen)], late, len(by_shape), excess,
+    )  # fmt: skip
+
+
+class _Trials(NamedTuple):
+    """What the slow first calls launched against the op's calls with shapes seen before
+    (medians per call)."""
+
+    kernels: float
+    kinds: float
+    timing_calls: float
+    timing_names: list[str]
+    seen_kernels: float
+    seen_kinds: float
+
+
+def _launched(facts: Facts, call: Span) -> tuple[int, int, Counter[str]]:
+    """The kernels launched inside ``call``, their kinds (distinct names), and its calls that
+    time GPU work (:data:`TIMING_EVENT_CALLS`) by name."""
+    trace = facts.trace
+    kernels: list[Span] = []
+    timing: Counter[str] = Counter()
+    for inner in trace.within(call):
+        if inner.cat not in LAUNCH_CATEGORIES:
+            continue
+        if inner.name in TIMING_EVENT_CALLS:
+            timing[inner.name] += 1
+        elif inner.is_launch:
+            kernels += [work for work in trace.gpu_work_of(inner) or () if work.cat == "kernel"]
+    return len(kernels), len({kernel.name for kernel in kernels}), timing
+
+
+def _candidate_trials(facts: Facts, cost: _ShapeCost) -> _Trials | None:
+    """The slow first calls' launches, when they tried candidate kernels and timed them (see
+    :data:`NEW_SHAPE_TRIAL_RATIO`); else None."""
+    slow = [_launched(facts, call) for call in cost.slow]
+    seen = [_launched(facts, call) for call in cost.seen[:_TRIAL_SAMPLE]]
+    kinds = median(launched[1] for launched in slow)
+    seen_kinds = median(launched[1] for launched in seen)
+    timing = median(launched[2].total() for launched in slow)
+    if (
+        not timing
+        or any(launched[2] for launched in seen)
+        or kinds < NEW_SHAPE_TRIAL_RATIO * max(seen_kinds, 1)
+    ):
+        return None
+    names: Counter[str] = Counter()
+    for launched in slow:
+        names.update(launched[2])
+    return _Trials(
+        median(launched[0] for launched in slow), kinds, timing,
+        [name for name, _ in names.most_common()],
+        median(launched[0] for launched in seen), seen_kinds,
     )  # fmt: skip
 
 
@@ -1225,7 +1293,7 @@ def _shape_cost(facts: Facts, name: str, floor_us: float) -> _ShapeCost | None:
     per shape) and torch.compile (a recompile) do this. A length that grows each step (a
     key/value cache), or batches of many sizes, keep paying it. Pad or bucket the shapes
     to a few sizes, warm up every size before the timed run, or choose a path without
-    per-shape set-up.""",
+    per-shape set-up (leave cudnn.benchmark off where shapes keep changing).""",
     severity="warning",
     from_post=False,
 )
@@ -1284,7 +1352,7 @@ def new_shape_cost(facts: Facts) -> Iterator[Hit]:
         "expected_median_us": us(expected),
         "shapes_called_again": cost.repeated,
         "in_later_half": cost.late,
-        "seen_shape_calls": cost.seen_calls,
+        "seen_shape_calls": len(cost.seen),
         "shapes": cost.shapes,
         "excess_us": us(cost.excess_us),
         ("steps_cpu_us" if facts.steps else "recording_cpu_us"): us(cpu_us),
@@ -1294,13 +1362,32 @@ def new_shape_cost(facts: Facts) -> Iterator[Hit]:
             for call in sorted(cost.slow, key=_DUR, reverse=True)[:3]
         ],
     }
+    trials = _candidate_trials(facts, cost)
+    tried = ""
+    if trials is not None:
+        evidence["tried_candidates"] = {
+            "kernels_median": trials.kernels,
+            "kernel_kinds_median": trials.kinds,
+            "timing_calls_median": trials.timing_calls,
+            "timing_calls": trials.timing_names,
+            "seen_shape_kernels_median": trials.seen_kernels,
+            "seen_shape_kernel_kinds_median": trials.seen_kinds,
+        }
+        tried = (
+            f" Each of those first calls launched a median of {trials.kernels:g} kernels of "
+            f"{trials.kinds:g} kinds and made {trials.timing_calls:g} calls timing them "
+            f"({', '.join(trials.timing_names)}), against {trials.seen_kernels:g} kernels of "
+            f"{trials.seen_kinds:g} kinds and none in its calls with shapes seen before: it "
+            "tried candidate kernels and timed them, as cuDNN does for each new shape under "
+            "torch.backends.cudnn.benchmark = True."
+        )
     yield (
         f"{short_name(cost.name, 48)}{under}: the first call with each of {len(cost.slow)} "
         f"input shapes takes a median of {slow_median:.1f} µs, {times:.0f}× as long as "
         f"expected ({basis}); {cost.excess_us:.1f} µs more in all, "
         f"{percent(cost.excess_us / cpu_us)} of {where} CPU time, {cost.late} of them in the "
         "later half of its calls: a cost paid once per new shape, and again as new shapes "
-        "keep coming.",
+        f"keep coming.{tried}",
         evidence,
     )
 
