@@ -197,8 +197,8 @@ def recorded_gemms(run):
 
 
 MATH_WORDS = {
-    "fp32": "fp32 on CUDA cores",
-    "tf32": "TF32 on tensor cores",
+    "fp32": "fp32, CUDA cores",
+    "tf32": "TF32, tensor cores",
     None: "neither",
 }
 large_fp32 = runs[-1]
@@ -213,10 +213,10 @@ for run in (large_fp32, tf32_run):
     names = sorted({k.kernel.name for k in gemms})
     says = ", ".join(sorted(MATH_WORDS[kind] for kind in said[run.name]))
     tflops = 2 * size**3 / gemm_us[run.name] / 1e6
-    rows.append([run.name, cut(names[0], 40), says, gemm_us[run.name], tflops])
+    rows.append([run.name, cut(names[0], 28), says, gemm_us[run.name], tflops])
 if not rows:
     print("No GPU here: the runs launched no GEMM kernel to read.")
-columns = ["run", "GEMM kernel", "its name says", "median GEMM kernel (µs)", "TFLOP/s"]
+columns = ["run", "GEMM kernel", "its name says", "median (µs)", "TFLOP/s"]
 value_table(columns, rows) if rows else None
 
 # %%
