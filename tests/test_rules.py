@@ -1173,13 +1173,14 @@ def test_many_calls_counts_an_op_running_inside_another_it_names_once(make_trace
     )
 
 
-def stalled_steps(stall: dict[int, tuple[str, float]]) -> list[dict[str, Any]]:
-    """Five 1,000 µs steps, each an op launching one 50 µs kernel and a 10 µs sync; ``stall``
+def stalled_steps(stall: dict[int, tuple[str, float]], steps: int = 5) -> list[dict[str, Any]]:
+    """Five (``steps``) 1,000 µs steps, each an op launching one 50 µs kernel and a 10 µs sync;
+    ``stall``
     gives a step ``("host", µs)`` of host time outside every op, ``("sync", µs)`` more in
     its cudaStreamSynchronize, or ``("op", µs)`` more in its op (``("new shape", µs)``: and
     its op called with an input shape the others were not)."""
     events = []
-    for n in range(5):
+    for n in range(steps):
         t = 10_000.0 * n
         kind, extra = stall.get(n, ("", 0.0))
         events += [
@@ -1215,6 +1216,28 @@ def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
         "4940.0 µs of it runs outside every op and runtime call (940.0 µs in the other steps)"
     )
     assert "slowest_call" not in finding.evidence
+
+
+def test_slow_step_calls_slow_steps_at_one_interval_periodic(make_trace) -> None:
+    # Gradient accumulation over four batches: steps 3, 7 and 11 run the optimizer.
+    stalls = {n: ("host", 4_000.0 + 10 * n) for n in (3, 7, 11)}
+    (finding,) = diagnose(make_trace(stalled_steps(stalls, steps=13)), select=["slow-step"])
+    assert finding.evidence["period"] == 4 and finding.evidence["step"] == 11  # the widest
+    assert finding.message.startswith(
+        "ProfilerStep#11 took 5110.0 µs, 5.1× the median of the other steps (1000.0 µs) (every "
+        "4th step took 3× or more: ProfilerStep#3, #7 and #11, a cost that comes back at a "
+        "fixed interval, as an optimizer step after gradient accumulation"
+    )
+    # Two slow steps are too few to call a period; a step at the interval that is not slow
+    # (step 15), or slow steps at uneven intervals, make none.
+    for stalled, steps in (((3, 7), 13), ((3, 7, 11), 16), ((2, 7, 11), 13)):
+        stalls = {n: ("host", 4_000.0) for n in stalled}
+        (finding,) = diagnose(
+            make_trace(stalled_steps(stalls, steps=steps), name=f"s{steps}{stalled}.json"),
+            select=["slow-step"],
+        )
+        assert "period" not in finding.evidence, stalled
+        assert f"({len(stalled) - 1} other step(s) took 3× or more too)" in finding.message
 
 
 def test_slow_step_names_the_python_frame_that_holds_a_stall(make_trace) -> None:

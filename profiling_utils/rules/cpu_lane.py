@@ -57,6 +57,11 @@ extra time (on the MI250 and MI300X traces, most of it: host work the profiler d
 record as an op), and names the op, the runtime call or torch.compile's compiling that holds
 this share of it."""
 
+SLOW_STEP_PERIOD_MIN_STEPS = 3
+"""``slow-step`` calls its slow steps periodic when at least this many come at one interval of
+two steps or more, every step at that interval slow and no other: a cost that comes back
+(an optimizer step after gradient accumulation, logging or a checkpoint every N steps)."""
+
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
 steps under the same label (the steady state: right after a cold start the second step is
@@ -204,7 +209,9 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     see="""One step after the first is several times wider than the others.""",
     means="""Something ran in that step only: a stall on the host (garbage collection, a
     checkpoint save, logging, a batch that took long to load), a recompilation, a wait on
-    other ranks or on the GPU, or an input of another size. The evidence says whether the
+    other ranks or on the GPU, or an input of another size. Slow steps at one interval
+    (every fourth, say) are a cost that comes back: an optimizer step after gradient
+    accumulation, logging or a checkpoint every few steps. The evidence says whether the
     time went to host work outside every op, to one runtime call, to calls no other step
     makes (freeing pinned memory as a CUDA graph capture empties the caches), or to more GPU
     work;
@@ -235,7 +242,16 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         f"{step_label(number)} took {width:.1f} µs, {width / typical:.1f}× the median of the "
         f"other steps ({typical:.1f} µs)"
     )
-    if len(slow) > 1:
+    period = _period(sorted(slow), [s.number for s in steps])
+    if period is not None:
+        evidence["period"] = period
+        message += (
+            f" (every {_ordinal(period)} step took {SLOW_STEP_MIN_RATIO:g}× or more: "
+            f"{_step_list(sorted(slow))}, a cost that comes back at a fixed interval, as an "
+            "optimizer step after gradient accumulation, or logging or a checkpoint every few "
+            "steps, does)"
+        )
+    elif len(slow) > 1:
         message += f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too)"
     # Time no CPU thread spent in a recorded op or runtime call (labels and Python frames,
     # which with_stack records, cover time without doing any of it): in this step, and in
@@ -312,6 +328,34 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
 _SLOW_STEP_COMPARED = 20
 """``slow-step`` compares the slow step's unrecorded host time with this many other steps'
 (those nearest it)."""
+
+
+def _period(slow: list[int], numbers: list[int]) -> int | None:
+    """The interval at which the ``slow`` step numbers (sorted) come back, where every step at
+    it among ``numbers`` (the steps read, in order) is slow and at least
+    :data:`SLOW_STEP_PERIOD_MIN_STEPS` of them are; else None. The first step is
+    ``cold-start``'s and never counts against it."""
+    if len(slow) < SLOW_STEP_PERIOD_MIN_STEPS:
+        return None
+    gaps = {later - earlier for earlier, later in pairwise(slow)}
+    if len(gaps) != 1 or (period := gaps.pop()) < 2:
+        return None
+    recorded = set(numbers[1:])
+    if slow[0] - period in recorded or slow[-1] + period in recorded:
+        return None  # a step at the interval that was not slow
+    return period
+
+
+def _ordinal(number: int) -> str:
+    """``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``..."""
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{'th' if 10 <= number % 100 <= 20 else suffix}"
+
+
+def _step_list(numbers: list[int]) -> str:
+    """``ProfilerStep#4, #8 and #12``."""
+    labels = [step_label(numbers[0]), *(f"#{n}" for n in numbers[1:])]
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
 
 
 def _tensor_shapes(span: Span) -> tuple[bytes, tuple[str, ...]] | None:

@@ -1181,7 +1181,7 @@ def _fp32_gemm_share(facts: Facts, kernels: list[Span]) -> tuple[float, float, s
     keep an A100, H100 or newer GPU busy for a good part of the steps, and no GEMM of the
     trace runs a TF32 kernel (tf32 or s1688gemm in its name).""",
     means="""The fp32 matrix multiplies run at the plain fp32 rate, a small part of what the
-    tensor cores reach in TF32 (an H100 SXM's datasheet: 67 against 495 TFLOP/s dense).
+    tensor cores reach in TF32 (an H100 SXM's datasheet: 495 TFLOP/s dense in TF32, 67 in fp32).
     PyTorch leaves TF32 off for matmuls unless asked (cuDNN's convolutions have it on by
     default). If TF32's 10-bit mantissa suits the model,
     torch.set_float32_matmul_precision("high") lets cuBLAS use the tensor cores; autocast to
