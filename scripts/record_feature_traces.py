@@ -40,6 +40,9 @@ naming no directory of the machine):
   the driver and taken again every step).
 - ``recompile_one_step``: a small compiled MLP warmed up at one batch size; one recorded step
   gets another size, and torch.compile compiles the frame again inside that step.
+- ``gradient_accumulation_steps``: a small MLP trained with gradients accumulated over four
+  batches, one profiler step per batch: every fourth step also runs AdamW's update and
+  zeroes the gradients.
 
 ``--only NAME ...`` records some of them.
 """
@@ -373,6 +376,35 @@ def record_recompile_one_step(out: Path) -> None:
             prof.step()
 
 
+def record_gradient_accumulation(out: Path) -> None:
+    """One profiler step per batch, the gradients of four batches accumulated before each
+    AdamW update: the update and ``zero_grad`` run in every fourth step (``ProfilerStep#3``,
+    ``#7`` and ``#11`` of the twelve recorded, ``#2`` to ``#13``)."""
+    model = _wide_mlp().cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(256, 2048, device="cuda")
+    accumulated = 4
+
+    def step(index: int) -> None:
+        with record_function("forward_backward"):
+            (model(x).float().pow(2).mean() / accumulated).backward()
+        if (index + 1) % accumulated == 0:
+            with record_function("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+    for index in range(2 * accumulated):  # warm: cuBLAS handles, the optimizer's state
+        step(index)
+    torch.cuda.synchronize()
+    ready = export_to(out, "gradient_accumulation_steps")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=12), on_trace_ready=ready
+    ) as prof:
+        for index in range(14):
+            step(index)
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -383,6 +415,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "empty_cache_every_step": record_empty_cache,
     "data_parallel_two_gpus": record_data_parallel,
     "recompile_one_step": record_recompile_one_step,
+    "gradient_accumulation_steps": record_gradient_accumulation,
 }
 
 

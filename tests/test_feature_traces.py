@@ -237,6 +237,25 @@ def test_a_new_shape_cost_without_timed_candidates_names_no_search(tmp_path: Pat
     assert hit.evidence["slow_first_calls"] == 3 and "tried_candidates" not in hit.evidence
 
 
+def test_the_optimizer_step_of_gradient_accumulation_is_read_as_a_cycle() -> None:
+    # The steps holding the optimizer label, from the raw JSON: every fourth.
+    raw = [e for e in events("gradient_accumulation_steps") if e.get("ph") == "X"]
+    steps = sorted((e for e in raw if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    labels = [e for e in raw if e["name"] == "optimizer"]
+    with_optimizer = [
+        int(step["name"].split("#")[1])
+        for step in steps
+        if any(step["ts"] <= e["ts"] < step["ts"] + step["dur"] for e in labels)
+    ]
+    assert with_optimizer == [3, 7, 11]
+    (hit,) = fired("gradient_accumulation_steps", "periodic-step")
+    assert hit.evidence["period"] == 4 and hit.evidence["wide_steps"] == with_optimizer
+    others = sorted(s["dur"] for s in steps[1:] if int(s["name"].split("#")[1]) not in (3, 7, 11))
+    assert hit.evidence["median_other_cpu_us"] == round((others[3] + others[4]) / 2, 3)
+    assert hit.evidence["only_in_wide_steps"]["name"] == "optimizer"
+    assert fired("gradient_accumulation_steps", "slow-step") == []  # 1.4x, not 3x
+
+
 def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
     # The decode loop without steps: 40 first calls per new key length (cuDNN's plan builds)
     # hold 95% of the host's time. Besides them, the per-token linear layers' calls weigh.

@@ -200,6 +200,9 @@ FIRES: dict[str, set[str]] = {
     # No recording has a later step 3x the others (the widest: 2.3x, the step after a cold
     # start); see the synthetic stalls below.
     "slow-step": set(),
+    # Every recording's steps are alike (see the gradient-accumulation recording in
+    # tests/test_feature_traces.py and the synthetic steps below).
+    "periodic-step": set(),
     # Every recording's shapes repeat from step to step (see the synthetic steps below and
     # the decode loop of tests/fixtures/features).
     "new-shape-cost": set(),
@@ -299,6 +302,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "allocator-churn",
         "compiling-recorded",
         "fp32-gemm",
+        "periodic-step",
     }
 
 
@@ -348,6 +352,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "gpus-take-turns",
         "allocator-churn",
         "compiling-recorded",
+        "periodic-step",
     }
 
 
@@ -1218,26 +1223,54 @@ def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
     assert "slowest_call" not in finding.evidence
 
 
-def test_slow_step_calls_slow_steps_at_one_interval_periodic(make_trace) -> None:
+def test_slow_steps_at_one_interval_are_periodic(make_trace) -> None:
     # Gradient accumulation over four batches: steps 3, 7 and 11 run the optimizer.
     stalls = {n: ("host", 4_000.0 + 10 * n) for n in (3, 7, 11)}
-    (finding,) = diagnose(make_trace(stalled_steps(stalls, steps=13)), select=["slow-step"])
-    assert finding.evidence["period"] == 4 and finding.evidence["step"] == 11  # the widest
-    assert finding.message.startswith(
+    found = diagnose(make_trace(stalled_steps(stalls, steps=13)), select=["slow-step",
+                     "periodic-step"])  # fmt: skip
+    slow, cycle = (next(f for f in found if f.rule == rule) for rule in ("slow-step",
+                   "periodic-step"))  # fmt: skip
+    assert slow.evidence["period"] == 4 and slow.evidence["step"] == 11  # the widest
+    assert slow.message.startswith(
         "ProfilerStep#11 took 5110.0 µs, 5.1× the median of the other steps (1000.0 µs) (every "
-        "4th step took 3× or more: ProfilerStep#3, #7 and #11, a cost that comes back at a "
-        "fixed interval, as an optimizer step after gradient accumulation"
+        "4th step took 3× or more: ProfilerStep#3, #7 and #11, work that comes back every 4 "
+        "steps: see periodic-step); "
     )
-    # Two slow steps are too few to call a period; a step at the interval that is not slow
-    # (step 15), or slow steps at uneven intervals, make none.
+    assert cycle.evidence["period"] == 4 and cycle.evidence["wide_steps"] == [3, 7, 11]
+    assert cycle.evidence["median_wide_cpu_us"] == 5070.0
+    assert cycle.message.startswith(
+        "Every 4th step is wider than the others: ProfilerStep#3, #7 and #11 take a median of "
+        "5070.0 µs against 1000.0 µs"
+    )
+    # Two wide steps are too few to call a period; a step at the interval that is not wide
+    # (step 15), or wide steps at uneven intervals, make none.
     for stalled, steps in (((3, 7), 13), ((3, 7, 11), 16), ((2, 7, 11), 13)):
         stalls = {n: ("host", 4_000.0) for n in stalled}
-        (finding,) = diagnose(
+        found = diagnose(
             make_trace(stalled_steps(stalls, steps=steps), name=f"s{steps}{stalled}.json"),
-            select=["slow-step"],
+            select=["slow-step", "periodic-step"],
         )
-        assert "period" not in finding.evidence, stalled
-        assert f"({len(stalled) - 1} other step(s) took 3× or more too)" in finding.message
+        assert [f.rule for f in found] == ["slow-step"], stalled
+        assert "period" not in found[0].evidence
+        assert f"({len(stalled) - 1} other step(s) took 3× or more too)" in found[0].message
+
+
+def test_periodic_step_needs_each_wide_step_wider_than_every_other_and_by_a_margin(
+    make_trace,
+) -> None:
+    from profiling_utils.rules.cpu_lane import PERIODIC_STEP_MIN_RATIO
+
+    def cycle(extra: dict[int, float], name: str) -> list[Finding]:
+        stalls = {n: ("host", us) for n, us in extra.items()}
+        return diagnose(make_trace(stalled_steps(stalls, steps=13), name=name),
+                        select=["periodic-step"])  # fmt: skip
+
+    wide = {3: 500.0, 7: 520.0, 11: 510.0}  # 1.5x, every fourth step
+    assert cycle(wide, "a.json")[0].evidence["ratio"] == 1.51
+    # One of the others as wide as a wide step; too little wider.
+    assert cycle({**wide, 5: 500.0}, "b.json") == []
+    narrow = 1000.0 * (PERIODIC_STEP_MIN_RATIO - 1) * 0.9
+    assert cycle({3: narrow, 7: narrow, 11: narrow}, "c.json") == []
 
 
 def test_slow_step_names_the_python_frame_that_holds_a_stall(make_trace) -> None:

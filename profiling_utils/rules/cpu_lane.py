@@ -8,13 +8,13 @@ from collections import Counter
 from collections.abc import Iterator
 from itertools import accumulate, pairwise
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, input_shapes
+from ..trace import Span, Step, input_shapes
 from .facts import (
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
@@ -57,10 +57,14 @@ extra time (on the MI250 and MI300X traces, most of it: host work the profiler d
 record as an op), and names the op, the runtime call or torch.compile's compiling that holds
 this share of it."""
 
-SLOW_STEP_PERIOD_MIN_STEPS = 3
-"""``slow-step`` calls its slow steps periodic when at least this many come at one interval of
-two steps or more, every step at that interval slow and no other: a cost that comes back
-(an optimizer step after gradient accumulation, logging or a checkpoint every N steps)."""
+PERIODIC_STEP_MIN_RATIO = 1.2
+"""``periodic-step``: the steps at one interval take at least this many times the median of
+the other steps (the median of theirs), each one wider than any other step, and longer by
+at least :data:`~profiling_utils.rules.facts.SLOW_STEP_MIN_EXCESS_LAUNCHES` launch
+latencies..."""
+
+PERIODIC_STEP_MIN_WIDE = 3
+"""... at least this many of them, at an interval of two steps or more."""
 
 DEAD_WINDOW_MIN_RATIO = 5.0
 """``dead-window``: a step's gap is at least this many times the shortest gap of the other
@@ -242,14 +246,13 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         f"{step_label(number)} took {width:.1f} µs, {width / typical:.1f}× the median of the "
         f"other steps ({typical:.1f} µs)"
     )
-    period = _period(sorted(slow), [s.number for s in steps])
-    if period is not None:
-        evidence["period"] = period
+    cycle = _step_cycle(facts)
+    if cycle is not None and {wide.number for wide in cycle.wide} == set(slow):
+        evidence["period"] = cycle.period
         message += (
-            f" (every {_ordinal(period)} step took {SLOW_STEP_MIN_RATIO:g}× or more: "
-            f"{_step_list(sorted(slow))}, a cost that comes back at a fixed interval, as an "
-            "optimizer step after gradient accumulation, or logging or a checkpoint every few "
-            "steps, does)"
+            f" (every {_ordinal(cycle.period)} step took {SLOW_STEP_MIN_RATIO:g}× or more: "
+            f"{_step_list(sorted(slow))}, work that comes back every {cycle.period} steps: "
+            "see periodic-step)"
         )
     elif len(slow) > 1:
         message += f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too)"
@@ -330,22 +333,6 @@ _SLOW_STEP_COMPARED = 20
 (those nearest it)."""
 
 
-def _period(slow: list[int], numbers: list[int]) -> int | None:
-    """The interval at which the ``slow`` step numbers (sorted) come back, where every step at
-    it among ``numbers`` (the steps read, in order) is slow and at least
-    :data:`SLOW_STEP_PERIOD_MIN_STEPS` of them are; else None. The first step is
-    ``cold-start``'s and never counts against it."""
-    if len(slow) < SLOW_STEP_PERIOD_MIN_STEPS:
-        return None
-    gaps = {later - earlier for earlier, later in pairwise(slow)}
-    if len(gaps) != 1 or (period := gaps.pop()) < 2:
-        return None
-    recorded = set(numbers[1:])
-    if slow[0] - period in recorded or slow[-1] + period in recorded:
-        return None  # a step at the interval that was not slow
-    return period
-
-
 def _ordinal(number: int) -> str:
     """``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``..."""
     suffix = {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
@@ -356,6 +343,118 @@ def _step_list(numbers: list[int]) -> str:
     """``ProfilerStep#4, #8 and #12``."""
     labels = [step_label(numbers[0]), *(f"#{n}" for n in numbers[1:])]
     return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
+class _StepCycle(NamedTuple):
+    """Steps that come back at one interval wider than the others (:func:`_step_cycle`)."""
+
+    period: int
+    wide: list[Step]
+    rest: list[Step]
+
+
+def _step_cycle(facts: Facts) -> _StepCycle | None:
+    """The steps at one interval of two or more that are each wider than every other step
+    (see :data:`PERIODIC_STEP_MIN_RATIO` and :data:`PERIODIC_STEP_MIN_WIDE`), at the shortest
+    such interval; the first step is ``cold-start``'s and left out. None without; and where
+    the steps read are not numbered one after the other."""
+    steps = facts.steps[1:]
+    count = len(steps)
+    if count < 2 * PERIODIC_STEP_MIN_WIDE:
+        return None
+    if [step.number for step in steps] != list(range(steps[0].number, steps[0].number + count)):
+        return None
+    widths = [step.span.dur for step in steps]
+    widest = max(range(count), key=widths.__getitem__)  # wider than the rest: one of them
+    min_excess = SLOW_STEP_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
+    for period in range(2, (count - 1) // (PERIODIC_STEP_MIN_WIDE - 1) + 1):
+        wide = set(range(widest % period, count, period))
+        if len(wide) < PERIODIC_STEP_MIN_WIDE:
+            continue
+        rest = [index for index in range(count) if index not in wide]
+        wide_widths = [widths[index] for index in sorted(wide)]
+        rest_widths = [widths[index] for index in rest]
+        typical, usual = median(wide_widths), median(rest_widths)
+        if (
+            min(wide_widths) > max(rest_widths)
+            and typical >= PERIODIC_STEP_MIN_RATIO * usual
+            and typical - usual >= min_excess
+        ):
+            return _StepCycle(
+                period, [steps[index] for index in sorted(wide)], [steps[index] for index in rest]
+            )
+    return None
+
+
+def _only_in(facts: Facts, wide: list[Step], rest: list[Step]) -> tuple[str, float] | None:
+    """The op or label that every one of ``wide`` runs on its thread and none of ``rest`` does,
+    with the most time in each wide step (its median), and that time, µs; else None."""
+    trace = facts.trace
+
+    def held(step: Step) -> dict[str, float]:
+        time: dict[str, float] = {}
+        spans = trace.spans
+        for span in trace.within(step.span):
+            if span.cat not in ("cpu_op", "user_annotation"):
+                continue
+            if span.parent is not None and spans[span.parent].name == span.name:
+                continue  # an op calling itself: its time is its caller's
+            time[span.name] = time.get(span.name, 0.0) + span.dur
+        return time
+
+    wide_time = [held(step) for step in wide]
+    seen_elsewhere = {name for step in rest for name in held(step)}
+    names = set.intersection(*(set(time) for time in wide_time)) - seen_elsewhere
+    if not names:
+        return None
+    per_step = {name: median(time[name] for time in wide_time) for name in names}
+    name = max(sorted(per_step), key=per_step.__getitem__)
+    return name, per_step[name]
+
+
+@rule(
+    "periodic-step",
+    "CPU lane",
+    see="""Every Nth step is wider than the others, step after step (each wider than any
+    other step).""",
+    means="""Work that runs every few steps: the optimizer's update after gradient
+    accumulation, logging, an evaluation or a checkpoint every N steps. The steps are not
+    alike: a median step leaves that work out, so time a whole cycle of N steps, and read
+    the wide steps for what the cycle adds. The evidence names what only the wide steps
+    run.""",
+    severity="info",
+    from_post=False,
+)
+def periodic_step(facts: Facts) -> Iterator[Hit]:
+    cycle = _step_cycle(facts)
+    if cycle is None:
+        return
+    wide = [step.span.dur for step in cycle.wide]
+    rest = [step.span.dur for step in cycle.rest]
+    typical, usual = median(wide), median(rest)
+    numbers = [step.number for step in cycle.wide]
+    evidence: dict[str, Any] = {
+        "period": cycle.period,
+        "wide_steps": numbers,
+        "median_wide_cpu_us": us(typical),
+        "median_other_cpu_us": us(usual),
+        "ratio": round(typical / usual, 2),
+    }
+    message = (
+        f"Every {_ordinal(cycle.period)} step is wider than the others: {_step_list(numbers)} "
+        f"take a median of {typical:.1f} µs against {usual:.1f} µs ({typical / usual:.2f}×), "
+        f"each wider than any other step (the first step left out, as cold-start's)"
+    )
+    only = _only_in(facts, cycle.wide, cycle.rest)
+    if only is not None:
+        name, time = only
+        evidence["only_in_wide_steps"] = {"name": name, "median_us": us(time)}
+        message += f"; only they run {short_name(name, 48)} (a median of {time:.1f} µs in each)"
+    message += (
+        f": work that comes back every {cycle.period} steps. A median step leaves it out: "
+        f"time a cycle of {cycle.period} steps."
+    )
+    yield message, evidence
 
 
 def _tensor_shapes(span: Span) -> tuple[bytes, tuple[str, ...]] | None:
