@@ -58,10 +58,10 @@ record as an op), and names the op, the runtime call or torch.compile's compilin
 this share of it."""
 
 PERIODIC_STEP_MIN_RATIO = 1.2
-"""``periodic-step``: the steps at one interval take at least this many times the median of
-the other steps (the median of theirs), each one wider than any other step, and longer by
-at least :data:`~profiling_utils.rules.facts.SLOW_STEP_MIN_EXCESS_LAUNCHES` launch
-latencies..."""
+"""``periodic-step``: the median of the steps at one interval is at least this many times the
+median of the other steps, and longer by at least
+:data:`~profiling_utils.rules.facts.SLOW_STEP_MIN_EXCESS_LAUNCHES` launch latencies; each of
+them is wider than any other step..."""
 
 PERIODIC_STEP_MIN_WIDE = 3
 """... at least this many of them, at an interval of two steps or more."""
@@ -390,10 +390,10 @@ def _only_in(facts: Facts, wide: list[Step], rest: list[Step]) -> tuple[str, flo
     """The op or label that every one of ``wide`` runs on its thread and none of ``rest`` does,
     with the most time in each wide step (its median), and that time, µs; else None."""
     trace = facts.trace
+    spans = trace.spans
 
     def held(step: Step) -> dict[str, float]:
         time: dict[str, float] = {}
-        spans = trace.spans
         for span in trace.within(step.span):
             if span.cat not in ("cpu_op", "user_annotation"):
                 continue
@@ -443,7 +443,7 @@ def periodic_step(facts: Facts) -> Iterator[Hit]:
     message = (
         f"Every {_ordinal(cycle.period)} step is wider than the others: {_step_list(numbers)} "
         f"take a median of {typical:.1f} µs against {usual:.1f} µs ({typical / usual:.2f}×), "
-        f"each wider than any other step (the first step left out, as cold-start's)"
+        "each wider than any other step (the first step left out: it is cold-start's)"
     )
     only = _only_in(facts, cycle.wide, cycle.rest)
     if only is not None:
