@@ -43,6 +43,9 @@ naming no directory of the machine):
 - ``gradient_accumulation_steps``: a small MLP trained with gradients accumulated over four
   batches, one profiler step per batch: every fourth step also runs AdamW's update and
   zeroes the gradients.
+- ``amp_grad_scaler_steps``: a small MLP trained in fp16 under ``torch.autocast`` with a
+  ``GradScaler``, whose ``step`` reads on the host whether the gradients hold an inf or NaN
+  (a sync in every step).
 
 ``--only NAME ...`` records some of them.
 """
@@ -405,6 +408,31 @@ def record_gradient_accumulation(out: Path) -> None:
             prof.step()
 
 
+def record_amp_grad_scaler(out: Path) -> None:
+    """fp16 autocast with ``torch.amp.GradScaler``: ``scaler.step`` checks the unscaled
+    gradients for inf or NaN and reads the answer on the host before AdamW's update, every
+    step; four steps recorded."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096)
+    ).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(16384, 4096, device="cuda")  # enough work that the GPU sets the pace
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):  # warm: cuBLAS handles, the optimizer's state, the scale settled
+        step()
+    torch.cuda.synchronize()
+    _record_four_steps(out, "amp_grad_scaler_steps", step)
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -416,6 +444,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "data_parallel_two_gpus": record_data_parallel,
     "recompile_one_step": record_recompile_one_step,
     "gradient_accumulation_steps": record_gradient_accumulation,
+    "amp_grad_scaler_steps": record_amp_grad_scaler,
 }
 
 

@@ -240,8 +240,11 @@ def test_a_new_shape_cost_without_timed_candidates_names_no_search(tmp_path: Pat
 def test_the_optimizer_step_of_gradient_accumulation_is_read_as_a_cycle() -> None:
     # The steps holding the optimizer label, from the raw JSON: every fourth.
     raw = [e for e in events("gradient_accumulation_steps") if e.get("ph") == "X"]
-    steps = sorted((e for e in raw if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
-    labels = [e for e in raw if e["name"] == "optimizer"]
+    steps = sorted(
+        (e for e in raw if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    labels = [e for e in raw if e["name"] == "optimizer" and e["cat"] == "user_annotation"]
     with_optimizer = [
         int(step["name"].split("#")[1])
         for step in steps
@@ -254,6 +257,23 @@ def test_the_optimizer_step_of_gradient_accumulation_is_read_as_a_cycle() -> Non
     assert hit.evidence["median_other_cpu_us"] == round((others[3] + others[4]) / 2, 3)
     assert hit.evidence["only_in_wide_steps"]["name"] == "optimizer"
     assert fired("gradient_accumulation_steps", "slow-step") == []  # 1.4x, not 3x
+
+
+def test_a_grad_scalers_host_sync_in_every_step_is_read_as_the_loops_habit() -> None:
+    # GradScaler.step reads found_inf on the host (aten::item) before AdamW's update: one
+    # cudaStreamSynchronize in each step, while the GPU still runs the step's backward.
+    raw = [e for e in events("amp_grad_scaler_steps") if e.get("ph") == "X"]
+    steps = sorted(
+        (e for e in raw if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    syncs = [e for e in raw if e["name"] == "cudaStreamSynchronize"]
+    per_step = [sum(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for e in syncs) for s in steps]
+    assert per_step == [1, 1, 1, 1]
+    (hit,) = fired("amp_grad_scaler_steps", "intra-step-gap")
+    assert hit.evidence["cause"] == "host sync" and hit.evidence["sync_op"]["name"] == "aten::item"
+    assert hit.evidence["steps_with_sync"] == [int(s["name"].split("#")[1]) for s in steps]
+    assert hit.message.startswith("In 4 of 4 steps the GPU idles after a host sync")
 
 
 def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:
