@@ -1157,7 +1157,7 @@ JSON (--json): one object
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
-                   exposed_communication_us};
+                   exposed_communication_us, gemm_fp32_math};
                    content is "GPU", "accelerator not read", "GPU not recorded" (launch
                    or copy calls, or GPU lanes, but no kernel, copy or memset in the
                    trace: its kernels, launches, gpu_activities, collectives and
@@ -1185,12 +1185,18 @@ JSON (--json): one object
                    the times to compare without steps (the text shows them then);
                    collectives counts the NCCL/RCCL kernels, the medians are per step,
                    communication_us and exposed_communication_us over the whole trace
-                   (null without collectives)
+                   (null without collectives); gemm_fp32_math counts the GEMM kernels of
+                   matrix-multiply ops whose names say how they computed fp32: {"fp32": n}
+                   on the CUDA cores, {"tf32": n} in TF32 (null without GPU records)
   cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
                    step: compare recording_cpu_us then)
   devices_differ   whether the two ran on devices of different kinds, as far as both
                    traces say: AMD architectures both know, else vendors where a device
                    has no name, else names
+  fp32_math_differs
+                   whether the GEMM kernels' names say the two ran fp32 matmuls
+                   differently (one on the CUDA cores, one in TF32: another
+                   torch.set_float32_matmul_precision)
   versions_differ  whether torch (or library) versions that name things differently
                    wrote them (one
                    with torch ~1.8's categories, Operator, Kernel..., one without;

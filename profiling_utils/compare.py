@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .kernels import fp32_math
 from .measures import StepTime
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table, without_float_noise
@@ -115,6 +116,11 @@ class RunSummary:
     without collectives. The figure to compare for traces without steps (a serving loop's)."""
     exposed_communication_us: float | None
     """The same for communication with no compute kernel beside it."""
+    gemm_fp32_math: dict[str, int] | None = None
+    """The GEMM kernels under matrix-multiply ops whose names say how they computed on fp32
+    data (:func:`profiling_utils.kernels.fp32_math`), counted by that: ``{"fp32": n}`` on
+    the CUDA cores, ``{"tf32": n}`` in TF32 on the tensor cores; ``None`` where no GPU work
+    was recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +173,11 @@ class Comparison:
     """Whether the two ran on devices of different kinds, as far as both traces say
     (:func:`profiling_utils.trace.devices_differ`: names, and on AMD architectures): their
     times and kernel names then differ with the hardware as well as with the code."""
+    fp32_math_differs: bool = False
+    """Whether the GEMM kernels' names say the two computed fp32 matmuls differently (one on
+    the CUDA cores, the other in TF32: ``torch.set_float32_matmul_precision`` differs), both
+    saying something (:attr:`RunSummary.gemm_fp32_math`): their GEMM kernels then differ
+    with the precision, not only with the code."""
     versions_differ: bool = False
     """Whether the two were written by torch (or library) versions that name things
     differently: one
@@ -191,6 +202,7 @@ class Comparison:
                 "trace": asdict(self.trace),
                 "cpu_ratio": self.cpu_ratio,
                 "devices_differ": self.devices_differ,
+                "fp32_math_differs": self.fp32_math_differs,
                 "versions_differ": self.versions_differ,
                 "steps": [asdict(pair) for pair in self.steps],
                 "ops_only_in_baseline": [asdict(n) for n in self.ops_only_in_baseline],
@@ -215,6 +227,13 @@ class Comparison:
                 )
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
+        if self.fp32_math_differs:
+            out += [
+                f"          (fp32 GEMMs by their kernels' names: the baseline's "
+                f"{_fp32_math_words(a)}, the",
+                f"          trace's {_fp32_math_words(b)}: they ran at different matmul "
+                "precisions)",
+            ]
         if self.versions_differ:
             out += [
                 "          (written by torch or library versions that name ops, kernels or",
@@ -383,6 +402,20 @@ def _ratio(value: float) -> str:
     return f"{value:.2f}×" if value >= 0.01 or value == 0 else f"{value:.2g}×"
 
 
+def _fp32_math_words(side: RunSummary) -> str:
+    """``"on the CUDA cores"``, ``"in TF32"`` or ``"in both"``."""
+    said = set(side.gemm_fp32_math or ())
+    if said == {"fp32"}:
+        return "on the CUDA cores"
+    return "in TF32" if said == {"tf32"} else "in both"
+
+
+def _gemm_fp32_math(facts: Facts) -> dict[str, int]:
+    """:attr:`RunSummary.gemm_fp32_math` of a trace with GPU work."""
+    said = Counter(fp32_math(kernel.name) for _, kernel in facts.gemm_launches)
+    return {math: said[math] for math in ("fp32", "tf32") if said[math]}
+
+
 def _launch_apis(side: RunSummary) -> str:
     if side.launch_apis is None:
         return "not known (no GPU record to tell a launch by)"
@@ -448,6 +481,7 @@ def _summary(facts: Facts) -> RunSummary:
         median_step_exposed_communication_us=exposed,
         communication_us=None if total is None else total.communication_us,
         exposed_communication_us=None if total is None else total.exposed_us,
+        gemm_fp32_math=None if unrecorded or not trace.has_gpu else _gemm_fp32_math(facts),
     )
 
 
@@ -512,9 +546,10 @@ def _compare(a: Facts, b: Facts) -> Comparison:
     findings = order_findings(
         finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)
     )
+    baseline_summary, trace_summary = _summary(a), _summary(b)
     return Comparison(
-        baseline=_summary(a),
-        trace=_summary(b),
+        baseline=baseline_summary,
+        trace=trace_summary,
         steps=pairs,
         ops_only_in_baseline=_only_in(ops_a, ops_b),
         ops_only_in_trace=_only_in(ops_b, ops_a),
@@ -522,6 +557,11 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         kernels_only_in_trace=_only_in(kernels_b, kernels_a) if names_known else [],
         findings=findings,
         devices_differ=devices_differ(a.trace.devices, b.trace.devices),
+        fp32_math_differs=bool(
+            baseline_summary.gemm_fp32_math
+            and trace_summary.gemm_fp32_math
+            and baseline_summary.gemm_fp32_math.keys() != trace_summary.gemm_fp32_math.keys()
+        ),
         versions_differ=_versions_differ(a.trace, b.trace, ops_a, ops_b, kernels_a, kernels_b),
     )
 

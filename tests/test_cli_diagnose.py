@@ -205,6 +205,7 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
         "trace",
         "cpu_ratio",
         "devices_differ",
+        "fp32_math_differs",
         "versions_differ",
         "steps",
         "ops_only_in_baseline",
@@ -215,7 +216,7 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
     }
     assert [f["rule"] for f in data["findings"]] == ["compile-cpu-tax"]
     assert len(data["steps"]) == 3
-    assert data["devices_differ"] is False
+    assert data["devices_differ"] is False and data["fp32_math_differs"] is False
 
 
 def test_help_documents_the_json_and_the_rule_ids(capsys: pytest.CaptureFixture) -> None:
