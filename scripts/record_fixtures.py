@@ -8,6 +8,8 @@ Run on a CUDA machine from the repository root::
 eager, compiled and with Liger's kernel, attention naive, in place and through each SDPA
 backend), with ``liger-kernel`` installed; like ``rows`` it adds to ``provenance.json``.
 
+``--only tf32`` records only the 4096 fp32 GEMM with TF32 allowed, added the same way.
+
 ``--only rows`` records only the scenarios of the two rules about time that moves
 (``kernel-variance``, ``intra-step-gap``) and adds them to an existing ``provenance.json``::
 
@@ -36,7 +38,8 @@ from profiling_utils.capture import capture, run_name  # noqa: E402
 from profiling_utils.neighbour import GpuNeighbour  # noqa: E402
 from profiling_utils.provenance import environment  # noqa: E402
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}
+"""``tf32``: fp32 tensors, with ``torch.set_float32_matmul_precision("high")`` while recording."""
 
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -50,6 +53,9 @@ def operands(
     make = dict(device="cuda", dtype=DTYPES[dtype])
     w_shape = shape if batched_weight else (n, n)
     return torch.randn(*shape, **make), torch.randn(*w_shape, **make), torch.randn(n, n, **make)
+
+
+TF32_RUNS = [dict(shape=(4096, 4096), dtype="tf32", warm=True, compiled=False)]
 
 
 def matmul_runs() -> list[dict]:
@@ -109,8 +115,9 @@ def matmul_runs() -> list[dict]:
             batched_weight=True,
             suffix="bmm",
         ),
-        # fp32 GEMM.
+        # fp32 GEMM, and the same with TF32 allowed.
         dict(shape=(4096, 4096), dtype="fp32", warm=True, compiled=False),
+        *TF32_RUNS,
         # CUDA graphs.
         dict(shape=(64, 64), dtype="bf16", warm=True, compiled="reduce-overhead"),
         dict(shape=(4096, 4096), dtype="bf16", warm=True, compiled="reduce-overhead"),
@@ -129,14 +136,18 @@ def record_matmul(run: dict, out: Path, tmp: Path) -> dict:
     if run.get("suffix"):
         name += f"_{run['suffix']}"
     sched = run.get("schedule", dict(wait=1, warmup=1, active=3))
-    result = capture(
-        lambda: fn(x, w, b),
-        name=name,
-        out_dir=tmp,
-        label="matmul_add",
-        warmup_iters=3 if run["warm"] else 0,
-        **sched,
-    )
+    torch.set_float32_matmul_precision("high" if run["dtype"] == "tf32" else "highest")
+    try:
+        result = capture(
+            lambda: fn(x, w, b),
+            name=name,
+            out_dir=tmp,
+            label="matmul_add",
+            warmup_iters=3 if run["warm"] else 0,
+            **sched,
+        )
+    finally:
+        torch.set_float32_matmul_precision("highest")
     target = out / result.trace_path.name
     target.write_bytes(result.trace_path.read_bytes())
     return {
@@ -457,11 +468,11 @@ def main() -> None:
     parser.add_argument("--training-steps", type=int, default=3)
     parser.add_argument(
         "--only",
-        choices=("all", "rows", "series"),
+        choices=("all", "rows", "series", "tf32"),
         default="all",
         help="rows: only the kernel-variance and intra-step-gap scenarios; series: only "
-        "Parts 2 and 3 of the series (Linear, MLP, attention); both added to the existing "
-        "provenance.json",
+        "Parts 2 and 3 of the series (Linear, MLP, attention); tf32: only the fp32 GEMM with "
+        "TF32 allowed; each added to the existing provenance.json",
     )
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -478,7 +489,11 @@ def main() -> None:
                 print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)
             records.append(record_training(args.out, tmp, args.training_steps))
             print(records[-1]["file"], flush=True)
-        for scenario in {"all": ROWS + SERIES, "rows": ROWS, "series": SERIES}[args.only]:
+        if args.only == "tf32":
+            records += [record_matmul(run, args.out, tmp) for run in TF32_RUNS]
+        for scenario in {"all": ROWS + SERIES, "rows": ROWS, "series": SERIES, "tf32": []}[
+            args.only
+        ]:
             t0 = time.perf_counter()
             records.append(scenario(args.out, tmp))
             print(f"{records[-1]['file']:45s} {time.perf_counter() - t0:6.1f} s", flush=True)

@@ -12,7 +12,6 @@ import pytest
 from conftest import (
     FIXTURES,
     complete_event,
-    fixture_document,
     fixture_steps,
     gpu_fixture,
     trace_document,
@@ -673,22 +672,17 @@ def test_an_amd_gpu_against_an_unnamed_nvidia_one_differs_by_vendor() -> None:
     assert compare(amd, unnamed_amd).devices_differ
 
 
-def test_gemms_at_another_fp32_matmul_precision_are_said_to(tmp_path: Path) -> None:
-    # The 4096 fp32 GEMM's kernel says ffma (CUDA cores); renamed as the H100's TF32 kernel.
-    document = fixture_document("4096_fp32_warm_eager")
-    renamed = 0
-    for event in document["traceEvents"]:
-        if "_ffma_" in event.get("name", ""):
-            event["name"] = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_kernel"
-            renamed += 1
-    tf32 = write_trace(tmp_path / "tf32.json", document)
-    fp32 = gpu_fixture("4096_fp32_warm_eager")
+def test_gemms_at_another_fp32_matmul_precision_are_said_to() -> None:
+    # The 4096 fp32 GEMM on the H100: ffma kernels (CUDA cores), then recorded again with
+    # torch.set_float32_matmul_precision("high"): a TF32 kernel.
+    fp32, tf32 = gpu_fixture("4096_fp32_warm_eager"), gpu_fixture("4096_tf32_warm_eager")
     comparison = compare(fp32, tf32)
-    assert comparison.baseline.gemm_fp32_math == {"fp32": renamed}
-    assert comparison.trace.gemm_fp32_math == {"tf32": renamed}
+    assert comparison.baseline.gemm_fp32_math == {"fp32": 3}
+    assert comparison.trace.gemm_fp32_math == {"tf32": 3}
     assert comparison.fp32_math_differs and comparison.to_dict()["fp32_math_differs"] is True
-    text = comparison.to_text()
-    assert "the baseline's on the CUDA cores, the\n          trace's in TF32" in text
+    assert "the baseline's on the CUDA cores, the\n          trace's in TF32" in (
+        comparison.to_text()
+    )
     # The same precision on both sides, or a side whose names say nothing (bf16), is not.
     assert not compare(fp32, fp32).fp32_math_differs
     bf16 = compare(fp32, gpu_fixture("4096_bf16_warm_eager"))

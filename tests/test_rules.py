@@ -71,6 +71,8 @@ EAGER_4096 = {
     *ITEM_SYNC,
 }
 FP32 = {"4096_fp32_warm_eager"}
+TF32 = {"4096_tf32_warm_eager"}
+"""The fp32 GEMM with torch.set_float32_matmul_precision("high"): TF32 on the tensor cores."""
 COMPILE_64 = {"64_bf16_cold_compile", "64_bf16_warm_compile"}
 COMPILE_4096 = {"4096_bf16_cold_compile", "4096_bf16_warm_compile"}
 COMPILE = COMPILE_64 | COMPILE_4096
@@ -84,7 +86,7 @@ NO_WAIT = TRULY_COLD | {
     "64_bf16_warm_eager_w0a20",
     "4096_bf16_warm_eager_w0a20",
 }
-MATMUL = EAGER_64 | EAGER_4096 | FP32 | COMPILE | GRAPHS
+MATMUL = EAGER_64 | EAGER_4096 | FP32 | TF32 | COMPILE | GRAPHS
 # Part 3 of the series: causal attention, batch 8, 16 heads, 1024 tokens, head size 64, bf16.
 NAIVE = {"attention_8x16x1024x64_bf16_naive"}
 """Scores masked out of place (masked_fill: a clone, then a device-to-device copy)."""
@@ -118,7 +120,13 @@ FIRES: dict[str, set[str]] = {
     | LINEAR,
     # The GPU is the bottleneck for a 4096x4096 GEMM (reduce-overhead's input copies and CPU
     # wrapper leave it in between: neither rule).
-    "compute-bound": EAGER_4096 | FP32 | COMPILE_4096 | HAND_WRITTEN | SDPA_MATH | SDPA_EFFICIENT,
+    "compute-bound": EAGER_4096
+    | FP32
+    | TF32
+    | COMPILE_4096
+    | HAND_WRITTEN
+    | SDPA_MATH
+    | SDPA_EFFICIENT,
     # In between, the GPU idle for most of the step: one fused attention call a step, whose
     # dispatch takes longer than its kernel, and the eager MLP's host time between launches.
     "gpu-idle": SDPA_FLASH | SDPA_CUDNN | MLP_EAGER,
@@ -135,9 +143,9 @@ FIRES: dict[str, set[str]] = {
     # Only a truly cold process shows it on the H100 (80 µs against 9 µs); under the default
     # schedule the first dead window is ~25 µs, 3-4x the later steps, cold or warm alike.
     "dead-window": TRULY_COLD | NAIVE | LINEAR_EAGER,
-    # fp32 GEMM: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a process's
-    # first bf16 GEMM: occupancy queries.
-    "planned-launch": FP32 | TRAIN | TRULY_COLD | SDPA_FLASH,
+    # fp32 and TF32 GEMMs: cudaFuncGetAttributes; cuDNN attention: cudaGetFuncBySymbol; a
+    # process's first bf16 GEMM: occupancy queries.
+    "planned-launch": FP32 | TF32 | TRAIN | TRULY_COLD | SDPA_FLASH,
     "plain-launch": MATMUL - COMPILE
     | TRAIN
     | HAND_WRITTEN
@@ -147,7 +155,7 @@ FIRES: dict[str, set[str]] = {
     # bf16 GEMMs through cuLaunchKernelEx (no fp32 GEMM, no graph replay).
     "driver-launch": EAGER_64 | EAGER_4096 | COMPILE | TRAIN | HAND_WRITTEN | SDPA_CUDNN | PART2,
     # The GPU is still busy with queued GEMMs when the profiler syncs.
-    "sync-flush": EAGER_4096 - ITEM_SYNC | FP32 | HAND_WRITTEN | SDPA_MATH,
+    "sync-flush": EAGER_4096 - ITEM_SYNC | FP32 | TF32 | HAND_WRITTEN | SDPA_MATH,
     # The transformer's longest runs of elementwise kernels over one shape are two long (a
     # cast then a copy; add_ then a cast): see tests/test_rules_fusion.py. The math
     # backend's scores go through add_ (the mask), isneginf and where, one shape; the
@@ -166,15 +174,16 @@ FIRES: dict[str, set[str]] = {
     "kernel-variance": SHARED_GPU,
     # Every run with a matmul op on the CPU lane (a graph replay hides the op).
     "gemm-kernel": MATMUL - GRAPHS | TRAIN | HAND_WRITTEN | SDPA_MATH | PART2,
-    # The fp32 GEMM runs on the H100's CUDA cores (ffma), TF32 being off; the math backend's
-    # fp32 GEMMs are attention-math-fp32's, and every other GEMM is bf16.
+    # The fp32 GEMM runs on the H100's CUDA cores (ffma), TF32 being off (with it allowed,
+    # a TF32 kernel); the math backend's fp32 GEMMs are attention-math-fp32's, and every
+    # other GEMM is bf16.
     "fp32-gemm": FP32,
     "bias-copy": COMPILE,
-    # The 4096 bf16 GEMM kernel needs a zeroed 4-byte workspace.
-    "memset-before-gemm": EAGER_4096 | COMPILE_4096 | HAND_WRITTEN | MLP,
+    # The 4096 bf16 GEMM kernel, and the TF32 one, need a zeroed 4-byte workspace.
+    "memset-before-gemm": EAGER_4096 | TF32 | COMPILE_4096 | HAND_WRITTEN | MLP,
     "call-chain": ALL,
     # The 8x64x64 recording multiplies by a 2-D weight: matmul folds it into one mm.
-    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TRAIN | MLP - MLP_COMPILE,
+    "mm-dispatch": EAGER_64 - BMM | EAGER_4096 | FP32 | TF32 | TRAIN | MLP - MLP_COMPILE,
     # A 3-D weight too: aten::bmm.
     "bmm-dispatch": BMM | HAND_WRITTEN | SDPA_MATH,
     "addmm-fusion": COMPILE | TRAIN | LINEAR,
