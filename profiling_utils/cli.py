@@ -92,6 +92,14 @@ Commands:
       of the same name counts once.
     - ``launch_apis``: kernels per launch API (``"(launch not in the trace)"`` when the launch
       is not in the trace); ``planning_calls``: planning calls per name.
+    - ``memory_peaks``: per device that ``profile_memory=True`` recorded allocations on
+      (GPUs, then the CPU), ``{device, events, peak_allocated_bytes, peak_at_us, peak_step,
+      peak_reserved_bytes, end_allocated_bytes, from_recording_start}``: the most bytes
+      allocated to tensors at once, when and in which step, the most the caching allocator
+      reserved (``null`` on the CPU), and what was still allocated after the last event
+      (:func:`profiling_utils.measures.memory_peaks`); empty without memory events. With
+      ``from_recording_start`` (torch ~1.8-1.9 wrote each allocation's size, no totals) the
+      two byte counts are the sizes added up from the recording's start.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
       median_bandwidth_gb_s, ops, host_memory}``; ``host_memory`` counts a copy to or from
       the host by the host memory its name gives (``Pinned``, ``Pageable``; ``Host`` on
@@ -650,6 +658,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "launch_apis": dict(apis.most_common()),
         "planning_calls": dict(planning.most_common()),
         "memory": _memory(trace),
+        "memory_peaks": [peak.to_dict() for peak in measures.memory_peaks(trace)],
         "communication": _communication(trace),
         "host_collectives": _host_collectives(trace),
         "compile": {
@@ -674,6 +683,11 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             "entries": [entry.to_dict() for entry in view.top(top)],
         },
     }
+
+
+def _signed_size(size: int) -> str:
+    """``+12 MiB``, ``-4 KiB``: a change of memory, from some start."""
+    return f"{'-' if size < 0 else '+'}{byte_size(abs(size))}"
 
 
 def _us(value: float | None, digits: int = 1) -> str:
@@ -976,6 +990,30 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(f"  {m['kind']:<8} x{m['count']:<5} {size}{host} from {_counts(m['ops'])}")
     if not summary["memory"]:
         out.append("  none")
+    if summary["memory_peaks"]:
+        out += ["", "Memory allocated to tensors (recorded with profile_memory=True)"]
+        for peak in summary["memory_peaks"]:
+            step = "" if peak["peak_step"] is None else f" in ProfilerStep#{peak['peak_step']}"
+            reserved = (
+                ""
+                if peak["peak_reserved_bytes"] is None
+                else f", {byte_size(peak['peak_reserved_bytes'])} reserved at most"
+            )
+            if peak["from_recording_start"]:  # sizes only: counted from the recording's start
+                top, end = (peak["peak_allocated_bytes"], peak["end_allocated_bytes"])
+                out.append(
+                    f"  {peak['device']:<6} peak {_signed_size(top)} over the recording's start "
+                    f"at {_us(peak['peak_at_us'])} µs{step}; {_signed_size(end)} at the end "
+                    f"({peak['events']} allocations and frees; the trace writes no allocator "
+                    "totals)"
+                )
+                continue
+            out.append(
+                f"  {peak['device']:<6} peak {byte_size(peak['peak_allocated_bytes'])} at "
+                f"{_us(peak['peak_at_us'])} µs{step}{reserved}; "
+                f"{byte_size(peak['end_allocated_bytes'])} at the end "
+                f"({peak['events']} allocations and frees)"
+            )
 
     out += ["", "Communication (collective kernels, µs on the GPU; GB/s: 10^9 bytes per second)"]
     communication = summary["communication"]

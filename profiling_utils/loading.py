@@ -126,13 +126,51 @@ class _AnyCompleteEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     pass
 
 
-# The second pass of RawTrace.thread_names: metadata events decoded, every other event a marker.
-_THREAD_NAME_PASS_TYPES = (
+# Any: a field of another shape in some other instant event must not fail the pass that reads
+# the thread names too (each is checked where a memory event is read).
+class _MemoryArgs(msgspec.Struct, gc=False):
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    bytes: Any = msgspec.field(default=None, name="Bytes")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+
+
+class _InstantEvent(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
+    name: Any = None
+    ts: Any = None
+    args: Any = None
+
+
+class MemoryEvent(msgspec.Struct, frozen=True, gc=False):
+    """One allocation or free that ``profile_memory=True`` recorded (a ``[memory]`` instant
+    event), as written: ``ts`` in the trace's own time (the model shifts it)."""
+
+    ts: float
+    """When, µs, as written (as the complete events' ``ts``)."""
+    bytes: int
+    """Bytes allocated (positive) or freed (negative)."""
+    total_allocated: int | None
+    """Bytes the allocator held for tensors on that device just after it (``None`` where the
+    trace does not write it, as torch ~1.8-1.9 did not)."""
+    total_reserved: int | None
+    """Bytes the caching allocator had reserved from the device (``None`` on the CPU, which
+    writes 0)."""
+    device_type: int
+    """``0`` for the CPU, ``1`` for CUDA (PyTorch's ``DeviceType``), as written."""
+    device_id: int
+    """The device index (``-1`` on the CPU)."""
+
+
+# The second pass (RawTrace.thread_names, RawTrace.memory_events): metadata and instant
+# events decoded, every other event a marker.
+_SECOND_PASS_TYPES = (
     _MetadataEvent,
+    _InstantEvent,
     _AnyCompleteEvent,
-    *(marker for marker in _OTHER_EVENT_TYPES if marker.__struct_config__.tag != "M"),
+    *(marker for marker in _OTHER_EVENT_TYPES if marker.__struct_config__.tag not in "Mi"),
 )
-_THREAD_NAMES = msgspec.json.Decoder(list[Union[_THREAD_NAME_PASS_TYPES]])  # noqa: UP007
+_SECOND_PASS = msgspec.json.Decoder(list[Union[_SECOND_PASS_TYPES]])  # noqa: UP007
 
 E = TypeVar("E", bound=Event)
 
@@ -169,6 +207,7 @@ class RawTrace(Generic[E]):
     _source: Buffer | None = field(default=None, repr=False)
     _events_source: Buffer | msgspec.Raw | None = field(default=None, repr=False)
     _thread_names: dict[tuple[int | str, int | str], str] | None = field(default=None, repr=False)
+    _memory_events: list[MemoryEvent] | None = field(default=None, repr=False)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -187,21 +226,45 @@ class RawTrace(Generic[E]):
         ``(pid, tid)``: ``"thread 879 (pt_autograd_0)"``. Read on first use, in a second pass
         over the events: loading decodes complete events only, and a picture needs these."""
         if self._thread_names is None:
-            source, self._events_source = self._events_source, None
-            names: dict[tuple[int | str, int | str], str] = {}
-            try:
-                if source is not None and not isinstance(source, msgspec.Raw):
-                    source = _TOP_LEVEL.decode(source).get("traceEvents")  # the whole file
-                events = _THREAD_NAMES.decode(source) if source is not None else []
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                events = []  # the events decoded once; a name of an odd shape is no name
-            for event in events:
-                if type(event) is _MetadataEvent and event.name == "thread_name":
-                    name = event.args.name if event.args is not None else None
-                    if isinstance(name, str) and name.strip():
-                        names[event.pid, event.tid] = name.strip()
-            self._thread_names = names
-        return self._thread_names
+            self._second_pass()
+        return self._thread_names  # type: ignore[return-value]
+
+    @property
+    def memory_events(self) -> list[MemoryEvent]:
+        """The allocations and frees ``profile_memory=True`` recorded (``[memory]`` instant
+        events), in file order; read in the same second pass as :attr:`thread_names`."""
+        if self._memory_events is None:
+            source = self._events_source
+            view = memoryview(source) if isinstance(source, msgspec.Raw) else source
+            if view is not None and _MEMORY_EVENT_NAME.search(view) is None:
+                self._memory_events = []  # a scan of the bytes, not a pass: none is written
+            else:
+                self._second_pass()
+        return self._memory_events  # type: ignore[return-value]
+
+    def _second_pass(self) -> None:
+        """Read :attr:`thread_names` and :attr:`memory_events` in one pass over the events,
+        then let the source go."""
+        source, self._events_source = self._events_source, None
+        names: dict[tuple[int | str, int | str], str] = {}
+        memory: list[MemoryEvent] = []
+        try:
+            if source is not None and not isinstance(source, msgspec.Raw):
+                source = _TOP_LEVEL.decode(source).get("traceEvents")  # the whole file
+            events = _SECOND_PASS.decode(source) if source is not None else []
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = []  # the events decoded once; a field of an odd shape is not read
+        for event in events:
+            kind = type(event)
+            if kind is _MetadataEvent and event.name == "thread_name":
+                name = event.args.name if event.args is not None else None
+                if isinstance(name, str) and name.strip():
+                    names[event.pid, event.tid] = name.strip()
+            elif kind is _InstantEvent and event.name == "[memory]":
+                found = _memory_event(event)
+                if found is not None:
+                    memory.append(found)
+        self._thread_names, self._memory_events = names, memory
 
     def exact_times(self) -> list[Decimal | None]:
         """Every event's ``ts`` exactly as written, in file order (``None`` where an event has
@@ -223,6 +286,36 @@ class RawTrace(Generic[E]):
             return [event.ts for event in document_decoder.decode(source).traceEvents]
         except (msgspec.DecodeError, msgspec.ValidationError):
             return []  # the events decoded once; a time of another shape is not read twice
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_MEMORY_EVENT_NAME = re.compile(rb'"\[memory\]"')
+
+
+def _memory_event(event: _InstantEvent) -> MemoryEvent | None:
+    """A ``[memory]`` event with the sizes and device that make it one; else None."""
+    if not isinstance(event.args, dict) or not _is_number(event.ts):
+        return None
+    try:
+        args = msgspec.convert(event.args, _MemoryArgs)
+    except msgspec.ValidationError:
+        return None
+    if not _is_number(args.bytes) or not isinstance(args.device_type, int):
+        return None
+    total = args.total_allocated
+    reserved = args.total_reserved if args.device_type != 0 else None
+    device = args.device_id if isinstance(args.device_id, int) else -1
+    return MemoryEvent(
+        float(event.ts),
+        int(args.bytes),
+        int(total) if _is_number(total) else None,
+        int(reserved) if _is_number(reserved) else None,
+        args.device_type,
+        device,
+    )
 
 
 @functools.cache

@@ -37,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from .loading import MemoryEvent
 from .trace import (
     GPU_WORK_CATEGORIES,
     HOST_COLLECTIVE_PREFIX,
@@ -93,6 +94,8 @@ __all__ = [
     "kernel_footprint",
     "resident_blocks_per_sm",
     "memory_copies",
+    "MemoryPeak",
+    "memory_peaks",
     "compiled_regions",
     "graph_launches",
     "op_stats",
@@ -1178,6 +1181,68 @@ class MemoryCopy(_Result, msgspec.Struct, frozen=True, gc=False):
     """The call that issued it: ``cudaMemcpyAsync``, ``cudaMemsetAsync``, ``cudaGraphLaunch``..."""
     step: int | None
     """The step it belongs to."""
+
+
+class MemoryPeak(_Result, msgspec.Struct, frozen=True, gc=False):
+    """The most memory one device's allocator held for tensors while the trace recorded
+    (``profile_memory=True``)."""
+
+    device: str
+    """``"GPU 0"`` (``cuda:0``), or ``"CPU"``."""
+    events: int
+    """Allocations and frees recorded on it."""
+    peak_allocated_bytes: int
+    """The most bytes allocated to tensors at once (the allocator's ``Total Allocated``); with
+    :attr:`from_recording_start`, the most beyond what was allocated when the recording
+    began (below 0 where it never rose above that)."""
+    peak_at_us: float
+    """When that peak was first reached, µs from the trace's origin."""
+    peak_step: int | None
+    """The step whose CPU window holds that time, or ``None``."""
+    peak_reserved_bytes: int | None
+    """The most bytes the caching allocator held from the device (``Total Reserved``;
+    ``None`` on the CPU)."""
+    end_allocated_bytes: int
+    """Bytes allocated after its last recorded allocation or free (with
+    :attr:`from_recording_start`, beyond what was allocated when the recording began: less
+    than 0 where it freed more than it allocated)."""
+    from_recording_start: bool = False
+    """Whether the trace writes no allocator totals (torch ~1.8-1.9 wrote each allocation's
+    size only): the figures then add up the sizes from the recording's start, taken as 0."""
+
+
+def memory_peaks(trace: Trace) -> list[MemoryPeak]:
+    """Per device, the peak of the memory allocated to tensors that ``profile_memory=True``
+    recorded, and when it came; GPUs first, by index, then the CPU. Empty for a trace
+    recorded without memory events."""
+    by_device: dict[tuple[int, int], list[MemoryEvent]] = {}
+    for event in trace.memory_events:
+        by_device.setdefault((event.device_type, event.device_id), []).append(event)
+    peaks = []
+    for (device_type, device_id), events in sorted(
+        by_device.items(), key=lambda item: (item[0][0] == 0, item[0])
+    ):
+        events.sort(key=attrgetter("ts"))
+        from_start = any(event.total_allocated is None for event in events)
+        if from_start:  # each event's size only: added up from the recording's start
+            totals = list(accumulate(event.bytes for event in events))
+        else:
+            totals = [event.total_allocated for event in events]
+        top = max(range(len(events)), key=totals.__getitem__)  # the first of equal peaks
+        reserved = [e.total_reserved for e in events if e.total_reserved is not None]
+        peaks.append(
+            MemoryPeak(
+                device="CPU" if device_type == 0 else f"GPU {device_id}",
+                events=len(events),
+                peak_allocated_bytes=totals[top],
+                peak_at_us=round(events[top].ts, 3),
+                peak_step=trace.step_number_at(events[top].ts),
+                peak_reserved_bytes=max(reserved) if reserved else None,
+                end_allocated_bytes=totals[-1],
+                from_recording_start=from_start,
+            )
+        )
+    return peaks
 
 
 def memory_copies(trace: Trace) -> list[MemoryCopy]:

@@ -53,7 +53,7 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import TraceError
-from .loading import Event, OtherEvent, RawTrace, load_raw_trace
+from .loading import Event, MemoryEvent, OtherEvent, RawTrace, load_raw_trace
 
 __all__ = [
     "LaneKind",
@@ -811,6 +811,17 @@ class Trace:
         match = _KINETO_THREAD_NAME.fullmatch(name)
         return match[1] if match else name
 
+    @property
+    def memory_events(self) -> list[MemoryEvent]:
+        """The allocations and frees ``profile_memory=True`` recorded (``[memory]`` events),
+        in file order, each ``ts`` shifted as the spans' times are (µs from the trace's
+        origin); read on first use, empty for a trace recorded without them."""
+        origin = self.origin_us
+        return [
+            msgspec.structs.replace(event, ts=event.ts - origin)
+            for event in self._raw.memory_events
+        ]
+
     # -- building ---------------------------------------------------------------------------
 
     def _build_spans(self, events: list[Span | OtherEvent]) -> None:
@@ -1159,6 +1170,10 @@ class Trace:
             for number, span in sorted(step_spans.items())
         ]
         self._step_by_number = {step.number: step for step in self.steps}
+
+    def step_number_at(self, time: float) -> int | None:
+        """The number of the step whose CPU window holds ``time`` (µs), or ``None``."""
+        return self._step_number_at(time)
 
     def _step_number_at(self, time: float) -> int | None:
         index = bisect_right(self._step_starts, time) - 1

@@ -57,6 +57,7 @@ SUMMARY_KEYS = {
     "launch_apis",
     "planning_calls",
     "memory",
+    "memory_peaks",
     "communication",
     "host_collectives",
     "compile",
@@ -77,6 +78,7 @@ def test_json_summary_of_every_fixture(capsys, name: str) -> None:
     assert (status, err) == (0, "")
     summary = json.loads(out)
     assert set(summary) == SUMMARY_KEYS
+    assert summary["memory_peaks"] == []  # recorded without profile_memory
     trace = load_trace(path)
     assert summary["file"] == str(path)
     assert summary["spans"] == len(trace.spans) and summary["has_gpu"]

@@ -15,6 +15,7 @@ import pytest
 from conftest import run_cli
 
 from profiling_utils import diagnose, load_trace
+from profiling_utils.tables import byte_size
 
 FEATURES = Path(__file__).parent / "fixtures" / "features"
 
@@ -274,6 +275,37 @@ def test_a_grad_scalers_host_sync_in_every_step_is_read_as_the_loops_habit() -> 
     assert hit.evidence["cause"] == "host sync" and hit.evidence["sync_op"]["name"] == "aten::item"
     assert hit.evidence["steps_with_sync"] == [int(s["name"].split("#")[1]) for s in steps]
     assert hit.message.startswith("In 4 of 4 steps the GPU idles after a host sync")
+
+
+def test_profile_memory_events_give_each_devices_peak_allocation(capsys) -> None:
+    from profiling_utils import measures
+
+    raw = events("all_options_mlp_train")
+    memory = [e for e in raw if e.get("name") == "[memory]"]
+    on_gpu = [e for e in memory if e["args"]["Device Type"] == 1]
+    top = max(on_gpu, key=lambda e: e["args"]["Total Allocated"])  # the first of equal ones
+    trace = load_trace(FEATURES / "all_options_mlp_train.json.gz")
+    gpu, cpu = measures.memory_peaks(trace)
+    assert (gpu.device, gpu.events, cpu.device) == ("GPU 0", len(on_gpu), "CPU")
+    assert gpu.events + cpu.events == len(memory)
+    assert gpu.peak_allocated_bytes == top["args"]["Total Allocated"]
+    assert gpu.peak_reserved_bytes == max(e["args"]["Total Reserved"] for e in on_gpu)
+    assert gpu.end_allocated_bytes == max(on_gpu, key=lambda e: e["ts"])["args"]["Total Allocated"]
+    assert cpu.peak_reserved_bytes is None
+    steps = [e for e in raw if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]  # fmt: skip
+    (holding,) = [s for s in steps if s["ts"] <= top["ts"] < s["ts"] + s["dur"]]
+    assert f"ProfilerStep#{gpu.peak_step}" == holding["name"]
+    status, out, _ = run_cli(capsys, "summary", str(FEATURES / "all_options_mlp_train.json.gz"))
+    assert status == 0
+    assert (
+        f"  GPU 0  peak {byte_size(gpu.peak_allocated_bytes)} at {gpu.peak_at_us:,.1f} µs in "
+        f"ProfilerStep#{gpu.peak_step}, {byte_size(gpu.peak_reserved_bytes)} reserved at most"
+    ) in out
+    # Without memory events: no peak, and no section.
+    status, out, _ = run_cli(capsys, "summary", str(FEATURES / "cuda_only_mlp_train.json.gz"))
+    assert status == 0 and "Memory allocated" not in out
+    assert measures.memory_peaks(load_trace(FEATURES / "cuda_only_mlp_train.json.gz")) == []
 
 
 def test_many_calls_reads_a_recording_besides_its_one_time_calls() -> None:

@@ -217,6 +217,48 @@ def test_thread_names_are_read_from_metadata_events_on_demand(make_trace, repair
     assert names[7] is None, "a GPU stream's lane is not a thread"
 
 
+def _memory(ts: float, total: object, size: int = 256, device: tuple = (1, 0)) -> dict:
+    """A ``[memory]`` instant event as profile_memory=True writes it."""
+    args = {"Total Reserved": 2097152, "Total Allocated": total, "Bytes": size}
+    args |= {"Device Id": device[1], "Device Type": device[0], "Addr": 1}
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 429,
+            "tid": 429, "ts": ts, "args": args}  # fmt: skip
+
+
+@pytest.mark.parametrize("first", ["thread_names", "memory_events"])
+def test_memory_events_are_read_with_the_thread_names_in_one_pass(make_trace, first) -> None:
+    events = [
+        *minimal_gpu_events(),
+        {"name": "thread_name", "ph": "M", "pid": 429, "tid": 429,
+         "args": {"name": "thread 429 (python3)"}},
+        _memory(1012.0, 256), _memory(1020.5, 512), _memory(1030.0, 256, size=-256),
+        _memory(1031.0, 8, size=8, device=(0, -1)),
+        _memory(1032.0, "N/A"),  # no total, as torch ~1.8 wrote: its size is still read
+        {"ph": "i", "name": "[memory]", "pid": 429, "tid": 429, "ts": 1033.0},  # no args
+        _memory(1034.0, 256, size="big"),  # a size that is no number: not read
+        {"ph": "i", "name": "marker", "pid": 429, "tid": 429, "ts": "odd", "args": [1]},
+    ]  # fmt: skip
+    raw = load_raw_trace(make_trace(events))
+    getattr(raw, first)  # either read first, the other comes from the same pass
+    assert raw.thread_names == {(429, 429): "thread 429 (python3)"}
+    assert [(e.ts, e.bytes, e.total_allocated, e.device_type, e.device_id)
+            for e in raw.memory_events] == [
+        (1012.0, 256, 256, 1, 0), (1020.5, 256, 512, 1, 0), (1030.0, -256, 256, 1, 0),
+        (1031.0, 8, 8, 0, -1), (1032.0, 256, None, 1, 0),
+    ]  # fmt: skip
+    assert [e.total_reserved for e in raw.memory_events] == [2097152] * 3 + [None, 2097152]
+    # The model shifts their times as it shifts the spans'.
+    trace = load_trace(make_trace(events, name="again.json"))
+    assert [e.ts for e in trace.memory_events] == [12.0, 20.5, 30.0, 31.0, 32.0]
+
+
+def test_a_trace_without_memory_events_is_scanned_not_decoded_again(make_trace) -> None:
+    raw = load_raw_trace(make_trace(minimal_gpu_events()))
+    assert raw.memory_events == []
+    assert raw._events_source is not None  # kept for the thread names' pass
+    assert raw.thread_names == {(429, 429): "thread 429 (python3)"}
+
+
 def test_a_trace_without_metadata_events_names_no_thread(make_trace) -> None:
     trace = load_trace(make_trace([complete_event("aten::mm", "cpu_op", 0, 5)]))
     assert [trace.thread_name(lane) for lane in trace.lanes] == [None]

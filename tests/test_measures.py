@@ -1002,3 +1002,38 @@ def test_pieces_within_merges_overlapping_calls_and_cuts_them_to_the_window(make
     trace = load_trace(make_trace(events))
     assert measures.pieces_within(trace.runtime_calls, 10, 200) == [(10.0, 80.0), (100.0, 120.0)]
     assert measures.pieces_within(trace.runtime_calls, 500, 600) == []
+
+
+def _memory_event(ts: float, size: int, total: int | None = None, device_type: int = 1) -> dict:
+    """A ``[memory]`` instant event; torch ~1.8-1.9 wrote no ``Total Allocated``."""
+    args = {"Device Type": device_type, "Device Id": 0 if device_type else -1, "Bytes": size}
+    if total is not None:
+        args |= {"Total Allocated": total, "Total Reserved": 4 * 2**20}
+    return {"ph": "i", "s": "t", "name": "[memory]", "pid": 429, "tid": 429, "ts": ts,
+            "args": args}  # fmt: skip
+
+
+def test_memory_peaks_read_the_allocators_totals_or_add_up_the_sizes(make_trace) -> None:
+    steps = [
+        complete_event("ProfilerStep#1", "user_annotation", 1000, 100),
+        complete_event("ProfilerStep#2", "user_annotation", 1100, 100),
+    ]
+    written = [  # totals as torch >= 1.10 writes them: 1 MiB held before the recording
+        _memory_event(1010, 2**20, 2 * 2**20), _memory_event(1120, 2**20, 3 * 2**20),
+        _memory_event(1150, -2**20, 2 * 2**20), _memory_event(1160, 2**20, 3 * 2**20),
+    ]  # fmt: skip
+    (gpu,) = measures.memory_peaks(load_trace(make_trace([*steps, *written])))
+    assert (gpu.device, gpu.events, gpu.from_recording_start) == ("GPU 0", 4, False)
+    assert (gpu.peak_allocated_bytes, gpu.peak_at_us, gpu.peak_step) == (3 * 2**20, 120.0, 2)
+    assert (gpu.peak_reserved_bytes, gpu.end_allocated_bytes) == (4 * 2**20, 3 * 2**20)
+    sizes = [  # sizes only, as torch ~1.8 wrote them: added up from the recording's start
+        _memory_event(1010, 2**20), _memory_event(1120, 2**20), _memory_event(1150, -2**20),
+        _memory_event(1005, 64, device_type=0), _memory_event(1190, -128, device_type=0),
+    ]  # fmt: skip
+    gpu, cpu = measures.memory_peaks(load_trace(make_trace([*steps, *sizes], name="old.json")))
+    assert gpu.from_recording_start and cpu.from_recording_start
+    assert (gpu.peak_allocated_bytes, gpu.peak_at_us, gpu.end_allocated_bytes) == (
+        2 * 2**20, 120.0, 2**20,
+    )  # fmt: skip
+    assert (cpu.device, cpu.peak_allocated_bytes, cpu.end_allocated_bytes) == ("CPU", 64, -64)
+    assert cpu.peak_reserved_bytes is None and (cpu.peak_at_us, cpu.peak_step) == (5.0, 1)
