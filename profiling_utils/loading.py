@@ -268,8 +268,8 @@ class RawTrace(Generic[E]):
 
     def exact_times(self) -> list[Decimal | None]:
         """Every event's ``ts`` exactly as written, in file order (``None`` where an event has
-        none), read in a second pass over the events; ``[]`` once :attr:`thread_names` has
-        been read (the source is then freed).
+        none), read in a second pass over the events; ``[]`` once :attr:`thread_names` or
+        :attr:`memory_events` has been read (the source is then freed).
 
         A float holds about 16 significant digits: a time written as absolute epoch µs with
         nanosecond decimals (``1712195495505881.623``, as some torch 2.x versions write them)
