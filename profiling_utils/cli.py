@@ -1268,13 +1268,15 @@ def _rule_id_list(text: str) -> list[str]:
 
 
 def _diagnose_task(
-    trace: Trace, select: list[str] | None, ignore: list[str] | None, ranks: bool
-) -> tuple[RankProfile | None, dict[str, Any], str]:
-    """Worker: one trace's findings (JSON and text), and its profile for the cross-rank table
-    if ``ranks``."""
+    trace: Trace, select: list[str] | None, ignore: list[str] | None, ranks: bool, as_json: bool
+) -> tuple[RankProfile | None, dict[str, Any] | None, str | None]:
+    """Worker: one trace's findings, as JSON or as text (the form printed, the other
+    ``None``), and its profile for the cross-rank table if ``ranks``."""
     findings = diagnose(trace, select=select, ignore=ignore)
     profile = rank_profile(trace) if ranks else None
-    return profile, diagnosis_dict(trace, findings), format_diagnosis(trace, findings)
+    if as_json:
+        return profile, diagnosis_dict(trace, findings), None
+    return profile, None, format_diagnosis(trace, findings)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -1315,7 +1317,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
             print(f"note: not run: {against_reason}", file=sys.stderr)
         if chosen_across and not several:
             print(f"note: not run: {across_reason}", file=sys.stderr)
-    task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi)
+    task = partial(_diagnose_task, select=select, ignore=ignore, ranks=multi, as_json=args.json)
     outcomes = _analyse(args, args.traces, task)
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
@@ -1381,15 +1383,17 @@ def add_diagnose_parser(subcommands: Any) -> None:
 
 
 def _compare_task(
-    baseline: Trace, trace: Trace, ranks: bool
-) -> tuple[RankProfile | None, RankProfile | None, dict[str, Any], str]:
-    """Worker: the comparison of two traces, and their profiles for the cross-rank tables if
-    ``ranks``."""
+    baseline: Trace, trace: Trace, ranks: bool, as_json: bool
+) -> tuple[RankProfile | None, RankProfile | None, dict[str, Any] | None, str | None]:
+    """Worker: the comparison of two traces, as JSON or as text (the form printed, the other
+    ``None``), and their profiles for the cross-rank tables if ``ranks``."""
     from .compare import compare  # here: diagnose never needs it (nor its import time)
 
     comparison = compare(baseline, trace)
     profiles = (rank_profile(baseline), rank_profile(trace)) if ranks else (None, None)
-    return *profiles, comparison.to_dict(), comparison.to_text()
+    if as_json:
+        return *profiles, comparison.to_dict(), None
+    return *profiles, None, comparison.to_text()
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -1405,8 +1409,14 @@ def run_compare(args: argparse.Namespace) -> int:
     multi = _is_multi([args.baseline]) or _is_multi([args.trace])
     pairs, by_rank = pair_by_rank(baselines, traces)
     paired_by = "recorded rank" if by_rank else "file-name order"
-    task = partial(_compare_task, ranks=multi)
-    outcomes = analyse_files(pairs, task, max_bytes=args.max_trace_bytes, workers=args.jobs)
+    task = partial(_compare_task, ranks=multi, as_json=args.json)
+    outcomes = analyse_files(
+        pairs,
+        task,
+        max_bytes=args.max_trace_bytes,
+        workers=args.jobs,
+        keep=args.keep_traces if len(pairs) == 1 else None,
+    )
     status = _report_errors(outcomes)
     done = [o.value for o in outcomes if o.value is not None]
     if not multi:
