@@ -60,6 +60,7 @@ __all__ = [
     "Lane",
     "Span",
     "Step",
+    "GraphCapture",
     "DeviceInfo",
     "Vendor",
     "devices_differ",
@@ -187,6 +188,9 @@ _AMD_ARCH_OF_PRODUCT = {
 }
 _AMD_PRODUCT = re.compile(r"\b(MI\d{2,3}[AX]?)\b")
 _RECORD_WINDOW_END = "Record Window End"
+_CAPTURE_BEGIN = "StreamBeginCapture"  # cudaStreamBeginCapture, hipStreamBeginCapture
+_CAPTURE_END = "StreamEndCapture"
+_GRAPH_INSTANTIATE = "GraphInstantiate"  # cudaGraphInstantiateWithFlags, hipGraphInstantiate
 _HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 _ISSUES_GPU_WORK = re.compile(r"Launch|Memcpy|Memset")  # cudaLaunchKernel, hipMemcpyAsync...
 # Kernel launches and graph replays; not copies or memsets, some of which CUPTI never records.
@@ -418,6 +422,32 @@ class Step(msgspec.Struct, frozen=True, gc=False):
             f"Step(number={self.number}, start={self.start!r}, end={self.end!r}, "
             f"gpu_work=<{len(self.gpu_work)} activities>)"
         )
+
+
+class GraphCapture(msgspec.Struct, frozen=True, gc=False):
+    """A graph of GPU work captured on a CPU thread (CUDA's or HIP's stream capture): the work
+    its thread launches in between is recorded into the graph, not run; a graph launch
+    (``cudaGraphLaunch``) replays it later."""
+
+    begin: Span
+    """The ``...StreamBeginCapture`` call that opened it."""
+    end: Span | None
+    """The ``...StreamEndCapture`` call that closed it; ``None`` for a capture still open
+    when the recording ends."""
+    instantiations: tuple[Span, ...]
+    """The ``...GraphInstantiate...`` calls its thread made after it closed and before the
+    thread's next capture, which turn the captured graph into one that can run."""
+
+    @property
+    def lane(self) -> Lane:
+        """The CPU thread that captured it."""
+        return self.begin.lane
+
+    @property
+    def stop_us(self) -> float:
+        """When the capture closed (the end of its ``...StreamEndCapture``), µs; ``inf`` for
+        one still open when the recording ends."""
+        return math.inf if self.end is None else self.end.end
 
 
 Vendor = Literal["nvidia", "amd", "unknown"]
@@ -1446,24 +1476,42 @@ class Trace:
         return sorted(map(_START, missing)), sorted(map(_START, calls)) if missing else []
 
     def _captures(self) -> dict[Lane, list[tuple[float, float]]]:
-        """Per thread, the stretches from a ``cudaStreamBeginCapture`` (or HIP's) to the
-        next ``...EndCapture``."""
+        """Per thread, the stretches of its :attr:`graph_captures`, ``(start, stop)``."""
+        captures: dict[Lane, list[tuple[float, float]]] = {}
+        for capture in self.graph_captures:
+            captures.setdefault(capture.lane, []).append((capture.begin.start, capture.stop_us))
+        return captures
+
+    @cached_property
+    def graph_captures(self) -> list[GraphCapture]:
+        """The graphs of GPU work captured on the host's threads (:class:`GraphCapture`), in
+        start order: each from a ``cudaStreamBeginCapture`` (or HIP's) to the next
+        ``...EndCapture`` on its thread (a second begin before that end is part of the same
+        capture), with the ``...GraphInstantiate...`` calls that follow it there."""
         marks = [
             span
             for name in self._by_name
-            if name.endswith(("StreamBeginCapture", "StreamEndCapture"))
+            if name.endswith((_CAPTURE_BEGIN, _CAPTURE_END)) or _GRAPH_INSTANTIATE in name
             for span in self._by_name[name]
+            if span.cat in LAUNCH_CATEGORIES
         ]
-        captures: dict[Lane, list[tuple[float, float]]] = {}
-        began: dict[Lane, float] = {}
-        for mark in sorted(marks, key=_START):
-            if mark.name.endswith("BeginCapture"):
-                began.setdefault(mark.lane, mark.start)
-            elif mark.lane in began:
-                captures.setdefault(mark.lane, []).append((began.pop(mark.lane), mark.end))
-        for lane, start in began.items():  # a capture still open at the trace's end
-            captures.setdefault(lane, []).append((start, math.inf))
-        return captures
+        found: list[tuple[Span, Span | None, list[Span]]] = []
+        open_on: dict[Lane, Span] = {}
+        last_on: dict[Lane, list[Span]] = {}  # the instantiations of the thread's last capture
+        for mark in sorted(marks, key=_ID):
+            lane = mark.lane
+            if mark.name.endswith(_CAPTURE_BEGIN):
+                open_on.setdefault(lane, mark)
+                last_on.pop(lane, None)
+            elif mark.name.endswith(_CAPTURE_END):
+                if lane in open_on:
+                    found.append((open_on.pop(lane), mark, []))
+                    last_on[lane] = found[-1][2]
+            elif lane in last_on:
+                last_on[lane].append(mark)
+        found += [(begin, None, []) for begin in open_on.values()]  # open at the trace's end
+        found.sort(key=lambda capture: capture[0].id)
+        return [GraphCapture(begin, end, tuple(made)) for begin, end, made in found]
 
     def find(
         self, name: str | None = None, *, cat: str | None = None, prefix: str | None = None

@@ -46,6 +46,11 @@ naming no directory of the machine):
 - ``amp_grad_scaler_steps``: a small MLP trained in fp16 under ``torch.autocast`` with a
   ``GradScaler``, whose ``step`` reads on the host whether the gradients hold an inf or NaN
   (a sync in every step).
+- ``graph_capture_in_step``: a small MLP served with one CUDA graph per batch size, each
+  captured on the first batch of its size: one recorded step captures, the others replay.
+- ``compile_reduce_overhead_capture``: a small MLP trained under
+  ``torch.compile(mode="reduce-overhead")`` and profiled from its first call: the profiler's
+  warm-up step compiles, the first recorded step captures the CUDA graphs, the rest replay.
 
 ``--only NAME ...`` records some of them.
 """
@@ -433,6 +438,69 @@ def record_amp_grad_scaler(out: Path) -> None:
     _record_four_steps(out, "amp_grad_scaler_steps", step)
 
 
+def record_graph_capture_in_step(out: Path) -> None:
+    """A small MLP served with one CUDA graph per batch size, each captured on the first batch
+    of its size (warmed up on a side stream, then ``torch.cuda.graph``) and replayed after:
+    the recorded steps get batches of 32, 64, 32, 64, 64 and 32 after two untimed steps at
+    32, so only ``ProfilerStep#3`` (the first batch of 64) captures."""
+    model = mlp().eval()
+    graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+
+    def serve(size: int) -> float:
+        if size not in graphs:
+            static_x = torch.randn(size, 1024, device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.no_grad():
+                for _ in range(3):
+                    model(static_x)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), torch.no_grad():
+                static_y = model(static_x)
+            graphs[size] = (graph, static_x, static_y)
+        graph, static_x, static_y = graphs[size]
+        static_x.copy_(torch.randn(size, 1024, device="cuda"))
+        graph.replay()
+        return static_y.sum().item()
+
+    sizes = [32, 32, 32, 64, 32, 64, 64, 32]
+    ready = export_to(out, "graph_capture_in_step")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=6), on_trace_ready=ready
+    ) as prof:
+        for size in sizes:
+            serve(size)
+            prof.step()
+
+
+def record_compile_reduce_overhead_capture(out: Path) -> None:
+    """A small MLP trained under ``torch.compile(mode="reduce-overhead")``, profiled from its
+    first call with the usual schedule (no step waited, one warmed up, four recorded): the
+    warm-up step compiles the forward and backward graphs and runs them once (CUDA graph
+    trees' warm-up run), the first recorded step (``ProfilerStep#1``) captures them, and the
+    three after it replay them."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.autotune_pointwise = False
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU()
+    ).cuda()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 256, device="cuda")
+    ready = export_to(out, "compile_reduce_overhead_capture")
+    with profile(
+        activities=BOTH, schedule=schedule(wait=0, warmup=1, active=4), on_trace_ready=ready
+    ) as prof:
+        for _ in range(5):
+            torch.compiler.cudagraph_mark_step_begin()
+            compiled(x).float().pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -445,6 +513,8 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "recompile_one_step": record_recompile_one_step,
     "gradient_accumulation_steps": record_gradient_accumulation,
     "amp_grad_scaler_steps": record_amp_grad_scaler,
+    "graph_capture_in_step": record_graph_capture_in_step,
+    "compile_reduce_overhead_capture": record_compile_reduce_overhead_capture,
 }
 
 

@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest import (
     DEVICE_PROPERTIES,
+    FIXTURES,
     FOREIGN,
     complete_event,
     fixture_document,
@@ -1073,3 +1074,56 @@ def test_ops_that_coincide_nest_in_the_order_they_were_entered(make_trace) -> No
         trace = load_trace(make_trace([dict(e) for e in order], name=name))
         op = next(span for span in trace.spans if span.name == "aten::relu")
         assert next(trace.ancestors(op)).name == "## forward ##", name
+
+
+def test_graph_captures_pair_each_threads_begin_and_end(tmp_path) -> None:
+    # Thread 1: a capture with a second begin inside it (one capture), closed, then two
+    # instantiations; a later instantiation after a new begin belongs to no closed capture.
+    # Thread 2: a capture still open when the recording ends.
+    def call(name: str, ts: float, tid: int = 1) -> dict:
+        return complete_event(name, "cuda_runtime", ts, 5, tid=tid)
+
+    events = [
+        call("cudaStreamBeginCapture", 100),
+        call("cudaStreamBeginCapture", 120),
+        call("cudaStreamEndCapture", 200),
+        call("cudaGraphInstantiate", 210),
+        call("cudaGraphInstantiateWithFlags", 230),
+        call("cudaStreamBeginCapture", 300, tid=2),
+        call("hipStreamBeginCapture", 400),
+        call("cudaGraphInstantiate", 410),
+    ]
+    trace = load_trace(write_trace(tmp_path / "t.json", trace_document(events)))
+    first, open_on_two, open_on_one = trace.graph_captures
+    assert (first.begin.start, first.end.start, first.lane.tid) == (0.0, 100.0, 1)
+    assert [c.name for c in first.instantiations] == [
+        "cudaGraphInstantiate",
+        "cudaGraphInstantiateWithFlags",
+    ]
+    assert first.stop_us == 105.0
+    assert open_on_two.lane.tid == 2 and open_on_two.end is None
+    assert open_on_two.stop_us == float("inf") and open_on_two.instantiations == ()
+    assert open_on_one.begin.name == "hipStreamBeginCapture" and open_on_one.end is None
+
+
+def test_launches_inside_a_graph_capture_owe_no_gpu_record(tmp_path) -> None:
+    # Captured launches run nothing until a replay: no kernel record is missing.
+    path = FIXTURES / "features" / "graph_capture_in_step.json.gz"
+    trace = load_trace(path)
+    (capture,) = trace.graph_captures
+    inside = [
+        call
+        for call in trace.runtime_calls
+        if "LaunchKernel" in call.name and capture.begin.start < call.start < capture.stop_us
+    ]
+    assert inside and all(trace.gpu_work_of(call) == [] for call in inside)
+    step = trace.step_of(capture.begin)
+    assert trace.kernel_launches_without_gpu_record(step) == (0, 0)
+    # Without the capture's begin, the same launches lack their records.
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    for event in document["traceEvents"]:
+        if event.get("name") == "cudaStreamBeginCapture":
+            event["name"] = "cudaStreamQuery"
+    uncaptured = load_trace(write_trace(tmp_path / "uncaptured.json", document))
+    missing, launched = uncaptured.kernel_launches_without_gpu_record(uncaptured.steps[1])
+    assert uncaptured.steps[1].number == step.number and missing == len(inside) <= launched
