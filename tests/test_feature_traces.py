@@ -547,3 +547,73 @@ def test_a_recompile_inside_a_step_is_the_compilers_time() -> None:
     for hit in hits:
         said = f"the first after torch.compile compiled in ProfilerStep#{number}"
         assert (said in hit.message) == hit.evidence["compiled_in_recording"]
+
+
+def _step_holding(steps: list[dict[str, Any]], event: dict[str, Any]) -> int:
+    (step,) = [s for s in steps if s["ts"] <= event["ts"] < s["ts"] + s["dur"]]
+    return int(step["name"].split("#")[1])
+
+
+def _raw_steps(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        (e for e in raw if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+
+
+def test_a_step_that_captures_a_cuda_graph_is_read_as_the_capture() -> None:
+    raw = [e for e in events("graph_capture_in_step") if e.get("ph") == "X"]
+    steps = _raw_steps(raw)
+    (begin,) = [e for e in raw if e["name"] == "cudaStreamBeginCapture"]
+    (end,) = [e for e in raw if e["name"] == "cudaStreamEndCapture"]
+    (made,) = [e for e in raw if e["name"].startswith("cudaGraphInstantiate")]
+    replays = [e for e in raw if e["name"] == "cudaGraphLaunch"]
+    number = _step_holding(steps, begin)
+    trace = load_trace(FEATURES / "graph_capture_in_step.json.gz")
+    (capture,) = trace.graph_captures
+    assert (capture.begin.name, capture.end.name) == (begin["name"], end["name"])
+    assert [call.name for call in capture.instantiations] == [made["name"]]
+    assert capture.end.end - capture.begin.start == pytest.approx(
+        end["ts"] + end["dur"] - begin["ts"], abs=1e-3
+    )
+    # The other steps capture nothing and replay graphs; none of them runs the model's ops.
+    linear = [e for e in raw if e["name"] == "aten::linear"]
+    assert {_step_holding(steps, e) for e in linear} == {number}
+    (hit,) = fired("graph_capture_in_step", "slow-step")
+    assert hit.evidence["step"] == number
+    captured = hit.evidence["graph_captures"]
+    assert captured["graphs"] == 1 and captured["cudagraph_trees_us"] is None
+    assert captured["instantiate"] == made["name"]
+    assert captured["instantiate_us"] == round(made["dur"], 3)
+    others = [e for e in replays if _step_holding(steps, e) != number]
+    assert captured["graph_launches_in_other_steps"] == len(others) > 0
+    assert hit.evidence["only_in_step"]["name"] == "aten::linear"
+    assert hit.evidence["only_in_step"]["us"] == round(sum(e["dur"] for e in linear), 3)
+    assert "; it captures a graph of GPU work: " in hit.message
+    assert "aten::linear, which no other step runs, took" in hit.message
+
+
+def test_the_cuda_graph_trees_capture_is_no_compilation() -> None:
+    # reduce-overhead: compiled in the unrecorded warm-up step, captured in the first recorded
+    # one, inside CUDAGraphNode.record and its "(dynamo_timed)" twin.
+    raw = [e for e in events("compile_reduce_overhead_capture") if e.get("ph") == "X"]
+    steps = _raw_steps(raw)
+    begins = [e for e in raw if e["name"] == "cudaStreamBeginCapture"]
+    first = int(steps[0]["name"].split("#")[1])
+    assert len(begins) == 2 and {_step_holding(steps, e) for e in begins} == {first}
+    timed = {e["name"] for e in raw if e["name"].endswith(" (dynamo_timed)")}
+    assert timed == {"CUDAGraphNode.record (dynamo_timed)"}
+    (hit,) = fired("compile_reduce_overhead_capture", "cold-start")
+    captured = hit.evidence["graph_captures"]
+    assert captured["graphs"] == 2 and "compiling" not in hit.evidence
+    records = [e for e in raw if e["name"] == "CUDAGraphNode.record" and e["cat"] == "cpu_op"]
+    assert captured["cudagraph_trees_us"] == round(sum(e["dur"] for e in records), 3)
+    assert "inside torch.compile's CUDA graph trees' CUDAGraphNode.record" in hit.message
+    for cache in fired("compile_reduce_overhead_capture", "compiled-graph-cache-hit"):
+        assert not cache.evidence["compiled_in_recording"]
+        assert cache.message.endswith("cache hits.")
+
+
+def test_replaying_a_graph_captured_before_the_recording_names_no_capture() -> None:
+    trace = load_trace(FEATURES / "cuda_graph_replay_steps.json.gz")
+    assert trace.graph_captures == [] and trace.find(name="cudaGraphLaunch")

@@ -1339,6 +1339,62 @@ def test_slow_step_names_calls_that_no_other_step_makes(make_trace) -> None:
     assert "calls_only_in_step" not in finding.evidence
 
 
+def _capture(start: float, closed: bool = True) -> list[dict[str, Any]]:
+    """A stream capture at ``start``: begin, end 200 µs later, a 100 µs instantiation."""
+    events = [complete_event("cudaStreamBeginCapture", "cuda_runtime", start, 5)]
+    if closed:
+        events += [
+            complete_event("cudaStreamEndCapture", "cuda_runtime", start + 195, 5),
+            complete_event("cudaGraphInstantiateWithFlags", "cuda_runtime", start + 210, 100),
+        ]
+    return events
+
+
+def test_slow_step_names_the_graph_it_captures(make_trace) -> None:
+    events = stalled_steps({3: ("host", 4_000.0)}) + _capture(30_300)
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert finding.evidence["graph_captures"] == {
+        "graphs": 1,
+        "begin": "cudaStreamBeginCapture",
+        "end": "cudaStreamEndCapture",
+        "capture_us": 200.0,
+        "instantiate": "cudaGraphInstantiateWithFlags",
+        "instantiate_us": 100.0,
+        "cudagraph_trees_us": None,
+        "graph_launches_in_other_steps": 0,
+    }
+    assert (
+        "; it captures a graph of GPU work: 200.0 µs from cudaStreamBeginCapture to "
+        "cudaStreamEndCapture and 100.0 µs in cudaGraphInstantiateWithFlags (7.5% of the extra "
+        "4000.0 µs)"
+    ) in finding.message
+    # Still open when the recording ends: up to the step's end.
+    events = stalled_steps({3: ("host", 4_000.0)}) + _capture(30_300, closed=False)
+    (finding,) = diagnose(make_trace(events, name="open.json"), select=["slow-step"])
+    assert finding.evidence["graph_captures"]["capture_us"] == 35_000 - 30_300
+    assert "from cudaStreamBeginCapture to the end of the recording" in finding.message
+    # Every step captures: the capture is not what sets this step apart.
+    events = stalled_steps({3: ("host", 4_000.0)})
+    for n in range(5):
+        events += _capture(10_000 * n + 300)
+    (finding,) = diagnose(make_trace(events, name="every.json"), select=["slow-step"])
+    assert "graph_captures" not in finding.evidence and "captures" not in finding.message
+
+
+def test_slow_step_names_an_op_no_other_step_runs(make_trace) -> None:
+    def saving(us: float) -> list[dict[str, Any]]:
+        events = stalled_steps({3: ("host", 4_000.0)})
+        return events + [complete_event("aten::save", "cpu_op", 30_300, us)]
+
+    (finding,) = diagnose(make_trace(saving(3_000.0)), select=["slow-step"])
+    assert finding.evidence["only_in_step"] == {"name": "aten::save", "us": 3000.0}
+    assert (
+        "aten::save, which no other step runs, took 3000.0 µs (75% of the extra 4000.0 µs)"
+    ) in finding.message
+    (finding,) = diagnose(make_trace(saving(500.0), name="short.json"), select=["slow-step"])
+    assert "only_in_step" not in finding.evidence and "no other step runs" not in finding.message
+
+
 @pytest.mark.parametrize("kind", ["op", "new shape"])
 def test_slow_step_names_the_op_call_furthest_above_its_usual_time(make_trace, kind) -> None:
     (finding,) = diagnose(make_trace(stalled_steps({2: (kind, 4_000.0)})), select=["slow-step"])
@@ -3692,3 +3748,12 @@ def test_fp32_gemm_leaves_out_attention_and_cpu_only_traces(make_trace: Any) -> 
         e for e in document["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memset")
     ]
     assert _fp32_gemm(document, make_trace) is None
+
+
+def test_the_cuda_graph_trees_capture_label_is_no_compile_step() -> None:
+    from profiling_utils.rules.facts import is_compile_label
+
+    assert is_compile_label("dynamo") and is_compile_label("compile_fx_inner (dynamo_timed)")
+    assert is_compile_label("CachingAutotuner.benchmark_all_configs (dynamo_timed)")
+    assert not is_compile_label("CUDAGraphNode.record (dynamo_timed)")
+    assert not is_compile_label("CUDAGraphNode.record")

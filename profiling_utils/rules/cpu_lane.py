@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import accumulate, pairwise
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -14,8 +15,9 @@ import msgspec
 
 from .. import measures
 from ..tables import percent
-from ..trace import Span, Step, input_shapes
+from ..trace import GraphCapture, Span, Step, input_shapes
 from .facts import (
+    CUDAGRAPH_TREES_PREFIX,
     DEVICE_SYNC_CALLS,
     DRIVER_LAUNCH_PREFIXES,
     MEMCPY_CALL_PREFIXES,
@@ -109,10 +111,12 @@ def _other_median(values: dict[int, float], skip: int) -> float | None:
     "CPU lane",
     see="The first profiled step is several times wider than the others.",
     means="""One-time work landed in it: lazy loading of kernels and libraries, workspace
-    allocation, library heuristics, or the profiler's own start-up (its first buffer request).
-    The overhead row often names some of it (Lazy Function Loading, Runtime Triggered Module
-    Loading, Activity Buffer Request). Warm up before profiling, or let the schedule's wait
-    and warmup steps absorb it, and read steady-state numbers from the later steps.""",
+    allocation, library heuristics, the capture of a CUDA graph that later steps replay
+    (torch.compile's mode="reduce-overhead" captures at a compiled function's second call),
+    or the profiler's own start-up (its first buffer request). The overhead row often names
+    some of it (Lazy Function Loading, Runtime Triggered Module Loading, Activity Buffer
+    Request). Warm up before profiling, or let the schedule's wait and warmup steps absorb
+    it, and read steady-state numbers from the later steps.""",
     severity="warning",
     example="auto_examples/part1_matmul_add/plot_02_cold_start",
 )
@@ -200,10 +204,18 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
             f"; {short_name(op['name'], 48)} took {op['dur_us']:.1f} µs against {_usual(op)} "
             f"({share})"
         )
+    only = _ops_only_in_step(facts, first.number, COLD_START_OUTSIDE_OPS_SHARE * extra)
+    if only is not None:
+        evidence["only_in_step"] = only
+        message += "; " + _ops_only_in_step_words(only, extra)
     compiling = _compiling_in_step(facts, first.number, extra)
     if compiling is not None:
         evidence["compiling"] = compiling
         message += "; " + _compiling_words(compiling, extra)
+    captured = _captures_in_step(facts, first.number)
+    if captured is not None:
+        evidence["graph_captures"] = captured
+        message += "; " + _capture_words(captured, extra)
     yield message + ".", evidence
 
 
@@ -217,9 +229,10 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
     (every fourth, say) are a cost that comes back: an optimizer step after gradient
     accumulation, logging or a checkpoint every few steps. The evidence says whether the
     time went to host work outside every op, to one runtime call, to calls no other step
-    makes (freeing pinned memory as a CUDA graph capture empties the caches), or to more GPU
-    work;
-    steady-state numbers should leave the step out.""",
+    makes (freeing pinned memory as a CUDA graph capture empties the caches), to ops no
+    other step runs, to the capture of a CUDA graph (the first batch of a new size, where
+    the other steps replay graphs captured before), or to more GPU work; steady-state
+    numbers should leave the step out.""",
     severity="warning",
     from_post=False,
 )
@@ -298,6 +311,14 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
     if compiling is not None:
         evidence["compiling"] = compiling
         reasons.append(_compiling_words(compiling, extra))
+    captured = _captures_in_step(facts, number)
+    if captured is not None:
+        evidence["graph_captures"] = captured
+        reasons.append(_capture_words(captured, extra))
+    only = _ops_only_in_step(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
+    if only is not None:
+        evidence["only_in_step"] = only
+        reasons.append(_ops_only_in_step_words(only, extra))
     op = _slowest_op(facts, number, COLD_START_OUTSIDE_OPS_SHARE * extra)
     if op is not None:
         evidence["slowest_op"] = op
@@ -386,9 +407,15 @@ def _step_cycle(facts: Facts) -> _StepCycle | None:
     return None
 
 
-def _only_in(facts: Facts, wide: list[Step], rest: list[Step]) -> tuple[str, float] | None:
+def _only_in(
+    facts: Facts,
+    wide: list[Step],
+    rest: list[Step],
+    leave_out: Callable[[Span], bool] | None = None,
+) -> tuple[str, float] | None:
     """The op or label that every one of ``wide`` runs on its thread and none of ``rest`` does,
-    with the most time in each wide step (its median), and that time, µs; else None."""
+    with the most time in each wide step (its median), and that time, µs; else None. Spans
+    for which ``leave_out`` is true are not read."""
     trace = facts.trace
     spans = trace.spans
 
@@ -396,6 +423,8 @@ def _only_in(facts: Facts, wide: list[Step], rest: list[Step]) -> tuple[str, flo
         time: dict[str, float] = {}
         for span in trace.within(step.span):
             if span.cat not in ("cpu_op", "user_annotation"):
+                continue
+            if leave_out is not None and leave_out(span):
                 continue
             if span.parent is not None and spans[span.parent].name == span.name:
                 continue  # an op calling itself: its time is its caller's
@@ -643,6 +672,105 @@ def _compiling_words(compiling: dict[str, Any], extra: float) -> str:
         f"torch.compile was compiling for {compiling['us']:.1f} µs of it "
         f"(a median of {compiling['median_other_us']:.1f} µs in the other steps; the difference is "
         f"{_of_extra(difference, extra)})"
+    )
+
+
+def _captures_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
+    """The graphs of GPU work step ``number`` captures (:attr:`Trace.graph_captures` begun in
+    it), when some other step captures none: how many, with which calls, how long the
+    captures, the instantiations and torch.compile's CUDA graph trees' labels around them
+    took in the step, and how many graph launches the other steps make (which replay them)."""
+    trace = facts.trace
+    if not trace.graph_captures:
+        return None
+    by_step: dict[int, list[GraphCapture]] = {}
+    for capture in trace.graph_captures:
+        step_number = facts.step_number_of(capture.begin)
+        if step_number is not None:
+            by_step.setdefault(step_number, []).append(capture)
+    mine = by_step.get(number)
+    if not mine or all(step.number in by_step for step in facts.steps):
+        return None
+    step = next(s for s in facts.steps if s.number == number)
+    made = [call for capture in mine for call in capture.instantiations]
+    trees = sorted(
+        (
+            span
+            for name in trace.by_name
+            if name.startswith(CUDAGRAPH_TREES_PREFIX)
+            for span in trace.by_name[name]
+            if span.lane.kind == "cpu" and span.start < step.end and span.end > step.start
+        ),
+        key=_START,
+    )
+    replays = [
+        call for call in facts.graph_launches if facts.step_number_of(call) not in (None, number)
+    ]
+    closed = [capture.end.name for capture in mine if capture.end is not None]
+    return {
+        "graphs": len(mine),
+        "begin": mine[0].begin.name,
+        "end": closed[0] if closed else None,
+        "capture_us": us(sum(min(c.stop_us, step.end) - c.begin.start for c in mine)),
+        "instantiate": made[0].name if made else None,
+        "instantiate_us": us(sum(call.dur for call in made)),
+        "cudagraph_trees_us": us(measures.union_within(trees, step.start, step.end))
+        if trees
+        else None,
+        "graph_launches_in_other_steps": len(replays),
+    }
+
+
+def _capture_words(captured: dict[str, Any], extra: float) -> str:
+    count = captured["graphs"]
+    graphs = "a graph" if count == 1 else f"{count} graphs"
+    until = captured["end"] or "the end of the recording"
+    words = (
+        f"it captures {graphs} of GPU work: {captured['capture_us']:.1f} µs from "
+        f"{captured['begin']} to {until}{' in all' if count > 1 else ''}"
+    )
+    total = captured["capture_us"] + captured["instantiate_us"]
+    if captured["instantiate"] is not None:
+        words += f" and {captured['instantiate_us']:.1f} µs in {captured['instantiate']}"
+    if captured["cudagraph_trees_us"] is not None:
+        total = captured["cudagraph_trees_us"]
+        words += (
+            f", inside torch.compile's CUDA graph trees' {CUDAGRAPH_TREES_PREFIX}record, "
+            f"{total:.1f} µs"
+        )
+    words += f" ({_of_extra(total, extra)})"
+    replays = captured["graph_launches_in_other_steps"]
+    if replays:
+        words += (
+            f"; the other steps capture none and make {replays} graph launches, which replay "
+            "captured graphs"
+        )
+    return words
+
+
+def _ops_only_in_step(facts: Facts, number: int, least_us: float) -> dict[str, Any] | None:
+    """The op or label of step ``number`` (on its thread) that no other step runs, with the
+    most time there, when that time is at least ``least_us``: ``{"name", "us"}``. What other
+    reasons say is left out (:func:`_said_elsewhere`)."""
+    step = next(s for s in facts.steps if s.number == number)
+    others = [s for s in facts.steps if s.number != number]
+    found = _only_in(facts, [step], others, leave_out=partial(_said_elsewhere, facts))
+    if found is None or found[1] < least_us:
+        return None
+    return {"name": found[0], "us": us(found[1])}
+
+
+def _said_elsewhere(facts: Facts, span: Span) -> bool:
+    """Whether another reason of ``cold-start`` and ``slow-step`` accounts for ``span``:
+    torch.compile's compiling (:func:`_compiling_in_step`) or its CUDA graph trees' capture
+    labels (:func:`_captures_in_step`)."""
+    return span.name.startswith(CUDAGRAPH_TREES_PREFIX) or facts.is_compile_work(span)
+
+
+def _ops_only_in_step_words(alone: dict[str, Any], extra: float) -> str:
+    return (
+        f"{short_name(alone['name'], 48)}, which no other step runs, took {alone['us']:.1f} µs "
+        f"({_of_extra(alone['us'], extra)})"
     )
 
 

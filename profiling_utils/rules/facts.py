@@ -31,6 +31,7 @@ __all__ = [
     "DEVICE_SYNC_CALLS",
     "MEMCPY_CALL_PREFIXES",
     "DEFAULT_LAUNCH_LATENCY_US",
+    "CUDAGRAPH_TREES_PREFIX",
     "Launch",
     "Copy",
     "Row",
@@ -275,12 +276,22 @@ time)."""
 _COMPILE_LABELS = ("aot_trace_joint_graph", "dynamo")
 _COMPILE_LABEL_SUFFIX = " (dynamo_timed)"
 
+CUDAGRAPH_TREES_PREFIX = "CUDAGraphNode."
+"""The prefix of the labels of torch.compile's CUDA graph trees (``mode="reduce-overhead"``):
+``CUDAGraphNode.record`` around the capture of a compiled graph (and its ``(dynamo_timed)``
+twin), ``CUDAGraphNode.record_data: ...``. They are timed as compile steps are, but they
+capture the compiled code's work into a CUDA graph, which its later calls replay: a capture,
+not a compilation."""
+
 
 def is_compile_label(name: str) -> bool:
     """Whether a span's name is one of torch.compile's labelled compile steps: ``dynamo``,
     ``aot_trace_joint_graph``, or a name ending `` (dynamo_timed)`` (``compile_fx_inner
-    (dynamo_timed)``, ``CachingAutotuner.benchmark_all_configs (dynamo_timed)``...)."""
-    return name in _COMPILE_LABELS or name.endswith(_COMPILE_LABEL_SUFFIX)
+    (dynamo_timed)``, ``CachingAutotuner.benchmark_all_configs (dynamo_timed)``...), but not
+    the CUDA graph trees' capture (:data:`CUDAGRAPH_TREES_PREFIX`)."""
+    if name in _COMPILE_LABELS:
+        return True
+    return name.endswith(_COMPILE_LABEL_SUFFIX) and not name.startswith(CUDAGRAPH_TREES_PREFIX)
 
 
 class Facts:
