@@ -59,8 +59,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -140,17 +141,8 @@ def record_options_and_graphs(out: Path) -> None:
         train(model, optimizer, x, 4, prof)
     export_to(out, "empty_after_schedule_cycle")(prof)
 
-    graphed = mlp().eval()
     static_x = torch.randn(64, 1024, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(3):
-            graphed(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        static_y = graphed(static_x)
+    graph, static_y = capture_graph(mlp().eval(), static_x)
     cycle = schedule(wait=0, warmup=1, active=5)
     ready = export_to(out, "cuda_graph_replay_steps")
     with profile(activities=BOTH, schedule=cycle, on_trace_ready=ready) as prof:
@@ -159,6 +151,23 @@ def record_options_and_graphs(out: Path) -> None:
             graph.replay()
             static_y.sum().item()
             prof.step()
+
+
+def capture_graph(
+    model: torch.nn.Module, static_x: torch.Tensor
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """``model``'s forward on ``static_x`` captured into a CUDA graph, after three warm-up runs
+    on a side stream (as PyTorch's CUDA graph recipe does): the graph and its output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = model(static_x)
+    return graph, static_y
 
 
 def export_to(out: Path, name: str) -> Callable[[profile], None]:
@@ -289,12 +298,20 @@ def _wide_mlp() -> torch.nn.Sequential:
 
 def _record_four_steps(out: Path, name: str, step: Callable[[], None]) -> None:
     """Profile ``step`` with a schedule of one step waited, one warmed up and four recorded."""
+    _record_each(out, name, lambda _: step(), range(6))
+
+
+def _record_each(out: Path, name: str, step: Callable[[Any], object], inputs: Sequence) -> None:
+    """Profile one step per input, ``step(input)``, with a schedule of one step waited, one
+    warmed up and the rest recorded."""
     ready = export_to(out, name)
     with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=4), on_trace_ready=ready
+        activities=BOTH,
+        schedule=schedule(wait=1, warmup=1, active=len(inputs) - 2),
+        on_trace_ready=ready,
     ) as prof:
-        for _ in range(6):
-            step()
+        for value in inputs:
+            step(value)
             prof.step()
 
 
@@ -375,13 +392,7 @@ def record_recompile_one_step(out: Path) -> None:
 
     for _ in range(3):
         step(64)
-    ready = export_to(out, "recompile_one_step")
-    with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=6), on_trace_ready=ready
-    ) as prof:
-        for size in sizes:
-            step(size)
-            prof.step()
+    _record_each(out, "recompile_one_step", step, sizes)
 
 
 def record_gradient_accumulation(out: Path) -> None:
@@ -404,13 +415,7 @@ def record_gradient_accumulation(out: Path) -> None:
     for index in range(2 * accumulated):  # warm: cuBLAS handles, the optimizer's state
         step(index)
     torch.cuda.synchronize()
-    ready = export_to(out, "gradient_accumulation_steps")
-    with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=12), on_trace_ready=ready
-    ) as prof:
-        for index in range(14):
-            step(index)
-            prof.step()
+    _record_each(out, "gradient_accumulation_steps", step, range(14))
 
 
 def record_amp_grad_scaler(out: Path) -> None:
@@ -449,29 +454,13 @@ def record_graph_capture_in_step(out: Path) -> None:
     def serve(size: int) -> float:
         if size not in graphs:
             static_x = torch.randn(size, 1024, device="cuda")
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), torch.no_grad():
-                for _ in range(3):
-                    model(static_x)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), torch.no_grad():
-                static_y = model(static_x)
-            graphs[size] = (graph, static_x, static_y)
-        graph, static_x, static_y = graphs[size]
+            graphs[size] = (*capture_graph(model, static_x), static_x)
+        graph, static_y, static_x = graphs[size]
         static_x.copy_(torch.randn(size, 1024, device="cuda"))
         graph.replay()
         return static_y.sum().item()
 
-    sizes = [32, 32, 32, 64, 32, 64, 64, 32]
-    ready = export_to(out, "graph_capture_in_step")
-    with profile(
-        activities=BOTH, schedule=schedule(wait=1, warmup=1, active=6), on_trace_ready=ready
-    ) as prof:
-        for size in sizes:
-            serve(size)
-            prof.step()
+    _record_each(out, "graph_capture_in_step", serve, [32, 32, 32, 64, 32, 64, 64, 32])
 
 
 def record_compile_reduce_overhead_capture(out: Path) -> None:
