@@ -12,8 +12,10 @@
   ``with_stack`` Python frame and an op that outlives it) is not nested in it but becomes its
   sibling, the child of the nearest span that does contain it. A Python frame and the op it
   calls, written with the same interval (whole-µs times), nest frame first;
-- the **launch links** from each runtime or driver call (CUDA or HIP) to the GPU work it
-  started, by ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may start several);
+- the **launch links** from each runtime or driver call (CUDA or HIP; Intel XPU's
+  ``xpu_runtime`` calls and a ``PrivateUse1`` backend's too, :data:`LAUNCH_CATEGORIES`) to the
+  GPU work it started, by ``args.correlation`` on both sides (one ``cudaGraphLaunch`` may
+  start several);
   in a trace that records no correlation (some ROCm traces), by an ``External id`` that names
   one call;
 - the ``ProfilerStep#N`` **steps** and the GPU work launched from inside each;
@@ -109,16 +111,27 @@ GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
 """Categories that only appear on GPU lanes (``cuda_profiler_range``: the per-kernel ranges of
 CUPTI's range profiler, which replays kernels, so they are not GPU work)."""
-LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
-"""Categories of the host calls that can start GPU work."""
+LAUNCH_CATEGORIES = frozenset(
+    {
+        "cuda_runtime",
+        "cuda_driver",
+        "xpu_runtime",
+        "xpu_driver",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+    }
+)
+"""Categories of the host calls that can start GPU work: CUDA's runtime and driver calls
+(HIP's on ROCm, which Kineto files under the same names), Intel XPU's (``xpu_runtime``:
+``urEnqueueKernelLaunch``...), and those of an out-of-tree backend registered as
+``PrivateUse1``. Each links to its GPU work by ``correlation``."""
 CPU_CATEGORIES = frozenset(
     {
         "cpu_op",
         "user_annotation",
         "python_function",
         "cpu_instant_event",
-        "cuda_runtime",
-        "cuda_driver",
+        *LAUNCH_CATEGORIES,
         "cuda_sync",
         "cuda_event",
         "external_correlation",

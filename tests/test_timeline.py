@@ -953,6 +953,19 @@ def test_the_legend_names_the_dashed_step_boundaries_where_there_are_any(
     assert "ProfilerStep boundary" not in labels(plot_timeline(no_steps))
 
 
+def test_another_backends_runtime_calls_are_drawn_and_named_as_runtime_calls(make_trace) -> None:
+    events = [
+        complete_event("aten::mm", "cpu_op", 0, 100),
+        complete_event("urEnqueueKernelLaunch", "xpu_runtime", 10, 30, correlation=1),
+        complete_event("gemm_kernel", "kernel", 50, 40, pid=0, tid=0, correlation=1),
+    ]
+    fig = plot_timeline(load_trace(make_trace(events)))
+    (legend,) = [c for c in _axes(fig).get_children() if c.get_gid() == "category-legend"]
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names == ["CPU op", "runtime / driver", "kernel"]
+    plt.close(fig)
+
+
 def _dead(trace: Trace) -> Highlight:
     return highlight_between(
         _inside(trace, "matmul_add", 2), _inside(trace, "aten::matmul", 2), "d"

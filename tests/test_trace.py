@@ -1127,3 +1127,30 @@ def test_launches_inside_a_graph_capture_owe_no_gpu_record(tmp_path) -> None:
     uncaptured = load_trace(write_trace(tmp_path / "uncaptured.json", document))
     missing, launched = uncaptured.kernel_launches_without_gpu_record(uncaptured.steps[1])
     assert uncaptured.steps[1].number == step.number and missing == len(inside) <= launched
+
+
+@pytest.mark.parametrize(
+    ("category", "call"),
+    [("xpu_runtime", "urEnqueueKernelLaunch"), ("privateuse1_runtime", "launchKernel")],
+)
+def test_another_backends_runtime_calls_launch_their_kernels(tmp_path, category, call) -> None:
+    # Intel XPU (Kineto's PTI plugin) and PrivateUse1 backends write their launch calls under
+    # categories of their own, linked to the kernels by correlation as CUDA's are.
+    events = []
+    for n in range(3):
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", 1_000 * n, 500),
+            complete_event("aten::addmm", "cpu_op", 1_000 * n + 10, 100),
+            complete_event(call, category, 1_000 * n + 20, 30, correlation=n + 1),
+            complete_event(
+                "gemm_kernel", "kernel", 1_000 * n + 60, 80, pid=0, tid=0, correlation=n + 1
+            ),  # fmt: skip
+        ]
+    trace = load_trace(write_trace(tmp_path / "t.json", trace_document(events)))
+    assert [c.name for c in trace.runtime_calls] == [call] * 3
+    assert all(trace.launch_of(kernel).name == call for kernel in trace.kernels)
+    assert [len(step.gpu_work) for step in trace.steps] == [1, 1, 1]
+    assert trace.launch_of(trace.kernels[0]).parent == trace.find(name="aten::addmm")[0].id
+    assert trace.vendor == "unknown"
+    (cpu,) = [lane for lane in trace.lanes if lane.kind == "cpu"]
+    assert cpu.pid == 429

@@ -122,6 +122,7 @@ class _Category:
 
 _ANNOTATION = _Category("annotation", "#cc79a7")
 _RUNTIME = _Category("CUDA runtime / driver", "#e69f00")
+_OTHER_RUNTIME = _Category("runtime / driver", "#e69f00")  # XPU's, a PrivateUse1 backend's
 _OTHER = _Category("other", "#d9d9d9")
 _CATEGORIES: dict[str, _Category] = {
     "user_annotation": _ANNOTATION,
@@ -129,6 +130,7 @@ _CATEGORIES: dict[str, _Category] = {
     "cpu_op": _Category("CPU op", "#56b4e9"),
     "cuda_runtime": _RUNTIME,
     "cuda_driver": _RUNTIME,
+    **{cat: _OTHER_RUNTIME for cat in LAUNCH_CATEGORIES if not cat.startswith("cuda_")},
     "kernel": _Category("kernel", "#009e73"),
     "gpu_memcpy": _Category("memcpy", "#d55e00"),
     "gpu_memset": _Category("memset", "#f0e442"),
@@ -139,6 +141,7 @@ _LEGEND_ORDER = [
     _ANNOTATION,
     _CATEGORIES["cpu_op"],
     _RUNTIME,
+    _OTHER_RUNTIME,
     _CATEGORIES["kernel"],
     _CATEGORIES["gpu_memcpy"],
     _CATEGORIES["gpu_memset"],

@@ -39,7 +39,7 @@ _START = attrgetter("start")
 _ID = attrgetter("id")
 _DUR = attrgetter("dur")
 _CAT = attrgetter("cat")
-_CALL_CATEGORIES = frozenset({"cpu_op", "cuda_runtime", "cuda_driver"})
+_CALL_CATEGORIES = LAUNCH_CATEGORIES | {"cpu_op"}
 
 OVERHEAD_BOUND_MAX_BUSY_FRACTION = 0.10
 """``overhead-bound``: the GPU is busy for at most this fraction of a median step's CPU time,
