@@ -86,6 +86,10 @@ Commands:
       Kineto's ``est. achieved occupancy %``, computed with CUDA's occupancy calculator at
       the default shared-memory limit, not measured: 0 for a kernel using over 48 KiB of
       shared memory per block, however many of its blocks ran at once.
+    - ``compiler_kernels``: ``{count, gpu_us}`` of the kernels torch.compile launched while
+      compiling (its autotuning's candidates and the cache flushes between them, inside its
+      compile labels), which ``top_kernels``, ``launch_apis`` and ``planning_calls`` leave
+      out; ``null`` when there are none.
     - ``top_cpu_ops``: the ``--top`` CPU operators by self time, ``[{name, calls, self_us,
       total_us}]``, as ``key_averages()`` counts them: self time is a call's duration less its
       direct children's on the same thread, never negative; a call whose only child is a call
@@ -441,7 +445,23 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     return rows
 
 
-def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Counter]:
+def _compiler_kernels(trace: Trace) -> tuple[list[Span], list[Span]]:
+    """The trace's kernels split: those of the program, and those torch.compile launched while
+    compiling (:meth:`~profiling_utils.rules.facts.Facts.while_compiling`: its autotuning's
+    candidate kernels and the cache flushes between them)."""
+    facts = Facts(trace)
+    if not facts.compile_labels:
+        return trace.kernels, []
+    program, compiler = [], []
+    for kernel in trace.kernels:
+        call = trace.launch_of(kernel)
+        (compiler if call is not None and facts.while_compiling(call) else program).append(kernel)
+    return program, compiler
+
+
+def _kernels(
+    trace: Trace, kernels: list[Span], top: int
+) -> tuple[list[dict[str, Any]], Counter, Counter]:
     # What measures.kernel_launches gives each kernel, less what the table does not report:
     # the op, the step, and the footprint (decoded from all of a kernel's args) of every
     # kernel but the first of each reported name.
@@ -449,7 +469,7 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
     by_name: dict[str, list[tuple[Span, Span | None, tuple[Span, ...]]]] = {}
     apis: Counter = Counter()
     planning: Counter = Counter()
-    for kernel in trace.kernels:
+    for kernel in kernels:
         call = trace.launch_of(kernel)
         launch = None if call is None else launch_of_call.get(call.id)
         planning_calls = launch.planning if launch is not None else ()
@@ -457,7 +477,7 @@ def _kernels(trace: Trace, top: int) -> tuple[list[dict[str, Any]], Counter, Cou
         apis[measures.NO_LAUNCH if call is None else call.name] += 1
         planning.update(c.name for c in planning_calls)
     rows = []
-    for stats in measures.kernel_stats(trace)[:top]:
+    for stats in measures.kernel_stats(trace, kernels)[:top]:
         named = by_name[stats.name]
         row = stats.to_dict()
         row["apis"] = dict(
@@ -603,7 +623,8 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
 
-    kernels, apis, planning = _kernels(trace, top)
+    program, compiler = _compiler_kernels(trace)
+    kernels, apis, planning = _kernels(trace, program, top)
     view = roofline(trace)
     compiled = measures.compiled_regions(trace)
     overhead: dict[str, list[float]] = {}
@@ -654,6 +675,12 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
         "other_step_lanes": [lane.label for lane in trace.other_step_lanes],
         "left_out_steps": [span.name for span in trace.left_out_steps],
         "top_kernels": kernels,
+        "compiler_kernels": {
+            "count": len(compiler),
+            "gpu_us": sum(kernel.dur for kernel in compiler),
+        }
+        if compiler
+        else None,
         "top_cpu_ops": [stats.to_dict() for stats in measures.op_stats(trace)[:top]],
         "launch_apis": dict(apis.most_common()),
         "planning_calls": dict(planning.most_common()),
@@ -952,6 +979,14 @@ def format_summary(summary: dict[str, Any]) -> str:
                 out.append(f"{'':>8}outlier steps: {steps}")
     else:
         out.append("  none")
+    compiler = summary["compiler_kernels"]
+    if compiler is not None:
+        out += [
+            f"  (left out here and from the launch APIs below: {compiler['count']:,} kernels, "
+            f"{_us(compiler['gpu_us'])} µs on the GPU,",
+            "  that torch.compile launched while compiling: its autotuning's candidate kernels "
+            "and cache flushes)",
+        ]
 
     out += ["", "Top CPU operators by self time (µs)"]
     if summary["top_cpu_ops"]:
@@ -1076,7 +1111,13 @@ def format_summary(summary: dict[str, Any]) -> str:
                 else ""
             )
         )
-        out.append(f"  graphs: {', '.join(c['graph_hashes']) or '-'}")
+        graphs = ", ".join(c["graph_hashes"]) or "-"
+        if c["graph_calls"] and not c["graph_hashes"]:
+            graphs = (
+                f"{c['graph_calls']} calls of compiled graphs without a cache key (Inductor's "
+                "FX graph cache off or bypassed)"
+            )
+        out.append(f"  graphs: {graphs}")
     else:
         out.append("  not compiled")
     runtime = "HIP" if any(d["vendor"] == "amd" for d in summary["devices"]) else "CUDA"

@@ -98,6 +98,7 @@ __all__ = [
     "memory_peaks",
     "compiled_regions",
     "graph_launches",
+    "compiled_graph_hash",
     "op_stats",
     "host_speed_ratio",
     "HOST_SPEED_ALIKE",
@@ -902,10 +903,15 @@ class KernelStats(_Result, msgspec.Struct, frozen=True, gc=False):
     ranks, so its spread is not the GPU's."""
 
 
-def kernel_stats(trace: Trace) -> list[KernelStats]:
-    """Per kernel name: count and duration statistics, sorted by total time, largest first."""
+def kernel_stats(trace: Trace, kernels: Sequence[Span] | None = None) -> list[KernelStats]:
+    """Per kernel name: count and duration statistics, sorted by total time, largest first.
+
+    Args:
+        trace: The loaded trace.
+        kernels: The kernels to count (default: all of the trace's).
+    """
     by_name: dict[str, list[Span]] = {}
-    for kernel in trace.kernels:
+    for kernel in trace.kernels if kernels is None else kernels:
         by_name.setdefault(kernel.name, []).append(kernel)
     communication = {kernel.name for kernel in trace.communication}
     outliers = _outlier_steps(trace)
@@ -1293,6 +1299,18 @@ def _size_on_launch(trace: Trace, launch: Span, activity: Span) -> int | None:
 
 _GRAPH_CALL = re.compile(r"## Call CompiledFxGraph (\S+)")
 _REGION = re.compile(r"Torch-Compiled Region: (\S+)")
+_NO_CACHE_KEY = "None"
+
+
+def compiled_graph_hash(call: Span) -> str | None:
+    """The hash in a ``## Call CompiledFxGraph <hash> ##`` span's name: the key of the
+    compiled graph in Inductor's FX graph cache. ``None`` for another span, and for a graph
+    compiled with no key (Inductor writes ``None`` there when its FX graph cache is off or
+    bypassed: such calls name no graph)."""
+    match = _GRAPH_CALL.match(call.name)
+    if match is None or match[1] == _NO_CACHE_KEY:
+        return None
+    return match[1]
 
 
 class CompileInfo(_Result, msgspec.Struct, frozen=True, gc=False):
@@ -1313,7 +1331,8 @@ class CompileInfo(_Result, msgspec.Struct, frozen=True, gc=False):
     graph_calls: tuple[Span, ...]
     """``## Call CompiledFxGraph <hash>`` spans."""
     graph_hashes: tuple[str, ...]
-    """The distinct compiled-graph hashes, in first-call order."""
+    """The distinct compiled-graph hashes (:func:`compiled_graph_hash`), in first-call
+    order."""
     cuda_graph_launches: tuple[Span, ...]
     """``cudaGraphLaunch`` calls (``mode="reduce-overhead"`` replays)."""
 
@@ -1343,7 +1362,7 @@ def compiled_regions(trace: Trace) -> CompileInfo:
         m[1] for m in (_REGION.match(s.name) for s in regions) if m is not None
     )
     hashes = dict.fromkeys(
-        m[1] for m in (_GRAPH_CALL.match(s.name) for s in graph_calls) if m is not None
+        graph_hash for graph_hash in map(compiled_graph_hash, graph_calls) if graph_hash
     )
     return CompileInfo(
         regions=regions,

@@ -51,6 +51,9 @@ naming no directory of the machine):
 - ``compile_reduce_overhead_capture``: a small MLP trained under
   ``torch.compile(mode="reduce-overhead")`` and profiled from its first call: the profiler's
   warm-up step compiles, the first recorded step captures the CUDA graphs, the rest replay.
+- ``autotune_in_step``: a pointwise function compiled with Inductor's coordinate descent
+  tuning and profiled from its first call, which tunes the kernel: candidate kernels and
+  cache flushes launched while torch.compile compiles.
 
 ``--only NAME ...`` records some of them.
 """
@@ -490,6 +493,30 @@ def record_compile_reduce_overhead_capture(out: Path) -> None:
             prof.step()
 
 
+def record_autotune_in_step(out: Path) -> None:
+    """A ReLU and scale over 4M floats compiled with Inductor's coordinate descent tuning on
+    (and its caches off, so that every run compiles and tunes), profiled from its first call
+    (four steps recorded, no schedule step waited or warmed up): at that call the compiled
+    kernel is tuned, its candidate launch configurations benchmarked on the GPU with a cache
+    flush before each run."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.force_disable_caches = True
+    inductor_config.coordinate_descent_tuning = True
+    x = torch.randn(4 * 1024 * 1024, device="cuda")
+    compiled = torch.compile(lambda t: torch.relu(t) * 2.0)
+    ready = export_to(out, "autotune_in_step")
+    with profile(
+        activities=BOTH,
+        schedule=schedule(wait=0, warmup=0, active=4, repeat=1),
+        on_trace_ready=ready,
+    ) as prof:
+        for _ in range(4):
+            compiled(x)
+            torch.cuda.synchronize()
+            prof.step()
+
+
 RECORDINGS: dict[str, Callable[[Path], None]] = {
     "options_and_graphs": record_options_and_graphs,
     "dataloader_workers_pinned": record_dataloader,
@@ -504,6 +531,7 @@ RECORDINGS: dict[str, Callable[[Path], None]] = {
     "amp_grad_scaler_steps": record_amp_grad_scaler,
     "graph_capture_in_step": record_graph_capture_in_step,
     "compile_reduce_overhead_capture": record_compile_reduce_overhead_capture,
+    "autotune_in_step": record_autotune_in_step,
 }
 
 

@@ -53,6 +53,7 @@ SUMMARY_KEYS = {
     "other_step_lanes",
     "left_out_steps",
     "top_kernels",
+    "compiler_kernels",
     "top_cpu_ops",
     "launch_apis",
     "planning_calls",

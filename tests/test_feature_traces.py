@@ -617,3 +617,61 @@ def test_the_cuda_graph_trees_capture_is_no_compilation() -> None:
 def test_replaying_a_graph_captured_before_the_recording_names_no_capture() -> None:
     trace = load_trace(FEATURES / "cuda_graph_replay_steps.json.gz")
     assert trace.graph_captures == [] and trace.find(name="cudaGraphLaunch")
+
+
+def test_the_kernels_an_autotuner_launches_are_the_compilers_not_the_programs(capsys) -> None:
+    # From the raw JSON: the kernels whose launch call lies inside a "(dynamo_timed)" compile
+    # label on its thread (the coordinate descent tuning's candidates and cache flushes).
+    raw = [e for e in events("autotune_in_step") if e.get("ph") == "X"]
+    labels = [e for e in raw if e["name"].endswith(" (dynamo_timed)")]
+    calls = {
+        e["args"]["correlation"]: e
+        for e in raw
+        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+
+    def while_compiling(call: dict[str, Any]) -> bool:
+        return any(
+            label["tid"] == call["tid"] and label["ts"] <= call["ts"] <= label["ts"] + label["dur"]
+            for label in labels
+        )
+
+    kernels = [e for e in raw if e["cat"] == "kernel"]
+    compiler = [k for k in kernels if while_compiling(calls[k["args"]["correlation"]])]
+    program = [k for k in kernels if k not in compiler]
+    assert len(compiler) > 1000 and {k["name"] for k in program} == {"triton_poi_fused_mul_relu_0"}
+    path = str(FEATURES / "autotune_in_step.json.gz")
+    status, out, _ = run_cli(capsys, "summary", "--json", path)
+    summary = json.loads(out)
+    assert status == 0
+    assert summary["compiler_kernels"] == {
+        "count": len(compiler),
+        "gpu_us": pytest.approx(sum(k["dur"] for k in compiler), abs=1e-6),
+    }
+    assert [(k["name"], k["count"]) for k in summary["top_kernels"]] == [
+        ("triton_poi_fused_mul_relu_0", len(program))
+    ]
+    assert summary["launch_apis"] == {"cuLaunchKernel": len(program)}
+    status, text, _ = run_cli(capsys, "summary", path)
+    assert f"(left out here and from the launch APIs below: {len(compiler):,} kernels" in text
+    # The tuning runs at the compiled code's first call, in a span that wraps its timed twin.
+    trace = load_trace(path)
+    from profiling_utils.rules import Facts
+
+    facts = Facts(trace)
+    (tuning,) = trace.find("CachingAutotuner.coordinate_descent_tuning")
+    assert facts.is_compile_work(tuning)
+    assert not any(a.name.endswith(" (dynamo_timed)") for a in trace.ancestors(tuning))
+
+
+def test_compiled_graph_calls_without_a_cache_key_name_no_graph(capsys) -> None:
+    raw = [e for e in events("autotune_in_step") if e.get("ph") == "X"]
+    graph_calls = [e for e in raw if e["name"].startswith("## Call CompiledFxGraph")]
+    assert {e["name"] for e in graph_calls} == {"## Call CompiledFxGraph None ##"}
+    path = str(FEATURES / "autotune_in_step.json.gz")
+    status, out, _ = run_cli(capsys, "summary", "--json", path)
+    compiled = json.loads(out)["compile"]
+    assert compiled["graph_calls"] == len(graph_calls) and compiled["graph_hashes"] == []
+    assert fired("autotune_in_step", "compiled-graph-cache-hit") == []
+    (hit,) = fired("recompile_one_step", "compiled-graph-cache-hit")[:1]
+    assert hit.evidence["hash"] != "None"

@@ -311,12 +311,30 @@ class Facts:
     def _compile_labels(self) -> bool:
         return any(map(is_compile_label, self.trace.by_name))
 
+    @cached_property
+    def _untimed_twins(self) -> frozenset[str]:
+        """The names of the spans that wrap a compile label of the same name: torch.compile
+        times some of its steps twice, ``X`` around ``X (dynamo_timed)``
+        (``CachingAutotuner.coordinate_descent_tuning``, which tunes a kernel at the compiled
+        code's first call, outside any other compile label)."""
+        names = self.trace.by_name
+        suffix = len(_COMPILE_LABEL_SUFFIX)
+        return frozenset(
+            base
+            for name in names
+            if name.endswith(_COMPILE_LABEL_SUFFIX) and is_compile_label(name)
+            if (base := name[:-suffix]) in names
+        )
+
+    def _is_compile_step(self, name: str) -> bool:
+        return is_compile_label(name) or name in self._untimed_twins
+
     def while_compiling(self, span: Span) -> bool:
         """Whether ``span`` ran inside torch.compile's compilation: a labelled compile step
-        (``dynamo``, ``aot_trace_joint_graph``, or a ``... (dynamo_timed)`` label) encloses
-        it. AOTAutograd runs autograd nodes there when it traces the backward graph, and
-        Inductor's autotuning launches candidate kernels and cache flushes: neither is the
-        compiled program's own work."""
+        (``dynamo``, ``aot_trace_joint_graph``, or a ``... (dynamo_timed)`` label, or the span
+        of the same name around one) encloses it. AOTAutograd runs autograd nodes there when
+        it traces the backward graph, and Inductor's autotuning launches candidate kernels
+        and cache flushes: neither is the compiled program's own work."""
         if not self._compile_labels:
             return False
         known = self._compiling
@@ -331,7 +349,7 @@ class Facts:
                 break
             walked.append(parent)
             enclosing = spans[parent]
-            if is_compile_label(enclosing.name):
+            if self._is_compile_step(enclosing.name):
                 found = True
                 break
             parent = enclosing.parent
@@ -341,10 +359,11 @@ class Facts:
 
     def is_compile_work(self, span: Span) -> bool:
         """Whether ``span`` is torch.compile's: one of its compile labels (torch 2.11 files
-        them as ops) or a span inside one (:meth:`while_compiling`)."""
+        them as ops), the span of the same name around one, or a span inside either
+        (:meth:`while_compiling`)."""
         if not self._compile_labels:
             return False
-        return is_compile_label(span.name) or self.while_compiling(span)
+        return self._is_compile_step(span.name) or self.while_compiling(span)
 
     @cached_property
     def compile_labels(self) -> list[Span]:

@@ -33,7 +33,6 @@ AOT_FUNCTIONS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
 compiled call where a trace holds no ``## Call CompiledFxGraph`` label (older torch)."""
 
 _REGION_ID = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
-_GRAPH_HASH = re.compile(r"## Call CompiledFxGraph (\S+)")
 
 
 def _per_step(facts: Facts, spans: tuple[Span, ...] | list[Span]) -> dict[str, int]:
@@ -305,9 +304,9 @@ def aot_wrapper(facts: Facts) -> Iterator[Hit]:
 def compiled_graph_cache_hit(facts: Facts) -> Iterator[Hit]:
     by_hash: dict[str, list[Span]] = {}
     for call in facts.compile_info.graph_calls:
-        match = _GRAPH_HASH.match(call.name)
-        if match is not None:
-            by_hash.setdefault(match[1], []).append(call)
+        graph_hash = measures.compiled_graph_hash(call)
+        if graph_hash is not None:  # a call without a key names no one graph
+            by_hash.setdefault(graph_hash, []).append(call)
     for graph_hash, calls in by_hash.items():
         steps = sorted({n for n in map(facts.step_number_of, calls) if n is not None})
         if len(steps) < 2:
