@@ -1282,6 +1282,32 @@ def test_periodic_step_needs_each_wide_step_wider_than_every_other_and_by_a_marg
     assert cycle({3: narrow, 7: narrow, 11: narrow}, "c.json") == []
 
 
+def test_a_one_off_stall_does_not_hide_a_cycle(make_trace) -> None:
+    # Every fourth step runs the optimizer (+500 µs); step 5 alone stalls for 5,000 µs (a
+    # garbage-collection pause), wider than them all: slow-step reports it, and the cycle
+    # is read without it.
+    cycle = {3: 500.0, 7: 520.0, 11: 510.0}
+    events = stalled_steps({n: ("host", us) for n, us in {**cycle, 5: 5_000.0}.items()}, 13)
+    found = diagnose(make_trace(events), select=["slow-step", "periodic-step"])
+    slow, periodic = (next(f for f in found if f.rule == rule) for rule in ("slow-step",
+                      "periodic-step"))  # fmt: skip
+    assert slow.evidence["step"] == 5 and "period" not in slow.evidence
+    assert periodic.evidence["wide_steps"] == [3, 7, 11]
+    assert periodic.evidence["left_out_step"] == 5
+    assert (
+        "each wider than any other step but ProfilerStep#5 (6000.0 µs), a one-off stall that "
+        "slow-step reports (the first step left out"
+    ) in periodic.message
+    # A stall too small to be a slow step (2x) is one of the others: it breaks the cycle.
+    events = stalled_steps({n: ("host", us) for n, us in {**cycle, 5: 1_000.0}.items()}, 13)
+    found = diagnose(make_trace(events, name="small.json"), select=["periodic-step"])
+    assert found == []
+    # Without the stall, no step is left out.
+    events = stalled_steps({n: ("host", us) for n, us in cycle.items()}, 13)
+    (plain,) = diagnose(make_trace(events, name="plain.json"), select=["periodic-step"])
+    assert "left_out_step" not in plain.evidence and " but " not in plain.message
+
+
 def test_slow_step_names_the_python_frame_that_holds_a_stall(make_trace) -> None:
     # Recorded with with_stack: a logging frame covers step 3's 4,000 µs stall. The frame is
     # no op: the time is still outside every op, and the frame names it.

@@ -372,13 +372,17 @@ class _StepCycle(NamedTuple):
     period: int
     wide: list[Step]
     rest: list[Step]
+    stall: Step | None = None
+    """A step outside the cycle wider than its wide steps, left out of it: a one-off stall
+    that ``slow-step`` reports (a garbage-collection pause in one step of the loop)."""
 
 
 def _step_cycle(facts: Facts) -> _StepCycle | None:
     """The steps at one interval of two or more that are each wider than every other step
     (see :data:`PERIODIC_STEP_MIN_RATIO` and :data:`PERIODIC_STEP_MIN_WIDE`), at the shortest
-    such interval; the first step is ``cold-start``'s and left out. None without; and where
-    the steps read are not numbered one after the other."""
+    such interval; the first step is ``cold-start``'s and left out, and so is one other
+    step wider than them all that ``slow-step`` reports (a one-off stall must not hide the
+    cycle). None without; and where the steps read are not numbered one after the other."""
     steps = facts.steps[1:]
     count = len(steps)
     if count < 2 * PERIODIC_STEP_MIN_WIDE:
@@ -386,24 +390,32 @@ def _step_cycle(facts: Facts) -> _StepCycle | None:
     if [step.number for step in steps] != list(range(steps[0].number, steps[0].number + count)):
         return None
     widths = [step.span.dur for step in steps]
-    widest = max(range(count), key=widths.__getitem__)  # wider than the rest: one of them
+    by_width = sorted(range(count), key=widths.__getitem__, reverse=True)
+    # The cycle holds the widest step, or else the next widest with the widest a slow step.
+    tries: list[tuple[int, int | None]] = [(by_width[0], None)]
+    if steps[by_width[0]].number in facts.slow_step_widths:
+        tries.append((by_width[1], by_width[0]))
     min_excess = SLOW_STEP_MIN_EXCESS_LAUNCHES * facts.launch_latency_us
-    for period in range(2, (count - 1) // (PERIODIC_STEP_MIN_WIDE - 1) + 1):
-        wide = set(range(widest % period, count, period))
-        if len(wide) < PERIODIC_STEP_MIN_WIDE:
-            continue
-        rest = [index for index in range(count) if index not in wide]
-        wide_widths = [widths[index] for index in sorted(wide)]
-        rest_widths = [widths[index] for index in rest]
-        typical, usual = median(wide_widths), median(rest_widths)
-        if (
-            min(wide_widths) > max(rest_widths)
-            and typical >= PERIODIC_STEP_MIN_RATIO * usual
-            and typical - usual >= min_excess
-        ):
-            return _StepCycle(
-                period, [steps[index] for index in sorted(wide)], [steps[index] for index in rest]
-            )
+    for anchor, stall in tries:
+        for period in range(2, (count - 1) // (PERIODIC_STEP_MIN_WIDE - 1) + 1):
+            wide = set(range(anchor % period, count, period))
+            if len(wide) < PERIODIC_STEP_MIN_WIDE or stall in wide:
+                continue
+            rest = [index for index in range(count) if index not in wide and index != stall]
+            wide_widths = [widths[index] for index in sorted(wide)]
+            rest_widths = [widths[index] for index in rest]
+            typical, usual = median(wide_widths), median(rest_widths)
+            if (
+                min(wide_widths) > max(rest_widths)
+                and typical >= PERIODIC_STEP_MIN_RATIO * usual
+                and typical - usual >= min_excess
+            ):
+                return _StepCycle(
+                    period,
+                    [steps[index] for index in sorted(wide)],
+                    [steps[index] for index in rest],
+                    None if stall is None else steps[stall],
+                )
     return None
 
 
@@ -445,7 +457,7 @@ def _only_in(
     "periodic-step",
     "CPU lane",
     see="""Every Nth step is wider than the others, step after step (each wider than any
-    other step).""",
+    other step, but for one stall wider still, which slow-step reports).""",
     means="""Work that runs every few steps: the optimizer's update after gradient
     accumulation, logging, an evaluation or a checkpoint every N steps. The steps are not
     alike: a median step leaves that work out, so time a whole cycle of N steps, and read
@@ -469,10 +481,17 @@ def periodic_step(facts: Facts) -> Iterator[Hit]:
         "median_other_cpu_us": us(usual),
         "ratio": round(typical / usual, 2),
     }
+    but = ""
+    if cycle.stall is not None:
+        evidence["left_out_step"] = cycle.stall.number
+        but = (
+            f" but {step_label(cycle.stall.number)} ({cycle.stall.span.dur:.1f} µs), a one-off "
+            "stall that slow-step reports"
+        )
     message = (
         f"Every {_ordinal(cycle.period)} step is wider than the others: {_step_list(numbers)} "
         f"take a median of {typical:.1f} µs against {usual:.1f} µs ({typical / usual:.2f}×), "
-        "each wider than any other step (the first step left out: it is cold-start's)"
+        f"each wider than any other step{but} (the first step left out: it is cold-start's)"
     )
     only = _only_in(facts, cycle.wide, cycle.rest)
     if only is not None:
