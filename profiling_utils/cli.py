@@ -1120,7 +1120,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(f"  graphs: {graphs}")
     else:
         out.append("  not compiled")
-    runtime = "HIP" if any(d["vendor"] == "amd" for d in summary["devices"]) else "CUDA"
+    vendors = {d["vendor"] for d in summary["devices"]}
+    runtime = "HIP" if "amd" in vendors else "CUDA/HIP" if "intel" in vendors else "CUDA"
     out.append(f"  {runtime} graph launches: {c['cuda_graph_launches']}")
 
     out += ["", "Profiler overhead"]

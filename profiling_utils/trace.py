@@ -463,7 +463,7 @@ class GraphCapture(msgspec.Struct, frozen=True, gc=False):
         return math.inf if self.end is None else self.end.end
 
 
-Vendor = Literal["nvidia", "amd", "unknown"]
+Vendor = Literal["nvidia", "amd", "intel", "unknown"]
 
 
 class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
@@ -475,14 +475,16 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     """E.g. ``"NVIDIA H100 80GB HBM3"``; ``"unknown"`` for a device with GPU work but no
     ``deviceProperties`` entry."""
     vendor: Vendor
-    """``"nvidia"``, ``"amd"``, or ``"unknown"`` (another accelerator, e.g. MTIA, or no clue)."""
+    """``"nvidia"``, ``"amd"``, ``"intel"`` (an XPU), or ``"unknown"`` (another accelerator,
+    e.g. MTIA, or no clue)."""
     arch: str | None
     """The instruction-set architecture: ``"sm_90"`` on NVIDIA (from the compute capability),
     ``"gfx90a"`` on AMD (from ``gcnArchName`` when written, else from the Instinct product
     the name gives, else from the ``_ISA90a_`` tag of the trace's Tensile GEMM kernels);
     ``None`` when the trace does not say."""
     compute_units: int | None
-    """Streaming multiprocessors on NVIDIA, compute units on AMD (``numSms`` in both)."""
+    """Streaming multiprocessors on NVIDIA, compute units on AMD (``numSms`` in both); on an
+    Intel XPU, SYCL's ``max_compute_units`` (``maxComputeUnits``)."""
     total_memory_bytes: int | None
     """Global memory in bytes (``totalGlobalMem``)."""
     compute_capability: tuple[int, int] | None
@@ -513,7 +515,7 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
         ``"AMD Instinct MI250X, 110 CUs, gfx90a"``; without a name, what the trace shows of
         it: ``"unknown AMD GPU, gfx942"``, ``"unknown NVIDIA GPU"``, ``"unknown GPU"``."""
         if self.name in ("", "unknown"):
-            vendor = {"nvidia": "NVIDIA ", "amd": "AMD "}.get(self.vendor, "")
+            vendor = {"nvidia": "NVIDIA ", "amd": "AMD ", "intel": "Intel "}.get(self.vendor, "")
             return ", ".join([f"unknown {vendor}GPU", *([self.arch] if self.arch else [])])
         facts = [self.name]
         if self.vendor == "nvidia":
@@ -526,6 +528,9 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
                 facts.append(f"{self.compute_units} CUs")
             if self.arch is not None:
                 facts.append(self.arch)
+        elif self.vendor == "intel":
+            if self.compute_units is not None:
+                facts.append(f"{self.compute_units} compute units")
         else:
             facts.append("accelerator of unknown vendor")
         return ", ".join(facts)
@@ -554,6 +559,7 @@ _GPU_BACKEND_LABELS = ("nccl:", "rccl:")
 """Labels of the c10d backends that run collectives on GPUs."""
 _AMD_NAMES = ("AMD", "Radeon", "Instinct")
 _NVIDIA_NAMES = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN")
+_INTEL_NAMES = ("Intel",)  # "Intel(R) Data Center GPU Max 1550", as SYCL names XPUs
 # Data-centre GPUs as drivers before R470 named them, without "NVIDIA": "A100-SXM4-40GB".
 _AMD_BARE_NAME = re.compile(r"MI\d{2,3}[A-Z]?(?:\s|$)")
 _NVIDIA_BARE_NAME = re.compile(r"(?:[ABHLTV]|GH|GB)\d{1,3}[A-Z]?(?:-|\s|$)")
@@ -564,6 +570,8 @@ def _vendor_from_name(name: str) -> Vendor:
         return "nvidia"
     if any(word in name for word in _AMD_NAMES) or _AMD_BARE_NAME.match(name):
         return "amd"
+    if name.startswith(_INTEL_NAMES):
+        return "intel"
     return "unknown"
 
 
@@ -622,7 +630,9 @@ def _device_info(
         name=name,
         vendor=vendor,
         arch=arch,
-        compute_units=_as_int(props.get("numSms", props.get("multiProcessorCount"))),
+        compute_units=_as_int(
+            props.get("numSms", props.get("multiProcessorCount", props.get("maxComputeUnits")))
+        ),
         total_memory_bytes=_as_int(props.get("totalGlobalMem")),
         compute_capability=capability,
         shared_memory_per_sm_bytes=_as_int(
@@ -736,8 +746,8 @@ class Trace:
     """The accelerators in ``deviceProperties``, by id, plus any device that has GPU lanes but
     no entry there (named ``"unknown"``). Empty for a CPU-only trace without properties."""
     vendor: Vendor
-    """The GPU vendor the launch calls show (``hip*`` on AMD, ``cuda*`` on NVIDIA), or
-    ``"unknown"`` when the trace has none."""
+    """The GPU vendor the launch calls show (``hip*`` on AMD, ``cuda*`` on NVIDIA, calls of
+    category ``xpu_runtime`` on an Intel XPU), or ``"unknown"`` when the trace has none."""
     rank: int | None
     """``distributedInfo.rank``: this process's rank in a distributed job, else ``None``."""
     world_size: int | None
@@ -997,13 +1007,16 @@ class Trace:
         return by_lane, by_cat, by_name
 
     def _runtime_vendor(self, by_cat: dict[str, list[Span]]) -> Vendor:
-        """The GPU vendor its launch API shows: HIP calls on AMD, CUDA calls on NVIDIA."""
+        """The GPU vendor its launch API shows: HIP calls on AMD, CUDA calls on NVIDIA, XPU
+        runtime calls on Intel."""
         for span in by_cat.get("cuda_runtime", ()):
             if span.name.startswith("hip"):
                 return "amd"
             if span.name.startswith("cuda"):
                 return "nvidia"
-        return "nvidia" if by_cat.get("cuda_driver") else "unknown"
+        if by_cat.get("cuda_driver"):
+            return "nvidia"
+        return "intel" if by_cat.get("xpu_runtime") or by_cat.get("xpu_driver") else "unknown"
 
     def _device_of_pid(
         self, gpu_pids: set[int | str], all_pids: set[int | str], by_cat: dict[str, list[Span]]

@@ -1129,6 +1129,30 @@ def test_launches_inside_a_graph_capture_owe_no_gpu_record(tmp_path) -> None:
     assert uncaptured.steps[1].number == step.number and missing == len(inside) <= launched
 
 
+def test_an_intel_xpu_is_described_from_what_its_trace_writes(tmp_path) -> None:
+    # Kineto's XPU plugin writes SYCL's device info: a name, maxComputeUnits, a vendor.
+    events = [
+        complete_event("urEnqueueKernelLaunch", "xpu_runtime", 0, 10, correlation=1),
+        complete_event("gemm_kernel", "kernel", 20, 5, pid=0, tid=0, correlation=1),
+    ]
+    props = {
+        "id": 0,
+        "name": "Intel(R) Data Center GPU Max 1550",
+        "totalGlobalMem": 68_719_476_736,
+        "maxComputeUnits": 448,
+        "maxWorkGroupSize": 1024,
+        "vendor": "Intel(R) Corporation",
+    }
+    document = trace_document(events, deviceProperties=[props])
+    trace = load_trace(write_trace(tmp_path / "xpu.json", document))
+    (device,) = trace.devices
+    assert (trace.vendor, device.vendor, device.compute_units) == ("intel", "intel", 448)
+    assert device.describe() == "Intel(R) Data Center GPU Max 1550, 448 compute units"
+    without = trace_document(events, deviceProperties=[])
+    bare = load_trace(write_trace(tmp_path / "bare.json", without))
+    assert bare.devices[0].describe() == "unknown Intel GPU"
+
+
 @pytest.mark.parametrize(
     ("category", "call"),
     [("xpu_runtime", "urEnqueueKernelLaunch"), ("privateuse1_runtime", "launchKernel")],
@@ -1151,6 +1175,6 @@ def test_another_backends_runtime_calls_launch_their_kernels(tmp_path, category,
     assert all(trace.launch_of(kernel).name == call for kernel in trace.kernels)
     assert [len(step.gpu_work) for step in trace.steps] == [1, 1, 1]
     assert trace.launch_of(trace.kernels[0]).parent == trace.find(name="aten::addmm")[0].id
-    assert trace.vendor == "unknown"
+    assert trace.vendor == ("intel" if category == "xpu_runtime" else "unknown")
     (cpu,) = [lane for lane in trace.lanes if lane.kind == "cpu"]
     assert cpu.pid == 429

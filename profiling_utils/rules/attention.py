@@ -191,6 +191,7 @@ def _fp32_matmuls_inside(facts: Facts, op: Span) -> list[Span]:
 _FP32_UNITS = {
     "nvidia": "on CUDA cores, not on bf16/fp16 tensor cores.",
     "amd": "at the matrix cores' fp32 rate, not at their bf16/fp16 one.",
+    "intel": "rather than at the GPU's bf16/fp16 rate.",
     "unknown": "rather than at the GPU's bf16/fp16 rate.",
 }
 """Where an fp32 GEMM runs, in each vendor's words."""
