@@ -1387,6 +1387,7 @@ def test_slow_step_names_the_graph_it_captures(make_trace) -> None:
         "instantiate": "cudaGraphInstantiateWithFlags",
         "instantiate_us": 100.0,
         "cudagraph_trees_us": None,
+        "other_steps_capturing": [],
         "graph_launches_in_other_steps": 0,
     }
     assert (
@@ -1399,6 +1400,11 @@ def test_slow_step_names_the_graph_it_captures(make_trace) -> None:
     (finding,) = diagnose(make_trace(events, name="open.json"), select=["slow-step"])
     assert finding.evidence["graph_captures"]["capture_us"] == 35_000 - 30_300
     assert "from cudaStreamBeginCapture to the end of the recording" in finding.message
+    # Another step captures too (a smaller one, not slow): named.
+    events = stalled_steps({3: ("host", 4_000.0)}) + _capture(30_300) + _capture(10_300)
+    (finding,) = diagnose(make_trace(events, name="two.json"), select=["slow-step"])
+    assert finding.evidence["graph_captures"]["other_steps_capturing"] == [1]
+    assert "(7.5% of the extra 4000.0 µs); ProfilerStep#1 captures too." in finding.message
     # Every step captures: the capture is not what sets this step apart.
     events = stalled_steps({3: ("host", 4_000.0)})
     for n in range(5):

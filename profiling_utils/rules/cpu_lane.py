@@ -698,7 +698,8 @@ def _captures_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
     """The graphs of GPU work step ``number`` captures (:attr:`Trace.graph_captures` begun in
     it), when some other step captures none: how many, with which calls, how long the
     captures, the instantiations and torch.compile's CUDA graph trees' labels around them
-    took in the step, and how many graph launches the other steps make (which replay them)."""
+    took in the step, which other steps capture too, and how many graph launches the other
+    steps make."""
     trace = facts.trace
     if not trace.graph_captures:
         return None
@@ -736,6 +737,7 @@ def _captures_in_step(facts: Facts, number: int) -> dict[str, Any] | None:
         "cudagraph_trees_us": us(measures.union_within(trees, step.start, step.end))
         if trees
         else None,
+        "other_steps_capturing": sorted(n for n in by_step if n != number),
         "graph_launches_in_other_steps": len(replays),
     }
 
@@ -758,11 +760,14 @@ def _capture_words(captured: dict[str, Any], extra: float) -> str:
             f"{total:.1f} µs"
         )
     words += f" ({_of_extra(total, extra)})"
+    others = captured["other_steps_capturing"]
     replays = captured["graph_launches_in_other_steps"]
+    if others:
+        words += f"; {_step_list(others)} capture{'s' if len(others) == 1 else ''} too"
     if replays:
         words += (
-            f"; the other steps capture none and make {replays} graph launches, which replay "
-            "captured graphs"
+            f"; the other steps {'' if others else 'capture none and '}make {replays} graph "
+            "launches, which replay captured graphs"
         )
     return words
 
