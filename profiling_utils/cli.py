@@ -445,20 +445,6 @@ def _steps(trace: Trace) -> list[dict[str, Any]]:
     return rows
 
 
-def _compiler_kernels(trace: Trace) -> tuple[list[Span], list[Span]]:
-    """The trace's kernels split: those of the program, and those torch.compile launched while
-    compiling (:meth:`~profiling_utils.rules.facts.Facts.while_compiling`: its autotuning's
-    candidate kernels and the cache flushes between them)."""
-    facts = Facts(trace)
-    if not facts.compile_labels:
-        return trace.kernels, []
-    program, compiler = [], []
-    for kernel in trace.kernels:
-        call = trace.launch_of(kernel)
-        (compiler if call is not None and facts.while_compiling(call) else program).append(kernel)
-    return program, compiler
-
-
 def _kernels(
     trace: Trace, kernels: list[Span], top: int
 ) -> tuple[list[dict[str, Any]], Counter, Counter]:
@@ -623,7 +609,12 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
 
-    program, compiler = _compiler_kernels(trace)
+    compiler = Facts(trace).compiler_kernels
+    if compiler:
+        left_out = {kernel.id for kernel in compiler}
+        program = [kernel for kernel in trace.kernels if kernel.id not in left_out]
+    else:
+        program = trace.kernels
     kernels, apis, planning = _kernels(trace, program, top)
     view = roofline(trace)
     compiled = measures.compiled_regions(trace)

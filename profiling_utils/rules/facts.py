@@ -628,6 +628,20 @@ class Facts:
         return [pair for pair in self.kernel_launches if not compiling(pair[0].call)]
 
     @cached_property
+    def compiler_kernels(self) -> list[Span]:
+        """The kernels torch.compile launched while compiling (:meth:`while_compiling` holds
+        for their launch call): its autotuning's candidate kernels and the cache flushes
+        between them, in start order; empty in a trace without its compile labels."""
+        if not self.compile_labels:
+            return []
+        launch_of = self.trace.launch_of_id
+        return [
+            kernel
+            for kernel in self.trace.kernels
+            if (call := launch_of(kernel.id)) is not None and self.while_compiling(call)
+        ]
+
+    @cached_property
     def program_copies(self) -> list[Copy]:
         """:attr:`copies` less those torch.compile made while compiling."""
         if not self.compile_labels:
