@@ -1224,7 +1224,7 @@ JSON (--json): one object
   baseline, trace  {trace, device, device_named, content, host_ops_recorded, steps,
                    steps_without_gpu_records, median_step_cpu_us,
                    median_step_gpu_busy_us, recording_cpu_us, recording_gpu_busy_us, kernels,
-                   launches,
+                   compiler_kernels, launches,
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
@@ -1258,7 +1258,10 @@ JSON (--json): one object
                    communication_us and exposed_communication_us over the whole trace
                    (null without collectives); gemm_fp32_math counts the GEMM kernels of
                    matrix-multiply ops whose names say how they computed fp32: {"fp32": n}
-                   on the CUDA cores, {"tf32": n} in TF32 (null without GPU records)
+                   on the CUDA cores, {"tf32": n} in TF32 (null without GPU records);
+                   compiler_kernels counts the kernels torch.compile launched while
+                   compiling (an autotuner's candidates and cache flushes), which the
+                   kernels_only_in lists leave out
   cpu_ratio        median step CPU time of TRACE over BASELINE (null when either has no
                    step: compare recording_cpu_us then)
   devices_differ   whether the two ran on devices of different kinds, as far as both

@@ -86,6 +86,10 @@ class RunSummary:
     kernels: int | None
     """Kernels in the whole trace (``None`` where its GPU work was not recorded, content
     ``"GPU not recorded"``: not known, as the next two)."""
+    compiler_kernels: int | None
+    """Of :attr:`kernels`, those torch.compile launched while compiling (its autotuning's
+    candidates and cache flushes: :attr:`~profiling_utils.rules.facts.Facts.compiler_kernels`),
+    which the kernel names only one side has leave out (``None`` as :attr:`kernels`)."""
     launches: int | None
     """Runtime or driver calls that started GPU work found in the trace."""
     gpu_activities: int | None
@@ -163,7 +167,8 @@ class Comparison:
     """CPU ops the baseline does not have."""
     kernels_only_in_baseline: list[NameCount]
     """Kernel names the other trace does not have (none where either trace's GPU work was
-    not recorded, content ``"GPU not recorded"``: its kernels' names are not known)."""
+    not recorded, content ``"GPU not recorded"``: its kernels' names are not known), the
+    kernels torch.compile launched while compiling left out."""
     kernels_only_in_trace: list[NameCount]
     """Kernel names the baseline does not have (none, as above, where either's GPU work was
     not recorded)."""
@@ -269,6 +274,11 @@ class Comparison:
             ("median kernels per step", a.kernels_per_step, b.kernels_per_step),
             ("median launches per step", a.launches_per_step, b.launches_per_step),
             ("kernels (whole trace)", a.kernels, b.kernels),
+            *(
+                [("of them while compiling", a.compiler_kernels, b.compiler_kernels)]
+                if a.compiler_kernels or b.compiler_kernels
+                else []
+            ),
             ("launches (whole trace)", a.launches, b.launches),
             ("GPU activities (whole trace)", a.gpu_activities, b.gpu_activities),
             ("CUDA/HIP graph launches (whole trace)", a.cuda_graph_launches, b.cuda_graph_launches),
@@ -426,6 +436,13 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _program_kernel_names(facts: Facts) -> Counter[str]:
+    """The kernels' names, counted, less the kernels torch.compile launched while compiling:
+    an autotuner's cache flushes are no kernel of the program."""
+    left_out = {kernel.id for kernel in facts.compiler_kernels}
+    return Counter(kernel.name for kernel in facts.trace.kernels if kernel.id not in left_out)
+
+
 def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
     gpu_steps = facts.steps_with_gpu_records  # what the GPU figures are over
@@ -467,6 +484,7 @@ def _summary(facts: Facts) -> RunSummary:
         recording_cpu_us=None if window is None else facts.host_active_us,
         recording_gpu_busy_us=None if busiest is None else busiest[0],
         kernels=None if unrecorded else len(trace.kernels),
+        compiler_kernels=None if unrecorded else len(facts.compiler_kernels),
         launches=None if unrecorded else len(facts.launches),
         gpu_activities=None if unrecorded else len(trace.gpu_work),
         kernels_per_step=_median([float(kernels_in[n]) for n in kept]) if steps else None,
@@ -540,8 +558,7 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         )
     ops_a = Counter(op.name for op in a.trace.cpu_ops)
     ops_b = Counter(op.name for op in b.trace.cpu_ops)
-    kernels_a = Counter(k.name for k in a.trace.kernels)
-    kernels_b = Counter(k.name for k in b.trace.kernels)
+    kernels_a, kernels_b = _program_kernel_names(a), _program_kernel_names(b)
     names_known = _NOT_RECORDED not in (a.trace.content, b.trace.content)
     findings = order_findings(
         finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)

@@ -200,7 +200,9 @@ def test_a_trace_that_lost_its_gpu_records_is_not_called_cpu_only(make_trace) ->
     # its counts are null, not 0.
     assert comparison.kernels_only_in_baseline == comparison.kernels_only_in_trace == []
     lost_side = comparison.to_dict()["trace"]
-    unknown = ("kernels", "launches", "gpu_activities", "collectives", "launch_apis")
+    unknown = (
+        "kernels", "compiler_kernels", "launches", "gpu_activities", "collectives", "launch_apis"
+    )  # fmt: skip
     assert [lost_side[key] for key in unknown] == [None] * len(unknown)
     text = comparison.to_text()
     assert "content:  GPU | GPU not recorded" in text

@@ -675,3 +675,22 @@ def test_compiled_graph_calls_without_a_cache_key_name_no_graph(capsys) -> None:
     assert fired("autotune_in_step", "compiled-graph-cache-hit") == []
     (hit,) = fired("recompile_one_step", "compiled-graph-cache-hit")[:1]
     assert hit.evidence["hash"] != "None"
+
+
+def test_compare_leaves_the_compilers_kernels_out_of_the_names_only_one_side_has() -> None:
+    from profiling_utils.compare import compare
+
+    tuned = load_trace(FEATURES / "autotune_in_step.json.gz")
+    other = load_trace(FEATURES / "recompile_one_step.json.gz")
+    from profiling_utils.rules import Facts
+
+    compiler = Facts(tuned).compiler_kernels
+    flushes = {k.name for k in compiler} - {k.name for k in tuned.kernels if k not in compiler}
+    assert flushes  # the cache flushes' kernel runs only while compiling
+    comparison = compare(other, tuned)
+    assert comparison.trace.compiler_kernels == len(compiler) > 1000
+    assert comparison.trace.kernels == len(tuned.kernels)
+    assert comparison.baseline.compiler_kernels == 0
+    only = {n.name for n in comparison.kernels_only_in_trace}
+    assert only == {"triton_poi_fused_mul_relu_0"} and not only & flushes
+    assert "of them while compiling" in comparison.to_text()
