@@ -609,13 +609,9 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
 
-    compiler = Facts(trace).compiler_kernels
-    if compiler:
-        left_out = {kernel.id for kernel in compiler}
-        program = [kernel for kernel in trace.kernels if kernel.id not in left_out]
-    else:
-        program = trace.kernels
-    kernels, apis, planning = _kernels(trace, program, top)
+    facts = Facts(trace)
+    compiler = facts.compiler_kernels
+    kernels, apis, planning = _kernels(trace, facts.program_kernels, top)
     view = roofline(trace)
     compiled = measures.compiled_regions(trace)
     overhead: dict[str, list[float]] = {}

@@ -436,13 +436,6 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _program_kernel_names(facts: Facts) -> Counter[str]:
-    """The kernels' names, counted, less the kernels torch.compile launched while compiling:
-    an autotuner's cache flushes are no kernel of the program."""
-    left_out = {kernel.id for kernel in facts.compiler_kernels}
-    return Counter(kernel.name for kernel in facts.trace.kernels if kernel.id not in left_out)
-
-
 def _summary(facts: Facts) -> RunSummary:
     trace = facts.trace
     gpu_steps = facts.steps_with_gpu_records  # what the GPU figures are over
@@ -558,7 +551,9 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         )
     ops_a = Counter(op.name for op in a.trace.cpu_ops)
     ops_b = Counter(op.name for op in b.trace.cpu_ops)
-    kernels_a, kernels_b = _program_kernel_names(a), _program_kernel_names(b)
+    # An autotuner's candidates and cache flushes are no kernels of the program.
+    kernels_a = Counter(kernel.name for kernel in a.program_kernels)
+    kernels_b = Counter(kernel.name for kernel in b.program_kernels)
     names_known = _NOT_RECORDED not in (a.trace.content, b.trace.content)
     findings = order_findings(
         finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)

@@ -642,6 +642,14 @@ class Facts:
         ]
 
     @cached_property
+    def program_kernels(self) -> list[Span]:
+        """The trace's kernels less :attr:`compiler_kernels`, in start order."""
+        if not self.compiler_kernels:
+            return self.trace.kernels
+        left_out = {kernel.id for kernel in self.compiler_kernels}
+        return [kernel for kernel in self.trace.kernels if kernel.id not in left_out]
+
+    @cached_property
     def program_copies(self) -> list[Copy]:
         """:attr:`copies` less those torch.compile made while compiling."""
         if not self.compile_labels:
