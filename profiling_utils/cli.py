@@ -105,14 +105,16 @@ Commands:
       ``from_recording_start`` (torch ~1.8-1.9 wrote each allocation's size, no totals) the
       two byte counts are the sizes added up from the recording's start.
     - ``memory``: per kind (``DtoD``, ``HtoD``, ``memset``...): ``{kind, count, total_bytes,
-      median_bandwidth_gb_s, ops, host_memory}``; ``host_memory`` counts a copy to or from
+      bandwidth_gb_s, ops, host_memory}``; ``host_memory`` counts a copy to or from
       the host by the host memory its name gives (``Pinned``, ``Pageable``; ``Host`` on
       ROCm, which does not say which); ``total_bytes`` adds up the sizes the trace records
       on the copies or their calls (``null`` when none records one); ``ops`` maps the
       issuing op (``"(no op)"`` for a call outside any op, ``"(replayed by a graph
       launch)"`` for a copy a CUDA/HIP graph replays, ``"(launch not in the trace)"``) to a
-      count; the bandwidth counts bytes copied (or set) per second, each byte once,
-      GB = 10^9 bytes.
+      count; ``bandwidth_gb_s`` is the bytes of the copies that record a size over their
+      time together (not a median of each copy's rate: a kind mixes large copies with small
+      ones, whose rate their fixed cost sets), bytes copied (or set) per second, each byte
+      once, GB = 10^9 bytes; ``null`` when no copy records a size.
     - ``communication``: the collective kernels (NCCL, RCCL), ``null`` when the trace has
       none: ``{kernels, communication_us, compute_us, overlapped_us, exposed_us,
       overlap_fraction, by_op}``. Times are on the GPU, µs: ``communication_us`` while at
@@ -505,6 +507,15 @@ def _total_bytes(items: Sequence[measures.MemoryCopy | comm.Collective]) -> int 
     return sum(sizes) if sizes else None
 
 
+def _bandwidth(copies: list[measures.MemoryCopy]) -> float | None:
+    """GB/s over the copies together: the bytes of those that record a size and a duration,
+    over their time. Not a median of their rates: a kind mixes sizes (a batch of images and
+    its labels), and the small copies' rates, set by their fixed cost, would stand for all."""
+    timed = [c for c in copies if c.bandwidth_gb_s is not None]
+    seconds = sum(c.span.dur for c in timed) / 1e6
+    return sum(c.bytes or 0 for c in timed) / seconds / 1e9 if seconds > 0 else None
+
+
 def _memory(trace: Trace) -> list[dict[str, Any]]:
     by_kind: dict[str, list[measures.MemoryCopy]] = {}
     for copy in measures.memory_copies(trace):
@@ -514,9 +525,7 @@ def _memory(trace: Trace) -> list[dict[str, Any]]:
             "kind": kind,
             "count": len(copies),
             "total_bytes": _total_bytes(copies),
-            "median_bandwidth_gb_s": _median(
-                [c.bandwidth_gb_s for c in copies if c.bandwidth_gb_s is not None]
-            ),
+            "bandwidth_gb_s": _bandwidth(copies),
             "ops": dict(Counter(map(_issuer, copies)).most_common()),
             "host_memory": dict(
                 Counter(m for m in map(_host_memory, copies) if m is not None).most_common()
@@ -991,13 +1000,17 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Planning calls: {_counts(summary['planning_calls'])}",
     ]
 
-    out += ["", "Memory copies and sets (GB/s: 10^9 bytes copied per second)"]
+    out += [
+        "",
+        "Memory copies and sets (GB/s: 10^9 bytes copied per second, over the copies' time "
+        "together)",
+    ]
     for m in summary["memory"] or []:
         # A memset of a few bytes has no meaningful rate: its size and callers say enough.
         rate = (
             ""
             if m["kind"] == "memset"
-            else f" median {_rate(m['median_bandwidth_gb_s'])} GB/s copied,"
+            else f" {_rate(m['bandwidth_gb_s'])} GB/s copied,"
         )
         size = (
             "size not recorded,"

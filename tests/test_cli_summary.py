@@ -635,7 +635,7 @@ def test_summarize_matches_the_model(make_trace) -> None:
             "kind": "DtoD",
             "count": 1,
             "total_bytes": 4096,
-            "median_bandwidth_gb_s": pytest.approx(2.048),
+            "bandwidth_gb_s": pytest.approx(2.048),
             "ops": {"aten::copy_": 1},
             "host_memory": {},
         }
@@ -692,6 +692,29 @@ def test_copies_a_graph_replays_are_said_to_come_from_the_replay(make_trace) -> 
     ]
 
 
+def test_a_kinds_copy_rate_weighs_each_copy_by_its_bytes(capsys, make_trace) -> None:
+    # A data loader's batch: one large image copy and two label copies of a few bytes, whose
+    # rate their fixed cost sets. A median of the three rates would be a label's.
+    events = minimal_gpu_events()
+    (copy,) = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    (call,) = [e for e in events if e.get("name") == "cudaMemcpyAsync"]
+    for n, (size, start) in enumerate([(256, 88.0), (256, 91.0)], start=1):
+        correlation = 100 + n
+        events += [
+            {**call, "ts": call["ts"] + 2 * n, "dur": 1, "args": {"correlation": correlation}},
+            {**copy, "ts": 1000.0 + start, "dur": 1,
+             "args": {**copy["args"], "correlation": correlation, "bytes": size}},
+        ]  # fmt: skip
+    copy["args"]["bytes"] = 40_960  # 20.48 GB/s over its 2 µs
+    path = make_trace(events)
+    (memory,) = cli.summarize(load_trace(path))["memory"]
+    assert memory["count"] == 3
+    assert memory["bandwidth_gb_s"] == pytest.approx((40_960 + 512) / 4e-6 / 1e9)
+    assert cli.main(["summary", str(path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "DtoD" in line]
+    assert f"{memory['bandwidth_gb_s']:,.2f} GB/s copied" in line
+
+
 def test_copies_without_a_recorded_size_are_not_called_0_bytes(capsys, make_trace) -> None:
     # ROCm traces write no "bytes" on their copies: the size is unknown, not zero.
     events = minimal_gpu_events()
@@ -701,7 +724,7 @@ def test_copies_without_a_recorded_size_are_not_called_0_bytes(capsys, make_trac
     path = make_trace(events)
     (memory,) = cli.summarize(load_trace(path))["memory"]
     assert memory["count"] == 1
-    assert memory["total_bytes"] is None and memory["median_bandwidth_gb_s"] is None
+    assert memory["total_bytes"] is None and memory["bandwidth_gb_s"] is None
     assert cli.main(["summary", str(path)]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "DtoD" in line]
     assert line.split() == "DtoD x1 size not recorded, from aten::copy_ x1".split()
@@ -1010,7 +1033,7 @@ def test_a_copy_of_a_few_bytes_prints_its_rate_as_under_the_digits(capsys) -> No
     trace = Path(__file__).parent / "fixtures" / "features" / "side_stream_prefetch.json.gz"
     status, out, _ = run_cli(capsys, "summary", str(trace))
     (line,) = [line for line in out.splitlines() if line.lstrip().startswith("DtoH")]
-    assert status == 0 and "16 B total, median <0.01 GB/s copied" in line
+    assert status == 0 and "16 B total, <0.01 GB/s copied" in line
     assert "0.00 GB/s" not in out
 
 
