@@ -1007,11 +1007,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     for m in summary["memory"] or []:
         # A memset of a few bytes has no meaningful rate: its size and callers say enough.
-        rate = (
-            ""
-            if m["kind"] == "memset"
-            else f" {_rate(m['bandwidth_gb_s'])} GB/s copied,"
-        )
+        rate = "" if m["kind"] == "memset" else f" {_rate(m['bandwidth_gb_s'])} GB/s copied,"
         size = (
             "size not recorded,"
             if m["total_bytes"] is None

@@ -365,6 +365,19 @@ _STRING_OR_BARE_VALUE = re.compile(
     rb"|(?<=[:\[,])(\s*)(-?(?:N/A|NaN|nan|Infinity|inf))(?=\s*[,\]}])",
     re.S,
 )
+# A valid escape in a JSON string; a backslash left once these are taken out starts none.
+_VALID_ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+# A complete event's name in Kineto's layout, a line that ends ``"name": "...", "pid": 1,
+# "tid": 2,`` after ``"cat": "...",`` (on the line before in torch ~1.8 traces): Kineto writes
+# names unescaped, and a Python frame's file name may hold quotes (code torch.compile
+# generates, ``{"device": "cpu"}(12): run``), which end the string early. Only that layout:
+# in a file written on one line, the name's end could not be told from the next event's.
+_COMPLETE_EVENT_NAME = re.compile(
+    rb'(?m)("cat": "[^"\n]*",[ \t]*\r?\n?[ \t]*"name": ")([^\n]*)'
+    rb'(", "pid": (?:-?\d+|"[^"\n]*"), "tid": (?:-?\d+|"[^"\n]*"),[ \t]*\r?$)'
+)
+# A quote after an even number of backslashes (none included): one that ends a string.
+_RAW_QUOTE = re.compile(rb'(?<!\\)((?:\\\\)*)"')
 # Control bytes other than tab, newline and carriage return are never valid JSON outside a
 # string and invalid inside one: blank them.
 _CONTROL_TO_SPACE = bytes.maketrans(
@@ -659,11 +672,27 @@ def _quote_bare_value(match: re.Match[bytes]) -> bytes:
     return match[1] + b'"' + match[2] + b'"'
 
 
+def _escape_raw_quotes(match: re.Match[bytes]) -> bytes:
+    name = match[2]
+    if b'"' not in name and b"\t" not in name:
+        return match[0]
+    name = _RAW_QUOTE.sub(rb'\1\\"', name).replace(b"\t", b"\\t")
+    return match[1] + name + match[3]
+
+
 def _repair(data: bytes) -> bytes:
-    """Quote bare ``N/A``/``NaN``/``inf`` values, blank control bytes, replace invalid UTF-8."""
+    """Blank control bytes, replace invalid UTF-8, read backslashes as written where the writer
+    escaped none, escape the quotes inside complete events' names, and quote bare
+    ``N/A``/``NaN``/``inf`` values."""
     data = data.translate(_CONTROL_TO_SPACE)
     if not _is_utf8(data):
         data = data.decode("utf-8", "replace").encode("utf-8")
+    if b"\\" in _VALID_ESCAPE.sub(b"", data):
+        # An escape JSON does not have (``\U`` in ``C:\Users``): the writer escaped no
+        # backslash (Kineto on Windows wrote paths in ``with_stack`` names and call stacks
+        # as they are), so every one is the character itself.
+        data = data.replace(b"\\", b"\\\\")
+    data = _COMPLETE_EVENT_NAME.sub(_escape_raw_quotes, data)
     return _STRING_OR_BARE_VALUE.sub(_quote_bare_value, data)
 
 

@@ -38,6 +38,7 @@ from profiling_utils.loading import (
     load_raw_trace,
     read_trace_bytes,
 )
+from profiling_utils.rules import diagnose
 
 # -- format edges that must load ---------------------------------------------------------------
 
@@ -784,3 +785,47 @@ def test_device_properties_win_over_compute_properties(make_trace) -> None:
     legacy = [{"id": 0, "name": "old", "major": 7, "minor": 0, "multiProcessorCount": 80}]
     trace = load_trace(make_trace(minimal_gpu_events(), computeProperties=legacy))
     assert [d.name for d in trace.devices] == ["NVIDIA H100 80GB HBM3"]
+
+
+# Kineto writes names as they are: a Windows path's backslashes (with_stack's Python frames,
+# torch 2.0 on Windows), quotes in the file name of code torch.compile generates, a tab in a
+# record_function label. Each makes the JSON invalid; the file loads with the names as written.
+UNESCAPED_NAMES = [
+    "C:\\Users\\me\\torch\\nn\\modules\\module.py(1501): _call_impl",
+    '{"device": "cpu", "dtype": "float32"}(12): run',
+    'C:\\Users\\"quoted"\\',
+    "label\twith a tab",
+]
+
+
+@pytest.mark.parametrize("written", UNESCAPED_NAMES)
+def test_names_kineto_wrote_unescaped_load_as_written(tmp_path: Path, written: str) -> None:
+    original = gpu_fixture("64_bf16_warm_eager")
+    text = gzip.decompress(original.read_bytes())
+    label = b'"name": "matmul_add", "pid": '
+    assert text.count(label) > 1  # a label of every step, on the host and the GPU: all renamed
+    broken = text.replace(label, label.replace(b"matmul_add", written.encode()))
+    with pytest.raises(ValueError):
+        json.loads(broken)
+    path = tmp_path / "unescaped.json"
+    path.write_bytes(broken)
+    trace, before = load_trace(path), load_trace(original)
+    renamed = [span for span in trace.spans if span.name == written]
+    assert len(renamed) == text.count(label)
+    assert [(s.name, s.start, s.dur) for s in trace.spans if s.name != written] == [
+        (s.name, s.start, s.dur) for s in before.spans if s.name != "matmul_add"
+    ]
+    assert [f.message for f in diagnose(trace)] == [
+        f.message.replace("matmul_add", written) for f in diagnose(before)
+    ]
+
+
+def test_a_valid_escape_in_a_file_repaired_for_another_reason_is_kept(make_trace) -> None:
+    # A writer that escapes (json.dumps): its escapes stay what they mean when a bare N/A
+    # elsewhere sends the file through the repair.
+    events = minimal_gpu_events()
+    events[2]["name"] = 'aten::mm "x"\\y\tz'
+    text = json.dumps(trace_document(events)).replace('"bytes": 4096', '"bytes": N/A')
+    raw = load_raw_trace(make_trace(text.encode(), name="escaped.json"))
+    assert raw.repaired
+    assert 'aten::mm "x"\\y\tz' in [e.name for e in raw.events if isinstance(e, Event)]
