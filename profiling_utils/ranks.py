@@ -1488,8 +1488,11 @@ def _findings(
         if own_steps is None or not other_steps:
             steps_compared = f"The others wait in their {calls}:"
         elif longer is not None:
+            # Against the others' median step by step: with three ranks or more, some other
+            # rank may have a longer step than it (one held in a send that waits for a third).
+            theirs = "the other rank's" if len(other_labels) == 1 else "the others' median"
             steps_compared = (
-                f"Its steps are longer than the others' in each of the {longer.steps} they "
+                f"Its steps are longer than {theirs} in each of the {longer.steps} steps they "
                 f"share (median {_us(longer.median_us)} against {_us(longer.others_median_us)});"
             )
         else:

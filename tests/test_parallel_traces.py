@@ -295,7 +295,9 @@ def test_a_straggler_longer_in_every_step_says_so() -> None:
     assert len(differences) == 4 and min(differences) > 0
     report = cross_rank([rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "alltoall"])])
     (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
-    assert "Its steps are longer than the others' in each of the 4 they share" in straggler.message
+    assert "Its steps are longer than the other rank's in each of the 4 steps they share" in (
+        straggler.message
+    )
     (spread,) = [f for f in report.findings if f.rule == "rank-step-spread"]
     assert spread.evidence["median_difference_us"] == pytest.approx(statistics.median(differences))
 
@@ -334,6 +336,18 @@ def test_a_pipelines_batches_pair_send_by_receive_across_four_ranks() -> None:
     assert "rank 3 began its recorded steps" in late.message
     assert late.evidence["unexplained_kernels"] > 0
     assert report.straggler is not None and report.straggler.rank == 1
+    # Rank 2's steps 2 and 3 are longer than rank 1's (held in a send to the late rank 3):
+    # rank 1's are longer than the others' median, step by step, not than each of theirs.
+    durations = {p.rank: {s.step: s.cpu_us for s in p.steps} for p in profiles}
+    assert durations[2][3] > durations[1][3]
+    assert all(
+        own > statistics.median(durations[r][step] for r in (0, 2, 3))
+        for step, own in durations[1].items()
+    )
+    (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert "Its steps are longer than the others' median in each of the 4 steps" in (
+        straggler.message
+    )
     (skew,) = [f for f in report.findings if f.rule == "collective-skew"]
     assert skew.evidence["unattributed_wait_us"] > 0.5 * sum(skew.evidence["wait_us"].values())
     assert "for ranks that were themselves held in earlier communication" in skew.message
