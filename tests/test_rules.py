@@ -590,7 +590,8 @@ def test_overhead_bound_names_one_call_that_holds_most_of_the_step(make_trace, s
         0.7,
     )
     assert (
-        "one call, cudaLaunchKernel under aten::add, takes 700.0 µs of it (70%)" in finding.message
+        "one call, cudaLaunchKernel under aten::add, takes 700.0 µs of it (70%) by itself: a "
+        "one-time cost (the process's CUDA start-up, a first launch" in finding.message
     )
     assert ("the one step the rules read" in finding.message) is (steps == 1)
 
@@ -3176,6 +3177,12 @@ def test_memset_before_gemm_counts_each_op_it_found_them_under(make_trace) -> No
         finding.message
     )
     assert "most often gemm_0, one of 2 GEMM kernels" in finding.message
+    # One op and one kernel: the pairs are "each" from it ("both" is one memset and its GEMM).
+    (one_op,) = diagnose(make_trace(events[:5] + events[10:], name="mm.json"),
+                         select=["memset-before-gemm"])  # fmt: skip
+    assert one_op.message.endswith("right before gemm_0, each pair from aten::mm.")
+    (single,) = diagnose(make_trace(events[:5], name="one.json"), select=["memset-before-gemm"])
+    assert single.message.endswith("right before gemm_0, both from aten::mm.")
 
 
 def test_cost_in_children_follows_the_one_call_that_holds_the_total(make_trace) -> None:

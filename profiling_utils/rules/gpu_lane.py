@@ -1353,11 +1353,11 @@ def _most_often(row: dict[str, Any]) -> str:
 
 
 def _pair_where(row: dict[str, Any]) -> str:
-    """``<kernel>, both from <op>``, or, for pairs of several ops or kernels, the count of
-    each op and the most frequent kernel."""
+    """``<kernel>, both from <op>`` (``each pair from`` for several), or, for pairs of
+    several ops or kernels, the count of each op and the most frequent kernel."""
     kernel = short_name(row["gemm_kernel"])
     if len(row["ops"]) == 1 and row["gemm_kernels"] == 1:
-        return f"{kernel}, both from {row['op']}"
+        return f"{kernel}, {'both' if row['count'] == 1 else 'each pair'} from {row['op']}"
     ops = ", ".join(f"{op} {count}×" for op, count in row["ops"].items())
     return (
         f"a GEMM kernel of the same op ({ops}); most often {kernel}, one of "

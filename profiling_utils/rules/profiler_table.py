@@ -63,8 +63,8 @@ start-up call lasts milliseconds to seconds."""
 OVERHEAD_BOUND_ONE_CALL_SHARE = 0.5
 """``overhead-bound`` names the op or runtime call whose own (self) time holds at least this
 share of the median step's CPU time (or of the whole recording's): one long call is more
-often a one-time cost (a first launch loading its kernel's code, a first allocation) than the
-per-op overhead of many."""
+often a one-time cost (the process's CUDA start-up, a first launch loading its kernel's code,
+a first allocation) than the per-op overhead of many."""
 
 GPU_IDLE_MAX_BUSY_FRACTION = 0.5
 """``gpu-idle``: the GPU is busy for more than :data:`OVERHEAD_BOUND_MAX_BUSY_FRACTION` of a
@@ -406,8 +406,9 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
             if one_time is None:
                 held_by = (
                     f"one call, {short_name(longest.name, 40)}{under}, takes {own:.1f} µs of "
-                    f"it ({percent(own / cpu_us)}) by itself: a one-time cost (a first launch "
-                    "loading its kernel, a first allocation) looks like this"
+                    f"it ({percent(own / cpu_us)}) by itself: a one-time cost (the process's "
+                    "CUDA start-up, a first launch loading its kernel, a first allocation) "
+                    "looks like this"
                 )
             else:
                 evidence["recording_long_calls"] = _one_time_evidence(one_time, cpu_us)
