@@ -46,6 +46,7 @@ from profiling_utils.rules import (
 )
 from profiling_utils.rules import registry as registry_module
 from profiling_utils.rules.gpu_lane import is_host_sync
+from profiling_utils.tables import percent
 
 # -- the recordings, grouped by what they show ---------------------------------------------------
 
@@ -3740,6 +3741,23 @@ def test_fp32_gemm_reads_the_cuda_core_kernel_and_quotes_both_datasheet_rates() 
         hit.message
     )
     assert hit.message.endswith('torch.set_float32_matmul_precision("high") lets cuBLAS use them.')
+    assert hit.message.startswith("On the GPU, fp32 GEMMs ran on the CUDA cores for ")
+    assert f"{percent(evidence['share'])} of the steps' time (" in hit.message
+
+
+def test_fp32_gemm_without_steps_says_its_share_is_of_the_hosts_active_time(
+    make_trace: Any,
+) -> None:
+    # Without steps the share is of the host's active time, not of the GPU's busy time.
+    document = fixture_document("4096_fp32_warm_eager")
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if not e.get("name", "").startswith("ProfilerStep#")
+    ]
+    hit = _fp32_gemm(document, make_trace)
+    assert hit is not None and hit.evidence["of"] == "recording"
+    assert f"{percent(hit.evidence['share'])} of the host's active time (no steps to read)" in (
+        hit.message
+    )
 
 
 def test_fp32_gemm_is_silent_once_any_gemm_runs_in_tf32(make_trace: Any) -> None:

@@ -1170,7 +1170,7 @@ def _fp32_gemm_share(facts: Facts, kernels: list[Span]) -> tuple[float, float, s
         device = kernels[0].lane.device
         on_device = [work for work in facts.trace.gpu_work if work.lane.device == device]
         window = max(map(_END, on_device)) - on_device[0].start
-    return measures.union_us(kernels), window, "the recording's active time"
+    return measures.union_us(kernels), window, "the host's active time (no steps to read)"
 
 
 @rule(
@@ -1246,7 +1246,7 @@ def fp32_gemm(facts: Facts) -> Iterator[Hit]:
         else ""
     )
     yield (
-        f"fp32 GEMMs ran on the CUDA cores for {percent(share)} of {basis} on {where} "
+        f"On {where}, fp32 GEMMs ran on the CUDA cores for {percent(share)} of {basis} "
         f"({len(pairs)} kernel runs; the one with the most time, {short_name(top['kernel'])}, ran "
         f"{top['count']}× from {', '.join(top['ops'])}, median {top['median_us']:.1f} µs), "
         f"and no GEMM ran a TF32 kernel. {gpu} has TF32 tensor cores{rates}: if TF32's "
