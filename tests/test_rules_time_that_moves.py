@@ -118,12 +118,12 @@ def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
     finding = found[0]
     assert finding.evidence["longest_idle_step"] == 5
     assert finding.evidence["longest_idle_us"] > 5000
-    assert "The GPU's longest idle stretch inside a step is not one of them: " in finding.message
+    assert "The GPU's longest idle stretch in a step is not one of them: " in finding.message
     # What the trace shows of it: its next work was queued before the GPU went idle.
     assert re.search(
-        r"not one of them: \d+\.\d µs in ProfilerStep#5, with its next work queued "
-        r"\d+\.\d µs before the GPU went idle: something outside the trace held the GPU "
-        r"back\.$",
+        r"not one of them: \d+\.\d µs between activities of ProfilerStep#5, with its next "
+        r"work queued \d+\.\d µs before the GPU went idle: something outside the trace held "
+        r"the GPU back\.$",
         finding.message,
     )
 
@@ -142,6 +142,40 @@ def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
         f"held the GPU back; cudaDeviceSynchronize on CPU thread 999 "
         f"({_step_window(fixture_document(ITEM_SYNC)['traceEvents'], 5)['dur'] + 6000.0:.1f} "
         "µs) waited through all of it."
+    )
+
+
+def test_a_far_longer_stretch_before_a_steps_first_gpu_work_is_named_beside_the_host_syncs(
+    tmp_path: Path,
+) -> None:
+    # item-sync with 20 ms of host work (a data loader's fetch) at the start of step 5, before
+    # anything is launched: the GPU's longest idle stretch lies before the step's first
+    # activity, not between two of them (the ResNet traces of torch 1.8: 89 µs after a sync,
+    # 57 ms waiting for the next batch).
+    def fetch_first(events: list[dict]) -> None:
+        window = _step_window(events, 5)
+        start = window["ts"]
+        for event in events:
+            if event.get("ts", 0) > start:  # the rest of the recording, its end included
+                event["ts"] += 20_000.0
+            elif (
+                event.get("cat") in ("user_annotation", "Trace")
+                and event["ts"] + event["dur"] > start
+            ):
+                event["dur"] += 20_000.0  # the step, and the span of the whole recording
+        events.append(dict(window, name="enumerate(DataLoader)#_DataLoaderIter.__next__",
+                           ts=start + 1.0, dur=19_990.0, args={}))  # fmt: skip
+
+    (finding, *_) = findings(altered(tmp_path, ITEM_SYNC, fetch_first), "intra-step-gap")
+    evidence = finding.evidence
+    assert evidence["cause"] == "host sync" and evidence["longest_idle_before_first_step"] == 5
+    assert evidence["longest_idle_before_first_us"] > 20_000 > 100 * evidence["gap_us"]
+    assert evidence["longest_idle_us"] < 1_000  # between activities: nothing as long
+    assert finding.message.endswith(
+        f"The GPU's longest idle stretch in a step is not one of them: "
+        f"{evidence['longest_idle_before_first_us']:.1f} µs in ProfilerStep#5 before the "
+        "step's first GPU activity, while the host prepared it (data-loader and dead-window "
+        "read that time)."
     )
 
 

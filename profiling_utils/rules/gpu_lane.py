@@ -747,10 +747,19 @@ def _host_sync_hit(
         key=lambda item: item[1],
         default=(idle.step, idle.gap_us),
     )
-    if widest >= GAP_OTHER_CAUSE_RATIO * idle.gap_us:
+    first_step, first_us = max(
+        _idle_before_first(facts).items(), key=lambda item: item[1], default=(None, 0.0)
+    )
+    if first_us > widest and first_us >= GAP_OTHER_CAUSE_RATIO * idle.gap_us:
         message += (
-            f" The GPU's longest idle stretch inside a step is not one of them: "
-            f"{widest:.1f} µs in {step_label(widest_step)}, "
+            f" The GPU's longest idle stretch in a step is not one of them: {first_us:.1f} µs "
+            f"in {step_label(first_step)} before the step's first GPU activity, while the host "
+            "prepared it (data-loader and dead-window read that time)."
+        )
+    elif widest >= GAP_OTHER_CAUSE_RATIO * idle.gap_us:
+        message += (
+            f" The GPU's longest idle stretch in a step is not one of them: "
+            f"{widest:.1f} µs between activities of {step_label(widest_step)}, "
         )
         message += _widest_stretch_words(facts, widest_step, widest)
     return (
@@ -768,8 +777,31 @@ def _host_sync_hit(
             "launch_latency_us": us(latency),
             "longest_idle_us": us(widest),
             "longest_idle_step": widest_step,
+            "longest_idle_before_first_us": us(first_us),
+            "longest_idle_before_first_step": first_step,
         },
     )
+
+
+def _idle_before_first(facts: Facts) -> dict[int, float]:
+    """For each step the rules read, how long the GPU that runs its first activity idles in
+    the step's CPU window before that activity starts (no work of any step on it then)."""
+    trace = facts.trace
+    by_device: dict[Any, list[Span]] = {}
+    for work in trace.gpu_work:
+        by_device.setdefault(work.lane.device, []).append(work)
+    ends = {device: list(accumulate(map(_END, work), max)) for device, work in by_device.items()}
+    ids = {device: [w.id for w in work] for device, work in by_device.items()}
+    idle = {}
+    for step in facts.steps:
+        if not step.gpu_work:
+            continue
+        first = min(step.gpu_work, key=_START)
+        device = first.lane.device
+        index = bisect_left(ids[device], first.id)
+        earlier = ends[device][index - 1] if index > 0 else -math.inf
+        idle[step.number] = max(0.0, first.start - max(step.start, earlier))
+    return idle
 
 
 def _widest_stretch_words(facts: Facts, step: int, gap_us: float) -> str:
