@@ -799,8 +799,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     for device in summary["devices"]:
         memory = device["total_memory_bytes"]
         size = "" if memory is None else f", {byte_size(memory)}"
-        # An accelerator of unknown vendor (MTIA) is no GPU the analysis reads.
-        kind = "GPU" if device["vendor"] != "unknown" or device["name"] == "unknown" else "device"
+        # An MTIA, or an accelerator of unknown vendor, is no GPU the analysis reads.
+        other = device["vendor"] == "meta" or (
+            device["vendor"] == "unknown" and device["name"] != "unknown"
+        )
+        kind = "device" if other else "GPU"
         out.append(f"  {kind} {device['id']}: {device['description']}{size}")
     if summary["gpu_numbers_may_be_agent_ids"]:
         out.append(

@@ -463,7 +463,7 @@ class GraphCapture(msgspec.Struct, frozen=True, gc=False):
         return math.inf if self.end is None else self.end.end
 
 
-Vendor = Literal["nvidia", "amd", "intel", "unknown"]
+Vendor = Literal["nvidia", "amd", "intel", "meta", "unknown"]
 
 
 class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
@@ -475,8 +475,9 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
     """E.g. ``"NVIDIA H100 80GB HBM3"``; ``"unknown"`` for a device with GPU work but no
     ``deviceProperties`` entry."""
     vendor: Vendor
-    """``"nvidia"``, ``"amd"``, ``"intel"`` (an XPU), or ``"unknown"`` (another accelerator,
-    e.g. MTIA, or no clue)."""
+    """``"nvidia"``, ``"amd"``, ``"intel"`` (an XPU), ``"meta"`` (an MTIA, whose runtime
+    calls the trace files as ``mtia_runtime``), or ``"unknown"`` (another accelerator, or no
+    clue)."""
     arch: str | None
     """The instruction-set architecture: ``"sm_90"`` on NVIDIA (from the compute capability),
     ``"gfx90a"`` on AMD (from ``gcnArchName`` when written, else from the Instinct product
@@ -515,6 +516,8 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
         ``"AMD Instinct MI250X, 110 CUs, gfx90a"``; without a name, what the trace shows of
         it: ``"unknown AMD GPU, gfx942"``, ``"unknown NVIDIA GPU"``, ``"unknown GPU"``."""
         if self.name in ("", "unknown"):
+            if self.vendor == "meta":
+                return "unknown MTIA accelerator (Meta)"
             vendor = {"nvidia": "NVIDIA ", "amd": "AMD ", "intel": "Intel "}.get(self.vendor, "")
             return ", ".join([f"unknown {vendor}GPU", *([self.arch] if self.arch else [])])
         facts = [self.name]
@@ -531,6 +534,8 @@ class DeviceInfo(msgspec.Struct, frozen=True, gc=False):
         elif self.vendor == "intel":
             if self.compute_units is not None:
                 facts.append(f"{self.compute_units} compute units")
+        elif self.vendor == "meta":
+            facts.append("MTIA accelerator (Meta)")
         else:
             facts.append("accelerator of unknown vendor")
         return ", ".join(facts)
@@ -609,8 +614,9 @@ def _device_info(
     device_id = _as_int(props.get("id"))
     name = str(props.get("name", ""))
     vendor = _vendor_from_name(name)
-    if vendor == "unknown" and major is not None:
-        # A GPU whose name says nothing: the launch API (cuda*/hip*) tells.
+    if vendor == "unknown" and (major is not None or runtime_vendor == "meta"):
+        # A GPU whose name says nothing: the launch API (cuda*/hip*) tells; an MTIA's name
+        # (``ARTEMIS``) neither, nor does it write a compute capability: its runtime calls do.
         vendor = runtime_vendor
     capability = None if major is None or minor is None else (major, minor)
     arch: str | None = None
@@ -1008,7 +1014,7 @@ class Trace:
 
     def _runtime_vendor(self, by_cat: dict[str, list[Span]]) -> Vendor:
         """The GPU vendor its launch API shows: HIP calls on AMD, CUDA calls on NVIDIA, XPU
-        runtime calls on Intel."""
+        runtime calls on Intel, MTIA runtime calls on Meta's accelerator."""
         for span in by_cat.get("cuda_runtime", ()):
             if span.name.startswith("hip"):
                 return "amd"
@@ -1016,7 +1022,9 @@ class Trace:
                 return "nvidia"
         if by_cat.get("cuda_driver"):
             return "nvidia"
-        return "intel" if by_cat.get("xpu_runtime") or by_cat.get("xpu_driver") else "unknown"
+        if by_cat.get("xpu_runtime") or by_cat.get("xpu_driver"):
+            return "intel"
+        return "meta" if by_cat.get("mtia_runtime") else "unknown"
 
     def _device_of_pid(
         self, gpu_pids: set[int | str], all_pids: set[int | str], by_cat: dict[str, list[Span]]

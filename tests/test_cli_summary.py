@@ -284,7 +284,9 @@ def test_an_accelerator_whose_events_are_not_read_is_not_called_cpu_only(
     unread = "no CUDA/HIP work read; the accelerator's own 3 events (2 lanes) are not analysed"
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and "CPU-only" not in text and "GPU 17" not in text
-    assert "  device 17: ARTEMIS, accelerator of unknown vendor" in text.splitlines()
+    # Its runtime calls (mtia_runtime) say what it is, where its name (ARTEMIS) does not.
+    assert "  device 17: ARTEMIS, MTIA accelerator (Meta)" in text.splitlines()
+    assert load_trace(path).devices[0].vendor == "meta"
     # Too long for one line beside the extent: a line of its own.
     lines = text.splitlines()
     extent = lines.index("  4 spans over 13.0 µs")
@@ -297,6 +299,18 @@ def test_an_accelerator_whose_events_are_not_read_is_not_called_cpu_only(
     status, out, _ = run_cli(capsys, "summary", str(path), str(path), "--json")
     ranks = json.loads(out)["cross_rank"]["ranks"]
     assert status == 0 and [r["content"] for r in ranks] == ["accelerator not read"] * 2
+
+
+def test_an_accelerator_without_runtime_calls_to_say_what_it_is_is_of_unknown_vendor(
+    capsys, make_trace
+) -> None:
+    events = [
+        complete_event("aten::add", "cpu_op", 0, 10),
+        complete_event("event_wait", "npu_events", 2, 5, pid=17, tid=3774),
+    ]
+    path = make_trace(events, deviceProperties=[{"id": 17, "name": "ARTEMIS"}])
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and "  device 17: ARTEMIS, accelerator of unknown vendor" in text
 
 
 def test_a_listed_gpu_with_host_events_only_is_said_so(capsys, make_trace) -> None:

@@ -192,6 +192,7 @@ _FP32_UNITS = {
     "nvidia": "on CUDA cores, not on bf16/fp16 tensor cores.",
     "amd": "at the matrix cores' fp32 rate, not at their bf16/fp16 one.",
     "intel": "rather than at the GPU's bf16/fp16 rate.",
+    "meta": "rather than at the accelerator's bf16/fp16 rate.",
     "unknown": "rather than at the GPU's bf16/fp16 rate.",
 }
 """Where an fp32 GEMM runs, in each vendor's words."""
