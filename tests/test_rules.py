@@ -1131,6 +1131,24 @@ def test_many_calls_counts_calls_shorter_than_the_median_one_at_their_total(make
     assert "20.0 µs for the median call, 32% of the steps' CPU time in all." in finding.message
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_many_calls_counts_calls_on_several_threads_at_once_once(make_trace, threads) -> None:
+    # An inference server's workers (HTA's MTIA trace: 6 threads): 60 calls of 10 µs, one
+    # every 20 µs over 1,200 µs, on one thread or on two at the same times.
+    events = [
+        complete_event("fbgemm::permute", "cpu_op", 20.0 * (k // threads), 10, tid=1 + k % threads)
+        for k in range(60 * threads)
+    ]
+    events.append(complete_event("aten::empty", "cpu_op", 0, 1_200, tid=99))
+    (finding,) = diagnose(make_trace(events), select=["many-calls"])
+    (entry,) = [e for e in finding.evidence["ops"] if e["op"] == "fbgemm::permute"]
+    covered = 60 * 10.0  # on the host's 1,200 µs, whatever the threads
+    assert entry["cpu_share"] == pytest.approx(covered / 1_200, abs=1e-4)
+    assert entry["threads"] == threads
+    assert entry["concurrent_us"] == pytest.approx(covered * (threads - 1))
+    assert ("counted once" in finding.message) is (threads > 1)
+
+
 def test_many_calls_silent_when_one_long_call_per_step_holds_the_time(make_trace) -> None:
     # One 140 ms copy per step beside 60 cheap ones: 99% of the op's time, but 61 calls of
     # the median 4 µs are 0.2% of the 142 ms step; the op is not costly for being called often.

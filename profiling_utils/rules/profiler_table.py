@@ -1000,7 +1000,12 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             continue
         typical, long_calls = _median_and_long(calls)
         total = sum(map(_DUR, calls))
-        share = min(total, len(calls) * typical) / steps_cpu
+        # Calls on several threads at once (an inference server's workers) hold the host's
+        # time once: their sum over its wall time would count it once per thread.
+        lanes = {call.lane for call in calls}
+        covered = measures.union_us(calls, in_start_order=True) if len(lanes) > 1 else total
+        concurrency = covered / total if total > 0 else 1.0
+        share = min(total, len(calls) * typical) * concurrency / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
             calls_of[name] = calls
             found.append(
@@ -1012,9 +1017,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
                     "mean_us": us(total / len(calls)),
                     "cpu_share": round(share, 4),
                     "total_us": us(total),
-                    "total_cpu_share": round(total / steps_cpu, 4),
+                    "total_cpu_share": round(covered / steps_cpu, 4),
                     "calls_over_twice_median": long_calls,
                     "within": None,
+                    "threads": len(lanes),
+                    "concurrent_us": us(total - covered),
                 }
             )
     if not found:
@@ -1038,6 +1045,11 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" (all of its calls: {percent(top['total_cpu_share'])}, a mean of "
             f"{top['mean_us']:.1f} µs: {top['calls_over_twice_median']:,} of its "
             f"{top['calls']:,} calls take over twice the median)"
+        )
+    if top["concurrent_us"] > 0:
+        skewed += (
+            f" (its calls ran on {top['threads']} threads, {top['concurrent_us']:.1f} µs of "
+            "them at once, counted once)"
         )
     compiler = ""
     if compiling_us:
