@@ -522,6 +522,23 @@ def test_gpus_take_turns_over_a_recording_without_steps(make_trace) -> None:
     assert diagnose(make_trace(merged, name="merged.json"), select=["gpus-take-turns"]) == []
 
 
+def test_the_bound_rules_say_how_much_of_the_busy_time_only_collectives_ran() -> None:
+    # nccl/stalled, rank 1: its all_reduces count as busy (waiting for peers is not waiting
+    # for the CPU), and the message says how much of the busy time they alone ran.
+    trace = load_trace(FIXTURES / "nccl" / "stalled" / "rank1.json.gz")
+    (finding,) = diagnose(trace, select=["overhead-bound"])
+    step = next(s for s in trace.steps if s.number == finding.evidence["median_step"])
+    compute = [w for w in step.gpu_work if not w.is_communication]
+    alone = measures.union_us(step.gpu_work) - measures.union_us(compute)
+    assert alone > 1.0 and any(w.is_communication for w in step.gpu_work)
+    assert finding.evidence["gpu_busy_in_collectives_us"] == pytest.approx(alone, abs=1e-3)
+    assert f"µs ({alone:.1f} µs of it with only collectives running) for " in finding.message
+    # No collective, no note.
+    (plain,) = diagnose(gpu_fixture("64_bf16_warm_eager"), select=["overhead-bound"])
+    assert "gpu_busy_in_collectives_us" not in plain.evidence
+    assert "collectives" not in plain.message
+
+
 def test_gpu_idle_is_silent_where_a_bound_rule_speaks_or_the_gpu_is_busy(make_trace) -> None:
     def rules(kernels: int) -> set[str]:
         path = make_trace(kernel_steps(kernels))

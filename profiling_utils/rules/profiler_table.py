@@ -304,6 +304,27 @@ def _times(fraction: float) -> str:
     return f"{fraction:.2g}×"
 
 
+def _note_collectives(facts: Facts, evidence: dict[str, Any]) -> None:
+    """Add to ``evidence`` (of :func:`_bound_evidence`, busy times that count collectives)
+    how much of its GPU busy time is collective kernels, ``gpu_busy_in_collectives_us``,
+    where any is (:data:`_SHOWN_US` or more): a GPU in a collective may be waiting for
+    another rank, busy without computing."""
+    if not facts.trace.communication:
+        return
+    if "window" in evidence:
+        whole, compute = facts.recording_gpu_busy(False), facts.recording_gpu_busy(True)
+        if whole is None or compute is None:
+            return
+        in_collectives = whole[0] - compute[0]
+    else:
+        step = evidence["median_step"]
+        in_collectives = facts.busiest_gpu_busy_us.get(step, 0.0) - (
+            facts.busiest_gpu_compute_busy_us.get(step, 0.0)
+        )
+    if in_collectives >= _SHOWN_US:
+        evidence["gpu_busy_in_collectives_us"] = us(in_collectives)
+
+
 def _bound_message(
     evidence: dict[str, Any],
     ratios: tuple[float, float, float],
@@ -313,8 +334,15 @@ def _bound_message(
     busy: str = "busy",
 ) -> str:
     """``In the step with the median share (ProfilerStep#3) the GPU is busy 3.2 µs for
-    122.4 µs of CPU time (2.6%; 1.0% to 3.8% over 3 steps): ...``."""
+    122.4 µs of CPU time (2.6%; 1.0% to 3.8% over 3 steps): ...``; the busy time's part in
+    collectives after it, where the evidence gives one (:func:`_note_collectives`)."""
     typical, lowest, highest = ratios
+    in_collectives = evidence.get("gpu_busy_in_collectives_us")
+    note = (
+        ""
+        if in_collectives is None
+        else f" ({in_collectives:.1f} µs of it with only collectives running)"
+    )
     gpus = evidence.get("gpus_driven", 1)
     which = f"busiest of the {gpus} GPUs it drives" if gpus > 1 else "GPU"
     if "window" in evidence:
@@ -332,7 +360,7 @@ def _bound_message(
             )
         return (
             f"Over the whole recording ({why}) the {which} is {busy} "
-            f"{evidence['recording_gpu_busy_us']:.1f} µs for "
+            f"{evidence['recording_gpu_busy_us']:.1f} µs{note} for "
             f"{evidence['recording_cpu_us']:.1f} µs of CPU time, from the first host event to "
             f"the last{' less those' if 'quiet_stretches' in evidence else ''} "
             f"({ratio(typical)}{unit}): {pace}."
@@ -342,8 +370,8 @@ def _bound_message(
     return (
         f"In the step with the median share ({step_label(evidence['median_step'])}) the {which} "
         f"is {busy} "
-        f"{evidence['median_gpu_busy_us']:.1f} µs for {evidence['median_cpu_us']:.1f} µs of "
-        f"CPU time ({ratio(typical)}{unit}{spread}): {pace}."
+        f"{evidence['median_gpu_busy_us']:.1f} µs{note} for {evidence['median_cpu_us']:.1f} µs "
+        f"of CPU time ({ratio(typical)}{unit}{spread}): {pace}."
     )
 
 
@@ -372,6 +400,7 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
     cpu_us = evidence["recording_cpu_us" if whole else "median_cpu_us"]
     fraction = evidence["recording_gpu_busy_fraction" if whole else "median_gpu_busy_fraction"]
     if fraction <= OVERHEAD_BOUND_MAX_BUSY_FRACTION:
+        _note_collectives(facts, evidence)
         message = _bound_message(evidence, shown, percent, "", "the CPU side sets the pace")
         # The recording's busy time counts all GPU work; a step's, the work it launched.
         unlaunched = 0.0 if whole else _unlaunched_gpu_us(facts, window)
@@ -490,6 +519,7 @@ def gpu_idle(facts: Facts) -> Iterator[Hit]:
     if not OVERHEAD_BOUND_MAX_BUSY_FRACTION < round(fraction, 4) < GPU_IDLE_MAX_BUSY_FRACTION:
         return
     where = "the recording" if window.step is None else "the step"
+    _note_collectives(facts, evidence)
     message = _bound_message(evidence, shown, percent, "", f"it waits for most of {where}")
     if window.step is None:
         # A recording without steps may hold a process's start-up, as overhead-bound reads
