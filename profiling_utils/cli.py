@@ -150,11 +150,13 @@ Commands:
       kernel can, so the trace's CPU and GPU clocks disagree by at least that much, and its
       launch delays and lane offsets are off by as much
       (:func:`profiling_utils.measures.gpu_work_before_launch`).
-    - ``unrecorded_kernel_launches``: ``{count, kernel_launches}``, the trace's kernel launch
-      calls with no GPU activity in it (a trace cut short, or records the profiler dropped:
-      its GPU figures are then lower bounds) and all its kernel launch calls
-      (``kernel_launches`` is ``null`` when none lacks its record, ``count`` then 0); the
-      steps' rows count theirs.
+    - ``unrecorded_kernel_launches``: ``{count, kernel_launches, counter_ranges}``, the
+      trace's kernel launch calls with no GPU activity in it (a trace cut short, or records
+      the profiler dropped: its GPU figures are then lower bounds) and all its kernel launch
+      calls (``kernel_launches`` is ``null`` when none lacks its record, ``count`` then 0);
+      ``counter_ranges`` counts the ranges CUPTI's range profiler recorded instead of kernel
+      activities (:attr:`profiling_utils.trace.Trace.counter_ranges`); the steps' rows count
+      theirs.
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
     - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
@@ -611,7 +613,22 @@ def _gpu_work_before_launch(trace: Trace) -> dict[str, Any]:
 
 def _unrecorded_kernel_launches(trace: Trace) -> dict[str, Any]:
     missing, launches = trace.kernel_launches_without_gpu_record((-math.inf, math.inf))
-    return {"count": missing, "kernel_launches": launches if missing else None}
+    return {
+        "count": missing,
+        "kernel_launches": launches if missing else None,
+        "counter_ranges": len(trace.counter_ranges),
+    }
+
+
+def _why_unrecorded(summary: dict[str, Any]) -> str:
+    """Why kernel launches lack their GPU records, as the trace shows it."""
+    ranges = summary["unrecorded_kernel_launches"]["counter_ranges"]
+    if ranges:
+        return (
+            f"CUPTI's range profiler recorded {ranges:,} kernel ranges instead, replaying each "
+            "kernel to count performance counters, inside its launch call"
+        )
+    return "a trace cut short, or records the profiler dropped"
 
 
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
@@ -920,8 +937,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             if s["kernel_launches_without_gpu_record"]:
                 out.append(
                     f"  step {s['step']}: {s['kernel_launches_without_gpu_record']:,} of its "
-                    f"{s['kernel_launches']:,} kernel launches have no GPU record (a trace cut "
-                    "short, or records the profiler dropped): its GPU figures are a lower bound"
+                    f"{s['kernel_launches']:,} kernel launches have no GPU record "
+                    f"({_why_unrecorded(summary)}): its GPU figures are a lower bound"
                 )
                 missing = s["kernel_launches_without_gpu_record"] / s["kernel_launches"]
                 if not s["read_by_rules"]:
@@ -948,12 +965,15 @@ def format_summary(summary: dict[str, Any]) -> str:
             out.append(f"  {NO_HOST_OPS}")
         unrecorded = summary["unrecorded_kernel_launches"]
         if unrecorded["count"]:
-            out += [
-                f"  {unrecorded['count']:,} of the trace's {unrecorded['kernel_launches']:,} "
-                "kernel launches have no GPU record (a trace cut short, or records the",
-                "  profiler dropped): its GPU figures are a lower bound, and diagnose gives no "
-                "verdict on whether the CPU or the GPU sets the pace",
-            ]
+            out += textwrap.wrap(
+                f"{unrecorded['count']:,} of the trace's {unrecorded['kernel_launches']:,} "
+                f"kernel launches have no GPU record ({_why_unrecorded(summary)}): its GPU "
+                "figures are a lower bound, and diagnose gives no verdict on whether the CPU or "
+                "the GPU sets the pace",
+                width=_LINE_WIDTH,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            )
 
     out += ["", "Top kernels by total time (µs)"]
     if summary["top_kernels"]:

@@ -108,7 +108,9 @@ listed as operators (``ProfilerStep#N`` is filed so too; a label of your own in 
 cannot be told from an op and stays one)."""
 GPU_WORK_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 """Categories of work that occupies a GPU stream."""
-GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", "cuda_profiler_range"}
+COUNTER_RANGE_CATEGORY = "cuda_profiler_range"
+"""The category of CUPTI's range profiler's ranges (:attr:`Trace.counter_ranges`)."""
+GPU_CATEGORIES = GPU_WORK_CATEGORIES | {"gpu_user_annotation", COUNTER_RANGE_CATEGORY}
 """Categories that only appear on GPU lanes (``cuda_profiler_range``: the per-kernel ranges of
 CUPTI's range profiler, which replays kernels, so they are not GPU work)."""
 LAUNCH_CATEGORIES = frozenset(
@@ -1283,6 +1285,14 @@ class Trace:
         holds only the profiler's own events."""
         return any(self._by_cat.get(category) for category in _HOST_OP_CATEGORIES)
 
+    @property
+    def counter_ranges(self) -> list[Span]:
+        """The ranges CUPTI's range profiler recorded (``cuda_profiler_range``), one per
+        kernel, in start order: a recording that collects performance counters
+        (``experimental_config`` with ``profiler_metrics``) writes these instead of the
+        kernels' activities, and replays each kernel to count, inside its launch call."""
+        return self._by_cat.get(COUNTER_RANGE_CATEGORY, [])
+
     def describe_gpu_work(self) -> str:
         """What GPU work the trace gives the analysis, in words, for a report's header.
 
@@ -1311,7 +1321,13 @@ class Trace:
             span for lane in self.lanes if lane.kind == "gpu" for span in self.lane_spans(lane)
         ]
         if on_gpu_lanes:
-            # CUPTI's range profiler (cuda_profiler_range), a device-wide synchronisation.
+            if {span.cat for span in on_gpu_lanes} == {COUNTER_RANGE_CATEGORY}:
+                return (
+                    "no kernel, copy or memset recorded: CUPTI's range profiler (performance "
+                    f"counters) recorded {len(on_gpu_lanes):,} kernel ranges instead, and "
+                    "replays each kernel to count, inside its launch call"
+                )
+            # A device-wide synchronisation, say.
             categories = ", ".join(sorted({span.cat for span in on_gpu_lanes}))
             return (
                 f"no kernel, copy or memset recorded; the GPU lanes hold {len(on_gpu_lanes):,} "

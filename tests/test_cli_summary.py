@@ -301,6 +301,39 @@ def test_an_accelerator_whose_events_are_not_read_is_not_called_cpu_only(
     assert status == 0 and [r["content"] for r in ranks] == ["accelerator not read"] * 2
 
 
+def test_a_recording_of_cuptis_range_profiler_is_said_so(capsys, make_trace) -> None:
+    # HTA's cupti_profiler trace: performance counters collected, one cuda_profiler_range per
+    # launch instead of its kernel, on a machine of eight GPUs, none of them at work.
+    events = [complete_event("aten::add", "cpu_op", 0, 100)]
+    for k in range(3):
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", 10 + 30 * k, 20, correlation=k),
+            complete_event("add_kernel", "cuda_profiler_range", 12 + 30 * k, 50, pid=0, tid=0),
+        ]
+    devices = [dict(DEVICE_PROPERTIES[0], id=n) for n in range(8)]
+    path = make_trace(events, deviceProperties=devices)
+    trace = load_trace(path)
+    assert [span.name for span in trace.counter_ranges] == ["add_kernel"] * 3
+    said = (
+        "no kernel, copy or memset recorded: CUPTI's range profiler (performance counters) "
+        "recorded 3 kernel ranges instead, and replays each kernel to count, inside its launch "
+        "call"
+    )
+    status, out, _ = run_cli(capsys, "summary", str(path), "--json")
+    summary = json.loads(out)
+    assert summary["gpu_work"] == said
+    assert summary["unrecorded_kernel_launches"] == {
+        "count": 3, "kernel_launches": 3, "counter_ranges": 3,
+    }  # fmt: skip
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    assert status == 0 and f"  {said}" in text.splitlines()
+    assert "a trace cut short" not in text
+    assert "(CUPTI's range profiler recorded 3 kernel ranges instead" in " ".join(text.split())
+    status, text, _ = run_cli(capsys, "diagnose", str(path))
+    # Eight GPUs listed, none at work: not "8×", which would read as eight at work.
+    assert status == 0 and text.splitlines()[1].startswith(f"  8 listed: {trace.devices[0].name}")
+
+
 def test_an_accelerator_without_runtime_calls_to_say_what_it_is_is_of_unknown_vendor(
     capsys, make_trace
 ) -> None:
@@ -401,14 +434,15 @@ def test_launch_calls_whose_gpu_records_are_missing_are_counted(capsys, make_tra
 
 
 def test_gpu_lanes_without_kernels_are_named_for_what_they_hold(capsys, make_trace) -> None:
-    # CUPTI's range profiler replays each kernel and writes a range, not the kernel.
+    # Labels projected onto a GPU lane whose kernels were not recorded (CUPTI's range
+    # profiler's ranges are said for what they are: the test below).
     ranges = [
-        complete_event(f"k{i}", "cuda_profiler_range", i * 10, 5, pid=0, tid=7) for i in range(3)
+        complete_event(f"k{i}", "gpu_user_annotation", i * 10, 5, pid=0, tid=7) for i in range(3)
     ]
     path = make_trace([complete_event("aten::mm", "cpu_op", 0, 40), *ranges])
     said = (
         "no kernel, copy or memset recorded; "
-        "the GPU lanes hold 3 other events (cuda_profiler_range)"
+        "the GPU lanes hold 3 other events (gpu_user_annotation)"
     )
     status, text, _ = run_cli(capsys, "summary", str(path))
     assert status == 0 and f"  {said}" in text.splitlines() and "host events only" not in text
@@ -884,7 +918,9 @@ def test_a_trace_without_steps_says_when_kernel_launches_lack_their_records(
     events.append(complete_event("add_kernel", "kernel", 20, 10, pid=0, tid=7, correlation=1))
     path = make_trace(events)
     status, out, _ = run_cli(capsys, "summary", "--json", str(path))
-    assert json.loads(out)["unrecorded_kernel_launches"] == {"count": 2, "kernel_launches": 3}
+    assert json.loads(out)["unrecorded_kernel_launches"] == {
+        "count": 2, "kernel_launches": 3, "counter_ranges": 0,
+    }  # fmt: skip
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "2 of the trace's 3 kernel launches have no GPU record" in text
     assert diagnose(path, select=["overhead-bound", "compute-bound"]) == []
@@ -893,7 +929,7 @@ def test_a_trace_without_steps_says_when_kernel_launches_lack_their_records(
     whole = make_trace(events, name="whole.json")
     assert json.loads(run_cli(capsys, "summary", "--json", str(whole))[1])[
         "unrecorded_kernel_launches"
-    ] == {"count": 0, "kernel_launches": None}
+    ] == {"count": 0, "kernel_launches": None, "counter_ranges": 0}
 
 
 def test_gpu_work_before_its_launch_says_the_clocks_disagree(make_trace, capsys) -> None:

@@ -193,8 +193,12 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
     working = {work.lane.device for work in trace.gpu_work}
     used = [device for device in trace.devices if device.id in working] or trace.devices
     described = Counter(device.describe() for device in used)
+    # "8× A100" would read as eight GPUs at work: with none at work, the devices are listed.
+    times = "×" if working else " listed:"
     device = (
-        ", ".join(f"{count}× {text}" if count > 1 else text for text, count in described.items())
+        ", ".join(
+            f"{count}{times} {text}" if count > 1 else text for text, count in described.items()
+        )
         if described
         else "no GPU recorded"
     )
