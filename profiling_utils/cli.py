@@ -12,9 +12,10 @@ Commands:
 
     - ``file``: the trace path as given.
     - ``spans``: number of complete events; ``duration_us``: end of the last one (µs from the
-      first); ``has_gpu``: whether there is any GPU work; ``gpu_work``: the same in words, and
-      why there is none (no GPU, host activities only, an accelerator whose own events are not
-      analysed, nothing but the profiler's own events); ``host_ops_recorded``: whether the host
+      first; not a step's whose end was not recorded); ``has_gpu``: whether there is any GPU
+      work; ``gpu_work``: the same in words, and why there is none (no GPU, host activities
+      only, an accelerator whose own events are not analysed, nothing but the profiler's own
+      events); ``host_ops_recorded``: whether the host
       side holds any op, label or Python frame (not so in a recording without
       ``ProfilerActivity.CPU``, whose host side is the runtime calls alone).
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
@@ -631,6 +632,14 @@ def _why_unrecorded(summary: dict[str, Any]) -> str:
     return "a trace cut short, or records the profiler dropped"
 
 
+def _extent_us(trace: Trace) -> float:
+    """The end of the trace's last span, µs from its first, leaving out a step annotation
+    whose end was not recorded (Kineto writes such a step's end where the step would have
+    ended, seconds after the recording stopped)."""
+    unrecorded = {step.span.id for step in trace.steps if not trace.end_recorded(step)}
+    return max((s.end for s in trace.spans if s.id not in unrecorded), default=0.0)
+
+
 def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[str, Any]:
     """Everything ``summary`` reports, as one JSON-ready dict (keys in the module docs)."""
     from .roofline import roofline  # here: diagnose never needs it (nor its import time)
@@ -646,7 +655,7 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
     return {
         "file": str(trace.path) if file is None else file,
         "spans": len(trace.spans),
-        "duration_us": max((s.end for s in trace.spans), default=0.0),
+        "duration_us": _extent_us(trace),
         "has_gpu": trace.has_gpu,
         "gpu_work": trace.describe_gpu_work(),
         "host_ops_recorded": trace.records_host_ops,

@@ -853,10 +853,13 @@ def test_a_step_ending_after_the_recording_window_is_marked(capsys, make_trace) 
     path = make_trace(events)
     status, out, _ = run_cli(capsys, "summary", "--json", str(path))
     assert status == 0
-    steps = json.loads(out)["steps"]
-    assert [(s["step"], s["end_recorded"]) for s in steps] == [(1, True), (2, False)]
+    summary = json.loads(out)
+    assert [(s["step"], s["end_recorded"]) for s in summary["steps"]] == [(1, True), (2, False)]
+    # The trace's extent ends with the recording, not 13 s later with step 2's written end.
+    assert summary["duration_us"] == 1000.0
     _, text, _ = run_cli(capsys, "summary", str(path))
     assert "step 2 ends after the profiler's recording window" in text
+    assert "5 spans over 1,000.0 µs" in text
     assert [step.number for step in Facts(load_trace(path)).steps] == [1]
 
 
