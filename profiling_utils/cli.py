@@ -15,9 +15,9 @@ Commands:
       first; not a step's whose end was not recorded); ``has_gpu``: whether there is any GPU
       work; ``gpu_work``: the same in words, and why there is none (no GPU, host activities
       only, an accelerator whose own events are not analysed, nothing but the profiler's own
-      events); ``host_ops_recorded``: whether the host
-      side holds any op, label or Python frame (not so in a recording without
-      ``ProfilerActivity.CPU``, whose host side is the runtime calls alone).
+      events); ``host_ops_recorded``: whether the host side holds any op, label or Python
+      frame (not so in a recording without ``ProfilerActivity.CPU``, whose host side is the
+      runtime calls alone).
     - ``devices``: ``[{id, name, vendor, arch, compute_units, total_memory_bytes,
       compute_capability, shared_memory_per_sm_bytes, registers_per_sm, threads_per_sm,
       description}]``;
