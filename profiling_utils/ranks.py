@@ -1459,6 +1459,13 @@ def _took_part(straggler: Straggler, calls: str) -> str:
     return f"{straggler.matched} {calls}"
 
 
+_PIPELINE_WAIT = (
+    " A receive waits for its data by design: in a pipeline, each stage waits for the one "
+    "before it to compute what it sends, so this wait is the stages' imbalance (the "
+    "pipeline's bubble) as much as a rank that came late."
+)
+
+
 def _findings(
     rows: list[RankTiming],
     profiles: Sequence[RankProfile],
@@ -1526,7 +1533,7 @@ def _findings(
                 f"{_took_part(straggler, calls)} last, and the other ranks waited "
                 f"{_us(straggler.caused_wait_us)} in their {calls} for it. {steps_compared} "
                 f"look at what it does before its {calls} (host work, data loading, a "
-                f"slower GPU).{uneven}",
+                f"slower GPU).{uneven}{_PIPELINE_WAIT if calls == 'sends and receives' else ''}",
                 {
                     "rank": straggler.rank,
                     "last_arrivals": straggler.last_arrivals,

@@ -108,6 +108,14 @@ def test_sends_pair_with_their_receives_by_the_peer_each_records() -> None:
     assert any(f"in {buffered} the send ended before its receive began" in n for n in report.notes)
     (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
     assert "of 32 sends and receives last" in straggler.message
+    # A receive's wait is also the pipeline's own: the message says so where the matched
+    # calls are sends and receives, and not where they are collectives.
+    assert "(the pipeline's bubble)" in straggler.message
+    alltoall = cross_rank(
+        [rank_profile(load_trace(p)) for p in trace_files([PARALLEL / "alltoall"])]
+    )
+    (collective,) = [f for f in alltoall.findings if f.rule == "rank-straggler"]
+    assert "bubble" not in collective.message
 
 
 def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
