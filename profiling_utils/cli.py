@@ -245,7 +245,20 @@ def _analyse(
     list for them)."""
     files = trace_files(paths)
     keep = args.keep_traces if len(files) == 1 else None
-    return analyse_files(files, task, max_bytes=args.max_trace_bytes, workers=args.jobs, keep=keep)
+    outcomes = analyse_files(
+        files, task, max_bytes=args.max_trace_bytes, workers=args.jobs, keep=keep
+    )
+    # A directory of a run's traces may hold other JSON beside them (an execution trace, a
+    # snapshot): such a file is left out with a note, where the directory holds a trace.
+    in_directories = {str(f) for path in paths if Path(path).is_dir() for f in trace_files([path])}
+    other = [o for o in outcomes if o.not_a_trace and o.files[0] in in_directories]
+    args.skipped = []
+    if other and len(other) < len(outcomes):
+        for outcome in other:
+            print(f"note: {outcome.error} (left out: not a trace)", file=sys.stderr)
+            args.skipped.append({"file": outcome.files[0], "reason": outcome.error})
+        outcomes = [o for o in outcomes if not (o.not_a_trace and o.files[0] in in_directories)]
+    return outcomes
 
 
 def _report_errors(outcomes: list[Outcome]) -> int:
@@ -379,7 +392,11 @@ process, as many at once as there are cores (--jobs). JSON (--json): one object
   traces      the single-trace object above, for each trace that could be read, in file order
   errors      [{{files, error}}] for each file that could not be read; error is "FILE: what is
               wrong", the line printed on stderr
+  skipped     [{{file, reason}}] for each file of a directory that is JSON but no trace (an
+              execution trace, another tool's file), left out beside the directory's traces
+              with a note on stderr; a file named as such is read, and an error if no trace
   cross_rank{_CROSS_RANK_KEYS}
+A file named twice, or named and in a directory named, is read once.
 Exit status: 0 when every trace was read; 2 when one could not be (the others are still
 reported), with one line on stderr per unreadable file."""
 
@@ -1186,6 +1203,7 @@ def run_summary(args: argparse.Namespace) -> int:
         document = {
             "traces": [summary for _, summary in done],
             "errors": _errors(outcomes),
+            "skipped": args.skipped,
             "cross_rank": report.to_dict(),
         }
         print(json.dumps(document, indent=2, allow_nan=False))
@@ -1408,6 +1426,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         document = {
             "traces": [document for _, document, _ in done],
             "errors": _errors(outcomes),
+            "skipped": args.skipped,
             "cross_rank": report.to_dict(),
         }
         print(json.dumps(document, indent=2, allow_nan=False))

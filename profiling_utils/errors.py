@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 __all__ = ["TraceError"]
 
@@ -18,6 +19,9 @@ class TraceError(ValueError):
     Attributes:
         path: The file that was being read.
         reason: What is wrong with it, without the path.
+        not_a_trace: Whether the file reads as JSON but is no Kineto trace at all (no
+            ``traceEvents``, another tool's Chrome-format JSON), rather than a trace that is
+            damaged: a directory of traces may hold such files beside them.
 
     Example::
 
@@ -29,11 +33,19 @@ class TraceError(ValueError):
 
     path: Path
     reason: str
+    not_a_trace: bool
 
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], reason: str, *, not_a_trace: bool = False
+    ) -> None:
         self.path = Path(path)
         self.reason = reason
+        self.not_a_trace = not_a_trace
         super().__init__(f"{path}: {reason}")
 
-    def __reduce__(self) -> tuple[type[TraceError], tuple[Path, str]]:
-        return (type(self), (self.path, self.reason))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.path, self.reason, self.not_a_trace))
+
+
+def _rebuild(kind: type[TraceError], path: Path, reason: str, not_a_trace: bool) -> TraceError:
+    return kind(path, reason, not_a_trace=not_a_trace)

@@ -801,7 +801,7 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
             problem = f"JSON is not a trace: the top level is {kind!r}, not an object"
             if kind == "array":
                 problem += _what_the_array_holds(data)
-            raise TraceError(path, problem) from None
+            raise TraceError(path, problem, not_a_trace=True) from None
         except msgspec.DecodeError as err:
             first_error = err
     repaired = first_error is not None
@@ -819,20 +819,23 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
     if raw_events is None:
         keys = ", ".join(sorted(top)[:8]) or "none"
         raise TraceError(
-            path, f"JSON is not a trace: no 'traceEvents' key (top-level keys: {keys})"
+            path,
+            f"JSON is not a trace: no 'traceEvents' key (top-level keys: {keys})",
+            not_a_trace=True,
         )
     try:
         events = _event_decoder(event_type).decode(raw_events)
     except msgspec.ValidationError as err:
         problem = _shape_problem(err, "traceEvents")
-        if _KINETO_MARK not in top:
+        other_tool = _KINETO_MARK not in top
+        if other_tool:
             # Other tools write Chrome-format JSON too (rocprof: times as strings, an empty
             # first event): say what the file is not before what does not fit.
             problem = (
                 f"JSON is not a Kineto trace (no {_KINETO_MARK!r} key, which torch.profiler "
                 f"always writes): {problem}"
             )
-        raise TraceError(path, problem) from None
+        raise TraceError(path, problem, not_a_trace=other_tool) from None
 
     trace = RawTrace(path=Path(path), events=events, repaired=repaired)
     trace._events_source = raw_events

@@ -110,7 +110,8 @@ def _holds_traces(directory: Path) -> bool:
 
 def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The trace files named by ``paths``: each file as given, each directory's ``.json`` and
-    ``.json.gz`` files (not its subdirectories) in natural order (``rank-2`` before ``rank-10``).
+    ``.json.gz`` files (not its subdirectories) in natural order (``rank-2`` before ``rank-10``),
+    each file once.
 
     Raises:
         TraceError: A path does not exist, or a directory holds no trace file.
@@ -135,7 +136,9 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             files += found
         else:
             files.append(path)
-    return files
+    # A file named twice (or named and in a directory named) is one rank, read once.
+    unique = {file.resolve(): file for file in reversed(files)}
+    return [file for file in files if unique[file.resolve()] is file]
 
 
 _HEAD_BYTES = 1 << 18
@@ -210,6 +213,9 @@ class Outcome(msgspec.Struct, Generic[T], frozen=True):
     """What the caller's function returned, when every file loaded."""
     error: str | None = None
     """``FILE: what is wrong`` for a file that cannot be read, else ``None``."""
+    not_a_trace: bool = False
+    """Whether the file that could not be read is no trace at all
+    (:attr:`~profiling_utils.errors.TraceError.not_a_trace`)."""
 
 
 def _one_line(text: str) -> str:
@@ -228,7 +234,7 @@ def _run(
         try:
             traces = [load_trace(path, max_bytes=max_bytes) for path in files]
         except TraceError as err:
-            return Outcome(files, error=_one_line(str(err)))
+            return Outcome(files, error=_one_line(str(err)), not_a_trace=err.not_a_trace)
         if keep is not None:
             keep += traces
         return Outcome(files, value=analyse(*traces))

@@ -967,6 +967,7 @@ class Trace:
                 self.path,
                 "JSON is not a Kineto trace: its durations are begin/end pairs (ph 'B'/'E'), "
                 "which torch.profiler does not write, and it holds no complete ('X') event",
+                not_a_trace=True,
             )
 
     def _use_exact_times(self, events: list[Span | OtherEvent], spans: list[Span]) -> None:

@@ -577,6 +577,27 @@ def test_trace_error_pickles() -> None:
         "file is empty",
         "a.json: file is empty",
     )
+    assert not err.not_a_trace
+    other = pickle.loads(pickle.dumps(TraceError("b.json", "no traceEvents", not_a_trace=True)))
+    assert (other.path, other.reason, other.not_a_trace) == (Path("b.json"), "no traceEvents", True)
+
+
+@pytest.mark.parametrize(
+    ("document", "not_a_trace"),
+    [
+        ({"schema": "1.1.1-chakra.0.0.4", "nodes": []}, True),  # an execution trace
+        (b'[{"ph": "X", "name": "a", "ts": 0, "dur": 1}]', True),  # a Chrome array
+        ({"traceEvents": [{"ph": "X", "ts": "1"}]}, True),  # another tool's Chrome JSON
+        ({"schemaVersion": 1, "traceEvents": [{"ph": "X", "ts": "1"}]}, False),  # a damaged one
+        (b'{"traceEvents": [', False),  # cut short
+    ],
+)
+def test_a_trace_error_says_whether_the_file_is_no_trace_at_all(
+    make_trace, document, not_a_trace
+) -> None:
+    with pytest.raises(TraceError) as raised:
+        load_trace(make_trace(document, name="x.json"))
+    assert raised.value.not_a_trace is not_a_trace
 
 
 def test_flow_pair_helper_matches_kineto_shape() -> None:

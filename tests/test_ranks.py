@@ -773,12 +773,48 @@ def test_cli_directory_of_one_trace_says_one_trace(capsys, stalled_run: Path, tm
 
 
 @pytest.mark.parametrize("command", ["summary", "diagnose"])
+def test_cli_leaves_out_a_directorys_json_that_is_no_trace(
+    capsys, stalled_run: Path, command: str
+) -> None:
+    # HTA's test data keeps an execution trace (ExecutionTraceObserver) beside the Kineto one.
+    other = stalled_run / "rank0_et.json"
+    other.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": []}))
+    status, out, err = run_cli(capsys, command, str(stalled_run), "--json")
+    document = json.loads(out)
+    assert status == 0 and document["errors"] == []
+    assert len(document["traces"]) == 2 and document["cross_rank"]["straggler"]["rank"] == 1
+    (skipped,) = document["skipped"]
+    assert skipped["file"] == str(other)
+    assert "JSON is not a trace: no 'traceEvents' key" in skipped["reason"]
+    assert err == f"note: {skipped['reason']} (left out: not a trace)\n"
+    # Named as such, it is an error; so is a damaged trace in the directory.
+    first = str(stalled_run / "rank-0.json")
+    status, _, err = run_cli(capsys, command, str(other), first)
+    assert status == 2 and err.startswith(f"error: {other}: JSON is not a trace")
+    other.write_bytes(b'{"traceEvents": [')
+    status, _, err = run_cli(capsys, command, str(stalled_run))
+    assert status == 2 and err.startswith(f"error: {other}: ")
+
+
+def test_a_directory_of_nothing_but_other_json_is_an_error(capsys, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    status, _, err = run_cli(capsys, "summary", str(tmp_path))
+    assert status == 2 and "JSON is not a trace" in err and "note:" not in err
+
+
+def test_a_file_named_twice_is_one_rank(stalled_run: Path) -> None:
+    first, second = trace_files([stalled_run])
+    assert trace_files([first, stalled_run, first]) == [first, second]
+
+
+@pytest.mark.parametrize("command", ["summary", "diagnose"])
 def test_cli_json_of_several_traces(capsys, stalled_run: Path, command: str) -> None:
     files = [str(p) for p in trace_files([stalled_run])]
     status, out, _ = run_cli(capsys, command, *files, "--json")
     document = json.loads(out)
     assert status == 0
-    assert set(document) == {"traces", "errors", "cross_rank"}
+    assert set(document) == {"traces", "errors", "skipped", "cross_rank"}
+    assert document["skipped"] == []
     key = "file" if command == "summary" else "trace"
     assert [t[key] for t in document["traces"]] == files
     cross = document["cross_rank"]
