@@ -2751,6 +2751,8 @@ def test_amd_launches_are_read_like_cuda_ones() -> None:
     assert all(f["grid"] and f["block"] and f["shared_memory_bytes"] is None for f in footprints)
     addmm = next(group for group in driver["groups"] if group["op"] == "aten::addmm")
     assert (addmm["footprint"]["grid"], addmm["footprint"]["block"]) == ([2, 1, 1], [256, 1, 1])
+    # Its first hipLaunchKernel holds most of the step: a one-time cost of HIP, not CUDA.
+    assert "a one-time cost (the process's HIP start-up" in found["overhead-bound"].message
 
 
 def test_kernel_variance_tells_rocm_launches_apart_by_their_grid(tmp_path: Path) -> None:

@@ -436,8 +436,8 @@ def overhead_bound(facts: Facts) -> Iterator[Hit]:
                 held_by = (
                     f"one call, {short_name(longest.name, 40)}{under}, takes {own:.1f} µs of "
                     f"it ({percent(own / cpu_us)}) by itself: a one-time cost (the process's "
-                    "CUDA start-up, a first launch loading its kernel, a first allocation) "
-                    "looks like this"
+                    f"{_runtime(facts)} start-up, a first launch loading its kernel, a first "
+                    "allocation) looks like this"
                 )
             else:
                 evidence["recording_long_calls"] = _one_time_evidence(one_time, cpu_us)
@@ -600,9 +600,14 @@ def _long_calls_words(facts: Facts, one_time: _OneTime, cpu_us: float) -> str:
         f"or more of it as its own time, take {one_time.wall_us:.1f} µs of it "
         f"({percent(one_time.wall_us / cpu_us)}), the longest "
         f"{short_name(longest.name, 40)}{under} ({own:.1f} µs): one-time costs (the process's "
-        "CUDA start-up, first launches loading their kernels, first allocations) look like "
-        "this"
+        f"{_runtime(facts)} start-up, first launches loading their kernels, first allocations) "
+        "look like this"
     )
+
+
+def _runtime(facts: Facts) -> str:
+    """The GPU runtime whose start-up a process pays: HIP on AMD, CUDA elsewhere."""
+    return "HIP" if facts.trace.vendor == "amd" else "CUDA"
 
 
 def _one_time_evidence(one_time: _OneTime, cpu_us: float) -> dict[str, Any]:
