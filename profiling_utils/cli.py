@@ -1022,6 +1022,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             if k["outlier_steps"]:
                 steps = ", ".join(str(n) for n in k["outlier_steps"])
                 out.append(f"{'':>8}outlier steps: {steps}")
+        out += [
+            "  (spread: (max - min) / median of all the name's calls, which may run on several",
+            "  sizes. outlier steps: those holding a call far from the like calls of the other",
+            "  steps, the k-th call of the name in each)",
+        ]
     else:
         out.append("  none")
     compiler = summary["compiler_kernels"]

@@ -740,6 +740,15 @@ def test_copies_a_graph_replays_are_said_to_come_from_the_replay(make_trace) -> 
     ]
 
 
+def test_the_kernel_table_says_what_its_spread_is_of(capsys) -> None:
+    _, text, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager")))
+    table = text.split("Top kernels by total time (µs)\n", 1)[1].split("\n\n", 1)[0]
+    assert "(spread: (max - min) / median of all the name's calls, which may run on several" in (
+        table
+    )
+    assert max(map(len, table.splitlines())) <= 100
+
+
 def test_a_kinds_copy_rate_weighs_each_copy_by_its_bytes(capsys, make_trace) -> None:
     # A data loader's batch: one large image copy and two label copies of a few bytes, whose
     # rate their fixed cost sets. A median of the three rates would be a label's.
