@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from .measures import pieces_within
-from .trace import Span, Trace, _as_int, input_shapes
+from .trace import Span, Trace, _as_int, element_bytes, input_shapes
 
 __all__ = [
     "OPERATIONS",
@@ -74,38 +74,6 @@ _BUS_FACTORS = {
     "send": lambda n: 1.0,
     "recv": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
-}
-
-# Element sizes by the dtype spellings traces use: ``Float``/``BFloat16`` (c10 ScalarType names,
-# in ``dtype``) and ``float``/``c10::BFloat16``/``signed char`` (C++ names, in ``Input type``).
-_DTYPE_BYTES = {
-    "float": 4,
-    "float32": 4,
-    "double": 8,
-    "float64": 8,
-    "half": 2,
-    "float16": 2,
-    "c10::half": 2,
-    "bfloat16": 2,
-    "c10::bfloat16": 2,
-    "int": 4,
-    "int32": 4,
-    "long": 8,
-    "long int": 8,
-    "int64": 8,
-    "short": 2,
-    "int16": 2,
-    "char": 1,
-    "signed char": 1,
-    "int8": 1,
-    "byte": 1,
-    "unsigned char": 1,
-    "uint8": 1,
-    "bool": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "c10::float8_e4m3fn": 1,
-    "c10::float8_e5m2": 1,
 }
 
 _LABEL_PREFIXES = ("nccl:", "rccl:", "gloo:")
@@ -161,10 +129,6 @@ def _kernel_operation(name: str) -> str:
     return _operation(function)
 
 
-def _element_bytes(dtype: str | None) -> int | None:
-    return None if dtype is None else _DTYPE_BYTES.get(dtype.strip().lower())
-
-
 _KERNEL_DTYPE = re.compile(r"_(f16|bf16|f32|f64|i8|u8|i32|u32|i64|u64)\b")
 """The element type at the end of a collective kernel's name before NCCL 2.7
 (``ncclAllReduceRingLLKernel_sum_f32``): the dtype where an old trace records sizes only."""
@@ -198,7 +162,7 @@ def _tensor_bytes(op: Span, kernel: Span | None = None) -> tuple[int | None, str
         if spelled is not None:
             types = [_KERNEL_DTYPES[spelled[1]]] * len(shapes.dims)
     for index, dtype in enumerate(types):
-        size, sizes = _element_bytes(dtype), shapes.sizes(index)
+        size, sizes = element_bytes(dtype), shapes.sizes(index)
         if sizes is None or size is None:
             continue
         total = math.prod(sizes) * size
@@ -341,7 +305,7 @@ def _describe(trace: Trace, kernel: Span, used: set[int]) -> dict[str, Any]:
     elements = [
         n for n in map(_as_int, (recorded.get("In msg nelems"), recorded.get("Out msg nelems")))
     ]
-    size = _element_bytes(dtype)
+    size = element_bytes(dtype)
     if size is not None and any(n is not None for n in elements):
         message_bytes: int | None = max(n for n in elements if n is not None) * size
     else:
@@ -502,7 +466,7 @@ def _batch(trace: Trace, label: Span, used: set[int], after: float) -> dict[str,
         if peer is None:
             return {}
         dtype = args.get("dtype")
-        size = _element_bytes(dtype if isinstance(dtype, str) else None)
+        size = element_bytes(dtype if isinstance(dtype, str) else None)
         elements = _as_int(args.get("In msg nelems"))
         moved = None if size is None or elements is None else elements * size
         transfers.append(Transfer(op, peer, moved))

@@ -84,32 +84,12 @@ import msgspec
 
 from .datasheet import DatasheetPeak, Figure, datasheet_peak
 from .kernels import fp32_math
-from .trace import Span, Trace, gc_paused, input_shapes
+from .trace import Span, Trace, element_bytes, gc_paused, input_shapes
 
 __all__ = ["Roofline", "RooflineEntry", "roofline"]
 
 OpKind = Literal["gemm", "convolution", "attention", "elementwise", "other"]
 Bound = Literal["compute", "memory", "unknown"]
-
-DTYPE_BYTES: dict[str, int] = {
-    "double": 8,
-    "float": 4,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
-"""Bytes per element of each dtype as ``Input type`` spells it."""
 
 _HOST_COPY = re.compile(r"\b(?:HtoD|DtoH)\b")
 """A copy between host and device memory, as Kineto names it (``Memcpy HtoD (Pageable ->
@@ -425,7 +405,7 @@ class _Inputs:
             index
             for index, (sizes, dtype) in enumerate(zip(dims, types, strict=True))
             if isinstance(dtype, str)
-            and dtype in DTYPE_BYTES
+            and element_bytes(dtype) is not None
             and isinstance(sizes, list)
             and all(isinstance(size, int) for size in sizes)
         ]
@@ -439,25 +419,28 @@ class _Inputs:
 
         Raises:
             _CannotCount: Its sizes are recorded but its dtype is not one whose size is known
-                (:data:`DTYPE_BYTES`), so that the reason given is the dtype, not the sizes.
+                (:func:`~profiling_utils.trace.element_bytes`), so that the reason given is the
+                dtype, not the sizes.
         """
         if self.is_tensor(index):
             return self.dims[index]
         if index < len(self.types) and isinstance(self.dims[index], list) and self.dims[index]:
             dtype = self.types[index]
-            if isinstance(dtype, str) and dtype and dtype not in DTYPE_BYTES:
+            if isinstance(dtype, str) and dtype and element_bytes(dtype) is None:
                 raise _CannotCount(f"the size of its dtype {dtype!r} is not known")
         return None
 
     def tensor_bytes(self, index: int) -> int:
-        return math.prod(self.dims[index]) * DTYPE_BYTES[self.types[index]]
+        return math.prod(self.dims[index]) * self.element_bytes(index)
 
     def read_bytes(self) -> int:
         """Every tensor input, at its size."""
         return sum(self.tensor_bytes(i) for i in self.tensors)
 
     def element_bytes(self, index: int) -> int:
-        return DTYPE_BYTES[self.types[index]]
+        size = element_bytes(self.types[index])
+        assert size is not None  # a tensor argument's (self.tensors): its size is known
+        return size
 
     def value(self, index: int) -> Any:
         """A scalar argument parsed from its text (``"True"``, ``"[1, 1]"``, ``"3"``), or

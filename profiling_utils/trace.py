@@ -73,6 +73,7 @@ __all__ = [
     "COMMUNICATION_KERNEL_PATTERN",
     "InputShapes",
     "input_shapes",
+    "element_bytes",
     "gc_paused",
 ]
 
@@ -351,6 +352,32 @@ class _LinkArgs(msgspec.Struct, gc=False):
 
 
 _LINK_ARGS = msgspec.json.Decoder(_LinkArgs)
+
+
+_ELEMENT_BYTES = {
+    **dict.fromkeys(("double", "float64", "c10::complex<float>", "complex64"), 8),
+    **dict.fromkeys(("float", "float32", "int", "int32", "unsigned int", "uint32"), 4),
+    **dict.fromkeys(("c10::half", "half", "float16", "c10::bfloat16", "bfloat16"), 2),
+    **dict.fromkeys(("long int", "long", "int64", "long long", "unsigned long", "uint64"), 8),
+    **dict.fromkeys(("short int", "short", "int16", "unsigned short", "uint16"), 2),
+    **dict.fromkeys(("signed char", "char", "int8", "unsigned char", "uint8", "byte"), 1),
+    "bool": 1,
+    "c10::complex<double>": 16,
+    "complex128": 16,
+    **{
+        f"{prefix}float8_{kind}": 1
+        for prefix in ("", "c10::")
+        for kind in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu")
+    },
+}
+
+
+def element_bytes(dtype: str | None) -> int | None:
+    """Bytes per element of a dtype as a trace spells it, or ``None`` for one of unknown
+    size (or none): the C++ names of ``Input type`` (``float``, ``c10::BFloat16``, ``long
+    int``), the ScalarType names collectives record (``Float``, ``BFloat16``) and the short
+    ones (``float32``, ``int8``), in any case."""
+    return None if dtype is None else _ELEMENT_BYTES.get(dtype.strip().lower())
 
 
 class InputShapes(msgspec.Struct, gc=False, frozen=True):

@@ -330,11 +330,20 @@ def test_sizes_without_dtypes_are_named_as_such(make_trace) -> None:
 
 
 def test_a_dtype_of_unknown_size_is_named_not_the_sizes(entry_of) -> None:
-    # A trace written by another tool spells bf16 "BFloat16": the sizes are recorded, and
-    # the note had said they were not (asking, in effect, for record_shapes=True).
-    entry = entry_of("aten::mm", [[64, 32], [32, 16]], ["BFloat16", "BFloat16"])
+    # The sizes are recorded, and the note had said they were not (asking, in effect, for
+    # record_shapes=True).
+    entry = entry_of("aten::mm", [[64, 32], [32, 16]], ["c10::Float4_e2m1fn_x2"] * 2)
     assert (entry.bound, entry.flops) == ("unknown", None)
-    assert entry.note == "the size of its dtype 'BFloat16' is not known"
+    assert entry.note == "the size of its dtype 'c10::Float4_e2m1fn_x2' is not known"
+
+
+@pytest.mark.parametrize("spelled", ["BFloat16", "c10::bfloat16", "bfloat16", "c10::BFloat16"])
+def test_a_dtype_is_read_however_a_writer_spells_it(entry_of, spelled: str) -> None:
+    # TraceLens's example traces write the ScalarType's name ("BFloat16", "Float"), as
+    # collectives' dtype fields do; torch's Input type, the C++ name ("c10::BFloat16").
+    entry = entry_of("aten::mm", [[64, 32], [32, 16]], [spelled, spelled])
+    assert entry.flops == 2 * 64 * 32 * 16
+    assert entry.bytes == 2 * (64 * 32 + 32 * 16 + 64 * 16)
     entry = entry_of("aten::mm", [[64, 32], []], [BF16, ""])
     assert entry.note == "the matrices' sizes are not recorded"
 

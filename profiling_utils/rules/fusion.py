@@ -15,13 +15,12 @@ from typing import Any
 import msgspec
 
 from ..tables import byte_size
-from ..trace import Span, input_shapes
+from ..trace import Span, element_bytes, input_shapes
 from .facts import Facts, median, us
 from .registry import Hit, rule
 
 __all__ = [
     "ELEMENTWISE_OPS",
-    "DTYPE_BYTES",
     "GEMM_OPS",
     "MIN_CHAIN_KERNELS",
     "MIN_COMPUTING_KERNELS",
@@ -45,22 +44,6 @@ ELEMENTWISE_OPS = frozenset(
 element: a chain of them fuses into one kernel with no change to the result. ``aten::copy_``
 is in (``.to(dtype)`` and ``.contiguous()`` launch it); reductions (softmax, layer norm, sum)
 and dropout (it also writes a mask) are out, as is ``aten::fill_``, which reads nothing."""
-
-DTYPE_BYTES: dict[str, int] = {
-    "double": 8,
-    "float": 4,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-}
-"""Bytes per element, by the profiler's ``Input type`` spelling."""
 
 GEMM_OPS = frozenset(
     {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -125,9 +108,9 @@ def _dims_and_output_bytes(op: Span) -> tuple[tuple[int, ...], int] | None:
     # Dimensioned tensors only: a Python scalar is recorded with no dims (type "double"), and
     # neither it nor a 0-dim tensor sets the result's type when a dimensioned tensor is in.
     tensors = [
-        (sizes, DTYPE_BYTES[dtype])
+        (sizes, size)
         for index, dtype in enumerate(shapes.types)
-        if dtype in DTYPE_BYTES and (sizes := shapes.sizes(index)) is not None
+        if (size := element_bytes(dtype)) is not None and (sizes := shapes.sizes(index)) is not None
     ]
     if not tensors or tensors[0][0] != first:
         return None
