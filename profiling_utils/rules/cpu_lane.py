@@ -984,8 +984,11 @@ def planned_launch(facts: Facts) -> Iterator[Hit]:
     "plain-launch",
     "CPU lane",
     see="cudaLaunchKernel (hipLaunchKernel on ROCm) with no planning call before it.",
-    means="""An elementwise or reduction kernel with a small, fixed footprint (few registers,
-    little or no shared memory): there is nothing to plan, PyTorch launches it directly.""",
+    means="""On NVIDIA, most often an elementwise or reduction kernel with a small, fixed
+    footprint (few registers, little or no shared memory): there is nothing to plan, PyTorch
+    launches it directly. On ROCm, library kernels (MIOpen convolutions, Composable Kernel and
+    aiter GEMMs and attention) launch this way too: the kernel's footprint, where the trace
+    records it, says which.""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_06_launch_planning",
 )
