@@ -159,7 +159,7 @@ Commands:
       activities (:attr:`profiling_utils.trace.Trace.counter_ranges`); the steps' rows count
       theirs.
     - ``overhead``: ``[{name, count, total_us}]`` for the profiler's overhead lane.
-    - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries}``: the GPU time of the
+    - ``roofline``: ``{reason, gpu_us, counted_gpu_us, entries, groups}``: the GPU time of the
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
       the ``--top`` calls by GPU time (those with a count first), each
       ``{name, start_us, input_dims, input_types, kind, flops, bytes, intensity, gpu_us,
@@ -168,8 +168,12 @@ Commands:
       ``kind`` is ``gemm``, ``convolution``, ``attention``, ``elementwise`` or ``other``;
       ``intensity`` and ``ridge`` are FLOP/byte; ``bound`` is ``compute``, ``memory`` or
       ``unknown`` (a device not in the datasheet table), ``peak`` the datasheet figure it is
-      held to and ``peak_share`` the achieved fraction of it; ``reason`` says why
-      ``entries`` is empty (no shapes recorded, no GPU work), else ``null``.
+      held to and ``peak_share`` the achieved fraction of it; ``groups``: the ``--top``
+      operators by GPU time with one set of recorded shapes each, their calls together,
+      ``{name, input_dims, input_types, kind, calls, flops, bytes, gpu_us, tflops, gb_s,
+      device, bound, peak, peak_share, note}`` (``flops`` and ``bytes`` one call's, the
+      rates over all the calls' GPU time); ``reason`` says why ``entries`` is empty (no
+      shapes recorded, no GPU work), else ``null``.
 
 A trace that cannot be read prints one line on stderr, ``error: FILE: what is wrong``, and
 exits with status 2 (the status argparse uses for bad usage).
@@ -747,8 +751,50 @@ def summarize(trace: Trace, *, file: str | None = None, top: int = 10) -> dict[s
             "gpu_us": view.gpu_us,
             "counted_gpu_us": view.counted_gpu_us,
             "entries": [entry.to_dict() for entry in view.top(top)],
+            "groups": [group.to_dict() for group in view.groups(top)],
         },
     }
+
+
+def _roofline_lines(roof: dict[str, Any]) -> list[str]:
+    """The summary's achieved rates: the roofline's groups of calls (an op with one set of
+    shapes) with a count, most GPU time first, each held to the datasheet peak its ``bound``
+    names, listed below the table."""
+    out = ["", "Achieved rates of the ops with recorded shapes (roofline)"]
+    if roof["reason"] is not None:
+        return [*out, f"  none: {roof['reason']}"]
+    counted = [e for e in roof["groups"] if e["tflops"] is not None or e["gb_s"] is not None]
+    if not counted:
+        return [*out, "  none: no call's FLOPs or bytes could be counted from its shapes"]
+    peaks = list(dict.fromkeys(e["peak"] for e in counted if e["peak"] is not None))
+    rows = [
+        [
+            cut(e["name"], 40),
+            e["kind"],
+            f"{e['calls']:,}",
+            _us(e["gpu_us"]),
+            "-" if e["tflops"] is None else f"{e['tflops']:,.1f}",
+            "-" if e["gb_s"] is None else f"{e['gb_s']:,.1f}",
+            e["bound"],
+            "-"
+            if e["peak_share"] is None
+            else f"{percent(e['peak_share'])} of [{peaks.index(e['peak']) + 1}]",
+        ]
+        for e in counted
+    ]
+    out += [
+        f"  {_us(roof['counted_gpu_us'])} of their {_us(roof['gpu_us'])} µs on the GPU counted; "
+        "the ops with the most, by shapes",
+        "  (--json: each one's shapes, FLOPs and bytes; rates over their calls' GPU time):",
+        text_table(["op", "kind", "calls", "GPU µs", "TFLOP/s", "GB/s", "bound", "of peak"], rows),
+    ]
+    for number, peak in enumerate(peaks, start=1):
+        out += textwrap.wrap(
+            f"[{number}] {peak}", width=_LINE_WIDTH, initial_indent="  ", subsequent_indent="    "
+        )
+    if not peaks:
+        out.append("  (no datasheet peak for this device: rates only, and no bound)")
+    return out
 
 
 def _signed_size(size: int) -> str:
@@ -1047,6 +1093,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         out.append(text_table(["operator", "calls", "self", "total"], rows))
     else:
         out.append("  none")
+    out += _roofline_lines(summary["roofline"])
     out += [
         "",
         # Kernels, not calls: a trace whose GPU records are missing has launch calls and none.

@@ -236,6 +236,75 @@ class RooflineEntry:
 
 
 @dataclass(frozen=True)
+class RooflineGroup:
+    """The calls of one operator with one set of recorded shapes (and dtypes), together: a
+    training step's forward GEMM of one layer, called once per step."""
+
+    entries: list[RooflineEntry]
+    """The calls, in start order."""
+
+    @property
+    def first(self) -> RooflineEntry:
+        """The first call: its name, kind, shapes, device and peaks are the group's."""
+        return self.entries[0]
+
+    @property
+    def gpu_us(self) -> float:
+        """The GPU time of all the calls, µs."""
+        return sum(entry.gpu_us for entry in self.entries)
+
+    @property
+    def tflops(self) -> float | None:
+        """Achieved TFLOP/s over the calls' GPU time together."""
+        flops = self.first.flops
+        if flops is None or not self.gpu_us > 0 or not self._whole:
+            return None
+        return flops * len(self.entries) / self.gpu_us / 1e6
+
+    @property
+    def gb_s(self) -> float | None:
+        """Achieved GB/s over the calls' GPU time together."""
+        num_bytes = self.first.bytes
+        if num_bytes is None or not self.gpu_us > 0 or not self._whole:
+            return None
+        return num_bytes * len(self.entries) / self.gpu_us / 1e3
+
+    @property
+    def peak_share(self) -> float | None:
+        """The achieved rate over the peak the calls' bound names (:attr:`RooflineEntry.peak`)."""
+        peak, bound = self.first.peak, self.first.bound
+        achieved = self.tflops if bound == "compute" else self.gb_s
+        if peak is None or achieved is None:
+            return None
+        return achieved / peak.value
+
+    @property
+    def _whole(self) -> bool:
+        return all(entry.gpu_records_whole for entry in self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The group as JSON-ready values (the peak as its one-line description)."""
+        first, peak = self.first, self.first.peak
+        return {
+            "name": first.name,
+            "input_dims": first.input_dims,
+            "input_types": first.input_types,
+            "kind": first.kind,
+            "calls": len(self.entries),
+            "flops": first.flops,
+            "bytes": first.bytes,
+            "gpu_us": self.gpu_us,
+            "tflops": self.tflops,
+            "gb_s": self.gb_s,
+            "device": first.device,
+            "bound": first.bound,
+            "peak": None if peak is None else peak.describe(),
+            "peak_share": self.peak_share,
+            "note": first.note,
+        }
+
+
+@dataclass(frozen=True)
 class Roofline:
     """What :func:`roofline` found."""
 
@@ -266,6 +335,32 @@ class Roofline:
             return (entry.flops is None and entry.bytes is None, -entry.gpu_us)
 
         return sorted(self.entries, key=order)[:count]
+
+    def groups(self, count: int) -> list[RooflineGroup]:
+        """The ``count`` groups of calls of one operator with one set of shapes
+        (:class:`RooflineGroup`) with the most GPU time, most first, those with a count
+        before those without."""
+        by_call: dict[tuple[Any, ...], list[RooflineEntry]] = {}
+        for entry in self.entries:
+            shapes = input_shapes(entry.op)
+            key = (
+                entry.name,
+                entry.kind,
+                entry.device,
+                entry.note,
+                entry.flops,
+                entry.bytes,
+                entry.compute_peak,
+                entry.memory_peak,
+                None if shapes is None else json.dumps([shapes.dims, shapes.types]),
+            )
+            by_call.setdefault(key, []).append(entry)
+        groups = [RooflineGroup(entries) for entries in by_call.values()]
+
+        def order(group: RooflineGroup) -> tuple[bool, float]:
+            return (group.first.flops is None and group.first.bytes is None, -group.gpu_us)
+
+        return sorted(groups, key=order)[:count]
 
 
 def roofline(trace: Trace, *, elementwise: Collection[str] = ()) -> Roofline:

@@ -27,6 +27,7 @@ from profiling_utils import cli, diagnose, load_trace
 from profiling_utils.comm import collectives, comm_overlap
 from profiling_utils.measures import kernel_stats, step_times
 from profiling_utils.rules.facts import Facts
+from profiling_utils.tables import percent
 
 SUMMARY_KEYS = {
     "file",
@@ -738,6 +739,22 @@ def test_copies_a_graph_replays_are_said_to_come_from_the_replay(make_trace) -> 
         ("DtoD", {"aten::copy_": 1}),
         ("memset", {"(replayed by a graph launch)": 1, "(launch not in the trace)": 1}),
     ]
+
+
+def test_the_text_summary_gives_the_achieved_rates_and_the_peak_they_are_held_to(capsys) -> None:
+    path = str(gpu_fixture("train_tiny_transformer_a3"))
+    _, out, _ = run_cli(capsys, "summary", path, "--json")
+    (first, *_) = [g for g in json.loads(out)["roofline"]["groups"] if g["flops"] is not None]
+    _, text, _ = run_cli(capsys, "summary", path)
+    section = text.split("Achieved rates of the ops with recorded shapes (roofline)\n", 1)[1]
+    section = section.split("\n\n", 1)[0]
+    row = next(line for line in section.splitlines() if line.lstrip().startswith(first["name"]))
+    assert f"{first['calls']:,}" in row.split() and f"{first['gb_s']:,.1f}" in row
+    assert f"{percent(first['peak_share'])} of [1]" in row
+    assert "  [1] 3,350 GB/s, the H100 SXM5 80 GB's HBM3 bandwidth peak" in section
+    # Without shapes recorded, it says so.
+    _, text, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager")))
+    assert "(roofline)\n  none: the operators record no input shapes" in text
 
 
 def test_the_kernel_table_says_what_its_spread_is_of(capsys) -> None:

@@ -388,6 +388,28 @@ def test_fixture_bound_is_intensity_against_the_h100_ridge(transformer_view) -> 
         assert 0 < entry.peak_share < 1
 
 
+def test_groups_hold_the_calls_of_one_op_with_one_set_of_shapes(transformer_view) -> None:
+    _, view = transformer_view
+    groups = view.groups(len(view.entries))
+    assert sum(len(group.entries) for group in groups) == len(view.entries)
+    for group in groups:
+        assert len({json.dumps(e.input_dims) for e in group.entries}) == 1
+        assert {e.name for e in group.entries} == {group.first.name}
+    # aten::mm is called with several shapes: a group for each.
+    mm = [group for group in groups if group.first.name == "aten::mm"]
+    assert len({json.dumps(group.first.input_dims) for group in mm}) == len(mm) > 1
+    counted = [group for group in groups if group.first.flops is not None]
+    for group in counted:
+        time = sum(entry.gpu_us for entry in group.entries)
+        assert group.tflops == pytest.approx(group.first.flops * len(group.entries) / time / 1e6)
+        rate = group.tflops if group.first.bound == "compute" else group.gb_s
+        assert group.peak_share == pytest.approx(rate / group.first.peak.value)
+    # Most GPU time first, those with a count before those without.
+    top = view.groups(5)
+    assert [g.gpu_us for g in top] == sorted((g.gpu_us for g in top), reverse=True)
+    assert top[0].gpu_us == max(g.gpu_us for g in groups if g.first.flops or g.first.bytes)
+
+
 def test_fixture_attention_is_counted_from_its_cudnn_ops(transformer_view) -> None:
     trace, view = transformer_view
     attention = [e for e in view.entries if e.kind == "attention"]

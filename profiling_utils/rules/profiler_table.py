@@ -730,7 +730,9 @@ def _calls_by_self_time(facts: Facts, step: _Window) -> Iterator[tuple[Span, flo
     trace without steps).""",
     means="""Compute-bound: the GPU is the bottleneck, which is usually the goal. Further gains
     come from the kernels themselves (precision, algorithm, memory traffic), not from the
-    launch path. Communication kernels do not count as GPU work here (see
+    launch path. Busy is not fast: summary's achieved rates (the roofline) say how near its
+    datasheet peak each op runs, and a GPU kept busy by a GEMM too small to fill it is
+    "compute-bound" here. Communication kernels do not count as GPU work here (see
     exposed-communication).""",
     severity="info",
     example="auto_examples/part1_matmul_add/plot_01_overhead_vs_compute",
