@@ -1103,8 +1103,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     out += [
         "",
-        "Memory copies and sets (GB/s: 10^9 bytes copied per second, over the copies' time "
-        "together)",
+        "Memory copies and sets (GB/s: 10^9 bytes per second over the copies' time)",
     ]
     for m in summary["memory"] or []:
         # A memset of a few bytes has no meaningful rate: its size and callers say enough.

@@ -58,7 +58,7 @@ def test_the_copy_convention_is_bytes_copied_from_trace_to_summary_and_rules(
     (dtod,) = [m for m in json.loads(out)["memory"] if m["kind"] == "DtoD"]
     assert dtod["bandwidth_gb_s"] == pytest.approx(together)
     _, text, _ = run_cli(capsys, "summary", path)
-    assert "10^9 bytes copied per second" in text
+    assert "10^9 bytes per second over the copies' time" in text
     assert re.search(r"DtoD .* GB/s copied", text)
     (finding,) = diagnose(load_trace(path), select=["bias-copy"])
     assert finding.evidence["median_bandwidth_gb_s"] == pytest.approx(median, abs=0.05)

@@ -267,10 +267,12 @@ cli("summary", "--top", "3", run.trace_path.name)
 # per step (its CPU time is the step's window, from start to end, whatever the threads did
 # in it; then GPU busy time and idle share, lane offset and dead window as on pages 02 and
 # 04, launch delays, GPU gaps); the kernels with the most total time and how they were
-# launched; the CPU operators with the most self time; the copies and memsets; the
-# collective kernels of a distributed run (NCCL, RCCL: none in this one-GPU run) and how
-# much of their time compute hides; and whether ``torch.compile`` or the profiler's own
-# overhead show up. ``--json`` gives the same as one JSON object.
+# launched; the CPU operators with the most self time; the rates the ops achieved against
+# their GPU's datasheet peak (a roofline, which needs the shapes a recording with
+# ``record_shapes=True`` writes: this one has none, and the section says so); the copies and
+# memsets; the collective kernels of a distributed run (NCCL, RCCL: none in this one-GPU run)
+# and how much of their time compute hides; and whether ``torch.compile`` or the profiler's
+# own overhead show up. ``--json`` gives the same as one JSON object.
 
 cli("diagnose", "--select", "overhead-bound,many-calls", run.trace_path.name)
 
