@@ -1507,10 +1507,11 @@ class Trace:
     @property
     def recording_end_us(self) -> float | None:
         """When the profiler's own span over its recording window (category ``Trace``,
-        ``"PyTorch Profiler (0)"``) ends, µs; ``None`` in a trace without one. GPU work
+        ``"PyTorch Profiler (0)"``) ends, µs; ``None`` in a trace without one, or whose span
+        has no duration written (then it says nothing of where the window ends). GPU work
         launched inside the window may run after it; a step annotation ending after it did
         not have its end recorded."""
-        return max((span.end for span in self.find(cat="Trace")), default=None)
+        return max((span.end for span in self.find(cat="Trace") if span.dur > 0), default=None)
 
     def end_recorded(self, step: Step) -> bool:
         """Whether ``step`` ends inside the profiler's recording window

@@ -889,6 +889,23 @@ def test_a_step_ending_after_the_recording_window_is_marked(capsys, make_trace) 
     assert [step.number for step in Facts(load_trace(path)).steps] == [1]
 
 
+def test_a_recording_span_without_a_duration_says_nothing_of_where_the_window_ends(
+    make_trace,
+) -> None:
+    # The profiler's span written without its dur: read as 0 µs, it would end the window at
+    # its start, before every step, and every step's end would read as not recorded.
+    events = [
+        complete_event("PyTorch Profiler (0)", "Trace", 0, 1000, pid="Spans", tid="Profiler"),
+        complete_event("ProfilerStep#1", "user_annotation", 10, 400),
+        complete_event("ProfilerStep#2", "user_annotation", 410, 400),
+    ]
+    del events[0]["dur"]
+    trace = load_trace(make_trace(events))
+    assert trace.recording_end_us is None
+    assert all(map(trace.end_recorded, trace.steps)) and len(trace.steps) == 2
+    assert [step.number for step in Facts(trace).steps] == [1, 2]
+
+
 def test_collectives_on_the_cpu_are_listed(capsys) -> None:
     # HTA's CPU-only rank: two threads each run five gloo:all_reduce ranges.
     path = FOREIGN / "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
