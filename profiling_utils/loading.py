@@ -827,6 +827,10 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
         events = _event_decoder(event_type).decode(raw_events)
     except msgspec.ValidationError as err:
         problem = _shape_problem(err, "traceEvents")
+        if repaired and "Expected `float`, got `str`" in problem:
+            # The repair quoted a bare NaN, Infinity or N/A, which JSON does not allow, and
+            # which can stand for no time.
+            problem += " (a bare NaN, Infinity or N/A in the file, where a number belongs)"
         other_tool = _KINETO_MARK not in top
         if other_tool:
             # Other tools write Chrome-format JSON too (rocprof: times as strings, an empty

@@ -173,6 +173,18 @@ def test_unquoted_na_and_inf_in_args_load_after_repair(make_trace) -> None:
     assert (copy.args["x"], copy.args["y"], copy.args["z"]) == ("inf", "-inf", "NaN")
 
 
+@pytest.mark.parametrize("bare", ["Infinity", "NaN", "N/A"])
+def test_a_bare_value_where_a_time_belongs_is_named_in_the_error(make_trace, bare) -> None:
+    text = json.dumps(trace_document([complete_event("aten::mm", "cpu_op", 0, 999)]))
+    path = make_trace(text.replace('"dur": 999', f'"dur": {bare}').encode(), name="bare.json")
+    with pytest.raises(TraceError) as raised:
+        load_trace(path)
+    assert raised.value.reason == (
+        "unexpected value at traceEvents[0].dur: Expected `float`, got `str` (a bare NaN, "
+        "Infinity or N/A in the file, where a number belongs)"
+    )
+
+
 def test_control_characters_in_names_are_blanked(make_trace) -> None:
     text = json.dumps(trace_document([complete_event("bad\u0001name", "cpu_op", 0, 1)]))
     path = make_trace(text.replace("\\u0001", "\x01").encode())
