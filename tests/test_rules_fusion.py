@@ -157,8 +157,9 @@ def test_fires_on_an_optimizer_written_as_separate_ops() -> None:
 
 def test_chains_count_in_the_steps_the_rules_read(make_trace: Any) -> None:
     # The profiler's window ends inside step 2: its end was not recorded, the rules leave it
-    # out, and its chain with it. Ending before step 1 ends too, no step is left: no finding
-    # (the chains were once divided by zero steps).
+    # out, and its chain with it. Ending before step 1 ends too, no step is left: the rules
+    # read the whole recording, and both chains are in it (they were once divided by zero
+    # steps).
     ops = [MATMUL, elementwise("aten::add"), elementwise("aten::mul"), elementwise("aten::gelu")]
     events = op_steps_events(ops)
 
@@ -167,4 +168,26 @@ def test_chains_count_in_the_steps_the_rules_read(make_trace: Any) -> None:
 
     one = rules_on(make_trace([window(4_500.0), *events], name="one.json"))["elementwise-chain"]
     assert one.evidence["steps"] == [1] and one.evidence["chains_per_step"] == 1
-    assert "elementwise-chain" not in rules_on(make_trace([window(2_500.0), *events]))
+    none = rules_on(make_trace([window(2_500.0), *events]))["elementwise-chain"]
+    assert none.evidence["window"] == "recording" and none.evidence["chain_count"] == 2
+
+
+def test_a_recording_without_steps_reads_its_chains_over_the_whole_of_it(make_trace: Any) -> None:
+    # An inference loop records no ProfilerStep: the same chain three times in the recording.
+    ops = [MATMUL, elementwise("aten::add"), elementwise("aten::mul"), elementwise("aten::gelu")]
+    events = [e for e in op_steps_events(ops, steps=3) if not e["name"].startswith("ProfilerStep")]
+    finding = rules_on(make_trace(events))["elementwise-chain"]
+    evidence = finding.evidence
+    assert evidence["window"] == "recording" and evidence["chain_count"] == 3
+    assert evidence["saved_bytes"] == 3 * 2 * 2 * BF16_BYTES
+    assert evidence["gpu_us"] == 3 * 60.0
+    [chain] = evidence["chains"]
+    assert (chain["ops"], chain["count"]) == (["aten::add", "aten::mul", "aten::gelu"], 3)
+    assert finding.message.startswith(
+        "3 chain(s) of elementwise kernels over one shape in the recording (no steps to count "
+        "per step); fusing them would save 1.5 MiB of memory traffic in it"
+    )
+    # A lone elementwise kernel between others is still no chain.
+    bare = [MATMUL, elementwise("aten::add"), MATMUL]
+    events = [e for e in op_steps_events(bare) if not e["name"].startswith("ProfilerStep")]
+    assert "elementwise-chain" not in rules_on(make_trace(events, name="bare.json"))

@@ -171,8 +171,8 @@ def _evidence_lines(key: str, value: Any, indent: str) -> list[str]:
 _WITHOUT_STEPS = (
     "the rules that read steps stay silent; overhead-bound, gpu-idle, compute-bound, "
     "gpus-take-turns, many-calls, call-chain, exposed-communication, cost-in-children, "
-    "new-shape-cost and compiling-recorded read the whole recording, data-loader the loop's "
-    "iterations by its own calls"
+    "new-shape-cost, elementwise-chain and compiling-recorded read the whole recording, "
+    "data-loader the loop's iterations by its own calls"
 )
 """What the header says of a trace whose rules have no step to read."""
 

@@ -69,8 +69,9 @@ _REPORTED = 5
 class Chain(msgspec.Struct, frozen=True, gc=False):
     """Consecutive elementwise kernels of one step over tensors of one shape."""
 
-    step: int
-    """N in ``ProfilerStep#N``."""
+    step: int | None
+    """N in ``ProfilerStep#N``; ``None`` in a trace whose rules read no step (the whole
+    recording is read as one)."""
     ops: tuple[Span, ...]
     """The op that launched each kernel (``aten::add``, ``aten::copy_``...)."""
     kernels: tuple[Span, ...]
@@ -146,17 +147,18 @@ def _long_enough(ops: list[Span]) -> bool:
 
 
 def elementwise_chains(facts: Facts) -> list[Chain]:
-    """Runs of kernels launched in a step (one of :attr:`Facts.steps`), on one stream, from
-    :data:`ELEMENTWISE_OPS` over tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of
-    them, or at least :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels
-    (:data:`GEMM_OPS`) between them do not join the run, and break it only where they take
-    an input of the run's shape; any other kernel breaks it.
+    """Runs of kernels launched in a step (one of :attr:`Facts.steps`; anywhere in the
+    recording where the rules read no step), on one stream, from :data:`ELEMENTWISE_OPS` over
+    tensors of one shape: at least :data:`MIN_CHAIN_KERNELS` of them, or at least
+    :data:`MIN_COMPUTING_KERNELS` that are not copies. GEMM kernels (:data:`GEMM_OPS`)
+    between them do not join the run, and break it only where they take an input of the
+    run's shape; any other kernel breaks it.
 
     The trace does not record which tensor a kernel reads: a run over one shape is taken to
     pass its tensor along, as a sequence of elementwise ops in a model does."""
-    step_of_id = facts.step_of_gpu_work
-    step_of = facts.step_number_of
-    kept = {step.number for step in facts.steps}
+    whole = not facts.steps  # no step to read: the whole recording is one
+    step_of_id = (lambda _: None) if whole else facts.step_of_gpu_work
+    kept = {None} if whole else {step.number for step in facts.steps}
     # Runs by op name and step first: the recorded shapes are decoded for long runs only.
     # (op, kernel), or (GEMM op, None) for a GEMM between the run's kernels.
     runs: list[list[tuple[Span, Span | None]]] = []
@@ -204,7 +206,7 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
                 if _long_enough([item[0] for item in shaped]):
                     chains.append(
                         Chain(
-                            step_of(shaped[0][1]),
+                            step_of_id(shaped[0][1].id),
                             tuple(item[0] for item in shaped),
                             tuple(item[1] for item in shaped),
                             shaped[0][2],
@@ -222,7 +224,8 @@ def elementwise_chains(facts: Facts) -> list[Chain]:
     "GPU lane",
     see="""Several short elementwise kernels (add, mul, gelu, where, copy_...) over a tensor of
     one shape, each launched by its own aten op, one after the other or with only GEMMs
-    between them that take no input of that shape.""",
+    between them that take no input of that shape (counted per step, or over the whole
+    recording in a trace without steps).""",
     means="""Each kernel writes the whole tensor to GPU memory and the next reads it back: a
     fusion opportunity. One fused kernel (torch.compile, or a fused op such as F.gelu(x + b))
     saves 2 × the tensor's bytes per kernel it removes, and the launches. Needs the shapes:
@@ -238,11 +241,14 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     by_signature: dict[object, list[Chain]] = defaultdict(list)
     for chain in chains:
         by_signature[chain.signature].append(chain)
-    steps = sorted({chain.step for chain in chains})
-    per_step = len(facts.steps)  # averaged over every step, those without a chain too
-    saved_per_step = sum(chain.saved_bytes for chain in chains) / per_step
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
     biggest = rows[0][0]
+    if not facts.steps:
+        yield _recording_chains(chains, rows)
+        return
+    steps = sorted({chain.step for chain in chains if chain.step is not None})
+    per_step = len(facts.steps)  # averaged over every step, those without a chain too
+    saved_per_step = sum(chain.saved_bytes for chain in chains) / per_step
     yield (
         f"{len(chains)} chain(s) of elementwise kernels over one shape in {per_step} step(s), "
         f"{len(chains) / per_step:.3g} per step; fusing them would save "
@@ -259,6 +265,35 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
                     "dims": list(group[0].dims),
                     "input_types": [_first_type(op) for op in group[0].ops],
                     "per_step": round(len(group) / per_step, 2),
+                    "saved_bytes_per_chain": group[0].saved_bytes,
+                    "median_gpu_us": us(median(c.gpu_us for c in group)),
+                }
+                for group in rows[:_REPORTED]
+            ],
+        },
+    )
+
+
+def _recording_chains(chains: list[Chain], rows: list[list[Chain]]) -> Hit:
+    """``elementwise-chain``'s finding over a whole recording (no step to read)."""
+    biggest = rows[0][0]
+    saved = sum(chain.saved_bytes for chain in chains)
+    return (
+        f"{len(chains)} chain(s) of elementwise kernels over one shape in the recording (no "
+        f"steps to count per step); fusing them would save {byte_size(saved)} of memory "
+        f"traffic in it (biggest: {' → '.join(op.name for op in biggest.ops)} on "
+        f"{list(biggest.dims)}).",
+        {
+            "window": "recording",
+            "chain_count": len(chains),
+            "saved_bytes": saved,
+            "gpu_us": us(sum(chain.gpu_us for chain in chains)),
+            "chains": [
+                {
+                    "ops": [op.name for op in group[0].ops],
+                    "dims": list(group[0].dims),
+                    "input_types": [_first_type(op) for op in group[0].ops],
+                    "count": len(group),
                     "saved_bytes_per_chain": group[0].saved_bytes,
                     "median_gpu_us": us(median(c.gpu_us for c in group)),
                 }
