@@ -78,6 +78,22 @@ def test_compile_cpu_tax_with_the_compiled_run_as_baseline() -> None:
     (finding,) = comparison.findings
     assert finding.evidence["eager"]["trace"].endswith("4096_bf16_warm_eager.json.gz")
     assert finding.evidence["compiled"]["trace"].endswith("4096_bf16_warm_compile.json.gz")
+    # The 4096 GEMM keeps the GPU busy as long as the compiled step's CPU: the tax hides
+    # behind it. The 64 one does not.
+    compiled = comparison.baseline
+    assert compiled.median_step_gpu_busy_us >= 0.75 * compiled.median_step_cpu_us
+    assert finding.evidence["hidden_behind_gpu"] is True
+    assert "there the tax hides behind the GPU's work" in finding.message
+
+
+def test_compile_cpu_tax_is_not_hidden_where_the_cpu_sets_the_pace(
+    eager_vs_compiled: Comparison,
+) -> None:
+    (finding,) = eager_vs_compiled.findings
+    compiled = eager_vs_compiled.trace
+    assert compiled.median_step_gpu_busy_us < 0.75 * compiled.median_step_cpu_us
+    assert finding.evidence["hidden_behind_gpu"] is False
+    assert "hides" not in finding.message
 
 
 def test_cuda_graphs_still_pay_the_compile_tax_on_the_h100() -> None:
