@@ -1334,7 +1334,13 @@ JSON (--json): one object
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
-                   exposed_communication_us, gemm_fp32_math};
+                   exposed_communication_us, gemm_fp32_math, step_cpu_range_us,
+                   step_gpu_busy_range_us, median_step_gpu_window_us};
+                   the ranges are [fastest, slowest] step (where the two runs' ranges
+                   overlap, the text says the medians' ratio may be warm-up or noise);
+                   median_step_gpu_window_us is the step as the GPU runs it, from the end
+                   of earlier steps' work to the end of its own (where the GPU sets the
+                   pace, longer than the CPU time);
                    content is "GPU", "accelerator not read", "GPU not recorded" (launch
                    or copy calls, or GPU lanes, but no kernel, copy or memset in the
                    trace: its kernels, launches, gpu_activities, collectives and
@@ -1343,9 +1349,9 @@ JSON (--json): one object
                    only" (the profiler's own events alone) or "no events";
                    host_ops_recorded is false for a trace whose host side holds no op or
                    label (recorded without ProfilerActivity.CPU);
-                   launch_apis counts the launch calls by name, those of copies and memsets
-                   included, a graph launch once (summary's launch_apis counts kernels
-                   per launch API);
+                   launch_apis counts by name the launch calls whose GPU work is in the
+                   trace, those of copies and memsets included, a graph launch once
+                   (summary's launch_apis counts kernels per launch API);
                    device names the GPUs, with the architecture on AMD (ROCm gives several
                    models one name); device_named is false where a GPU has no name;
                    steps counts the steps whose CPU time is read (summary lists every
@@ -1386,7 +1392,9 @@ JSON (--json): one object
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
                    baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,
-  kernels_only_in_trace  [{name, count}]
+  kernels_only_in_trace, labels_only_in_baseline, labels_only_in_trace
+                   [{name, count, total_us}] (the labels: record_function ranges and data
+                   loaders on the host, ProfilerStep#N left out, longest in all first)
   findings         [{rule, table, severity, message, evidence}] of the rules that need a
                    baseline (compile-cpu-tax)
 Exit status: 0 when it ran; 2 for an unreadable trace, with one line on stderr."""

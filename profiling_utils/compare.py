@@ -20,15 +20,17 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import textwrap
 from collections import Counter
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .kernels import fp32_math
 from .measures import StepTime
 from .rules import RULES, Facts, Finding, order_findings
 from .tables import distinct_cuts, text_table, without_float_noise
-from .trace import Trace, TraceContent, devices_differ, gc_paused, load_trace
+from .trace import Span, Trace, TraceContent, devices_differ, gc_paused, load_trace
 
 __all__ = ["RunSummary", "StepPair", "NameCount", "Comparison", "compare"]
 
@@ -125,6 +127,17 @@ class RunSummary:
     data (:func:`profiling_utils.kernels.fp32_math`), counted by that: ``{"fp32": n}`` on
     the CUDA cores, ``{"tf32": n}`` in TF32 on the tensor cores; ``None`` where no GPU work
     was recorded."""
+    step_cpu_range_us: list[float] | None = None
+    """The fastest and the slowest step's CPU time, µs (``None`` without steps): where the
+    two runs' ranges overlap, the ratio of their medians may be warm-up or noise."""
+    step_gpu_busy_range_us: list[float] | None = None
+    """The least and the most GPU busy time of a step, µs, over the steps the GPU medians
+    read."""
+    median_step_gpu_window_us: float | None = None
+    """Median GPU window of a step (:attr:`profiling_utils.measures.StepTime.gpu_window_us`:
+    from the end of the earlier steps' GPU work, or the step's start, to the end of its own
+    GPU work, or the step's end): where the GPU sets the pace, the step's length as the GPU
+    runs it, which its CPU time understates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +158,12 @@ class StepPair:
 
 @dataclass(frozen=True, slots=True)
 class NameCount:
-    """An op or kernel name with how often it occurs."""
+    """An op, label or kernel name with how often it occurs and how long it took in all."""
 
     name: str
     count: int
+    total_us: float = 0.0
+    """The spans' durations added up, µs (nested spans of one name counted each)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +206,12 @@ class Comparison:
     (``AddmmBackward`` against ``AddmmBackward0``), or one kernel function with other
     argument types on each side. Their "only in" lists then hold the same work under two
     names."""
+    labels_only_in_baseline: list[NameCount] = field(default_factory=list)
+    """Labels on the host (``record_function``, a data loader's ``enumerate(DataLoader)...``,
+    ``user_annotation``; not ``ProfilerStep#N``) the other trace does not have, the longest
+    in all first: a stall or a loader one run has and the other has not shows here."""
+    labels_only_in_trace: list[NameCount] = field(default_factory=list)
+    """Host labels the baseline does not have."""
 
     @property
     def cpu_ratio(self) -> float | None:
@@ -214,6 +235,8 @@ class Comparison:
                 "ops_only_in_trace": [asdict(n) for n in self.ops_only_in_trace],
                 "kernels_only_in_baseline": [asdict(n) for n in self.kernels_only_in_baseline],
                 "kernels_only_in_trace": [asdict(n) for n in self.kernels_only_in_trace],
+                "labels_only_in_baseline": [asdict(n) for n in self.labels_only_in_baseline],
+                "labels_only_in_trace": [asdict(n) for n in self.labels_only_in_trace],
                 "findings": [finding.to_dict() for finding in self.findings],
             }
         )
@@ -233,12 +256,18 @@ class Comparison:
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
         if self.fp32_math_differs:
-            out += [
-                f"          (fp32 GEMMs by their kernels' names: the baseline's "
-                f"{_fp32_math_words(a)}, the",
-                f"          trace's {_fp32_math_words(b)}: they ran at different matmul "
-                "precisions)",
-            ]
+            why = (
+                "the GPUs differ (not every GPU has TF32), or their matmul precisions"
+                if self.devices_differ
+                else "they ran at different matmul precisions"
+            )
+            out += textwrap.wrap(
+                f"(fp32 GEMMs by their kernels' names: the baseline's {_fp32_math_words(a)}, "
+                f"the trace's {_fp32_math_words(b)}: {why})",
+                width=90,
+                initial_indent=" " * 10,
+                subsequent_indent=" " * 10,
+            )
         if self.versions_differ:
             out += [
                 "          (written by torch or library versions that name ops, kernels or",
@@ -270,7 +299,14 @@ class Comparison:
         rows: list[tuple[str, Any, Any]] = [
             ("steps", a.steps, b.steps),
             ("median step CPU (µs)", a.median_step_cpu_us, b.median_step_cpu_us),
+            (_RANGE, a.step_cpu_range_us, b.step_cpu_range_us),
             ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
+            (_RANGE, a.step_gpu_busy_range_us, b.step_gpu_busy_range_us),
+            (
+                "median step GPU window (µs)",
+                a.median_step_gpu_window_us,
+                b.median_step_gpu_window_us,
+            ),
             ("median kernels per step", a.kernels_per_step, b.kernels_per_step),
             ("median launches per step", a.launches_per_step, b.launches_per_step),
             ("kernels (whole trace)", a.kernels, b.kernels),
@@ -325,8 +361,11 @@ class Comparison:
         # Whole-trace counts of recordings of different numbers of steps differ by that
         # number: no ratio then.
         uneven = bool(a.steps and b.steps and a.steps != b.steps)
+        rows = [row for row in rows if row[0] != _RANGE or row[1] or row[2]]
         cells = [
-            [
+            [label, _span(left), _span(right), "overlap" if _overlap(left, right) else ""]
+            if label == _RANGE
+            else [
                 label,
                 _num(left),
                 _num(right),
@@ -340,6 +379,18 @@ class Comparison:
             for label, left, right in rows
         ]
         out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
+        if a.collectives or b.collectives:
+            out += [
+                "in collectives: a collective's time includes waiting for the other ranks to "
+                "arrive (give the",
+                "run's directories of per-rank traces to see who waits for whom)",
+            ]
+        if any(cell[3] == "overlap" for cell in cells):
+            out += [
+                "overlap: the two runs' steps span overlapping ranges, so the ratio of their "
+                "medians may be",
+                "warm-up or noise as much as a change (the steps below show which)",
+            ]
         if uneven:
             out.append(
                 f"whole-trace rows: recordings of {a.steps} and {b.steps} steps, whose counts "
@@ -370,15 +421,24 @@ class Comparison:
             ]
             out += ["", "Steps (µs)", text_table(headers, rows)]
         for title, names in (
+            ("Labels only in the baseline", self.labels_only_in_baseline),
+            ("Labels only in the trace", self.labels_only_in_trace),
             ("Ops only in the baseline", self.ops_only_in_baseline),
             ("Ops only in the trace", self.ops_only_in_trace),
             ("Kernels only in the baseline", self.kernels_only_in_baseline),
             ("Kernels only in the trace", self.kernels_only_in_trace),
         ):
-            out += ["", f"{title}:"]
+            if title.startswith("Labels") and not (
+                self.labels_only_in_baseline or self.labels_only_in_trace
+            ):
+                continue  # most pairs have the same labels: said by their absence
+            out += ["", f"{title} (count, µs in all, name):"]
             shown = names[:_LISTED_NAMES]
             cuts = distinct_cuts([n.name for n in shown], _NAME_WIDTH)
-            out += [f"  {n.count:>6}×  {name}" for n, name in zip(shown, cuts, strict=True)]
+            out += [
+                f"  {n.count:>6}×  {_num(n.total_us):>12}  {name}"
+                for n, name in zip(shown, cuts, strict=True)
+            ]
             if len(names) > len(shown):
                 out.append(f"  ... and {len(names) - len(shown)} more (--json lists them all)")
             elif unrecorded and title.startswith("Kernels"):
@@ -391,6 +451,13 @@ class Comparison:
         if not self.findings:
             out.append("  none")
         return "\n".join(out)
+
+
+_RANGE = "  fastest to slowest step"
+
+
+def _span(value: list[float] | None) -> str:
+    return "-" if value is None else f"{_num(value[0])}-{_num(value[1])}"
 
 
 def _step_label(number: int | None) -> str:
@@ -413,11 +480,12 @@ def _ratio(value: float) -> str:
 
 
 def _fp32_math_words(side: RunSummary) -> str:
-    """``"on the CUDA cores"``, ``"in TF32"`` or ``"in both"``."""
+    """``"on the CUDA cores"``, ``"in TF32"`` or ``"partly on the CUDA cores, partly in
+    TF32"``."""
     said = set(side.gemm_fp32_math or ())
     if said == {"fp32"}:
         return "on the CUDA cores"
-    return "in TF32" if said == {"tf32"} else "in both"
+    return "in TF32" if said == {"tf32"} else "partly on the CUDA cores, partly in TF32"
 
 
 def _gemm_fp32_math(facts: Facts) -> dict[str, int]:
@@ -493,11 +561,58 @@ def _summary(facts: Facts) -> RunSummary:
         communication_us=None if total is None else total.communication_us,
         exposed_communication_us=None if total is None else total.exposed_us,
         gemm_fp32_math=None if unrecorded or not trace.has_gpu else _gemm_fp32_math(facts),
+        step_cpu_range_us=_range([t.cpu_us for t in host_times]),
+        step_gpu_busy_range_us=_range([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
+        median_step_gpu_window_us=_median([t.gpu_window_us for t in times])
+        if trace.has_gpu
+        else None,
     )
 
 
-def _only_in(mine: Counter[str], theirs: Counter[str]) -> list[NameCount]:
-    return [NameCount(name, count) for name, count in mine.most_common() if name not in theirs]
+def _range(values: list[float]) -> list[float] | None:
+    """``[fastest, slowest]``, or ``None`` without values."""
+    return [min(values), max(values)] if values else None
+
+
+def _overlap(first: list[float] | None, second: list[float] | None) -> bool:
+    """Whether two ranges of step times overlap (both given)."""
+    return bool(first and second and first[0] <= second[1] and second[0] <= first[1])
+
+
+def _tally(spans: Iterable[Span]) -> dict[str, list[float]]:
+    """Per name, ``[count, total µs]``, in the order the names first occur."""
+    tally: dict[str, list[float]] = {}
+    for span in spans:
+        entry = tally.get(span.name)
+        if entry is None:
+            tally[span.name] = [1, span.dur]
+        else:
+            entry[0] += 1
+            entry[1] += span.dur
+    return tally
+
+
+def _only_in(
+    mine: dict[str, list[float]], theirs: dict[str, list[float]], *, by_time: bool = False
+) -> list[NameCount]:
+    """The names of ``mine`` that ``theirs`` lacks, most frequent first (longest in all first
+    ``by_time``)."""
+    found = [
+        NameCount(name, int(count), total)
+        for name, (count, total) in mine.items()
+        if name not in theirs
+    ]
+    found.sort(key=(lambda n: -n.total_us) if by_time else (lambda n: -n.count))
+    return found
+
+
+def _host_labels(trace: Trace) -> list[Span]:
+    """The labels on CPU threads, the steps' own left out."""
+    return [
+        span
+        for span in trace.find(cat="user_annotation")
+        if span.lane.kind == "cpu" and not span.name.startswith("ProfilerStep#")
+    ]
 
 
 def compare(
@@ -549,11 +664,10 @@ def _compare(a: Facts, b: Facts) -> Comparison:
                 trace_gpu_busy_us=right.gpu_busy_us if right and right_gpu else None,
             )
         )
-    ops_a = Counter(op.name for op in a.trace.cpu_ops)
-    ops_b = Counter(op.name for op in b.trace.cpu_ops)
+    ops_a, ops_b = _tally(a.trace.cpu_ops), _tally(b.trace.cpu_ops)
+    labels_a, labels_b = _tally(_host_labels(a.trace)), _tally(_host_labels(b.trace))
     # An autotuner's candidates and cache flushes are no kernels of the program.
-    kernels_a = Counter(kernel.name for kernel in a.program_kernels)
-    kernels_b = Counter(kernel.name for kernel in b.program_kernels)
+    kernels_a, kernels_b = _tally(a.program_kernels), _tally(b.program_kernels)
     names_known = _NOT_RECORDED not in (a.trace.content, b.trace.content)
     findings = order_findings(
         finding for rule in RULES if rule.needs_baseline for finding in rule.run_against(a, b)
@@ -567,6 +681,8 @@ def _compare(a: Facts, b: Facts) -> Comparison:
         ops_only_in_trace=_only_in(ops_b, ops_a),
         kernels_only_in_baseline=_only_in(kernels_a, kernels_b) if names_known else [],
         kernels_only_in_trace=_only_in(kernels_b, kernels_a) if names_known else [],
+        labels_only_in_baseline=_only_in(labels_a, labels_b, by_time=True),
+        labels_only_in_trace=_only_in(labels_b, labels_a, by_time=True),
         findings=findings,
         devices_differ=devices_differ(a.trace.devices, b.trace.devices),
         fp32_math_differs=bool(
@@ -579,17 +695,27 @@ def _compare(a: Facts, b: Facts) -> Comparison:
 
 
 def _without_arguments(name: str) -> str | None:
-    """A kernel's name without its closing argument list (``void f<float>(at::X&)`` gives
-    ``void f<float>``; a name's own parentheses, ``(anonymous namespace)``, stay); ``None``
-    for a name that ends in none."""
-    if not name.endswith(")"):
-        return None
-    depth = 0
-    for index in range(len(name) - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(name[index], 0)
-        if depth == 0:
-            return name[:index] or None
-    return None
+    """A kernel's name with every argument list emptied, at any depth (``void
+    f<g<float>(at::X&)::{lambda()#1}>(int)`` gives ``void f<g<float>()::{lambda()#1}>()``:
+    the enclosing function of a lambda a kernel template runs has its arguments inside the
+    template's); a name's ``(anonymous namespace)`` stays. ``None`` for a name without an
+    argument list."""
+    emptied = name
+    while True:
+        inner = _INNERMOST_PARENTHESES.sub(_empty_arguments, emptied)
+        if inner == emptied:
+            break
+        emptied = inner
+    emptied = emptied.replace(_EMPTIED, "()").replace(_ANONYMOUS_MARK, "(anonymous namespace)")
+    return emptied if emptied != name or "()" in name else None
+
+
+_INNERMOST_PARENTHESES = re.compile(r"\(([^()]*)\)")
+_EMPTIED, _ANONYMOUS_MARK = "\x00", "\x01"
+
+
+def _empty_arguments(match: re.Match[str]) -> str:
+    return _ANONYMOUS_MARK if match[1] == "anonymous namespace" else _EMPTIED
 
 
 _AUTOGRAD_NODE = re.compile(r"(\w+)Backward(\d*)")
@@ -600,16 +726,16 @@ suffix), ``AddmmBackward`` (earlier torch, and custom autograd Functions always)
 def _versions_differ(
     a: Trace,
     b: Trace,
-    ops_a: Counter[str],
-    ops_b: Counter[str],
-    kernels_a: Counter[str],
-    kernels_b: Counter[str],
+    ops_a: Mapping[str, Any],
+    ops_b: Mapping[str, Any],
+    kernels_a: Mapping[str, Any],
+    kernels_b: Mapping[str, Any],
 ) -> bool:
     """:attr:`Comparison.versions_differ`."""
     if bool(a.renamed_categories) != bool(b.renamed_categories):
         return True
 
-    def renamed_functions(mine: Counter[str], theirs: Counter[str]) -> set[str]:
+    def renamed_functions(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> set[str]:
         # A kernel function only one side has, under its name before its argument list.
         return {
             function
@@ -622,7 +748,7 @@ def _versions_differ(
     if renamed_functions(kernels_a, kernels_b) & renamed_functions(kernels_b, kernels_a):
         return True
 
-    def suffixed(ops: Counter[str]) -> dict[str, bool]:
+    def suffixed(ops: Mapping[str, Any]) -> dict[str, bool]:
         nodes = {}
         for name in ops:
             match = _AUTOGRAD_NODE.fullmatch(name)

@@ -212,6 +212,8 @@ def test_compare_text_and_json(capsys: pytest.CaptureFixture) -> None:
         "ops_only_in_trace",
         "kernels_only_in_baseline",
         "kernels_only_in_trace",
+        "labels_only_in_baseline",
+        "labels_only_in_trace",
         "findings",
     }
     assert [f["rule"] for f in data["findings"]] == ["compile-cpu-tax"]

@@ -12,6 +12,7 @@ import pytest
 from conftest import (
     FIXTURES,
     complete_event,
+    fixture_document,
     fixture_steps,
     gpu_fixture,
     trace_document,
@@ -20,6 +21,7 @@ from conftest import (
 
 from profiling_utils import Comparison, TraceError, compare, load_trace
 from profiling_utils.comm import comm_overlap
+from profiling_utils.rules import Facts
 
 
 def cpu_median(name: str) -> float:
@@ -385,7 +387,9 @@ def test_the_text_lists_twenty_names_of_each_kind_and_the_json_all(make_trace) -
     trace = make_trace(steps([f"aten::op{k:02d}" for k in range(25)]), name="trace.json")
     comparison = compare(baseline, trace)
     assert len(comparison.to_dict()["ops_only_in_trace"]) == 25
-    listed = comparison.to_text().split("Ops only in the trace:\n", 1)[1].split("\n\n", 1)[0]
+    text = comparison.to_text()
+    listed = text.split("Ops only in the trace (count, µs in all, name):\n", 1)[1]
+    listed = listed.split("\n\n", 1)[0]
     assert len(listed.splitlines()) == 21
     assert listed.splitlines()[-1] == "  ... and 5 more (--json lists them all)"
 
@@ -666,6 +670,17 @@ def test_traces_of_torch_versions_that_name_things_differently_are_said_to(tmp_p
     old_k = kernels(threshold.format("at::TensorIterator&"))
     new_k = kernels(threshold.format("at::TensorIteratorBase&"))
     assert compare(old_k, new_k).versions_differ
+    # The same inside a kernel template's arguments: the lambda's enclosing function
+    # (torch 1.8's and 1.9's ReLU kernels in the ResNet traces).
+    lambda_kernel = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::threshold_kernel_impl"
+        "<float>({}, float, float)::{{lambda(float, float)#1}}, at::detail::Array<char*, 3> >"
+        "(int, at::detail::Array<char*, 3>)"
+    )
+    assert compare(
+        kernels(lambda_kernel.format("at::TensorIterator&")),
+        kernels(lambda_kernel.format("at::TensorIteratorBase&")),
+    ).versions_differ
     anonymous = "void at::native::(anonymous namespace){}(float*)"
     assert not compare(
         kernels(anonymous.format("::a")), kernels(anonymous.format("::b"))
@@ -698,11 +713,79 @@ def test_gemms_at_another_fp32_matmul_precision_are_said_to() -> None:
     assert comparison.baseline.gemm_fp32_math == {"fp32": 3}
     assert comparison.trace.gemm_fp32_math == {"tf32": 3}
     assert comparison.fp32_math_differs and comparison.to_dict()["fp32_math_differs"] is True
-    assert "the baseline's on the CUDA cores, the\n          trace's in TF32" in (
-        comparison.to_text()
+    assert (
+        "the baseline's on the CUDA cores, the trace's in TF32: they ran at different matmul "
+        "precisions)" in " ".join(comparison.to_text().split())
     )
     # The same precision on both sides, or a side whose names say nothing (bf16), is not.
     assert not compare(fp32, fp32).fp32_math_differs
     bf16 = compare(fp32, gpu_fixture("4096_bf16_warm_eager"))
     assert bf16.trace.gemm_fp32_math == {} and not bf16.fp32_math_differs
     assert "matmul precisions" not in bf16.to_text()
+
+
+def test_gemms_that_differ_in_fp32_math_on_other_gpus_may_differ_for_the_gpus(
+    make_trace,
+) -> None:
+    # As HTA's trace_diff pair: an A100 against a V100, which has no TF32: not necessarily
+    # another precision setting. Here the TF32 run's device is renamed another GPU.
+    document = fixture_document("4096_tf32_warm_eager")
+    document["deviceProperties"][0]["name"] = "NVIDIA A100-SXM4-80GB"
+    comparison = compare(gpu_fixture("4096_fp32_warm_eager"), make_trace(document))
+    assert comparison.devices_differ and comparison.fp32_math_differs
+    text = " ".join(comparison.to_text().split())
+    assert "the trace's in TF32: the GPUs differ (not every GPU has TF32), or their matmul" in text
+
+
+def test_ranges_that_overlap_say_the_ratio_may_be_warm_up_or_noise() -> None:
+    # The cold run's three steps are still falling (313, 122, 85 µs): their median is a
+    # warm-up step, and the warm run's steps (192, 84, 72 µs) lie inside the same range.
+    cold, warm = gpu_fixture("64_bf16_cold_eager"), gpu_fixture("64_bf16_warm_eager")
+    comparison = compare(cold, warm)
+    cold_steps = [e["dur"] for e in fixture_steps("64_bf16_cold_eager")]
+    assert comparison.baseline.step_cpu_range_us == pytest.approx(
+        [min(cold_steps), max(cold_steps)], abs=1e-3
+    )
+    text = comparison.to_text()
+    row = next(line for line in text.splitlines() if line.startswith("  fastest to slowest"))
+    assert row.endswith("overlap")
+    assert "overlap: the two runs' steps span overlapping ranges" in text
+    # Eager against compiled at 4096: the compiled step's CPU time is out of the eager range.
+    apart = compare(gpu_fixture("4096_bf16_warm_eager"), gpu_fixture("4096_bf16_warm_compile"))
+    first = next(
+        line for line in apart.to_text().splitlines() if line.startswith("  fastest to slowest")
+    )
+    assert not first.endswith("overlap")
+
+
+def test_the_gpu_window_row_shows_a_gpu_bound_runs_speed_up() -> None:
+    # Naive attention keeps the GPU busy ~1.27 ms a step against 0.52 ms of CPU time: its
+    # CPU time understates the step; the GPU window does not.
+    naive = gpu_fixture("attention_8x16x1024x64_bf16_naive")
+    flash = gpu_fixture("attention_8x16x1024x64_bf16_sdpa-flash")
+    comparison = compare(naive, flash)
+    baseline = comparison.baseline
+    assert baseline.median_step_gpu_window_us > 2 * baseline.median_step_cpu_us
+    facts = Facts(load_trace(naive))
+    kept = {step.number for step in facts.steps_with_gpu_records}
+    windows = [t.gpu_window_us for t in facts.host_step_times if t.step in kept]
+    assert baseline.median_step_gpu_window_us == pytest.approx(statistics.median(windows))
+    assert "median step GPU window (µs)" in comparison.to_text()
+
+
+def test_labels_only_in_one_run_show_where_its_time_went() -> None:
+    # nccl/stalled: rank 1 sleeps ~10 ms on the host before each all_reduce, in a
+    # record_function the balanced run does not have.
+    balanced = FIXTURES / "nccl" / "balanced" / "rank1.json.gz"
+    stalled = FIXTURES / "nccl" / "stalled" / "rank1.json.gz"
+    comparison = compare(balanced, stalled)
+    stalls = [s for s in load_trace(stalled).spans if s.name == "host_stall"]
+    (label,) = comparison.labels_only_in_trace
+    assert (label.name, label.count) == ("host_stall", len(stalls))
+    assert label.total_us == pytest.approx(sum(s.dur for s in stalls))
+    assert comparison.labels_only_in_baseline == []
+    text = comparison.to_text()
+    assert f"{len(stalls):>6}×" in text.split("Labels only in the trace", 1)[1].splitlines()[1]
+    assert "in collectives: a collective's time includes waiting for the other ranks" in text
+    # A pair with the same labels says nothing of them.
+    assert "Labels only" not in compare(balanced, balanced).to_text()
