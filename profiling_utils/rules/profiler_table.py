@@ -13,7 +13,8 @@ import math
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
-from operator import attrgetter, sub
+from itertools import accumulate, islice
+from operator import add, attrgetter, lt, sub
 from typing import Any, NamedTuple
 
 import msgspec
@@ -38,6 +39,7 @@ from .registry import Hit, rule
 _START = attrgetter("start")
 _ID = attrgetter("id")
 _DUR = attrgetter("dur")
+_LANE = attrgetter("lane")
 _CAT = attrgetter("cat")
 _CALL_CATEGORIES = LAUNCH_CATEGORIES | {"cpu_op"}
 
@@ -1039,8 +1041,8 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         total = sum(map(_DUR, calls))
         # Calls on several threads at once (an inference server's workers) hold the host's
         # time once: their sum over its wall time would count it once per thread.
-        lanes = {call.lane for call in calls}
-        covered = measures.union_us(calls, in_start_order=True) if len(lanes) > 1 else total
+        threads = len(set(map(_LANE, calls)))
+        covered = _covered_us(calls, total) if threads > 1 else total
         concurrency = covered / total if total > 0 else 1.0
         share = min(total, len(calls) * typical) * concurrency / steps_cpu
         if share >= MANY_CALLS_MIN_CPU_SHARE:
@@ -1057,7 +1059,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
                     "total_cpu_share": round(covered / steps_cpu, 4),
                     "calls_over_twice_median": long_calls,
                     "within": None,
-                    "threads": len(lanes),
+                    "threads": threads,
                     "concurrent_us": us(total - covered),
                 }
             )
@@ -1161,6 +1163,18 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             "ops": outer[:_REPORTED_ROWS] + found[len(outer) :][:_REPORTED_ROWS],
         },
     )
+
+
+def _covered_us(calls: list[Span], total: float) -> float:
+    """The time ``calls`` (in start order, on several threads) cover, their overlaps once:
+    ``total`` (their durations added up) where none starts before an earlier one ends, as
+    on threads that take turns (a training step's forward and backward), found in C-level
+    passes; their union otherwise."""
+    starts = list(map(_START, calls))
+    ends = accumulate(map(add, starts, map(_DUR, calls)), max)
+    if not any(map(lt, islice(starts, 1, None), ends)):
+        return total
+    return measures.union_us(calls, in_start_order=True)
 
 
 class _ShapeCost(NamedTuple):
