@@ -76,8 +76,8 @@ import json
 import math
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
 from typing import Any, Literal
 
 import msgspec
@@ -253,34 +253,20 @@ class RooflineGroup:
         """The GPU time of all the calls, µs."""
         return sum(entry.gpu_us for entry in self.entries)
 
-    @property
-    def tflops(self) -> float | None:
-        """Achieved TFLOP/s over the calls' GPU time together."""
-        flops = self.first.flops
-        if flops is None or not self.gpu_us > 0 or not self._whole:
-            return None
-        return flops * len(self.entries) / self.gpu_us / 1e6
-
-    @property
-    def gb_s(self) -> float | None:
-        """Achieved GB/s over the calls' GPU time together."""
-        num_bytes = self.first.bytes
-        if num_bytes is None or not self.gpu_us > 0 or not self._whole:
-            return None
-        return num_bytes * len(self.entries) / self.gpu_us / 1e3
-
-    @property
-    def peak_share(self) -> float | None:
-        """The achieved rate over the peak the calls' bound names (:attr:`RooflineEntry.peak`)."""
-        peak, bound = self.first.peak, self.first.bound
-        achieved = self.tflops if bound == "compute" else self.gb_s
-        if peak is None or achieved is None:
-            return None
-        return achieved / peak.value
-
-    @property
-    def _whole(self) -> bool:
-        return all(entry.gpu_records_whole for entry in self.entries)
+    @cached_property
+    def together(self) -> RooflineEntry:
+        """The calls as one entry: their FLOPs, bytes and GPU time added up, whose rates,
+        bound and share of peak are the group's."""
+        calls = len(self.entries)
+        first = self.first
+        return replace(
+            first,
+            flops=None if first.flops is None else first.flops * calls,
+            bytes=None if first.bytes is None else first.bytes * calls,
+            gpu_us=self.gpu_us,
+            gpu_activities=sum(entry.gpu_activities for entry in self.entries),
+            gpu_records_whole=all(entry.gpu_records_whole for entry in self.entries),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The group as JSON-ready values (the peak as its one-line description)."""
@@ -294,12 +280,12 @@ class RooflineGroup:
             "flops": first.flops,
             "bytes": first.bytes,
             "gpu_us": self.gpu_us,
-            "tflops": self.tflops,
-            "gb_s": self.gb_s,
+            "tflops": self.together.tflops,
+            "gb_s": self.together.gb_s,
             "device": first.device,
             "bound": first.bound,
             "peak": None if peak is None else peak.describe(),
-            "peak_share": self.peak_share,
+            "peak_share": self.together.peak_share,
             "note": first.note,
         }
 

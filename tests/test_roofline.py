@@ -401,9 +401,11 @@ def test_groups_hold_the_calls_of_one_op_with_one_set_of_shapes(transformer_view
     counted = [group for group in groups if group.first.flops is not None]
     for group in counted:
         time = sum(entry.gpu_us for entry in group.entries)
-        assert group.tflops == pytest.approx(group.first.flops * len(group.entries) / time / 1e6)
-        rate = group.tflops if group.first.bound == "compute" else group.gb_s
-        assert group.peak_share == pytest.approx(rate / group.first.peak.value)
+        together = group.together
+        assert together.tflops == pytest.approx(group.first.flops * len(group.entries) / time / 1e6)
+        assert together.bound == group.first.bound
+        rate = together.tflops if together.bound == "compute" else together.gb_s
+        assert together.peak_share == pytest.approx(rate / group.first.peak.value)
     # Most GPU time first, those with a count before those without.
     top = view.groups(5)
     assert [g.gpu_us for g in top] == sorted((g.gpu_us for g in top), reverse=True)
