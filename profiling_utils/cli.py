@@ -171,8 +171,10 @@ Commands:
       held to and ``peak_share`` the achieved fraction of it; ``groups``: the ``--top``
       operators by GPU time with one set of recorded shapes each, their calls together,
       ``{name, input_dims, input_types, kind, calls, flops, bytes, gpu_us, tflops, gb_s,
-      device, bound, peak, peak_share, note}`` (``flops`` and ``bytes`` one call's, the
-      rates over all the calls' GPU time); ``reason`` says why ``entries`` is empty (no
+      device, bound, peak, peak_share, above_peak, note}`` (``flops`` and ``bytes`` one
+      call's, the rates over all the calls' GPU time; ``above_peak``, for a share above 1,
+      ``"l2-cache"`` where a memory-bound op's bytes per call fit in the GPU's L2 cache,
+      else ``"suspect"``, and ``null`` within the peak); ``reason`` says why ``entries`` is empty (no
       shapes recorded, no GPU work), else ``null``.
 
 A trace that cannot be read prints one line on stderr, ``error: FILE: what is wrong``, and
@@ -778,7 +780,8 @@ def _roofline_lines(roof: dict[str, Any]) -> list[str]:
             e["bound"],
             "-"
             if e["peak_share"] is None
-            else f"{percent(e['peak_share'])} of [{peaks.index(e['peak']) + 1}]",
+            else f"{percent(e['peak_share'])} of [{peaks.index(e['peak']) + 1}]"
+            + _ABOVE_PEAK_MARKS.get(e["above_peak"], ""),
         ]
         for e in counted
     ]
@@ -794,7 +797,25 @@ def _roofline_lines(roof: dict[str, Any]) -> list[str]:
         )
     if not peaks:
         out.append("  (no datasheet peak for this device: rates only, and no bound)")
+    reasons = {e["above_peak"] for e in counted} - {None}
+    for reason in sorted(reasons):
+        out += textwrap.wrap(
+            f"{_ABOVE_PEAK_MARKS[reason].strip()} {_ABOVE_PEAK_WORDS[reason]}",
+            width=_LINE_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
     return out
+
+
+_ABOVE_PEAK_MARKS = {"l2-cache": " *", "suspect": " !"}
+_ABOVE_PEAK_WORDS = {
+    "l2-cache": "above its memory peak: the op's bytes per call fit in the GPU's L2 cache, which "
+    "serves them faster than its memory (the count is of the bytes an ideal kernel moves, "
+    "not of where they come from)",
+    "suspect": "above its peak, and its bytes do not fit in the L2 cache: the count, or the "
+    "peak, is in doubt (--json has the shapes it was counted from)",
+}
 
 
 def _signed_size(size: int) -> str:

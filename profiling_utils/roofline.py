@@ -82,7 +82,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .datasheet import DatasheetPeak, Figure, datasheet_peak
+from .datasheet import DatasheetPeak, Figure, datasheet_peak, device_spec
 from .kernels import fp32_math
 from .trace import Span, Trace, element_bytes, gc_paused, input_shapes
 
@@ -268,6 +268,23 @@ class RooflineGroup:
             gpu_records_whole=all(entry.gpu_records_whole for entry in self.entries),
         )
 
+    @property
+    def above_peak(self) -> Literal["l2-cache", "suspect"] | None:
+        """Why the group runs above its peak, where it does (``None`` where not, or without
+        a peak): ``"l2-cache"`` for a memory-bound op whose bytes per call fit in the GPU's L2
+        cache, which serves them faster than the memory bandwidth the peak is (the count is
+        of the bytes an ideal kernel moves, not of where they come from); ``"suspect"``
+        otherwise (the count, or the peak, is then in doubt)."""
+        share = self.together.peak_share
+        if share is None or share <= 1:
+            return None
+        spec = device_spec(self.first.device) if self.first.device else None
+        l2 = spec.l2_cache_bytes if spec is not None else None
+        num_bytes = self.first.bytes
+        if self.together.bound == "memory" and l2 and num_bytes is not None and num_bytes <= l2:
+            return "l2-cache"
+        return "suspect"
+
     def to_dict(self) -> dict[str, Any]:
         """The group as JSON-ready values (the peak as its one-line description)."""
         first, peak = self.first, self.first.peak
@@ -286,6 +303,7 @@ class RooflineGroup:
             "bound": first.bound,
             "peak": None if peak is None else peak.describe(),
             "peak_share": self.together.peak_share,
+            "above_peak": self.above_peak,
             "note": first.note,
         }
 
@@ -761,12 +779,19 @@ def _attention(name: str, inputs: _Inputs) -> _Count:
 
 # -- elementwise -----------------------------------------------------------------------------
 
-_ELEMENTWISE_OUT_OF_PLACE = {
-    "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "abs", "where",
-    "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "relu", "gelu", "silu", "sigmoid",
-    "tanh", "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward",
-    "tanh_backward", "native_dropout_backward", "masked_fill", "lerp", "addcmul", "addcdiv",
-}  # fmt: skip
+_ELEMENTWISE_ARGS = {
+    **dict.fromkeys(("neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "silu"), 1),
+    **dict.fromkeys(("sigmoid", "tanh"), 1),
+    **dict.fromkeys(("mul", "div", "pow", "clamp_min", "clamp_max", "maximum", "minimum"), 2),
+    **dict.fromkeys(("gelu", "silu_backward", "sigmoid_backward", "tanh_backward"), 2),
+    **dict.fromkeys(("add", "sub", "where", "clamp", "threshold_backward"), 3),
+    **dict.fromkeys(("gelu_backward", "native_dropout_backward", "masked_fill", "lerp"), 3),
+    **dict.fromkeys(("addcmul", "addcdiv"), 4),
+}
+"""The elementwise ops counted out of place, each with the arguments of its functional form
+(``mul(self, other)``, ``add(self, other, *, alpha)``): a profiler records every argument,
+so an ``out=`` overload records one more, the tensor it writes, last."""
+_ELEMENTWISE_OUT_OF_PLACE = set(_ELEMENTWISE_ARGS)
 _ELEMENTWISE = {
     *(f"aten::{name}" for name in _ELEMENTWISE_OUT_OF_PLACE),
     *(f"aten::{name}_" for name in _ELEMENTWISE_OUT_OF_PLACE),
@@ -787,9 +812,20 @@ def _elementwise(name: str, inputs: _Inputs) -> _Count:
         written = inputs.tensor_bytes(first)
         read = inputs.read_bytes() - (written if name in _WRITE_ONLY else 0)
         return None, read + written, ""
+    read = inputs.read_bytes()
+    last = len(inputs.dims) - 1
+    if last >= _ELEMENTWISE_ARGS.get(name.removeprefix("aten::"), last + 1) and last in tensors:
+        # An out= overload (mul.out): its last argument is the tensor it writes, not a read.
+        read -= inputs.tensor_bytes(last)
+        tensors = [index for index in tensors if index != last]
+        if not tensors:
+            raise _CannotCount("no tensor sizes are recorded but its output's")
+        first = tensors[0]
+    if name == "aten::where" and len(tensors) > 1:
+        first = tensors[1]  # where(condition, self, other) writes self's dtype, not a bool
     shape = _broadcast([inputs.dims[i] for i in tensors])
     written = math.prod(shape) * inputs.element_bytes(first)
-    return None, inputs.read_bytes() + written, ""
+    return None, read + written, ""
 
 
 def _broadcast(shapes: list[list[int]]) -> list[int]:

@@ -256,6 +256,26 @@ def test_elementwise_ops_move_bytes_and_are_memory_bound(entry_of) -> None:
     assert add_.bytes == (16 * 768 + 768 + 16 * 768) * 2
 
 
+def test_an_out_overload_writes_its_last_argument_rather_than_reading_it(entry_of) -> None:
+    # HTA's negative_queue trace: aten::mul(self, 2.0, out) on [8192, 11192] fp32, which read
+    # as three tensors of traffic put it at 128% of the A100's bandwidth.
+    size = 8192 * 11192 * 4
+    mul_out = entry_of("aten::mul", [[8192, 11192], [], [8192, 11192]], [FP32, "double", FP32])
+    assert mul_out.bytes == 2 * size + 8  # self read (and the 0-dim double), out written
+    three = entry_of("aten::mul", [[64], [64], [64]], [FP32] * 3)  # mul.out(self, other, out)
+    assert three.bytes == 3 * 64 * 4
+    # Functional forms keep every tensor as a read: add's third argument is alpha, where's
+    # three tensors are all operands, and div's third a rounding mode.
+    add = entry_of("aten::add", [[64], [64], []], [FP32, FP32, "Scalar"])
+    assert add.bytes == 3 * 64 * 4
+    where = entry_of("aten::where", [[64], [64], [64]], ["bool", FP32, FP32])
+    assert where.bytes == 64 + 3 * 64 * 4
+    div = entry_of("aten::div", [[64], [64], []], [FP32, FP32, "str"])
+    assert div.bytes == 3 * 64 * 4
+    add_out = entry_of("aten::add", [[64], [64], [], [64]], [FP32, FP32, "Scalar", FP32])
+    assert add_out.bytes == 3 * 64 * 4
+
+
 def test_bound_is_decided_against_the_datasheet_ridge(entry_of) -> None:
     ridge = 989.4e12 / 3350e9  # H100 SXM5, dense bf16 over HBM3
     small = entry_of("aten::mm", [[64, 64], [64, 64]], [BF16, BF16])
