@@ -174,8 +174,8 @@ Commands:
       device, bound, peak, peak_share, above_peak, note}`` (``flops`` and ``bytes`` one
       call's, the rates over all the calls' GPU time; ``above_peak``, for a share above 1,
       ``"l2-cache"`` where a memory-bound op's bytes per call fit in the GPU's L2 cache,
-      else ``"suspect"``, and ``null`` within the peak); ``reason`` says why ``entries`` is empty (no
-      shapes recorded, no GPU work), else ``null``.
+      else ``"suspect"``, and ``null`` within the peak); ``reason`` says why ``entries``
+      is empty (no shapes recorded, no GPU work), else ``null``.
 
 A trace that cannot be read prints one line on stderr, ``error: FILE: what is wrong``, and
 exits with status 2 (the status argparse uses for bad usage).
