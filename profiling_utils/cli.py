@@ -1411,7 +1411,9 @@ JSON (--json): one object
                    AddmmBackward0; or a kernel function with other argument types on each
                    side): the only-in lists then hold renamed work
   steps            [{index, baseline_step, trace_step, baseline_cpu_us, trace_cpu_us,
-                   baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by position
+                   baseline_gpu_busy_us, trace_gpu_busy_us}], steps paired by number
+                   where the two share every number of the run with fewer steps, else
+                   by position
   ops_only_in_baseline, ops_only_in_trace, kernels_only_in_baseline,
   kernels_only_in_trace, labels_only_in_baseline, labels_only_in_trace
                    [{name, count, total_us}] (the labels: record_function ranges and data

@@ -142,12 +142,13 @@ class RunSummary:
 
 @dataclass(frozen=True, slots=True)
 class StepPair:
-    """The i-th step of each trace (step numbers may differ between schedules)."""
+    """A step of each trace side by side: of one number, or the i-th of each where their
+    schedules number steps differently (:attr:`Comparison.steps`)."""
 
     index: int
-    """Position of the step in each trace, from 0."""
+    """Position of the pair in :attr:`Comparison.steps`, from 0."""
     baseline_step: int | None
-    """N of the baseline's ``ProfilerStep#N``, ``None`` where it has fewer steps."""
+    """N of the baseline's ``ProfilerStep#N``, ``None`` where it has no step here."""
     trace_step: int | None
     """N of the other trace's step."""
     baseline_cpu_us: float | None
@@ -175,7 +176,8 @@ class Comparison:
     trace: RunSummary
     """The trace compared with it (e.g. the compiled run)."""
     steps: list[StepPair]
-    """CPU and GPU time step by step, paired by position."""
+    """CPU and GPU time step by step: paired by step number where the two runs share the
+    numbers of the one with fewer steps, else by position."""
     ops_only_in_baseline: list[NameCount]
     """CPU ops (``cpu_op`` names) the other trace does not have, most frequent first."""
     ops_only_in_trace: list[NameCount]
@@ -647,12 +649,34 @@ def _host_step_times(facts: Facts) -> list[tuple[StepTime, bool]]:
     return [(times, has_gpu and times.step in whole) for times in facts.host_step_times]
 
 
+def _paired_steps(
+    times_a: list[tuple[StepTime, bool]], times_b: list[tuple[StepTime, bool]]
+) -> list[tuple[tuple[StepTime | None, bool], tuple[StepTime | None, bool]]]:
+    """The two runs' steps side by side: by number where the two share every number of the
+    run with fewer steps (two recordings of one schedule: step #2 against step #2, though one
+    run recorded more), else by position (schedules that number their steps differently)."""
+    numbers_a = {times.step: (times, gpu) for times, gpu in times_a}
+    numbers_b = {times.step: (times, gpu) for times, gpu in times_b}
+    fewer = min(numbers_a, numbers_b, key=len)
+    missing: tuple[StepTime | None, bool] = (None, False)
+    if fewer and all(n in numbers_a and n in numbers_b for n in fewer):
+        return [
+            (numbers_a.get(n, missing), numbers_b.get(n, missing))
+            for n in sorted(numbers_a.keys() | numbers_b.keys())
+        ]
+    return [
+        (
+            times_a[index] if index < len(times_a) else missing,
+            times_b[index] if index < len(times_b) else missing,
+        )
+        for index in range(max(len(times_a), len(times_b)))
+    ]
+
+
 def _compare(a: Facts, b: Facts) -> Comparison:
     times_a, times_b = _host_step_times(a), _host_step_times(b)
     pairs = []
-    for index in range(max(len(times_a), len(times_b))):
-        left, left_gpu = times_a[index] if index < len(times_a) else (None, False)
-        right, right_gpu = times_b[index] if index < len(times_b) else (None, False)
+    for index, ((left, left_gpu), (right, right_gpu)) in enumerate(_paired_steps(times_a, times_b)):
         pairs.append(
             StepPair(
                 index=index,

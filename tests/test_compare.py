@@ -129,13 +129,24 @@ def test_a_trace_against_itself() -> None:
     assert comparison.cpu_ratio == 1.0
 
 
-def test_steps_pair_by_position_when_numbers_differ() -> None:
+def test_steps_pair_by_number_where_one_schedule_numbers_both(make_trace) -> None:
+    # Steps #2-#4 of a wait=1, warmup=1 schedule against #0-#19 of another without them: #2
+    # faces #2 (it had faced the other run's cold #0).
     comparison = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_eager_w0a20"))
     assert len(comparison.steps) == 20
-    assert (comparison.steps[0].baseline_step, comparison.steps[0].trace_step) == (2, 0)
-    assert comparison.steps[5].baseline_step is None
-    assert comparison.steps[5].baseline_cpu_us is None
-    assert comparison.steps[5].trace_step == 5
+    pairs = [(pair.baseline_step, pair.trace_step) for pair in comparison.steps]
+    assert pairs[:5] == [(None, 0), (None, 1), (2, 2), (3, 3), (4, 4)]
+    assert comparison.steps[5].baseline_cpu_us is None and comparison.steps[5].trace_step == 5
+
+    # Numbers the two do not share: by position.
+    def steps(first: int) -> list[dict]:
+        return [
+            complete_event(f"ProfilerStep#{first + k}", "user_annotation", 1000.0 * k, 100)
+            for k in range(3)
+        ]
+
+    apart = compare(make_trace(steps(1), name="a.json"), make_trace(steps(10), name="b.json"))
+    assert [(p.baseline_step, p.trace_step) for p in apart.steps] == [(1, 10), (2, 11), (3, 12)]
 
 
 def test_to_dict_is_plain_json_and_to_text_reads(eager_vs_compiled: Comparison) -> None:
