@@ -383,15 +383,15 @@ class Comparison:
         out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
         if a.collectives or b.collectives:
             out += [
-                "in collectives: a collective's time includes waiting for the other ranks to "
-                "arrive (give the",
-                "run's directories of per-rank traces to see who waits for whom)",
+                "in collectives: a collective's time includes waiting for the other ranks (give "
+                "the run's",
+                "directories of per-rank traces to see who waits for whom)",
             ]
         if any(cell[3] == "overlap" for cell in cells):
             out += [
-                "overlap: the two runs' steps span overlapping ranges, so the ratio of their "
-                "medians may be",
-                "warm-up or noise as much as a change (the steps below show which)",
+                "overlap: the two runs' step times overlap, so their medians' ratio may be "
+                "warm-up or",
+                "noise as much as a change (the steps below show which)",
             ]
         if uneven:
             out.append(
@@ -459,7 +459,10 @@ _RANGE = "  fastest to slowest step"
 
 
 def _span(value: list[float] | None) -> str:
-    return "-" if value is None else f"{_num(value[0])}-{_num(value[1])}"
+    """``"11,998-16,850"``: whole µs from 100 µs up, so that the range fits its column."""
+    if value is None:
+        return "-"
+    return "-".join(f"{v:,.0f}" if abs(v) >= 100 else _num(v) for v in value)
 
 
 def _step_label(number: int | None) -> str:

@@ -757,10 +757,14 @@ def test_ranges_that_overlap_say_the_ratio_may_be_warm_up_or_noise() -> None:
     assert comparison.baseline.step_cpu_range_us == pytest.approx(
         [min(cold_steps), max(cold_steps)], abs=1e-3
     )
+    # From 100 µs up, a range's ends are whole µs: it fits its column.
+    assert f"{min(cold_steps):.1f}-{max(cold_steps):,.0f}" in comparison.to_text()
     text = comparison.to_text()
     row = next(line for line in text.splitlines() if line.startswith("  fastest to slowest"))
     assert row.endswith("overlap")
-    assert "overlap: the two runs' steps span overlapping ranges" in text
+    assert "overlap: the two runs' step times overlap, so their medians' ratio may be" in text
+    # The table and its notes fit a page's 88 columns (page 09 prints them).
+    assert max(map(len, text.split("\nSteps (µs)")[0].splitlines()[4:])) <= 88
     # Eager against compiled at 4096: the compiled step's CPU time is out of the eager range.
     apart = compare(gpu_fixture("4096_bf16_warm_eager"), gpu_fixture("4096_bf16_warm_compile"))
     first = next(
