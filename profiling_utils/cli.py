@@ -1355,10 +1355,12 @@ JSON (--json): one object
                    gpu_activities, kernels_per_step, launches_per_step, launch_apis,
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
-                   exposed_communication_us, gemm_fp32_math, step_cpu_range_us,
-                   step_gpu_busy_range_us, median_step_gpu_window_us};
-                   the ranges are [fastest, slowest] step (where the two runs' ranges
-                   overlap, the text says the medians' ratio may be warm-up or noise);
+                   exposed_communication_us, gemm_fp32_math, step_cpu_iqr_us,
+                   step_gpu_busy_iqr_us, median_step_gpu_window_us};
+                   the iqr keys are the middle half of the steps, [lower quartile, upper
+                   quartile] (the text says "overlap" where the two runs' middle halves
+                   overlap, and "few steps" where a side has fewer than 5: a ratio of
+                   medians then may be noise);
                    median_step_gpu_window_us is the step as the GPU runs it, from the end
                    of earlier steps' work to the end of its own (where the GPU sets the
                    pace, longer than the CPU time);

@@ -29,6 +29,7 @@ from typing import Any
 from .kernels import fp32_math
 from .measures import StepTime
 from .rules import RULES, Facts, Finding, order_findings
+from .stats import MIN_SAMPLES_TO_COMPARE, Distribution
 from .tables import distinct_cuts, text_table, without_float_noise
 from .trace import Span, Trace, TraceContent, devices_differ, gc_paused, load_trace
 
@@ -127,12 +128,20 @@ class RunSummary:
     data (:func:`profiling_utils.kernels.fp32_math`), counted by that: ``{"fp32": n}`` on
     the CUDA cores, ``{"tf32": n}`` in TF32 on the tensor cores; ``None`` where no GPU work
     was recorded."""
-    step_cpu_range_us: list[float] | None = None
-    """The fastest and the slowest step's CPU time, µs (``None`` without steps): where the
-    two runs' ranges overlap, the ratio of their medians may be warm-up or noise."""
-    step_gpu_busy_range_us: list[float] | None = None
-    """The least and the most GPU busy time of a step, µs, over the steps the GPU medians
-    read."""
+    step_cpu_iqr_us: list[float] | None = None
+    """The middle half of the steps' CPU times, ``[lower quartile, upper quartile]``, µs
+    (``None`` without steps; :class:`profiling_utils.stats.Distribution`): where the two
+    runs' middle halves overlap, the ratio of their medians may be noise or warm-up
+    (:func:`profiling_utils.stats.clearly_greater` holds them to the same test)."""
+    step_gpu_busy_iqr_us: list[float] | None = None
+    """The same for the steps' GPU busy time, over the steps the GPU medians read."""
+
+    @property
+    def gpu_steps(self) -> int:
+        """The steps the GPU medians read: :attr:`steps` less those whose GPU records are
+        missing."""
+        return self.steps - self.steps_without_gpu_records
+
     median_step_gpu_window_us: float | None = None
     """Median GPU window of a step (:attr:`profiling_utils.measures.StepTime.gpu_window_us`:
     from the end of the earlier steps' GPU work, or the step's start, to the end of its own
@@ -298,12 +307,12 @@ class Comparison:
             )
 
         out.append("")
-        rows: list[tuple[str, Any, Any]] = [
+        rows: list[tuple[Any, ...]] = [
             ("steps", a.steps, b.steps),
             ("median step CPU (µs)", a.median_step_cpu_us, b.median_step_cpu_us),
-            (_RANGE, a.step_cpu_range_us, b.step_cpu_range_us),
+            (_RANGE, a.step_cpu_iqr_us, b.step_cpu_iqr_us, (a.steps, b.steps)),
             ("median step GPU busy (µs)", a.median_step_gpu_busy_us, b.median_step_gpu_busy_us),
-            (_RANGE, a.step_gpu_busy_range_us, b.step_gpu_busy_range_us),
+            (_RANGE, a.step_gpu_busy_iqr_us, b.step_gpu_busy_iqr_us, (a.gpu_steps, b.gpu_steps)),
             (
                 "median step GPU window (µs)",
                 a.median_step_gpu_window_us,
@@ -365,7 +374,7 @@ class Comparison:
         uneven = bool(a.steps and b.steps and a.steps != b.steps)
         rows = [row for row in rows if row[0] != _RANGE or row[1] or row[2]]
         cells = [
-            [label, _span(left), _span(right), "overlap" if _overlap(left, right) else ""]
+            [label, _span(left), _span(right), _noise(left, right, row[3])]
             if label == _RANGE
             else [
                 label,
@@ -378,7 +387,8 @@ class Comparison:
                 and not (uneven and "whole trace" in label)
                 else "",
             ]
-            for label, left, right in rows
+            for row in rows
+            for label, left, right in [row[:3]]
         ]
         out.append(text_table(["", "baseline", "trace", "trace/baseline"], cells, indent=""))
         if a.collectives or b.collectives:
@@ -389,10 +399,15 @@ class Comparison:
             ]
         if any(cell[3] == "overlap" for cell in cells):
             out += [
-                "overlap: the two runs' step times overlap, so their medians' ratio may be "
-                "warm-up or",
-                "noise as much as a change (the steps below show which)",
+                "overlap: the middle halves of the two runs' steps overlap: their medians' "
+                "ratio may be",
+                "noise or warm-up as much as a change (the steps below show which)",
             ]
+        if any(cell[3] == "few steps" for cell in cells):
+            out.append(
+                f"few steps: fewer than {MIN_SAMPLES_TO_COMPARE} steps on a side, too few to "
+                "tell a change from noise"
+            )
         if uneven:
             out.append(
                 f"whole-trace rows: recordings of {a.steps} and {b.steps} steps, whose counts "
@@ -455,7 +470,7 @@ class Comparison:
         return "\n".join(out)
 
 
-_RANGE = "  fastest to slowest step"
+_RANGE = "  middle half of the steps"
 
 
 def _span(value: list[float] | None) -> str:
@@ -566,22 +581,30 @@ def _summary(facts: Facts) -> RunSummary:
         communication_us=None if total is None else total.communication_us,
         exposed_communication_us=None if total is None else total.exposed_us,
         gemm_fp32_math=None if unrecorded or not trace.has_gpu else _gemm_fp32_math(facts),
-        step_cpu_range_us=_range([t.cpu_us for t in host_times]),
-        step_gpu_busy_range_us=_range([t.gpu_busy_us for t in times]) if trace.has_gpu else None,
+        step_cpu_iqr_us=_middle_half([t.cpu_us for t in host_times]),
+        step_gpu_busy_iqr_us=_middle_half([t.gpu_busy_us for t in times])
+        if trace.has_gpu
+        else None,
         median_step_gpu_window_us=_median([t.gpu_window_us for t in times])
         if trace.has_gpu
         else None,
     )
 
 
-def _range(values: list[float]) -> list[float] | None:
-    """``[fastest, slowest]``, or ``None`` without values."""
-    return [min(values), max(values)] if values else None
+def _middle_half(values: list[float]) -> list[float] | None:
+    """``[lower quartile, upper quartile]``, or ``None`` without values."""
+    return list(Distribution.of(values).quartiles) if values else None
 
 
-def _overlap(first: list[float] | None, second: list[float] | None) -> bool:
-    """Whether two ranges of step times overlap (both given)."""
-    return bool(first and second and first[0] <= second[1] and second[0] <= first[1])
+def _noise(first: list[float] | None, second: list[float] | None, counts: tuple[int, int]) -> str:
+    """``"few steps"`` where a side has fewer than
+    :data:`~profiling_utils.stats.MIN_SAMPLES_TO_COMPARE` steps, ``"overlap"`` where the two
+    middle halves overlap, else ``""``: what a medians' ratio is worth."""
+    if not (first and second):
+        return ""
+    if min(counts) < MIN_SAMPLES_TO_COMPARE:
+        return "few steps"
+    return "overlap" if first[0] <= second[1] and second[0] <= first[1] else ""
 
 
 def _tally(spans: Iterable[Span]) -> dict[str, list[float]]:

@@ -22,6 +22,7 @@ from conftest import (
 from profiling_utils import Comparison, TraceError, compare, load_trace
 from profiling_utils.comm import comm_overlap
 from profiling_utils.rules import Facts
+from profiling_utils.stats import Distribution
 
 
 def cpu_median(name: str) -> float:
@@ -748,29 +749,45 @@ def test_gemms_that_differ_in_fp32_math_on_other_gpus_may_differ_for_the_gpus(
     assert "the trace's in TF32: the GPUs differ (not every GPU has TF32), or their matmul" in text
 
 
-def test_ranges_that_overlap_say_the_ratio_may_be_warm_up_or_noise() -> None:
-    # The cold run's three steps are still falling (313, 122, 85 µs): their median is a
-    # warm-up step, and the warm run's steps (192, 84, 72 µs) lie inside the same range.
+def test_each_median_has_its_middle_half_and_says_when_it_cannot_tell_a_change(
+    make_trace,
+) -> None:
+    # Three steps a side (the cold run still warming up: 313, 122, 85 µs): too few to tell a
+    # change from noise, whatever the medians' ratio.
     cold, warm = gpu_fixture("64_bf16_cold_eager"), gpu_fixture("64_bf16_warm_eager")
     comparison = compare(cold, warm)
-    cold_steps = [e["dur"] for e in fixture_steps("64_bf16_cold_eager")]
-    assert comparison.baseline.step_cpu_range_us == pytest.approx(
-        [min(cold_steps), max(cold_steps)], abs=1e-3
-    )
-    # From 100 µs up, a range's ends are whole µs: it fits its column.
-    assert f"{min(cold_steps):.1f}-{max(cold_steps):,.0f}" in comparison.to_text()
+    cold_steps = Distribution.of(e["dur"] for e in fixture_steps("64_bf16_cold_eager"))
+    assert comparison.baseline.step_cpu_iqr_us == pytest.approx(cold_steps.quartiles, abs=1e-3)
     text = comparison.to_text()
-    row = next(line for line in text.splitlines() if line.startswith("  fastest to slowest"))
-    assert row.endswith("overlap")
-    assert "overlap: the two runs' step times overlap, so their medians' ratio may be" in text
+    row = next(line for line in text.splitlines() if line.startswith("  middle half of the"))
+    assert row.endswith("few steps")
+    assert "few steps: fewer than 5 steps on a side, too few to tell a change from noise" in text
     # The table and its notes fit a page's 88 columns (page 09 prints them).
     assert max(map(len, text.split("\nSteps (µs)")[0].splitlines()[4:])) <= 88
-    # Eager against compiled at 4096: the compiled step's CPU time is out of the eager range.
-    apart = compare(gpu_fixture("4096_bf16_warm_eager"), gpu_fixture("4096_bf16_warm_compile"))
-    first = next(
-        line for line in apart.to_text().splitlines() if line.startswith("  fastest to slowest")
-    )
-    assert not first.endswith("overlap")
+
+    # Six steps a side: middle halves apart (a change), or overlapping (an outlier's run).
+    def run(name: str, durations: list[float]) -> Path:
+        return make_trace(
+            [
+                complete_event(f"ProfilerStep#{k}", "user_annotation", 1000.0 * k, dur)
+                for k, dur in enumerate(durations)
+            ],
+            name=name,
+        )
+
+    slow = run("slow.json", [100, 101, 102, 103, 104, 300])
+    fast = run("fast.json", [60, 61, 62, 63, 64, 200])
+    near = run("near.json", [95, 97, 99, 101, 103, 105])
+    rows = {
+        label: next(
+            line
+            for line in compare(slow, other).to_text().splitlines()
+            if line.startswith("  middle half of")
+        )
+        for label, other in (("fast", fast), ("near", near))
+    }
+    assert not rows["fast"].endswith(("overlap", "few steps"))
+    assert rows["near"].endswith("overlap")
 
 
 def test_the_gpu_window_row_shows_a_gpu_bound_runs_speed_up() -> None:

@@ -357,12 +357,13 @@ cli("compare", run.trace_path.name, fused.trace_path.name)
 
 # %%
 # Read the first block as "trace against baseline": the last column is the ratio, so below
-# 1 means the second trace has less of it. Under each median, the fastest and the slowest
-# step of each run; where the two ranges meet, that row says ``overlap``, and the ratio may
-# be warm-up or noise rather than a change. The GPU window row is the step as the GPU runs
-# it, which a GPU-bound step's CPU time understates. The step table pairs the steps by
-# number (by position where the two runs number them differently); the lists below it name
-# the labels, ops and kernels that only one of the two runs has, which is where the change
+# 1 means the second trace has less of it. Under each median, the middle half of each run's
+# steps; where the two middle halves overlap, that row says ``overlap`` (``few steps`` with
+# fewer than five a side), and the ratio may be noise rather than a change: the test these
+# pages hold their own comparisons to. The GPU window row is the step as the GPU runs it,
+# which a GPU-bound step's CPU time understates. The step table pairs the steps by number
+# (by position where the two runs number them differently); the lists below it name the
+# labels, ops and kernels that only one of the two runs has, which is where the change
 # shows (here, the optimizer's per-parameter ops against its fused ones). The same
 # comparison from Python: the CPU time per step, and the part of it inside the optimizer's
 # ``Optimizer.step`` label, each with its spread over the ten steps:
