@@ -235,6 +235,10 @@ class RooflineEntry:
         }
 
 
+_SHAPES_KEY = msgspec.json.Encoder()
+"""Encodes an op's recorded shapes and dtypes into the bytes that group its calls."""
+
+
 @dataclass(frozen=True)
 class RooflineGroup:
     """The calls of one operator with one set of recorded shapes (and dtypes), together: a
@@ -356,7 +360,7 @@ class Roofline:
                 entry.bytes,
                 entry.compute_peak,
                 entry.memory_peak,
-                None if shapes is None else json.dumps([shapes.dims, shapes.types]),
+                None if shapes is None else _SHAPES_KEY.encode((shapes.dims, shapes.types)),
             )
             by_call.setdefault(key, []).append(entry)
         groups = [RooflineGroup(entries) for entries in by_call.values()]
