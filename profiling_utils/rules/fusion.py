@@ -242,62 +242,56 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     for chain in chains:
         by_signature[chain.signature].append(chain)
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
-    biggest = rows[0][0]
-    if not facts.steps:
-        yield _recording_chains(chains, rows)
+    gpu_us = sum(chain.gpu_us for chain in chains)
+    saved = sum(chain.saved_bytes for chain in chains)
+    if not facts.steps:  # the whole recording, as one
+        yield (
+            f"{len(chains)} chain(s) of elementwise kernels over one shape in the recording (no "
+            f"steps to count per step); fusing them would save {byte_size(saved)} of memory "
+            f"traffic in it (biggest: {_biggest(rows)}).",
+            {
+                "window": "recording",
+                "chain_count": len(chains),
+                "saved_bytes": saved,
+                "gpu_us": us(gpu_us),
+                "chains": [_chain_row(group, count=len(group)) for group in rows[:_REPORTED]],
+            },
+        )
         return
     steps = sorted({chain.step for chain in chains if chain.step is not None})
     per_step = len(facts.steps)  # averaged over every step, those without a chain too
-    saved_per_step = sum(chain.saved_bytes for chain in chains) / per_step
     yield (
         f"{len(chains)} chain(s) of elementwise kernels over one shape in {per_step} step(s), "
         f"{len(chains) / per_step:.3g} per step; fusing them would save "
-        f"{byte_size(saved_per_step)} of memory traffic per step (biggest: "
-        f"{' → '.join(op.name for op in biggest.ops)} on {list(biggest.dims)}).",
+        f"{byte_size(saved / per_step)} of memory traffic per step (biggest: {_biggest(rows)}).",
         {
             "chains_per_step": round(len(chains) / per_step, 2),
-            "saved_bytes_per_step": round(saved_per_step),
-            "gpu_us_per_step": us(sum(chain.gpu_us for chain in chains) / per_step),
+            "saved_bytes_per_step": round(saved / per_step),
+            "gpu_us_per_step": us(gpu_us / per_step),
             "steps": steps,
             "chains": [
-                {
-                    "ops": [op.name for op in group[0].ops],
-                    "dims": list(group[0].dims),
-                    "input_types": [_first_type(op) for op in group[0].ops],
-                    "per_step": round(len(group) / per_step, 2),
-                    "saved_bytes_per_chain": group[0].saved_bytes,
-                    "median_gpu_us": us(median(c.gpu_us for c in group)),
-                }
+                _chain_row(group, per_step=round(len(group) / per_step, 2))
                 for group in rows[:_REPORTED]
             ],
         },
     )
 
 
-def _recording_chains(chains: list[Chain], rows: list[list[Chain]]) -> Hit:
-    """``elementwise-chain``'s finding over a whole recording (no step to read)."""
+def _biggest(rows: list[list[Chain]]) -> str:
+    """``aten::add → aten::mul on [64, 1024]``: the chain that saves the most bytes."""
     biggest = rows[0][0]
-    saved = sum(chain.saved_bytes for chain in chains)
-    return (
-        f"{len(chains)} chain(s) of elementwise kernels over one shape in the recording (no "
-        f"steps to count per step); fusing them would save {byte_size(saved)} of memory "
-        f"traffic in it (biggest: {' → '.join(op.name for op in biggest.ops)} on "
-        f"{list(biggest.dims)}).",
-        {
-            "window": "recording",
-            "chain_count": len(chains),
-            "saved_bytes": saved,
-            "gpu_us": us(sum(chain.gpu_us for chain in chains)),
-            "chains": [
-                {
-                    "ops": [op.name for op in group[0].ops],
-                    "dims": list(group[0].dims),
-                    "input_types": [_first_type(op) for op in group[0].ops],
-                    "count": len(group),
-                    "saved_bytes_per_chain": group[0].saved_bytes,
-                    "median_gpu_us": us(median(c.gpu_us for c in group)),
-                }
-                for group in rows[:_REPORTED]
-            ],
-        },
-    )
+    return f"{' → '.join(op.name for op in biggest.ops)} on {list(biggest.dims)}"
+
+
+def _chain_row(group: list[Chain], **how_often: Any) -> dict[str, Any]:
+    """The evidence of the chains alike (one signature): ops, shape, dtypes, ``how_often``
+    they run (``per_step`` or ``count``), bytes saved per chain and median GPU time."""
+    first = group[0]
+    return {
+        "ops": [op.name for op in first.ops],
+        "dims": list(first.dims),
+        "input_types": [_first_type(op) for op in first.ops],
+        **how_often,
+        "saved_bytes_per_chain": first.saved_bytes,
+        "median_gpu_us": us(median(c.gpu_us for c in group)),
+    }
