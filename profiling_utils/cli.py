@@ -220,6 +220,7 @@ from .ranks import (
     RankProfile,
     analyse_files,
     cross_rank,
+    names_trace_events,
     pair_by_rank,
     rank_profile,
     trace_files,
@@ -260,11 +261,41 @@ def _analyse(
     other = [o for o in outcomes if o.not_a_trace and o.files[0] in in_directories]
     args.skipped = []
     if other and len(other) < len(outcomes):
-        for outcome in other:
-            print(f"note: {outcome.error} (left out: not a trace)", file=sys.stderr)
-            args.skipped.append({"file": outcome.files[0], "reason": outcome.error})
-        outcomes = [o for o in outcomes if not (o.not_a_trace and o.files[0] in in_directories)]
+        left_out = _leave_out(args, other)
+        outcomes = [o for o in outcomes if o.files[0] not in left_out]
     return outcomes
+
+
+def _leave_out(args: argparse.Namespace, other: list[Outcome]) -> set[str]:
+    """Note on stderr, and in ``args.skipped``, each file of ``other`` (JSON of a directory
+    that is no trace) as left out; their names."""
+    for outcome in other:
+        print(f"note: {outcome.error} (left out: not a trace)", file=sys.stderr)
+        args.skipped.append({"file": outcome.files[0], "reason": outcome.error})
+    return {outcome.files[0] for outcome in other}
+
+
+def _nothing(*traces: Trace) -> None:
+    """A task that only loads: whether a file reads as a trace (module level, for spawn)."""
+
+
+def _run_traces(args: argparse.Namespace, path: str) -> list[Path]:
+    """The trace files ``path`` names, for ``compare``, which pairs them before loading: a
+    directory's JSON that is no trace (an execution trace beside the Kineto one) is left out
+    with a note, where the directory holds a trace. Only a file whose head does not name
+    ``traceEvents`` (:func:`~profiling_utils.ranks.names_trace_events`) is loaded to tell."""
+    files = trace_files([path])
+    if not Path(path).is_dir():
+        return files
+    suspects = [file for file in files if not names_trace_events(file)]
+    if not suspects:
+        return files
+    outcomes = analyse_files(suspects, _nothing, max_bytes=args.max_trace_bytes, workers=args.jobs)
+    other = [outcome for outcome in outcomes if outcome.not_a_trace]
+    if not other or len(other) == len(files):  # nothing but them: the errors will say so
+        return files
+    left_out = _leave_out(args, other)
+    return [file for file in files if str(file) not in left_out]
 
 
 def _report_errors(outcomes: list[Outcome]) -> int:
@@ -413,6 +444,8 @@ rank-0), each pair compared in its own process. JSON (--json): one object
   paired_by   "recorded rank" or "file-name order"
   pairs       the object above for each pair whose traces could both be read
   errors      [{{files, error}}] for each pair with a file that could not be read
+  skipped     [{{file, reason}}] for each file of a directory that is JSON but no trace, left
+              out (before the pairing) with a note on stderr
   baseline_cross_rank  the comparison of BASELINE's ranks, with the keys below
   trace_cross_rank{_CROSS_RANK_KEYS}
 Exit status: 2 as well when the directories hold different numbers of traces."""
@@ -1574,7 +1607,8 @@ def _compare_task(
 
 def run_compare(args: argparse.Namespace) -> int:
     """``compare``: two traces side by side, or two runs rank by rank, as text or JSON."""
-    baselines, traces = trace_files([args.baseline]), trace_files([args.trace])
+    args.skipped = []
+    baselines, traces = _run_traces(args, args.baseline), _run_traces(args, args.trace)
     if len(baselines) != len(traces):
         print(
             f"error: {args.baseline} holds {len(baselines)} trace(s) and {args.trace} "
@@ -1630,6 +1664,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "paired_by": paired_by,
             "pairs": [document for _, _, document, _ in done],
             "errors": _errors(outcomes),
+            "skipped": args.skipped,
             "baseline_cross_rank": baseline_report.to_dict(),
             "trace_cross_rank": trace_report.to_dict(),
         }

@@ -75,6 +75,7 @@ __all__ = [
     "CROSS_RANK_RULE_IDS",
     "trace_files",
     "recorded_rank",
+    "names_trace_events",
     "pair_by_rank",
     "analyse_files",
     "rank_profile",
@@ -143,6 +144,26 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 _HEAD_BYTES = 1 << 18
 _DISTRIBUTED_INFO = re.compile(rb'"distributedInfo"\s*:\s*')
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:')
+
+
+def _decompressed(file: Any) -> Any:
+    """``file`` (open in binary mode, at its start) as a stream of its JSON text."""
+    magic = file.read(2)
+    file.seek(0)
+    return gzip.GzipFile(fileobj=file) if magic == b"\x1f\x8b" else file
+
+
+def names_trace_events(path: str | os.PathLike[str]) -> bool:
+    """Whether the head of ``path`` (its first 256 KiB of JSON text) holds the key
+    ``"traceEvents"``, as every trace torch.profiler writes does, before its events; ``False``
+    for a file that cannot be read. Cheap: a sign of a trace, not a proof
+    (:func:`~profiling_utils.trace.load_trace` decides)."""
+    try:
+        with open(path, "rb") as file:
+            return _TRACE_EVENTS_KEY.search(_decompressed(file).read(_HEAD_BYTES)) is not None
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return False
 
 
 def recorded_rank(path: str | os.PathLike[str]) -> int | None:
@@ -151,9 +172,7 @@ def recorded_rank(path: str | os.PathLike[str]) -> int | None:
     ``None`` when neither holds one or the file cannot be read."""
     try:
         with open(path, "rb") as file:
-            magic = file.read(2)
-            file.seek(0)
-            stream: Any = gzip.GzipFile(fileobj=file) if magic == b"\x1f\x8b" else file
+            stream = _decompressed(file)
             head = stream.read(_HEAD_BYTES)
             rank = _rank_in(head)
             if rank is not None or len(head) < _HEAD_BYTES:

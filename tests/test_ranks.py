@@ -854,6 +854,42 @@ def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None
     assert document["trace_cross_rank"]["straggler"]["rank"] == 1
 
 
+def test_cli_compare_leaves_out_a_directorys_json_that_is_no_trace(capsys, tmp_path: Path) -> None:
+    # One run keeps an execution trace beside its Kineto traces, the other does not: left out
+    # before pairing, the runs hold the same ranks and pair by them.
+    balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
+    balanced.mkdir(), stalled.mkdir()
+    for rank in (0, 1):
+        write_rank(balanced, rank, rank_events(rank))
+        write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    other = balanced / "rank0_et.json"
+    other.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": []}))
+    status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
+    document = json.loads(out)
+    assert status == 0 and document["errors"] == []
+    assert document["paired_by"] == "recorded rank" and len(document["pairs"]) == 2
+    (skipped,) = document["skipped"]
+    assert skipped["file"] == str(other)
+    assert "JSON is not a trace: no 'traceEvents' key" in skipped["reason"]
+    assert err == f"note: {skipped['reason']} (left out: not a trace)\n"
+    assert document["trace_cross_rank"]["straggler"]["rank"] == 1
+    # A trace whose head does not name its events (a large key written first) is loaded to
+    # tell, and kept.
+    late = stalled / "rank-1.json"
+    head = json.dumps({"padding": "x" * (1 << 18)})[:-1]
+    late.write_text(head + ", " + late.read_text().lstrip()[1:])
+    status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
+    document = json.loads(out)
+    assert status == 0 and len(document["pairs"]) == 2 and len(document["skipped"]) == 1
+    # Two runs of nothing but other JSON: an error, as before.
+    for run in (balanced, stalled):
+        for trace in run.glob("rank-*.json"):
+            trace.unlink()
+    (stalled / "config.json").write_text('{"lr": 0.1}')
+    status, _, err = run_cli(capsys, "compare", str(balanced), str(stalled))
+    assert status == 2 and "JSON is not a trace" in err and "note:" not in err
+
+
 def test_cli_compare_keeps_the_readable_side_of_a_pair_that_cannot_be_read(
     capsys, tmp_path: Path
 ) -> None:
