@@ -1370,10 +1370,13 @@ JSON (--json): one object
             name their unit (_us µs, _bytes or bytes, _gb_s); a _share or _fraction is a
             part of a whole (0 to 1), except a GPU busy "fraction" per step (GPU busy
             time over the step's CPU window), which exceeds 1 where the GPU runs behind
-            the CPU; median_step is the step with the median share in the bound rules
+            the CPU; an _over_ key is a ratio (rank-straggler's caused wait over the
+            others' step time, above 1 where collectives outside the steps kept them
+            waiting); median_step is the step with the median share in the bound rules
             (overhead-bound, gpu-idle, compute-bound, gpus-take-turns) and in
-            allocator-churn and compiling-recorded, and the median_* keys beside it are
-            that step's values, so that the message's numbers are one step's.
+            allocator-churn, compiling-recorded and data-loader, and the median_* keys
+            beside it are that step's values, so that the message's numbers are one
+            step's.
 Exit status: 0 when it ran, with or without findings; 2 for an unreadable trace, an unknown
 rule id, a --select/--ignore naming none or leaving no rule to run (a cross-rank rule alone
 on one trace or a directory holding one), with one line on stderr. A rule selected by name

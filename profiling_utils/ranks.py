@@ -1567,7 +1567,7 @@ def _findings(
                     "caused_wait_us": straggler.caused_wait_us,
                     "median_step_us": straggler.median_step_us,
                     "others_median_step_us": other_steps,
-                    "caused_wait_share_of_others_steps": share,
+                    "caused_wait_over_others_step_time": share,
                 },
             )
         )

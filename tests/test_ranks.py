@@ -121,6 +121,11 @@ def test_straggler_is_the_rank_the_others_wait_for(stalled_run: Path) -> None:
     assert all(s.spread == 0 for s in report.steps)
     assert [f.rule for f in report.findings][:2] == ["rank-straggler", "collective-skew"]
     assert "rank 1 is the straggler" in report.findings[0].message
+    # The wait it caused, over the other rank's steps' time: a ratio (named _over_, not a
+    # share), as the collectives it counts need not lie inside the steps.
+    (other,) = (row for row in report.ranks if row.rank == 0)
+    ratio = report.findings[0].evidence["caused_wait_over_others_step_time"]
+    assert ratio == pytest.approx(3 * 300 / (other.median_step_us * other.steps))
 
 
 def test_the_rank_whose_gpu_idles_most_is_set_against_the_others_only(tmp_path: Path) -> None:

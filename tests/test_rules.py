@@ -1267,6 +1267,7 @@ def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
         "4940.0 µs of it runs outside every op and runtime call (940.0 µs in the other steps)"
     )
     assert "slowest_call" not in finding.evidence
+    assert finding.evidence["slow_steps_cpu_us"] == {"3": 5000.0}
 
 
 def test_slow_steps_at_one_interval_are_periodic(make_trace) -> None:
@@ -2827,7 +2828,7 @@ def test_steps_that_recorded_nothing_are_no_sample(make_trace) -> None:
     events = cold_steps(50.0, 500.0)
     with_empty = [*events, complete_event("ProfilerStep#4", "user_annotation", 40_000.0, 49.0)]
     (finding,) = diagnose(make_trace(with_empty), select=["cold-start"])
-    assert finding.evidence["other_steps"] == {"1": 70.0, "2": 70.0, "3": 70.0}
+    assert finding.evidence["other_steps_cpu_us"] == {"1": 70.0, "2": 70.0, "3": 70.0}
 
 
 HIP_NAMES = {

@@ -153,7 +153,7 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         "median_other_cpu_us": us(typical),
         "ratio": round(width / typical, 2),
         "min_excess_us": us(min_excess),
-        "other_steps": {str(n): us(w) for n, w in widths.items() if n != first.number},
+        "other_steps_cpu_us": {str(n): us(w) for n, w in widths.items() if n != first.number},
         "profiler_overhead": [span_ref(span) for span in overhead],
         "profiler_overhead_us": us(overhead_us),
     }
@@ -252,7 +252,7 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         "cpu_us": us(width),
         "median_other_cpu_us": us(typical),
         "ratio": round(width / typical, 2),
-        "slow_steps": {str(n): us(w) for n, (w, _) in slow.items()},
+        "slow_steps_cpu_us": {str(n): us(w) for n, (w, _) in slow.items()},
         "min_excess_us": us(min_excess),
     }
     message = (
