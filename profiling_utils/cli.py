@@ -302,12 +302,19 @@ def _report_errors(outcomes: list[Outcome]) -> int:
     """Print each unreadable file's line on stderr; the exit status (2 if there was one)."""
     for outcome in outcomes:
         if outcome.error is not None:
-            print(f"error: {outcome.error}", file=sys.stderr)
+            for line in (outcome.error, *outcome.more_errors):
+                print(f"error: {line}", file=sys.stderr)
     return EXIT_BAD_TRACE if any(o.error is not None for o in outcomes) else 0
 
 
 def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    return [{"files": list(o.files), "error": o.error} for o in outcomes if o.error is not None]
+    """One entry per file that could not be read, with the files of its task."""
+    return [
+        {"files": list(o.files), "error": line}
+        for o in outcomes
+        if o.error is not None
+        for line in (o.error, *o.more_errors)
+    ]
 
 
 def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
@@ -443,7 +450,7 @@ Two directories of per-rank traces: their traces are paired by the rank each rec
 rank-0), each pair compared in its own process. JSON (--json): one object
   paired_by   "recorded rank" or "file-name order"
   pairs       the object above for each pair whose traces could both be read
-  errors      [{{files, error}}] for each pair with a file that could not be read
+  errors      [{{files, error}}] for each file that could not be read, files naming its pair
   skipped     [{{file, reason}}] for each file of a directory that is JSON but no trace, left
               out (before the pairing) with a note on stderr
   baseline_cross_rank  the comparison of BASELINE's ranks, with the keys below
@@ -1649,6 +1656,7 @@ def run_compare(args: argparse.Namespace) -> int:
         for outcome in outcomes
         if outcome.value is None
         for side, path in enumerate(outcome.files)
+        if path not in outcome.unreadable
     ]
     if alone:
         read = analyse_files(

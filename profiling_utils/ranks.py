@@ -231,10 +231,15 @@ class Outcome(msgspec.Struct, Generic[T], frozen=True):
     value: T | None = None
     """What the caller's function returned, when every file loaded."""
     error: str | None = None
-    """``FILE: what is wrong`` for a file that cannot be read, else ``None``."""
+    """``FILE: what is wrong`` for a file that cannot be read (the first, of several), else
+    ``None``."""
     not_a_trace: bool = False
     """Whether the file that could not be read is no trace at all
     (:attr:`~profiling_utils.errors.TraceError.not_a_trace`)."""
+    unreadable: tuple[str, ...] = ()
+    """Every file of :attr:`files` that could not be read, in order."""
+    more_errors: tuple[str, ...] = ()
+    """The lines of the others after the first (a pair of which neither file reads)."""
 
 
 def _one_line(text: str) -> str:
@@ -250,10 +255,27 @@ def _run(
     """The worker: load ``files`` and apply ``analyse`` to the traces (module level, so that a
     spawned worker can unpickle it by name); the traces go into ``keep`` when one is given."""
     with gc_paused():  # the analysis, like the load, creates many objects and no cycles
-        try:
-            traces = [load_trace(path, max_bytes=max_bytes) for path in files]
-        except TraceError as err:
-            return Outcome(files, error=_one_line(str(err)), not_a_trace=err.not_a_trace)
+        traces = []
+        failed: list[tuple[str, TraceError]] = []
+        for path in files:
+            if any(path == known for known, _ in failed):  # a run compared with itself
+                continue
+            try:
+                trace = load_trace(path, max_bytes=max_bytes)
+            except TraceError as err:
+                failed.append((path, err))
+                continue
+            if not failed:  # after a failure the others are read only to report them too
+                traces.append(trace)
+        if failed:
+            lines = [_one_line(str(err)) for _, err in failed]
+            return Outcome(
+                files,
+                error=lines[0],
+                not_a_trace=failed[0][1].not_a_trace,
+                unreadable=tuple(path for path, _ in failed),
+                more_errors=tuple(lines[1:]),
+            )
         if keep is not None:
             keep += traces
         return Outcome(files, value=analyse(*traces))
@@ -321,7 +343,7 @@ def analyse_files(
                 outcomes.append(future.result())
             except BrokenProcessPool:  # a worker was killed (out of memory?) mid-task
                 reason = "the process reading it stopped abruptly (out of memory?)"
-                outcomes.append(Outcome(files, error=f"{files[0]}: {reason}"))
+                outcomes.append(Outcome(files, error=f"{files[0]}: {reason}", unreadable=files[:1]))
         return outcomes
 
 

@@ -913,6 +913,19 @@ def test_cli_compare_keeps_the_readable_side_of_a_pair_that_cannot_be_read(
     assert len(document["pairs"]) == 1 and len(document["errors"]) == 1
     assert [row["rank"] for row in document["baseline_cross_rank"]["ranks"]] == [0, 1]
     assert [row["rank"] for row in document["trace_cross_rank"]["ranks"]] == [0]
+    # Both files of the pair cut short: each is named, on stderr and under errors.
+    other = balanced / "rank-1.json"
+    other.write_bytes(other.read_bytes()[:200])
+    status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
+    document = json.loads(out)
+    assert status == 2
+    assert [line.split(": ")[1] for line in err.splitlines()] == [str(other), str(cut)]
+    assert [entry["error"].split(": ")[0] for entry in document["errors"]] == [
+        str(other),
+        str(cut),
+    ]
+    assert all(entry["files"] == [str(other), str(cut)] for entry in document["errors"])
+    assert [row["rank"] for row in document["baseline_cross_rank"]["ranks"]] == [0]
 
 
 def test_cli_compare_refuses_runs_of_different_sizes(capsys, tmp_path: Path) -> None:
