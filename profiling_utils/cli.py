@@ -1399,7 +1399,8 @@ JSON (--json): one object
                    compiled, cuda_graph_launches, collectives, median_step_communication_us,
                    median_step_exposed_communication_us, communication_us,
                    exposed_communication_us, gemm_fp32_math, step_cpu_iqr_us,
-                   step_gpu_busy_iqr_us, median_step_gpu_window_us};
+                   step_gpu_busy_iqr_us, median_step_gpu_window_us, rank};
+                   rank is distributedInfo.rank, null where the trace records none;
                    the iqr keys are the middle half of the steps, [lower quartile, upper
                    quartile] (the text says "overlap" where the two runs' middle halves
                    overlap, and "few steps" where a side has fewer than 5: a ratio of

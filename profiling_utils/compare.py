@@ -147,6 +147,8 @@ class RunSummary:
     from the end of the earlier steps' GPU work, or the step's start, to the end of its own
     GPU work, or the step's end): where the GPU sets the pace, the step's length as the GPU
     runs it, which its CPU time understates."""
+    rank: int | None = None
+    """The process's rank in a distributed job (``distributedInfo.rank``), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,14 @@ class Comparison:
                     "          (different devices: times and kernels differ with the "
                     "hardware too, not only with the code)"
                 )
+        if a.rank is not None or b.rank is not None:
+            ranks = a.rank if a.rank == b.rank else f"{_dash(a.rank)} | {_dash(b.rank)}"
+            out.append(f"rank:     {ranks}")
+            if a.rank is not None and b.rank is not None and a.rank != b.rank:
+                out += [
+                    "          (two ranks: they differ with their share of the work and",
+                    "          their waits for each other, not only with the code)",
+                ]
         contents = a.content if a.content == b.content else f"{a.content} | {b.content}"
         out.append(f"content:  {contents}")
         if self.fp32_math_differs:
@@ -588,7 +598,12 @@ def _summary(facts: Facts) -> RunSummary:
         median_step_gpu_window_us=_median([t.gpu_window_us for t in times])
         if trace.has_gpu
         else None,
+        rank=trace.rank,
     )
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def _middle_half(values: list[float]) -> list[float] | None:

@@ -296,6 +296,27 @@ def test_collectives_are_counted_apart_from_compute() -> None:
     assert rows["median step in collectives (µs)"][1] == f"{b.median_step_communication_us:,.1f}"
 
 
+def test_two_ranks_of_one_run_say_which_ranks_they_are() -> None:
+    balanced = FIXTURES / "nccl" / "balanced"
+    comparison = compare(balanced / "rank0.json.gz", balanced / "rank1.json.gz")
+    assert (comparison.baseline.rank, comparison.trace.rank) == (0, 1)
+    assert comparison.to_dict()["trace"]["rank"] == 1
+    text = comparison.to_text()
+    assert (
+        "\nrank:     0 | 1\n          (two ranks: they differ with their share of the work" in text
+    )
+    # One rank in two runs: named once, without the note; no rank recorded: no line.
+    same = compare(balanced / "rank0.json.gz", FIXTURES / "nccl" / "stalled" / "rank0.json.gz")
+    assert "\nrank:     0\ncontent:" in same.to_text()
+    assert same.to_dict()["baseline"]["rank"] == 0
+    assert (
+        "rank:"
+        not in compare(
+            gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile")
+        ).to_text()
+    )
+
+
 def test_no_collective_rows_without_collectives(eager_vs_compiled: Comparison) -> None:
     assert eager_vs_compiled.baseline.collectives == eager_vs_compiled.trace.collectives == 0
     assert eager_vs_compiled.trace.median_step_communication_us is None
