@@ -740,7 +740,7 @@ def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
             "tool?): convert it back to UTF-8"
         )
     if start[:1] not in (b"{", b"["):
-        return f"not JSON (it starts with {start[:16]!r})"
+        return f"not JSON (it starts with {bytes(start[:16])!r})"
     return f"not valid JSON ({message})"
 
 

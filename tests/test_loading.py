@@ -351,10 +351,12 @@ def test_empty_file(tmp_path: Path, content: bytes) -> None:
 
 
 @pytest.mark.parametrize("content", [b"hello world", b"<html></html>", b"\x00\x01\x02"])
-def test_not_json(tmp_path: Path, content: bytes) -> None:
-    path = tmp_path / "x.json"
-    path.write_bytes(content)
-    assert _reason(path).startswith("not JSON")
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_not_json(tmp_path: Path, content: bytes, suffix: str) -> None:
+    path = tmp_path / f"x{suffix}"
+    path.write_bytes(gzip.compress(content) if suffix == ".json.gz" else content)
+    # The bytes it starts with, as bytes whatever buffer held them (not bytearray(b'...')).
+    assert _reason(path) == f"not JSON (it starts with {content.lstrip()[:16]!r})"
 
 
 def test_malformed_json(tmp_path: Path) -> None:
