@@ -1361,7 +1361,7 @@ def add_summary_parser(subcommands: Any) -> None:
         metavar="N",
         help="kernel names, CPU ops and roofline entries to list (default 10)",
     )
-    parser.set_defaults(handler=run_summary)
+    parser.set_defaults(handler=run_summary, command_parser=parser)
 
 
 # -- diagnose and compare ---------------------------------------------------------------------
@@ -1599,7 +1599,7 @@ def add_diagnose_parser(subcommands: Any) -> None:
         metavar="IDS",
         help="leave these rules out (comma-separated ids; may be repeated)",
     )
-    parser.set_defaults(handler=run_diagnose)
+    parser.set_defaults(handler=run_diagnose, command_parser=parser)
 
 
 def _compare_task(
@@ -1717,7 +1717,7 @@ def add_compare_parser(subcommands: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_loading_options(parser)
-    parser.set_defaults(handler=run_compare)
+    parser.set_defaults(handler=run_compare, command_parser=parser)
 
 
 def _add_traces_argument(parser: argparse.ArgumentParser) -> None:
@@ -1768,7 +1768,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_summary_parser(subcommands)
     add_diagnose_parser(subcommands)
     add_compare_parser(subcommands)
+    parser.set_defaults(commands=subcommands.choices)  # for the usage errors' hints
     return parser
+
+
+def _unrecognized(args: argparse.Namespace, unknown: list[str]) -> str:
+    """The usage error for arguments the command does not take, with what each was probably
+    meant to be."""
+    options = {
+        name: {option for action in sub._actions for option in action.option_strings}
+        for name, sub in args.commands.items()
+    }
+    command = args.command
+    hints = []
+    for given in unknown:
+        option = given.split("=", 1)[0]
+        if option in options[command]:
+            hints.append(f"{option} goes after the command's name: {command} {option} ...")
+        elif option.startswith("-"):
+            takers = [name for name, known in options.items() if option in known]
+            if takers:
+                hints.append(f"{option} is an option of {' and '.join(takers)}, not of {command}")
+        elif command == "compare":
+            hints.append("compare takes two paths, BASELINE and TRACE, files or directories")
+    return "; ".join([f"unrecognized arguments: {' '.join(unknown)}", *dict.fromkeys(hints)])
 
 
 def main(argv: Sequence[str] | None = None, *, keep_traces: list[Trace] | None = None) -> int:
@@ -1781,7 +1804,9 @@ def main(argv: Sequence[str] | None = None, *, keep_traces: list[Trace] | None =
             :func:`profiling_utils.ranks.analyse_files`).
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.command_parser.error(_unrecognized(args, unknown))
     args.keep_traces = keep_traces
     if getattr(args, "max_trace_bytes", 0) is None:
         try:  # a setting that no trace can be read under: a usage error, said once

@@ -671,6 +671,38 @@ def test_usage_errors_exit_2(capsys) -> None:
     assert "top_kernels" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--json", "summary", "t.json"],
+            "summary: error: unrecognized arguments: --json; "
+            "--json goes after the command's name: summary --json ...",
+        ),
+        (
+            ["diagnose", "--top", "3", "t.json"],
+            "diagnose: error: unrecognized arguments: "
+            "--top; --top is an option of summary, not of diagnose",
+        ),
+        (
+            ["compare", "a.json", "b.json", "c.json"],
+            "compare: error: unrecognized arguments: "
+            "c.json; compare takes two paths, BASELINE and TRACE, files or directories",
+        ),
+        (["summary", "t.json", "--bogus"], "summary: error: unrecognized arguments: --bogus\n"),
+    ],
+)
+def test_arguments_a_command_does_not_take_are_named_under_its_usage(
+    capsys, argv: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(f"usage: {cli._program_name()} {argv[argv[0] == '--json']} ")
+    assert said in err
+
+
 def test_summarize_matches_the_model(make_trace) -> None:
     trace = load_trace(make_trace(minimal_gpu_events()))
     summary = cli.summarize(trace)
