@@ -32,8 +32,8 @@ Commands:
       memsets: the rest are labels projected onto it, ``gpu_user_annotation``, and the
       synchronisation events of ``cuda_sync``), ``null`` on other lanes; ``busy_us`` is
       :func:`profiling_utils.measures.lane_busy_us` (on a GPU lane, the union of its kernels,
-      copies and memsets; on a CPU thread, of its operators and runtime calls; never labels
-      such as ``ProfilerStep#N``).
+      copies and memsets; on a CPU thread, of its operators, runtime calls and Gloo
+      collectives (``gloo:*``); never labels such as ``ProfilerStep#N``).
     - ``gpus_with_streams``: ``[{device, streams, busy_us, streams_busy_us, concurrent_us}]``,
       for each GPU whose work ran on two streams or more: ``busy_us`` the union of its
       streams' work (the time the GPU ran anything), ``streams_busy_us`` the sum of their
@@ -163,15 +163,20 @@ Commands:
       operator calls with recorded shapes, the part of it with a count (FLOPs or bytes), and
       the ``--top`` calls by GPU time (those with a count first), each
       ``{name, start_us, input_dims, input_types, kind, flops, bytes, intensity, gpu_us,
-      gpu_activities, tflops, gb_s, device, ridge, bound, peak, peak_share, note}``, from the
+      gpu_activities, tflops, gb_s, device, ridge, bound, peak, peak_tflops, peak_gb_s,
+      peak_share, note}``, from the
       shapes a trace records with ``record_shapes=True`` (:mod:`profiling_utils.roofline`):
       ``kind`` is ``gemm``, ``convolution``, ``attention``, ``elementwise`` or ``other``;
       ``intensity`` and ``ridge`` are FLOP/byte; ``bound`` is ``compute``, ``memory`` or
       ``unknown`` (a device not in the datasheet table), ``peak`` the datasheet figure it is
-      held to and ``peak_share`` the achieved fraction of it; ``groups``: the ``--top``
+      held to, in words (its figure and source), ``peak_tflops`` and ``peak_gb_s`` the
+      datasheet's compute peak for the op's dtype and its memory bandwidth (``null`` where
+      the datasheet has none), and ``peak_share`` the achieved fraction of the one ``bound``
+      names; ``groups``: the ``--top``
       operators by GPU time with one set of recorded shapes each, their calls together,
       ``{name, input_dims, input_types, kind, calls, flops, bytes, gpu_us, tflops, gb_s,
-      device, bound, peak, peak_share, above_peak, note}`` (``flops`` and ``bytes`` one
+      device, bound, peak, peak_tflops, peak_gb_s, peak_share, above_peak, note}``
+      (``flops`` and ``bytes`` one
       call's, the rates over all the calls' GPU time; ``above_peak``, for a share above 1,
       ``"l2-cache"`` where a memory-bound op's bytes per call fit in the GPU's L2 cache,
       else ``"suspect"``, and ``null`` within the peak); ``reason`` says why ``entries``

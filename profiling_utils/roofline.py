@@ -230,6 +230,8 @@ class RooflineEntry:
             "ridge": self.ridge,
             "bound": self.bound,
             "peak": None if peak is None else peak.describe(),
+            "peak_tflops": None if self.compute_peak is None else self.compute_peak.value,
+            "peak_gb_s": None if self.memory_peak is None else self.memory_peak.value,
             "peak_share": self.peak_share,
             "note": self.note,
         }
@@ -306,6 +308,8 @@ class RooflineGroup:
             "device": first.device,
             "bound": first.bound,
             "peak": None if peak is None else peak.describe(),
+            "peak_tflops": None if first.compute_peak is None else first.compute_peak.value,
+            "peak_gb_s": None if first.memory_peak is None else first.memory_peak.value,
             "peak_share": self.together.peak_share,
             "above_peak": self.above_peak,
             "note": first.note,

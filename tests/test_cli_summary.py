@@ -784,6 +784,10 @@ def test_the_text_summary_gives_the_achieved_rates_and_the_peak_they_are_held_to
     assert f"{first['calls']:,}" in row.split() and f"{first['gb_s']:,.1f}" in row
     assert f"{percent(first['peak_share'])} of [1]" in row
     assert "  [1] 3,350 GB/s, the H100 SXM5 80 GB's HBM3 bandwidth peak" in section
+    # The JSON gives the peaks as numbers too, the share held to the one the bound names.
+    assert (first["bound"], first["peak_gb_s"]) == ("memory", 3350.0)
+    assert first["peak_tflops"] > 0
+    assert first["peak_share"] == pytest.approx(first["gb_s"] / first["peak_gb_s"])
     # Without shapes recorded, it says so.
     _, text, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager")))
     assert "(roofline)\n  none: the operators record no input shapes" in text
