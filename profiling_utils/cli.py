@@ -26,7 +26,8 @@ Commands:
       :attr:`profiling_utils.trace.Trace.gpu_numbers_may_be_agent_ids`);
       ``cuda_runtime_version``, ``cuda_driver_version`` (``"13.0"``), ``cupti_version``,
       ``hip_runtime_version``, ``hip_driver_version`` (ROCm's, ``"7.1.25424"``),
-      ``base_time_ns``.
+      ``base_time_ns`` (``baseTimeNanoseconds``, which torch writes since 2.4: ``null``
+      in older traces, whose times are absolute µs).
     - ``lanes``: ``[{label, kind, pid, tid, device, stream, spans, activities, busy_us}]``;
       ``activities``, on a GPU lane, how many of its ``spans`` are GPU work (kernels, copies,
       memsets: the rest are labels projected onto it, ``gpu_user_annotation``, and the
@@ -48,7 +49,8 @@ Commands:
       GPU window and idle time: a step without GPU work of its own has a GPU window of its
       CPU window, in which other steps' work may run); values that need the step's own GPU
       work (the lane offset, launch delays, the longest gap) or a label around it are ``null``
-      without them; ``lane_offset_us`` runs from the step's first launch call to that
+      without them, and so are ``gpu_idle_us`` and ``gpu_idle_fraction`` in a trace
+      without GPU work; ``lane_offset_us`` runs from the step's first launch call to that
       work's start on the GPU, ``dead_window_us`` from the first label directly inside the
       step (not a data loader's) to its first ``aten::`` op, or to the data loader's fetch
       that holds it, less the time in labels inside it that closed before then
@@ -101,7 +103,8 @@ Commands:
       (GPUs, then the CPU), ``{device, events, peak_allocated_bytes, peak_at_us, peak_step,
       peak_reserved_bytes, end_allocated_bytes, from_recording_start}``: the most bytes
       allocated to tensors at once, when and in which step, the most the caching allocator
-      reserved (``null`` on the CPU), and what was still allocated after the last event
+      reserved (``null`` on the CPU, and wherever ``from_recording_start``), and what was
+      still allocated after the last event
       (:func:`profiling_utils.measures.memory_peaks`); empty without memory events. With
       ``from_recording_start`` (torch ~1.8-1.9 wrote each allocation's size, no totals) the
       two byte counts are the sizes added up from the recording's start.
@@ -322,8 +325,11 @@ def _errors(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     ]
 
 
-def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
-    """The readable text of the cross-rank analysis: the per-rank table, notes and findings."""
+def format_cross_rank(
+    report: CrossRank, title: str = "Across ranks", *, rules_ran: bool = True
+) -> str:
+    """The readable text of the cross-rank analysis: the per-rank table, notes and findings
+    (``rules_ran`` false where ``--select`` or ``--ignore`` left no cross-rank rule to run)."""
     count = len(report.ranks)
     out = [f"{title} ({count} trace{'' if count == 1 else 's'})"]
     rows = [
@@ -378,7 +384,9 @@ def format_cross_rank(report: CrossRank, title: str = "Across ranks") -> str:
     out.append("")
     for finding in report.findings:
         out.append(f"  [{finding.severity}] {finding.rule}: {finding.message}")
-    if not report.findings:
+    if not rules_ran:
+        out.append("  No cross-rank rule ran: --select and --ignore left none.")
+    elif not report.findings:
         out.append("  No cross-rank finding.")
     return "\n".join(out)
 
@@ -391,14 +399,17 @@ _CROSS_RANK_KEYS = """\
     ranks        [{label, rank, file, device, content, steps, median_step_us, gpu_busy_us,
                  gpu_idle_us, collectives, collective_us, wait_us, transfer_us,
                  last_arrivals, matched_bytes}] in rank order. label is "rank N", or the
-                 file name when the trace records no distributedInfo.rank; content is
+                 file name when the trace records no distributedInfo.rank ("rank N (file)"
+                 where two traces record one rank); device describes its GPU (name, SMs or
+                 CUs, compute capability or gfx architecture); content is
                  "GPU", "accelerator not read" (an accelerator whose own events are not
                  analysed), "GPU not recorded" (launch or copy calls, or GPU lanes, but no
                  kernel, copy or memset in the trace), "CPU only", "profiler only" (the
                  profiler's own events alone) or "no events";
                  gpu_busy_us is the time the GPU ran kernels, copies or
                  memsets (a collective's kernel counts while it waits), gpu_idle_us the rest
-                 of the steps' GPU windows; collectives counts the rank's collectives
+                 of the steps' GPU windows (in a trace without steps, of the stretch from
+                 its first GPU activity to its last); collectives counts the rank's collectives
                  (null where not known: its GPU work was not recorded, or its Gloo ranges
                  cannot be told by process group); collective_us is their kernel time
                  (where a trace holds no collective kernel, the Gloo backend's host
@@ -1566,7 +1577,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     else:
         # Each trace's own text only where a rule of a single trace ran on it.
         texts = [text for _, _, text in done] if rules else []
-        print("\n\n".join([*texts, format_cross_rank(report)]))
+        print("\n\n".join([*texts, format_cross_rank(report, rules_ran=bool(chosen_across))]))
     return status
 
 

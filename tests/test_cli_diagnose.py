@@ -134,6 +134,11 @@ def test_a_selection_that_leaves_no_rule_to_run_is_bad_usage(
     assert status == 0
     assert "rank-straggler: rank 1 is the straggler" in out
     assert "No cheatsheet pattern found" not in out
+    # No cross-rank rule selected: none ran, which is not "no finding".
+    status, out, _ = run_cli(capsys, "diagnose", "--select", "hotspot", ranks)
+    assert status == 0
+    assert out.endswith("\n  No cross-rank rule ran: --select and --ignore left none.\n")
+    assert "No cross-rank finding" not in out
 
 
 def test_a_directory_of_one_trace_is_one_trace_to_the_cross_rank_rules(
