@@ -1335,6 +1335,9 @@ def run_summary(args: argparse.Namespace) -> int:
             "cross_rank": report.to_dict(),
         }
         print(json.dumps(document, indent=2, allow_nan=False))
+    elif len(done) == 1:  # a directory of one trace (a tensorboard_trace_handler folder)
+        print(format_summary(done[0][1]))
+        print(f"\n{format_cross_rank(report)}")
     else:
         print(format_cross_rank(report))
         print("\n(summary FILE shows one trace in full; --json holds every trace's summary.)")

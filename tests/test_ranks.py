@@ -774,7 +774,10 @@ def test_cli_directory_of_one_trace_says_one_trace(capsys, stalled_run: Path, tm
     (alone / first.name).write_bytes(first.read_bytes())
     status, out, _ = run_cli(capsys, "summary", str(alone))
     assert status == 0
-    assert out.startswith("Across ranks (1 trace)\n")
+    # The trace in full (a tensorboard_trace_handler folder holds one), then its rank's row.
+    _, single, _ = run_cli(capsys, "summary", str(alone / first.name))
+    assert out.startswith(single.rstrip("\n") + "\n\nAcross ranks (1 trace)\n")
+    assert "summary FILE shows one trace in full" not in out
 
 
 @pytest.mark.parametrize("command", ["summary", "diagnose"])
