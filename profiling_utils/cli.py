@@ -1294,8 +1294,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     else:
         out.append("  not compiled")
     vendors = {d["vendor"] for d in summary["devices"]}
-    runtime = "HIP" if "amd" in vendors else "CUDA/HIP" if "intel" in vendors else "CUDA"
-    out.append(f"  {runtime} graph launches: {c['cuda_graph_launches']}")
+    if vendors == {"amd"}:
+        graphs = "HIP graph launches"
+    elif vendors <= {"nvidia"}:
+        graphs = "CUDA graph launches"
+    else:  # what is counted, on a GPU of another kind or GPUs of two
+        graphs = "graph launches (cudaGraphLaunch, hipGraphLaunch)"
+    out.append(f"  {graphs}: {c['cuda_graph_launches']}")
 
     out += ["", "Profiler overhead"]
     for o in summary["overhead"]:

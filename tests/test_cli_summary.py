@@ -137,6 +137,14 @@ def test_text_summary_counts_kernels_by_launch_api_and_names_the_runtime(
     assert "HIP graph launches: 0" in out and "CUDA graph" not in out
     _, cuda, _ = run_cli(capsys, "summary", str(gpu_fixture("64_bf16_warm_eager")))
     assert "CUDA graph launches: 0" in cuda
+    # On another vendor's GPU (Intel's XPU), the line says what it counts.
+    xpu = [
+        complete_event("urEnqueueKernelLaunch", "xpu_runtime", 0, 10, correlation=1),
+        complete_event("gemm_kernel", "kernel", 20, 5, pid=0, tid=0, correlation=1),
+    ]
+    intel_gpu = {"id": 0, "name": "Intel(R) Data Center GPU Max 1550", "maxComputeUnits": 448}
+    _, intel, _ = run_cli(capsys, "summary", str(make_trace(xpu, deviceProperties=[intel_gpu])))
+    assert "\n  graph launches (cudaGraphLaunch, hipGraphLaunch): 0\n" in intel
     unlinked = minimal_gpu_events()
     for event in unlinked:
         if event.get("cat") == "kernel":

@@ -2105,6 +2105,26 @@ def test_hidden_memcpy_follows_copy_ops_up_to_the_aten_op_that_made_them(tmp_pat
     assert "hidden-memcpy" not in {f.rule for f in found}
 
 
+def test_hidden_memcpy_reads_an_intel_xpus_copy_calls(tmp_path: Path) -> None:
+    # The same clone on an Intel XPU: Unified Runtime's urEnqueueUSMMemcpy issues the copy.
+    naive = "attention_8x16x1024x64_bf16_naive"
+
+    def on_an_xpu(events: list[dict]) -> None:
+        for event in events:
+            if event.get("cat") == "cuda_runtime":
+                event["cat"] = "xpu_runtime"
+                if event["name"] == "cudaMemcpyAsync":
+                    event["name"] = "urEnqueueUSMMemcpy"
+                elif event["name"] == "cudaLaunchKernel":
+                    event["name"] = "urEnqueueKernelLaunch"
+
+    path = altered(tmp_path, naive, on_an_xpu)
+    (finding,) = [f for f in diagnose(path) if f.rule == "hidden-memcpy"]
+    group = finding.evidence["groups"][0]
+    assert (group["op"], group["kind"], group["count"]) == ("aten::masked_fill", "DtoD", 3)
+    assert group["api"] == "urEnqueueUSMMemcpy"
+
+
 def test_the_copy_of_item_is_not_hidden() -> None:
     # loss.item() in every step: aten::item -> aten::_local_scalar_dense -> a 4 B DtoH copy.
     # The copy is the value the code asked for; what it costs is the sync.
