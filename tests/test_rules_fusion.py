@@ -49,6 +49,22 @@ def test_a_chain_of_three_reports_the_bytes_fusing_saves(make_trace: Any) -> Non
     assert chain["input_types"] == ["c10::BFloat16"] * 3
     assert chain["saved_bytes_per_chain"] == 2 * 2 * BF16_BYTES
     assert "aten::add → aten::mul → aten::gelu" in finding.message
+    assert evidence["saved_launches_per_step"] == 2
+    assert "of memory traffic and 2 kernel launch(es) per step (their kernels take 60.0 µs" in (
+        finding.message
+    )
+
+
+def test_a_long_chain_is_named_by_its_ends(make_trace: Any) -> None:
+    # x = x * a + b, ten times: one chain of 20 ops, named by a few of them.
+    ops = [MATMUL] + [elementwise(name) for _ in range(10) for name in ("aten::mul", "aten::add")]
+    finding = rules_on(make_trace(op_steps_events(ops)))["elementwise-chain"]
+    assert len(finding.evidence["chains"][0]["ops"]) == 20  # the evidence has them all
+    assert finding.evidence["saved_launches_per_step"] == 19
+    assert (
+        "biggest: aten::mul → aten::add → aten::mul → … 15 more … → aten::mul → aten::add, "
+        "20 ops on [64, 1024])."
+    ) in finding.message
 
 
 def test_the_written_tensor_sets_the_bytes(make_trace: Any) -> None:
@@ -183,9 +199,12 @@ def test_a_recording_without_steps_reads_its_chains_over_the_whole_of_it(make_tr
     assert evidence["gpu_us"] == 3 * 60.0
     [chain] = evidence["chains"]
     assert (chain["ops"], chain["count"]) == (["aten::add", "aten::mul", "aten::gelu"], 3)
+    assert evidence["saved_launches"] == 3 * 2  # three kernels each, one once fused
     assert finding.message.startswith(
         "3 chain(s) of elementwise kernels over one shape in the recording (no steps to count "
-        "per step); fusing them would save 1.5 MiB of memory traffic in it"
+        "per step); fusing them would save 1.5 MiB of memory traffic and 6 kernel launch(es) "
+        "in it (their kernels take 180.0 µs of GPU time; biggest: aten::add → aten::mul → "
+        "aten::gelu on [64, 1024])."
     )
     # A lone elementwise kernel between others is still no chain.
     bare = [MATMUL, elementwise("aten::add"), MATMUL]

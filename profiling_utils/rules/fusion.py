@@ -244,15 +244,18 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     rows = sorted(by_signature.values(), key=lambda group: -sum(c.saved_bytes for c in group))
     gpu_us = sum(chain.gpu_us for chain in chains)
     saved = sum(chain.saved_bytes for chain in chains)
+    launches = sum(len(chain.kernels) - 1 for chain in chains)  # one kernel each, fused
     if not facts.steps:  # the whole recording, as one
         yield (
             f"{len(chains)} chain(s) of elementwise kernels over one shape in the recording (no "
             f"steps to count per step); fusing them would save {byte_size(saved)} of memory "
-            f"traffic in it (biggest: {_biggest(rows)}).",
+            f"traffic and {launches:,} kernel launch(es) in it (their kernels take "
+            f"{gpu_us:,.1f} µs of GPU time; biggest: {_biggest(rows)}).",
             {
                 "window": "recording",
                 "chain_count": len(chains),
                 "saved_bytes": saved,
+                "saved_launches": launches,
                 "gpu_us": us(gpu_us),
                 "chains": [_chain_row(group, count=len(group)) for group in rows[:_REPORTED]],
             },
@@ -263,10 +266,13 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
     yield (
         f"{len(chains)} chain(s) of elementwise kernels over one shape in {per_step} step(s), "
         f"{len(chains) / per_step:.3g} per step; fusing them would save "
-        f"{byte_size(saved / per_step)} of memory traffic per step (biggest: {_biggest(rows)}).",
+        f"{byte_size(saved / per_step)} of memory traffic and {launches / per_step:,.3g} "
+        f"kernel launch(es) per step (their kernels take {gpu_us / per_step:,.1f} µs of GPU "
+        f"time per step; biggest: {_biggest(rows)}).",
         {
             "chains_per_step": round(len(chains) / per_step, 2),
             "saved_bytes_per_step": round(saved / per_step),
+            "saved_launches_per_step": round(launches / per_step, 2),
             "gpu_us_per_step": us(gpu_us / per_step),
             "steps": steps,
             "chains": [
@@ -278,9 +284,19 @@ def elementwise_chain(facts: Facts) -> Iterator[Hit]:
 
 
 def _biggest(rows: list[list[Chain]]) -> str:
-    """``aten::add → aten::mul on [64, 1024]``: the chain that saves the most bytes."""
+    """``aten::add → aten::mul on [64, 1024]``: the chain that saves the most bytes (a long
+    one by its first and last ops, and how many it holds)."""
     biggest = rows[0][0]
-    return f"{' → '.join(op.name for op in biggest.ops)} on {list(biggest.dims)}"
+    names = [op.name for op in biggest.ops]
+    if len(names) > _NAMED_OPS:
+        left_out = len(names) - _NAMED_OPS + 1
+        names = [*names[:3], f"… {left_out} more …", *names[-(_NAMED_OPS - 4) :]]
+        return f"{' → '.join(names)}, {len(biggest.ops)} ops on {list(biggest.dims)}"
+    return f"{' → '.join(names)} on {list(biggest.dims)}"
+
+
+_NAMED_OPS = 6
+"""A chain of more ops is named by its first three and last two."""
 
 
 def _chain_row(group: list[Chain], **how_often: Any) -> dict[str, Any]:
