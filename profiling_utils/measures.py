@@ -608,6 +608,12 @@ class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     closed before it (the program's own labelled code ran then, not dispatch)."""
     longest_label: Span | None = None
     """The longest of those labels, if any."""
+    in_calls_us: float = 0.0
+    """Of the same time, outside those labels, the time in runtime and driver calls nested
+    in the label that returned before it (a ``cudaEventSynchronize``: the host waited for the
+    GPU, which warm-up does not remove)."""
+    longest_call: Span | None = None
+    """The longest of those calls, if any."""
     data_loader: Span | None = None
     """The data loader's label (``next()`` on a ``DataLoader``) that holds :attr:`first_op`,
     nested in the label: fetching the batch is the loader's time, so the window ends where
@@ -616,21 +622,25 @@ class DeadWindow(_Result, msgspec.Struct, frozen=True, gc=False):
     @property
     def dead_us(self) -> float:
         """From the label's start to its first op (or to the data loader's fetch that holds
-        it), less :attr:`in_labels_us`: the time before dispatch began."""
+        it), less :attr:`in_labels_us` and :attr:`in_calls_us`: the time before dispatch
+        began in which the trace shows nothing."""
         end = self.first_op.start if self.data_loader is None else self.data_loader.start
-        return end - self.annotation.start - self.in_labels_us
+        return end - self.annotation.start - self.in_labels_us - self.in_calls_us
 
 
-def _first_op_and_labels(trace: Trace, outer: Span) -> tuple[Span | None, list[Span]]:
-    """The earliest ``aten::`` op nested in ``outer`` on its lane, and the labels nested in
-    ``outer`` that began before it, in start order."""
+def _first_op_and_labels(trace: Trace, outer: Span) -> tuple[Span | None, list[Span], list[Span]]:
+    """The earliest ``aten::`` op nested in ``outer`` on its lane, and the labels and the
+    runtime or driver calls nested in ``outer`` that began before it, in start order."""
     labels = []
+    calls = []
     for span in trace.within(outer):
         if span.cat == "cpu_op" and span.name.startswith("aten::"):
-            return span, labels
+            return span, labels, calls
         if span.cat == "user_annotation":
             labels.append(span)
-    return None, []
+        elif span.cat in LAUNCH_CATEGORIES:
+            calls.append(span)
+    return None, [], []
 
 
 def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
@@ -658,7 +668,7 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
     results = []
     for step in trace.steps:
         for annotation in by_step.get(id(step), ()):
-            first, labels = _first_op_and_labels(trace, annotation)
+            first, labels, calls = _first_op_and_labels(trace, annotation)
             if first is None:
                 continue
             # A data loader's label around the first op: the window ends where it begins.
@@ -672,14 +682,18 @@ def dead_windows(trace: Trace, label: str | None = None) -> list[DeadWindow]:
             )
             end = first.start if loader is None else loader.start
             closed = [held for held in labels if held.end <= end]
+            returned = [call for call in calls if call.end <= end]
+            in_labels = union_us(closed)
             results.append(
                 DeadWindow(
                     step.number,
                     annotation,
                     first,
                     first.start - annotation.start,
-                    union_us(closed),
+                    in_labels,
                     max(closed, key=_DUR, default=None),
+                    union_us(closed + returned) - in_labels if returned else 0.0,
+                    max(returned, key=_DUR, default=None),
                     loader,
                 )
             )

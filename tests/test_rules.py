@@ -1983,6 +1983,38 @@ def test_dead_window_reports_the_widest_windows_not_the_slowest_fetches(make_tra
     assert all(f.evidence["data_loader"]["name"] == label for f in found)
 
 
+def test_dead_window_leaves_out_the_runtime_calls_made_in_it(make_trace) -> None:
+    # DDP's forward waits on an event (cudaEventSynchronize) before its first op in steps 2
+    # and 3: the host waited for the GPU, no warm-up cost. Step 3 also waits 1 ms unrecorded.
+    def steps(waits: dict[int, tuple[float, float]]) -> list[dict]:
+        events = []
+        for k in (1, 2, 3):
+            t = 10_000.0 * k
+            gap, sync = waits.get(k, (200.0, 0.0))
+            events += [
+                complete_event(f"ProfilerStep#{k}", "user_annotation", t, 5_000),
+                complete_event("forward", "user_annotation", t + 1, 4_000),
+                complete_event("aten::linear", "cpu_op", t + 1 + gap, 10),
+            ]
+            if sync:
+                events.append(complete_event("cudaEventSynchronize", "cuda_runtime", t + 50, sync))
+        return events
+
+    waited = steps({2: (1_500.0, 1_350.0), 3: (1_500.0, 1_350.0)})
+    assert diagnose(make_trace(waited), select=["dead-window"]) == []
+    (window,) = [w for w in measures.dead_windows(load_trace(make_trace(waited))) if w.step == 2]
+    assert window.in_calls_us == 1_350.0 and window.dead_us == 150.0
+    assert window.longest_call.name == "cudaEventSynchronize"
+    longer = steps({3: (2_500.0, 1_350.0)})
+    (finding,) = diagnose(make_trace(longer, name="longer.json"), select=["dead-window"])
+    assert finding.evidence["step"] == 3 and finding.evidence["in_calls_us"] == 1_350.0
+    assert finding.message.startswith(
+        "In ProfilerStep#3, 1150.0 µs pass between entering 'forward' and aten::linear "
+        "(besides 1350.0 µs in runtime calls, cudaEventSynchronize the longest), against "
+        "200.0 µs in the quickest other step (6×)"
+    )
+
+
 def test_dead_window_is_silent_on_the_h100_cold_run() -> None:
     # The window exists (~25 µs in step #2 against ~7 µs later), but no longer than in the
     # warm run: not the one-time cost the rule is about.

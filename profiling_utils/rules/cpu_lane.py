@@ -827,7 +827,8 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
     for window in measures.dead_windows(facts.trace):
         by_label.setdefault(window.annotation.name, {}).setdefault(window.step, window)
     for label, windows in by_label.items():
-        # Time in labels of the program's own that closed before the first op is not dead.
+        # Time in labels of the program's own, and in runtime calls, that closed before the
+        # first op is not dead.
         gaps = {number: window.dead_us for number, window in windows.items()}
         if len(gaps) < 2:
             continue
@@ -859,12 +860,18 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
             if number > min(gaps):
                 later = ": not the first step, so no warm-up cost"
                 later += " but a stall of that step alone" if len(standing_out) == 1 else ""
-            besides = ""
+            held = []
             if window.in_labels_us > 0 and window.longest_label is not None:
-                besides = (
-                    f" (besides {window.in_labels_us:.1f} µs in labels inside it, "
-                    f"{window.longest_label.name!r} the longest)"
+                held.append(
+                    f"{window.in_labels_us:.1f} µs in labels inside it, "
+                    f"{window.longest_label.name!r} the longest"
                 )
+            if window.in_calls_us > 0 and window.longest_call is not None:
+                held.append(
+                    f"{window.in_calls_us:.1f} µs in runtime calls, "
+                    f"{window.longest_call.name} the longest"
+                )
+            besides = f" (besides {'; '.join(held)})" if held else ""
             until = (
                 window.first_op.name
                 if window.data_loader is None
@@ -880,6 +887,7 @@ def dead_window(facts: Facts) -> Iterator[Hit]:
                     "first_op": span_ref(window.first_op),
                     "gap_us": us(gap),
                     "in_labels_us": us(window.in_labels_us),
+                    "in_calls_us": us(window.in_calls_us),
                     "data_loader": None
                     if window.data_loader is None
                     else span_ref(window.data_loader),
