@@ -155,6 +155,14 @@ by category, but a thread inside one is running the collective itself (busy time
 SYNC_CATEGORIES = frozenset({"cuda_sync", "cuda_event"})
 """Categories of synchronisation events; on a GPU's own pid they form its device-wide sync row."""
 
+_READ_CATEGORIES = (
+    CPU_CATEGORIES | GPU_CATEGORIES | SYNC_CATEGORIES | LABEL_CATEGORIES | {"overhead", ""}
+) | {"mtia_runtime"}
+"""Categories whose events the model reads (``""``: a file of another tool, whose events say
+no category; ``mtia_runtime``: calls of MTIA's runtime on a host thread). A thread whose events
+are all of other categories (an out-of-tree accelerator's own, such as ``aiu`` and
+``privateuse1``) is no CPU thread: :meth:`Trace.unread_device_lanes`."""
+
 COMMUNICATION_KERNEL_PATTERN = re.compile(
     r"[np]ccl\w*Kernel|rccl|mscclKernel|nvshmem"
     r"|(?:void )?(?:deep_ep::|(?:(?:\w+|\(anonymous namespace\))::)*"
@@ -257,6 +265,9 @@ class Lane(msgspec.Struct, frozen=True, gc=False):
     It is the pid, except on ROCm where the pid may be an HSA agent id (see the module docs)."""
     stream: int | None = None
     """The stream, for GPU stream lanes (from tid ``7``, ``"7"`` or ``"stream 7"``)."""
+    unread: bool = False
+    """Whether every event of the lane is of a category the model does not read (an
+    out-of-tree accelerator's own): an ``other`` lane, never a CPU thread."""
 
 
 _UNASSIGNED_LANE = Lane("", "", "other", "")
@@ -721,6 +732,9 @@ def _make_lane(
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if categories == {"overhead"}:
         return Lane(pid, tid, "overhead", "CUPTI overhead")
+    if device is None and categories.isdisjoint(_READ_CATEGORIES):  # an accelerator's own
+        shown = ", ".join(sorted(categories))
+        return Lane(pid, tid, "other", f"{pid} track {tid} ({shown})", None, None, True)
     if on_host and device is None:
         return Lane(pid, tid, "cpu", f"CPU thread {tid}")
     if device is not None:
@@ -1282,12 +1296,16 @@ class Trace:
         return self._lane_spans.get(lane, [])
 
     def unread_device_lanes(self) -> list[Lane]:
-        """Lanes of a device that hold events but no GPU work the model reads: an accelerator
-        that writes its own categories (MTIA's ``mtia_ccp_events``, ``mtia_runtime``)."""
+        """Lanes that hold an accelerator's own events, which the model does not read: lanes of
+        a device that hold events but no GPU work (MTIA's ``mtia_ccp_events``), and threads
+        whose events are all of categories the model does not know (an out-of-tree backend's
+        kernels, ``aiu`` and ``privateuse1`` on IBM's Spyre)."""
         return [
             lane
             for lane in self.lanes
-            if lane.kind == "other" and lane.device is not None and self.lane_spans(lane)
+            if lane.kind == "other"
+            and (lane.unread or lane.device is not None)
+            and self.lane_spans(lane)
         ]
 
     @property

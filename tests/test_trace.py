@@ -1153,6 +1153,34 @@ def test_an_intel_xpu_is_described_from_what_its_trace_writes(tmp_path) -> None:
     assert bare.devices[0].describe() == "unknown Intel GPU"
 
 
+def test_an_accelerators_own_events_on_a_host_thread_are_not_cpu_work(tmp_path) -> None:
+    # IBM's Spyre (a PrivateUse1 backend) writes its kernels under categories of its own on a
+    # thread of the host process: an accelerator the model does not read, not a CPU-only run.
+    events = [
+        complete_event("aten::randn", "cpu_op", 0, 50, tid=1),
+        complete_event("aten::matmul", "cpu_op", 60, 50, tid=1),
+        complete_event("aiu_randn_kernel", "aiu", 10, 40, tid=2),
+        complete_event("aiu_matmul_kernel", "privateuse1", 70, 30, tid=2),
+    ]
+    trace = load_trace(
+        write_trace(tmp_path / "spyre.json", trace_document(events, deviceProperties=[]))
+    )
+    assert trace.content == "accelerator not read"
+    (unread,) = trace.unread_device_lanes()
+    assert (unread.kind, unread.unread, unread.label) == (
+        "other",
+        True,
+        "429 track 2 (aiu, privateuse1)",
+    )
+    assert [lane.label for lane in trace.lanes if lane.kind == "cpu"] == ["CPU thread 1"]
+    assert trace.describe_gpu_work() == (
+        "no CUDA/HIP work read; the accelerator's own 2 events (1 lane) are not analysed"
+    )
+    # Categories the model reads, or none at all (another tool's file), stay as they were.
+    read = load_trace(write_trace(tmp_path / "cpu.json", trace_document(events[:2])))
+    assert read.content == "CPU only" and not any(lane.unread for lane in read.lanes)
+
+
 @pytest.mark.parametrize(
     ("category", "call"),
     [("xpu_runtime", "urEnqueueKernelLaunch"), ("privateuse1_runtime", "launchKernel")],

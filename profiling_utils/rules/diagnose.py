@@ -200,6 +200,8 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
             f"{count}{times} {text}" if count > 1 else text for text, count in described.items()
         )
         if described
+        else "an accelerator the trace does not describe"
+        if trace.content == "accelerator not read"
         else "no GPU recorded"
     )
     if len(used) < len(trace.devices):
@@ -218,7 +220,8 @@ def format_diagnosis(trace: Trace, findings: list[Finding], file: str | None = N
         f"  {device}; {len(steps)} profiler step{'' if len(steps) == 1 else 's'}{samples}; "
         f"{len(findings)} finding(s), {warnings} warning(s)",
     ]
-    if (described or not trace.records_host_ops) and trace.spans and not trace.has_gpu:
+    unread = trace.content == "accelerator not read"
+    if (described or unread or not trace.records_host_ops) and trace.spans and not trace.has_gpu:
         # The devices named above did no work the rules read: say so, and why.
         header.append(f"  {trace.describe_gpu_work()}")
     if trace.negative_durations:
