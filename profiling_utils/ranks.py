@@ -921,6 +921,8 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
     # kernels of its call, which it waited for (None for a send that ended before its
     # receive began: neither waited).
     kernels: dict[tuple[int, int], tuple[_Side, _Side | None]] = {}
+    unexplained: set[tuple[int, int]] = set()
+    begun = _recording_starts(profiles, offsets)
     matched = alone = apart = 0
     for key, arrivals in by_key.items():
         if len({side.position for side in arrivals}) < 2:
@@ -934,12 +936,17 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         matched += 1
         # The latest to arrive, and the latest of the others for that one itself.
         first, second = sorted(arrivals, key=_START, reverse=True)[:2]
+        if begun[first.position] > min(side.start for side in arrivals):
+            # The others were in the call before the last one's recording began: what that
+            # rank did until then is not in its trace, so their wait is neither its lateness
+            # nor transfer that the traces show (each rank still took part in the call).
+            unexplained.update(side.kernel for side in arrivals)
+            for side in arrivals:
+                result.joined[side.position] += 1
         for side in arrivals:
             kernels[side.kernel] = (side, second if side is first else first)
             size, so_far = sizes[key, side.position], moved[side.position]
             moved[side.position] = None if size is None or so_far is None else so_far + size
-    unexplained: set[tuple[int, int]] = set()
-    begun = _recording_starts(profiles, offsets)
     paired = buffered = held = 0
     for pair, sides in pairs.items():
         if len(sides) < 2:
@@ -1195,8 +1202,8 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
             "record several process groups, and a Gloo range does not say whose it is (a "
             "rank's k-th all_reduce may be another group's on another rank)"
         )
-    late = _late_start(profiles) if len(clocks) == 1 and not apart else None
     waits = _waits(profiles)
+    late = _late_start(profiles, waits.unexplained) if len(clocks) == 1 and not apart else None
     matched = waits.matched
     if waits.alone:
         notes.append(
@@ -1234,9 +1241,11 @@ def cross_rank(profiles: Sequence[RankProfile]) -> CrossRank:
         )
     if waits.unexplained:
         notes.append(
-            f"{waits.unexplained} kernel(s) left out of wait and transfer: a send of theirs "
-            "ended before its receive began, and the peer's recording began after it started "
-            "(it may have waited for room at the peer, made before that recording began)"
+            f"{waits.unexplained} kernel(s) left out of wait and transfer: they began before a "
+            "peer's recording did (a collective the others entered before the last rank's "
+            "recording began, or a send that ended before its receive began and may have "
+            "waited for room at the peer then), and what the peer did until then is not in "
+            "its trace"
         )
     if waits.point_to_point:
         notes.append(
@@ -1382,27 +1391,40 @@ _LATE_START_MIN_US = 1000.0
 class _LateStart(NamedTuple):
     """Where one rank began its recorded steps far later than another."""
 
-    starts: dict[int, tuple[float, int]]
+    starts: dict[int, tuple[float, int | None]]
     """Per position (of the ranks with steps), its first recorded step's start on the common
-    clock, and that step's number."""
+    clock, and that step's number; without steps, per rank, its recording's start, and
+    ``None``."""
     early: int
     late: int
-    longest: float
-    """The longest of the ranks' median steps."""
+    longest: float | None
+    """The longest of the ranks' median steps (``None`` without steps)."""
 
     @property
     def skew(self) -> float:
         return self.starts[self.late][0] - self.starts[self.early][0]
 
 
-def _late_start(profiles: Sequence[RankProfile]) -> _LateStart | None:
+def _late_start(profiles: Sequence[RankProfile], unexplained: int) -> _LateStart | None:
     """The ranks' first recorded steps (whatever their numbers: a profiler started on demand
     numbers each rank's from where it began), if one began more than
     :data:`_LATE_START_STEPS` of the longest median step after another (and at least
-    :data:`_LATE_START_MIN_US`); the profiles keep time alike."""
+    :data:`_LATE_START_MIN_US`); the profiles keep time alike. Without steps (a server's
+    recording), the recordings' starts, if one began at least :data:`_LATE_START_MIN_US`
+    after another while calls with it waited across that start (``unexplained`` kernels of
+    :func:`_waits`)."""
     stepped = [i for i, p in enumerate(profiles) if p.steps]
     if len(stepped) < 2:
-        return None
+        if stepped or not unexplained:
+            return None
+        begun = _recording_starts(profiles, _offsets_us(profiles))
+        first = _LateStart(
+            {i: (start, None) for i, start in enumerate(begun)},
+            min(range(len(begun)), key=begun.__getitem__),
+            max(range(len(begun)), key=begun.__getitem__),
+            None,
+        )
+        return first if first.skew >= _LATE_START_MIN_US else None
     longest = max(statistics.median(s.cpu_us for s in profiles[i].steps) for i in stepped)
     if longest <= 0:
         return None
@@ -1423,21 +1445,30 @@ def _late_start_finding(late: _LateStart, labels: list[str], unexplained: int) -
     """``rank-late-start``."""
     name = labels[late.late]
     (_, early_step), (_, late_step) = late.starts[late.early], late.starts[late.late]
-    steps = (
-        f"ProfilerStep#{late_step}"
-        if early_step == late_step
-        else f"its ProfilerStep#{late_step}, {labels[late.early]}'s #{early_step}"
-    )
     left_out = (
-        f" {unexplained} kernel(s) whose sends may have waited for room at a peer whose "
-        "recording had not begun are left out of wait and transfer."
+        f" {unexplained} kernel(s) that began before a peer's recording did are left out of "
+        "wait and transfer."
         if unexplained
         else ""
     )
+    if late.longest is None:
+        began = (
+            f"{name} began its recording {_us(late.skew)} after {labels[late.early]} (the "
+            "traces record no steps)"
+        )
+    else:
+        steps = (
+            f"ProfilerStep#{late_step}"
+            if early_step == late_step
+            else f"its ProfilerStep#{late_step}, {labels[late.early]}'s #{early_step}"
+        )
+        began = (
+            f"{name} began its recorded steps {_us(late.skew)} after {labels[late.early]} "
+            f"({steps}), {late.skew / late.longest:,.0f} times the longest median step "
+            f"({_us(late.longest)})"
+        )
     message = (
-        f"{name} began its recorded steps {_us(late.skew)} after {labels[late.early]} "
-        f"({steps}), {late.skew / late.longest:,.0f} times the longest median step "
-        f"({_us(late.longest)}): the ranks did not enter the profiler's window together (the "
+        f"{began}: the ranks did not enter the profiler's window together (the "
         "profiler starting slowly on one rank, or one rank behind the others), as far as the "
         f"hosts' clocks agree. Calls with {name} wait until it arrives: waits in the calls "
         f"around its start measure this, not the program.{left_out}"

@@ -767,6 +767,59 @@ def test_cli_names_the_straggler_in_text(capsys, stalled_run: Path, command: str
     assert "rank-straggler: rank 1 is the straggler" in out
 
 
+def server_rank_events(rank: int, first_us: float) -> list[dict[str, Any]]:
+    """A server's rank without steps: four iterations of a GEMM then an all-reduce, the
+    first at ``first_us``; rank 0's first all-reduce waits until rank 1's arrives at
+    500,420 µs."""
+    events = []
+    for index in range(4):
+        t = first_us + index * STEP_US if index or rank else 0.0
+        arrival = t + 20 + COMPUTE_US
+        end = arrival + TRANSFER_US if index or rank else 500_000.0 + 20 + COMPUTE_US + 100
+        compute, collective = 100 * index + 10 * rank + 1, 100 * index + 10 * rank + 2
+        events += [
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=compute),
+            complete_event("gemm", "kernel", t + 20, COMPUTE_US, pid=0, tid=7,
+                           correlation=compute, device=0, stream=7),
+            complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
+                           correlation=collective),
+            complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
+                           arrival, end - arrival, pid=0, tid=20, correlation=collective,
+                           device=0, stream=20, **{"Collective name": "allreduce",
+                           "Process Group Name": "0", "Group size": 2}),
+        ]  # fmt: skip
+    return events
+
+
+def test_a_rank_whose_recording_began_late_is_no_straggler_without_steps(tmp_path: Path) -> None:
+    # A server's two ranks record no steps; rank 1's profiler starts 500 ms after rank 0's,
+    # and rank 0's first all-reduce waits for it all that time: the recording's start, not
+    # a late rank, which the traces cannot show.
+    for rank in (0, 1):
+        write_rank(tmp_path, rank, server_rank_events(rank, 500_000.0))
+    report = cross_rank(profiles(tmp_path))
+    assert report.straggler is None
+    rules = [f.rule for f in report.findings]
+    assert "rank-straggler" not in rules and "collective-skew" not in rules
+    (late,) = [f for f in report.findings if f.rule == "rank-late-start"]
+    assert late.message.startswith(
+        "rank 1 began its recording 500,000 µs after rank 0 (the traces record no steps)"
+    )
+    assert late.message.endswith(
+        "2 kernel(s) that began before a peer's recording did are left out of wait and transfer."
+    )
+    assert any(
+        note.startswith("2 kernel(s) left out of wait and transfer") for note in report.notes
+    )
+    # Recordings begun together: no such finding.
+    together = tmp_path / "together"
+    together.mkdir()
+    for rank in (0, 1):
+        events = [e for e in rank_events(rank) if not e["name"].startswith("ProfilerStep")]
+        write_rank(together, rank, events)
+    assert not any(f.rule == "rank-late-start" for f in cross_rank(profiles(together)).findings)
+
+
 def test_cli_directory_of_one_trace_says_one_trace(capsys, stalled_run: Path, tmp_path) -> None:
     alone = tmp_path / "alone"
     alone.mkdir()
