@@ -95,6 +95,41 @@ def test_a_host_sync_in_every_step_is_reported_once_with_its_sync() -> None:
     assert statistics.median(by_step.values()) == pytest.approx(evidence["median_gap_us"], abs=1e-3)
 
 
+def test_a_sync_that_waited_little_of_a_long_stretch_is_not_its_cause(tmp_path: Path) -> None:
+    # item-sync with 20 ms of host work after step 5's sync returned: the sync waited a few
+    # hundred µs, the host then held the GPU idle a hundred times longer (CUDA-graph trees'
+    # bookkeeping after a capture, say). That stretch is host time, not the sync's.
+    (plain,) = findings(ITEM_SYNC, "intra-step-gap")
+    assert 5 in plain.evidence["steps_with_gap"]
+
+    def host_work_after_the_sync(events: list[dict]) -> None:
+        window = _step_window(events, 5)
+        end = window["ts"] + window["dur"]
+        sync = max(
+            (
+                e
+                for e in events
+                if e.get("ph") == "X"
+                and e["name"] == "cudaStreamSynchronize"
+                and window["ts"] <= e["ts"] < end
+            ),
+            key=lambda e: e["ts"],
+        )
+        returned = sync["ts"] + sync["dur"]
+        for event in events:
+            if event.get("ph") != "X":
+                continue
+            if event["ts"] >= returned:
+                event["ts"] += 20_000.0
+            elif event["ts"] + event.get("dur", 0) > returned:
+                event["dur"] += 20_000.0
+
+    found = findings(altered(tmp_path, ITEM_SYNC, host_work_after_the_sync), "intra-step-gap")
+    (synced,) = [f for f in found if f.evidence["cause"] == "host sync"]
+    assert 5 not in synced.evidence["steps_with_gap"]
+    assert len(synced.evidence["steps_with_gap"]) == len(plain.evidence["steps_with_gap"]) - 1
+
+
 def test_a_far_longer_stretch_of_another_cause_is_named_beside_the_host_syncs(
     tmp_path: Path,
 ) -> None:

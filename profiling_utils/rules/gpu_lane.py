@@ -63,6 +63,12 @@ Lower than :data:`GAP_STANDOUT_RATIO` because the trace names the cause: in an
 overhead-bound loop the usual stretch and a request both last a millisecond or two, and a
 request often replaces the step's usual idle time rather than adding to it."""
 
+GAP_SYNC_MIN_SHARE = 0.1
+"""``intra-step-gap`` blames an idle stretch on a host sync only when the sync waited for the
+GPU for at least this share of the stretch: what the sync took from the host is at most the
+time it waited (a sync entered 20 µs before the GPU ran dry, then 4.9 ms of host work before
+the next launch, is host time)."""
+
 GAP_REQUEST_MIN_SHARE = 0.5
 """``intra-step-gap`` blames a one-off idle stretch on the profiler's buffer request only when
 the request held the CPU thread for at least this share of the time by which the next launch
@@ -301,9 +307,10 @@ def intra_step_gap(facts: Facts) -> Iterator[Hit]:
 
     - **host sync**: a sync call (:func:`is_host_sync`: also a copy to or from pageable
       memory) that began while the GPU still ran earlier work, was waiting when the GPU ran
-      dry, and returned before the next launch. A sync that closes a step (``loss.item()``
-      after the optimizer) counts for that step: the stretch after it runs past the step's
-      end to the next step's first activity
+      dry, and returned before the next launch, having waited for at least
+      :data:`GAP_SYNC_MIN_SHARE` of the stretch (else the stretch is the host's time). A
+      sync that closes a step (``loss.item()`` after the optimizer) counts for that step:
+      the stretch after it runs past the step's end to the next step's first activity
       (:func:`profiling_utils.measures.gpu_gaps_between_steps`), and only this cause is read
       there. Reported once for the trace, with every step that shows it: the code syncs, the
       GPU drains and waits for the CPU.
@@ -542,6 +549,10 @@ def _read(
         sync = syncs.returning_between(
             start - facts.launch_latency_us, end, launch.lane, after.lane.device
         )
+        if sync is not None and idle_from - sync.start < GAP_SYNC_MIN_SHARE * (
+            after.start - idle_from
+        ):
+            sync = None  # it held the host too briefly to explain the stretch: host time
         if sync is None:
             request = next((r for r in requests if r.start < end and r.end > start), None)
         cause = "host sync" if sync else "buffer request" if request else "CPU time"
