@@ -1024,7 +1024,10 @@ def test_hotspot_says_its_total_sums_overlapping_streams(make_trace) -> None:
     events.append(complete_event("gemm", "kernel", 10, 100, pid=0, tid=7, correlation=1))
     events.append(complete_event("Memcpy HtoD", "gpu_memcpy", 20, 60, pid=0, tid=9))
     (hit,) = diagnose(make_trace(events), select=["hotspot"])
-    assert "takes 62% of all GPU time summed over its 2 streams (100.0 of 160.0 µs" in hit.message
+    assert (
+        "takes 62% of all GPU time (100.0 of 160.0 µs summed over the GPU's 2 streams"
+        in hit.message
+    )
     (hit,) = diagnose(make_trace(events[:3], name="one.json"), select=["hotspot"])
     assert "takes 100% of all GPU time (100.0 of 100.0 µs" in hit.message
 
@@ -1472,7 +1475,9 @@ def test_slow_step_names_the_op_call_furthest_above_its_usual_time(make_trace, k
     assert finding.evidence["slowest_op"]["new_shapes"] is (kind == "new shape")
     said = "aten::mul took 4050.0 µs against 50.0 µs in the other steps (100% of the extra)"
     assert said in finding.message
-    assert ("(see new-shape-cost)" in finding.message) is (kind == "new shape")
+    assert (
+        "(new-shape-cost reads such first calls, where several shapes have one)" in finding.message
+    ) is (kind == "new shape")
     assert "outside every op" not in finding.message
 
 

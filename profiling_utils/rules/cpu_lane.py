@@ -324,7 +324,8 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         evidence["slowest_op"] = op
         share = (op["dur_us"] - op["typical_us"]) / extra
         first = (
-            ", its first call with these input shapes (see new-shape-cost)"
+            ", its first call with these input shapes (new-shape-cost reads such first "
+            "calls, where several shapes have one)"
             if op["new_shapes"]
             else ""
         )

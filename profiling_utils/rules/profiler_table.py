@@ -893,8 +893,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     unlinked = len(kernels) - sum(launched.values()) - replayed
     ops = launched + Counter({IN_GRAPH_REPLAYS: replayed, NO_LAUNCH: unlinked})
     of_what = "GPU time besides communication" if communication else "all GPU time"
-    if streams > 1:
-        of_what += f" summed over its {streams} streams"
+    summed = f" summed over the GPU's {streams} streams" if streams > 1 else ""
     places = ["outside any op" if op == NO_OP else op for op in launched]
     sources = [f"launched from {', '.join(places)}"] if places else []
     if replayed:
@@ -910,7 +909,7 @@ def hotspot(facts: Facts) -> Iterator[Hit]:
     sources_text = "; ".join(sources)
     yield (
         f"{short_name(name)} takes {percent(share)} of {of_what} ({kernel_total:.1f} of "
-        f"{total:.1f} µs, {len(kernels)} call{'s' if len(kernels) > 1 else ''}), "
+        f"{total:.1f} µs{summed}, {len(kernels)} call{'s' if len(kernels) > 1 else ''}), "
         f"{sources_text}.",
         {
             "kernel": name,
