@@ -225,7 +225,9 @@ class StepTime(_Result, msgspec.Struct, frozen=True, gc=False):
     end of the GPU work queued before it, to the later of the step's end and its last GPU work's
     end, or to the start of the next window of a step with GPU work if that comes earlier (a
     GPU running behind on several streams runs two steps' work side by side), so that the
-    windows of steps with GPU work do not overlap."""
+    windows of steps with GPU work do not overlap. Work queued before the recording began
+    counts as such where the trace's first activity waited behind it
+    (:data:`QUEUED_BEFORE_RECORDING_US`)."""
     gpu_idle_us: float | None
     """The time in the window in which no stream ran anything, of this step or another (0 when
     that is less than 1 ns: float rounding); ``None`` for a trace without GPU work. Where no
@@ -436,7 +438,7 @@ def step_times(trace: Trace) -> list[StepTime]:
         if own:
             first = min(w.start for w in own)
             before = bisect_left(work_starts, first)
-            queued_until = ends_so_far[before - 1] if before else float("-inf")
+            queued_until = ends_so_far[before - 1] if before else _queued_until(trace)
             windows.append([max(step.start, queued_until), max(step.end, max(w.end for w in own))])
         else:
             windows.append([step.start, step.end])
@@ -464,6 +466,32 @@ def step_times(trace: Trace) -> list[StepTime]:
             StepTime(step.number, step.span.dur, busy, window, idle_us, fraction, len(own))
         )
     return results
+
+
+def queued_before_recording(trace: Trace) -> Span | None:
+    """The trace's first GPU activity, where it waited behind work the recording does not
+    hold: it started over :data:`QUEUED_BEFORE_RECORDING_US` after its launch call returned,
+    with no earlier activity recorded (a server profiled while its GPU was busy). Until its
+    start the GPU was busy, not idle. ``None`` otherwise."""
+    if not trace.gpu_work:
+        return None
+    first = trace.gpu_work[0]
+    launch = trace.launch_of_id(first.id)
+    if launch is not None and first.start - launch.end > QUEUED_BEFORE_RECORDING_US:
+        return first
+    return None
+
+
+def _queued_until(trace: Trace) -> float:
+    """The end of the GPU work queued before the trace's first activity: its start where it
+    waited behind unrecorded work (:func:`queued_before_recording`), else minus infinity."""
+    first = queued_before_recording(trace)
+    return float("-inf") if first is None else first.start
+
+
+QUEUED_BEFORE_RECORDING_US = 1000.0
+"""A trace's first GPU activity that starts this long after its launch call returned ran
+behind work launched before the recording began: the GPU was busy, not idle, until then."""
 
 
 class _BusyTime:

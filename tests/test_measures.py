@@ -86,6 +86,37 @@ def test_every_result_serialises_to_json(name: str) -> None:
 # -- step_times ---------------------------------------------------------------------------------
 
 
+def test_work_queued_before_the_recording_is_not_idle_time(make_trace) -> None:
+    # A server profiled mid-flight: its first recorded kernel, launched at 10 µs, waits until
+    # 50 ms behind GEMMs queued before the recording began. The GPU was busy until then.
+    events = []
+    for n, (launched, started) in enumerate([(10.0, 50_000.0), (60_010.0, 60_020.0)]):
+        t = 60_000.0 * n
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, 59_000),
+            complete_event("cudaLaunchKernel", "cuda_runtime", launched, 5, correlation=n + 1),
+            complete_event("gemm", "kernel", started, 100, pid=0, tid=7, correlation=n + 1),
+        ]
+    events.append(complete_event("Activity Buffer Request", "overhead", 2, 5, pid=-1, tid=0))
+    trace = load_trace(make_trace(events))
+    assert measures.queued_before_recording(trace) is trace.gpu_work[0]
+    # The profiler's buffer request in that step is not said to explain the wait.
+    (request,) = diagnose(trace, select=["buffer-request"])
+    assert request.evidence["queued_before_recording_us"] == 50_000 - 15
+    assert "behind GPU work launched before the recording began, which the request" in (
+        request.message
+    )
+    first, second = measures.step_times(trace)
+    assert first.gpu_window_us == pytest.approx(59_000 - 50_000)  # from the kernel's start
+    assert second.gpu_window_us == 59_000
+    # A first kernel that starts soon after its launch: the step's window from its start.
+    events[2]["ts"] = 30.0
+    del events[-1]
+    prompt = load_trace(make_trace(events, name="prompt.json"))
+    assert measures.queued_before_recording(prompt) is None
+    assert measures.step_times(prompt)[0].gpu_window_us == 59_000
+
+
 def test_step_times_exact_on_a_synthetic_step(minimal: Trace) -> None:
     (step,) = step_times(minimal)
     assert step.step == 1 and step.cpu_us == 100.0

@@ -274,6 +274,14 @@ def buffer_request(facts: Facts) -> Iterator[Hit]:
                 f"; the step's first GPU work starts {evidence['step_start_to_gpu_us']:.1f} µs "
                 f"after the step, its launch ({launch['name']}) takes {launch['dur_us']:.1f} µs"
             )
+            queued = measures.queued_before_recording(facts.trace)
+            if queued is not None and offset is not None and offset.gpu is queued:
+                waited = queued.start - offset.launch.end
+                evidence["queued_before_recording_us"] = us(waited)
+                message += (
+                    f", and the work waits {waited:.1f} µs after it behind GPU work launched "
+                    "before the recording began, which the request does not explain"
+                )
         yield message + ".", evidence
 
 
