@@ -2241,6 +2241,33 @@ def test_gemm_kernel_is_found_by_its_op_not_its_name() -> None:
         assert [row["ops"] for row in rows] == [{op: 3}]
 
 
+def test_gemm_kernel_says_when_graph_replays_run_more_than_it_ranks(make_trace) -> None:
+    # A decode loop: one eager aten::mm (prefill), then graph replays of kernels captured
+    # before the recording, which no op of the trace launches and which outweigh it.
+    events = [complete_event("aten::mm", "cpu_op", 0, 10)]
+    events.append(complete_event("cudaLaunchKernel", "cuda_runtime", 2, 5, correlation=1))
+    events.append(complete_event("prefill_gemm", "kernel", 10, 20, pid=0, tid=7, correlation=1))
+    for n in range(3):
+        start = 100 + 200 * n
+        events += [
+            complete_event("cudaGraphLaunch", "cuda_runtime", start, 10, correlation=10 + n),
+            complete_event("decode_gemm", "kernel", start + 25, 90, pid=0, tid=7,
+                           correlation=10 + n),
+        ]  # fmt: skip
+    (hit,) = diagnose(make_trace(events), select=["gemm-kernel"])
+    assert (hit.evidence["only_replayed_kernels"], hit.evidence["only_replayed_us"]) == (3, 270.0)
+    assert hit.message.endswith(
+        "Graph replays also run 3 kernel(s) that no op of the trace launches, 93% of GPU time: "
+        "a GEMM among them is not ranked here, as the trace does not say which op it serves."
+    )
+    # Replays lighter than the largest GEMM ranked: nothing to add.
+    for event in events:
+        if event["name"] == "decode_gemm":
+            event["dur"] = 5.0
+    (hit,) = diagnose(make_trace(events, name="light.json"), select=["gemm-kernel"])
+    assert "only_replayed_kernels" not in hit.evidence and "Graph replays" not in hit.message
+
+
 def test_bias_copy_and_memset_precede_the_compiled_gemm() -> None:
     name = "4096_bf16_warm_compile"
     copy = only(name, "bias-copy").evidence
