@@ -86,7 +86,7 @@ from .datasheet import DatasheetPeak, Figure, datasheet_peak, device_spec
 from .kernels import fp32_math
 from .trace import Span, Trace, element_bytes, gc_paused, input_shapes
 
-__all__ = ["Roofline", "RooflineEntry", "roofline"]
+__all__ = ["Roofline", "RooflineEntry", "gemm_sizes", "roofline"]
 
 OpKind = Literal["gemm", "convolution", "attention", "elementwise", "other"]
 Bound = Literal["compute", "memory", "unknown"]
@@ -623,6 +623,29 @@ def _gemm(name: str, inputs: _Inputs) -> _Count:
         batch, m, n, k = _matmul_sizes(a, b)
     output = batch * m * n * inputs.element_bytes(first)
     return 2 * m * n * k * batch, inputs.read_bytes() + output, ""
+
+
+def gemm_sizes(op: Span) -> tuple[tuple[int, int, int, int], str] | None:
+    """``((batch, m, n, k), dtype)`` of a GEMM op (``aten::mm``, ``aten::addmm``,
+    ``aten::linear``...) from the shapes it recorded (``record_shapes=True``): ``C[m, n] =
+    A[m, k] @ B[k, n]``, ``batch`` times, ``dtype`` its first matrix's ``Input type``.
+    ``None`` for another op, or one whose matrices' sizes are not recorded or do not match."""
+    operands = _GEMM_OPERANDS.get(op.name)
+    shapes = input_shapes(op) if operands is not None else None
+    if shapes is None or operands is None:
+        return None
+    first, second = operands
+    a, b = shapes.sizes(first), shapes.sizes(second)
+    if not a or not b or first >= len(shapes.types):
+        return None
+    if op.name == "aten::linear":  # input @ weightᵀ: weight is (n, k)
+        if len(b) != 2 or a[-1] != b[1]:
+            return None
+        return (math.prod(a[:-1]), 1, b[0], b[1]), shapes.types[first]
+    try:
+        return _matmul_sizes(list(a), list(b)), shapes.types[first]
+    except _CannotCount:
+        return None
 
 
 def _matmul_sizes(a: list[int], b: list[int]) -> tuple[int, int, int, int]:

@@ -179,6 +179,8 @@ FIRES: dict[str, set[str]] = {
     # a TF32 kernel); the math backend's fp32 GEMMs are attention-math-fp32's, and every
     # other GEMM is bf16.
     "fp32-gemm": FP32,
+    # Every recording's GEMM sizes are multiples of 8 (see the synthetic vocabulary below).
+    "gemm-alignment": set(),
     "bias-copy": COMPILE,
     # The 4096 bf16 GEMM kernel, and the TF32 one, need a zeroed 4-byte workspace.
     "memset-before-gemm": EAGER_4096 | TF32 | COMPILE_4096 | HAND_WRITTEN | MLP,
@@ -312,6 +314,7 @@ def test_rules_are_complete_and_in_cheatsheet_order() -> None:
         "allocator-churn",
         "compiling-recorded",
         "fp32-gemm",
+        "gemm-alignment",
         "periodic-step",
     }
 
@@ -363,6 +366,7 @@ def test_every_rule_has_a_recording_or_an_altered_recording_where_it_fires() -> 
         "allocator-churn",
         "compiling-recorded",
         "periodic-step",
+        "gemm-alignment",
     }
 
 
@@ -2266,6 +2270,57 @@ def test_gemm_kernel_says_when_graph_replays_run_more_than_it_ranks(make_trace) 
             event["dur"] = 5.0
     (hit,) = diagnose(make_trace(events, name="light.json"), select=["gemm-kernel"])
     assert "only_replayed_kernels" not in hit.evidence and "Graph replays" not in hit.message
+
+
+def gemm_events(
+    n: int, *, dtype: str = "c10::BFloat16", kernel: str = "gemm_kernel_align1", k: int = 512
+) -> list[dict]:
+    """Three steps of a language-model head, aten::mm of [4096, k] @ [k, n], 1 ms each, with
+    a 100 µs elementwise kernel beside it."""
+    events = []
+    for step in range(3):
+        t = 2000.0 * step
+        shapes = {"Input Dims": [[4096, k], [k, n]], "Input type": [dtype, dtype]}
+        events += [
+            complete_event(f"ProfilerStep#{step}", "user_annotation", t, 1900),
+            complete_event("aten::mm", "cpu_op", t + 10, 50, **shapes),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=step + 1),
+            complete_event(kernel, "kernel", t + 30, 1000, pid=0, tid=7, correlation=step + 1),
+            complete_event("aten::add", "cpu_op", t + 100, 20),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 105, 5, correlation=step + 50),
+            complete_event("add_kernel", "kernel", t + 1040, 100, pid=0, tid=7,
+                           correlation=step + 50),
+        ]  # fmt: skip
+    return events
+
+
+def test_gemm_alignment_names_a_vocabulary_that_leaves_rows_unaligned(make_trace) -> None:
+    # GPT-2's head: 50,257 bf16 columns, 100,514 bytes a row, no multiple of 16.
+    (hit,) = diagnose(make_trace(gemm_events(50_257)), select=["gemm-alignment"])
+    assert hit.evidence["gpu_share"] == pytest.approx(1000 / 1100, abs=1e-4)
+    (shape,) = hit.evidence["shapes"]
+    assert shape["unaligned"] == ["n=50257"] and shape["calls"] == 3
+    assert shape["tflops"] == pytest.approx(2 * 4096 * 50_257 * 512 / 1e-3 / 1e12, rel=1e-3)
+    assert hit.message == (
+        "GEMMs whose rows are not 16-byte aligned take 91% of GPU time (1 shape(s)); the "
+        "largest, aten::mm of [4096, 512] @ [512, 50257] (c10::BFloat16), n=50257 not a "
+        "multiple of 8, runs 3× for 3,000.0 µs at 210.8 TFLOP/s in gemm_kernel_align1, whose "
+        "name says it is built for data aligned to 1 element(s)."
+    )
+    # Silent: a padded vocabulary; a kernel for aligned data; an inner size k whose row the
+    # trace cannot tell (layout unrecorded) under a kernel that does not say; fp32 on the
+    # CUDA cores; a size too small for padding to matter.
+    for events in (
+        gemm_events(50_304),
+        gemm_events(50_257, kernel="gemm_kernel_align8"),
+        gemm_events(512, k=50_257, kernel="gemm_kernel"),
+        gemm_events(50_257, dtype="float", kernel="sgemm_kernel_align1"),
+        gemm_events(10),
+    ):
+        assert diagnose(make_trace(events, name="silent.json"), select=["gemm-alignment"]) == []
+    # TF32 GEMMs read fp32 in the tensor cores: 4-element rows.
+    tf32 = gemm_events(50_257, dtype="float", kernel="tf32gemm_kernel_align1")
+    assert diagnose(make_trace(tf32, name="tf32.json"), select=["gemm-alignment"])
 
 
 def test_bias_copy_and_memset_precede_the_compiled_gemm() -> None:

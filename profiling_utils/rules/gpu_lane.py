@@ -4,6 +4,7 @@ copies and memsets around them."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -18,8 +19,9 @@ import msgspec
 from .. import measures
 from ..datasheet import datasheet_peak
 from ..kernels import TF32_CAPABLE_KERNEL, fp32_math
+from ..roofline import gemm_sizes
 from ..tables import percent
-from ..trace import LAUNCH_CATEGORIES, DeviceInfo, Span, Step, Trace
+from ..trace import LAUNCH_CATEGORIES, DeviceInfo, Span, Step, Trace, element_bytes
 from .attention import MATH_BACKEND_OP, SDPA_OP
 from .facts import (
     BIAS_MATMUL_OPS,
@@ -1196,6 +1198,132 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
             "among them is not ranked here, as the trace does not say which op it serves."
         )
     yield message, evidence
+
+
+GEMM_ALIGNMENT_BYTES = 16
+"""The alignment, in bytes, of a GEMM's rows that the fast kernels need (the tensor cores'
+wide loads, Hopper's TMA): a row of ``k`` or ``n`` elements whose length in bytes is not a
+multiple of it leaves the next row unaligned."""
+
+GEMM_ALIGNMENT_MIN_SHARE = 0.05
+"""``gemm-alignment`` fires when GEMMs with unaligned rows take at least this share of the
+GPU's time (besides communication)."""
+
+_ALIGN_IN_NAME = re.compile(r"_align(\d+)\b")
+
+
+GEMM_ALIGNMENT_MIN_SIZE = 64
+"""A size below this many elements (a classifier's ten classes) is left to the GEMM's small
+size, not its alignment: padding it would gain little."""
+
+
+def _unaligned(sizes: tuple[int, int, int, int], element_bytes: int, kernel: str) -> list[str]:
+    """``["n=50257"]``: the sizes of a GEMM's ``sizes`` (``(batch, m, n, k)``), of
+    :data:`GEMM_ALIGNMENT_MIN_SIZE` elements or more, that leave rows unaligned to
+    :data:`GEMM_ALIGNMENT_BYTES`: the output width n (the output is a new row-major tensor),
+    and the inner size k where the kernel's name says it reads unaligned data (``align1``:
+    whether k sets a row's length depends on a layout the trace does not record). None
+    where the kernel's name says it reads aligned data."""
+    said = _ALIGN_IN_NAME.search(kernel)
+    built_for = None if said is None else int(said[1]) * element_bytes
+    if built_for is not None and built_for >= GEMM_ALIGNMENT_BYTES:
+        return []
+    _, _, n, k = sizes
+    return [
+        f"{label}={value}"
+        for label, value in (("k", k), ("n", n))
+        if value >= GEMM_ALIGNMENT_MIN_SIZE
+        and (value * element_bytes) % GEMM_ALIGNMENT_BYTES
+        and (label == "n" or built_for is not None)
+    ]
+
+
+@rule(
+    "gemm-alignment",
+    "GPU lane",
+    see="""A matrix multiply (aten::mm, aten::addmm, aten::linear...) whose recorded shapes
+    give an inner size k or an output width n (of 64 elements or more) that is not a multiple
+    of 16 bytes of its dtype (8 elements in fp16 or bf16, 4 in TF32) takes a good part of the
+    GPU's time; its kernel's name often says so (align1, align2).""",
+    means="""The matrices' rows do not start on 16-byte boundaries, which the fast GEMM kernels
+    need (the tensor cores' wide loads, Hopper's TMA): the library falls back to kernels for
+    unaligned data, often several times slower. Pad the size to a multiple of 8 elements, or
+    of 64 (a vocabulary of 50,257 to 50,304); the language-model head and odd hidden sizes
+    are the usual places.""",
+    severity="warning",
+    from_post=False,
+)
+def gemm_alignment(facts: Facts) -> Iterator[Hit]:
+    gpu_total = sum(map(_DUR, facts.trace.gpu_work)) - sum(map(_DUR, facts.trace.communication))
+    if gpu_total <= 0:
+        return
+    groups: dict[tuple[str, tuple[int, int, int, int], str], list[tuple[Span, Span]]] = {}
+    for launch, kernel in facts.gemm_launches:
+        if launch.op is None:
+            continue
+        sized = gemm_sizes(launch.op)
+        if sized is None:
+            continue
+        sizes, dtype = sized
+        size = element_bytes(dtype)
+        # Tensor-core math only: fp16, bf16, fp8, int8, and fp32 where its kernel is TF32's.
+        if size is None or size > 4 or (size == 4 and fp32_math(kernel.name) != "tf32"):
+            continue
+        if _unaligned(sizes, size, kernel.name):
+            groups.setdefault((launch.op.name, sizes, dtype), []).append((launch.op, kernel))
+    if not groups:
+        return
+    unaligned_us = sum(kernel.dur for members in groups.values() for _, kernel in members)
+    if unaligned_us < GEMM_ALIGNMENT_MIN_SHARE * gpu_total:
+        return
+    rows = []
+    for (name, (batch, m, n, k), dtype), members in groups.items():
+        size = element_bytes(dtype) or 1
+        total = sum(kernel.dur for _, kernel in members)
+        calls = len({op.id for op, _ in members})
+        kernels = Counter(kernel.name for _, kernel in members)
+        rows.append(
+            {
+                "op": name,
+                "batch_m_n_k": [batch, m, n, k],
+                "dtype": dtype,
+                "unaligned": _unaligned((batch, m, n, k), size, members[0][1].name),
+                "calls": calls,
+                "gpu_us": us(total),
+                "gpu_share": round(total / gpu_total, 4),
+                "tflops": round(2 * batch * m * n * k * calls / total / 1e6, 2)
+                if total > 0
+                else None,
+                "kernels": dict(kernels.most_common()),
+            }
+        )
+    rows.sort(key=lambda row: -row["gpu_us"])
+    top = rows[0]
+    kernel = next(iter(top["kernels"]))
+    aligned_for = _ALIGN_IN_NAME.search(kernel)
+    says = (
+        f", whose name says it is built for data aligned to {aligned_for[1]} element(s)"
+        if aligned_for
+        and int(aligned_for[1]) * (element_bytes(top["dtype"]) or 1) < GEMM_ALIGNMENT_BYTES
+        else ""
+    )
+    batch, m, n, k = top["batch_m_n_k"]
+    shape = f"{'' if batch == 1 else f'{batch} × '}[{m}, {k}] @ [{k}, {n}]"
+    rate = f" at {top['tflops']:,.1f} TFLOP/s" if top["tflops"] is not None else ""
+    elements = GEMM_ALIGNMENT_BYTES // (element_bytes(top["dtype"]) or 1)
+    yield (
+        f"GEMMs whose rows are not 16-byte aligned take {percent(unaligned_us / gpu_total)} "
+        f"of GPU time{' besides communication' if facts.trace.communication else ''} "
+        f"({len(rows)} shape(s)); the largest, {top['op']} of {shape} ({top['dtype']}), "
+        f"{' and '.join(top['unaligned'])} not a multiple of {elements}, runs "
+        f"{top['calls']}× for {top['gpu_us']:,.1f} µs{rate} in "
+        f"{short_name(kernel)}{says}.",
+        {
+            "unaligned_gpu_us": us(unaligned_us),
+            "gpu_share": round(unaligned_us / gpu_total, 4),
+            "shapes": rows[:_REPORTED],
+        },
+    )
 
 
 _ATTENTION_OPS = frozenset({SDPA_OP, MATH_BACKEND_OP})
