@@ -933,16 +933,15 @@ def _waits(profiles: Sequence[RankProfile]) -> _Waits:
         if max(side.start for side in arrivals) > min(side.start + side.dur for side in arrivals):
             apart += 1
             continue
-        matched += 1
         # The latest to arrive, and the latest of the others for that one itself.
         first, second = sorted(arrivals, key=_START, reverse=True)[:2]
         if begun[first.position] > min(side.start for side in arrivals):
             # The others were in the call before the last one's recording began: what that
-            # rank did until then is not in its trace, so their wait is neither its lateness
-            # nor transfer that the traces show (each rank still took part in the call).
+            # rank did until then is not in its trace, so the call is not judged (their wait
+            # is neither its lateness nor transfer that the traces show).
             unexplained.update(side.kernel for side in arrivals)
-            for side in arrivals:
-                result.joined[side.position] += 1
+            continue
+        matched += 1
         for side in arrivals:
             kernels[side.kernel] = (side, second if side is first else first)
             size, so_far = sizes[key, side.position], moved[side.position]

@@ -123,10 +123,14 @@ def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
     # three times rank 0's rows, and its expert does three times the work.
     def moved(rank: int) -> int:
         kernels = [e for e in events("alltoall", rank) if e.get("cat") == "kernel"]
+        exchanges = sorted(
+            (e for e in kernels if e["args"].get("Collective name") == "all_to_allv"),
+            key=lambda e: e["ts"],
+        )
+        # Rank 1's first exchange: rank 0 entered it before rank 1's recording began (rank 1
+        # started about 457 ms late), so it is not judged, and its bytes are not matched.
         return sum(
-            4 * max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"])
-            for e in kernels
-            if e["args"].get("Collective name") == "all_to_allv"
+            4 * max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"]) for e in exchanges[1:]
         )
 
     traces = trace_files([PARALLEL / "alltoall"])
@@ -137,7 +141,7 @@ def test_a_straggler_that_moves_more_in_its_collectives_is_told() -> None:
     assert rows[1].matched_bytes >= 1.25 * rows[0].matched_bytes
     (straggler,) = [f for f in report.findings if f.rule == "rank-straggler"]
     assert report.straggler is not None and report.straggler.rank == 1
-    assert "In them it moves 192 MiB, the others 128 MiB" in straggler.message
+    assert "In them it moves 168 MiB, the others 112 MiB" in straggler.message
 
 
 def test_an_uneven_all_to_alls_bus_bandwidth_counts_what_crosses_to_other_ranks() -> None:
