@@ -3752,10 +3752,21 @@ def test_gemm_kernel_counts_the_runs_a_graph_replays(make_trace) -> None:
             complete_event("gemm", "kernel", t + 80, 50, pid=0, tid=7, correlation=10 + n),
         ]
     (finding,) = diagnose(make_trace(events), select=["gemm-kernel"])
-    assert finding.evidence["kernels"][0]["replayed_in_graphs"] == 6
+    (row,) = finding.evidence["kernels"]
+    assert row["replayed_in_graphs"] == 6
+    assert (row["count"], row["total_us"], row["gpu_share"]) == (1, 7 * 50.0, 1.0)  # all runs
     assert finding.message.endswith(
-        "; it also runs 6× in CUDA/HIP graph replays, where no op launches it."
+        "; it also runs 6× in CUDA/HIP graph replays, where no op launches it (its median "
+        "and share count those runs too)."
     )
+    # A GEMM replayed more than another runs eagerly is the largest.
+    events += [
+        complete_event("aten::mm", "cpu_op", 5_000, 30),
+        complete_event("cudaLaunchKernel", "cuda_runtime", 5_005, 5, correlation=99),
+        complete_event("other_gemm", "kernel", 5_020, 200, pid=0, tid=7, correlation=99),
+    ]
+    (finding,) = diagnose(make_trace(events, name="two.json"), select=["gemm-kernel"])
+    assert [row["kernel"] for row in finding.evidence["kernels"]] == ["gemm", "other_gemm"]
 
 
 def test_cost_in_children_follows_the_call_that_holds_most_of_the_few_long_ones(

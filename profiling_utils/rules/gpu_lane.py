@@ -1139,31 +1139,29 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     # As hotspot: a collective's kernel spins while it waits for its peers, no compute.
     communication = facts.communication_ids
     gpu_total = sum(map(_DUR, facts.trace.gpu_work)) - sum(map(_DUR, facts.trace.communication))
+    # A CUDA graph's replay runs the GEMMs it captured with no op around them (a serving
+    # engine's decode steps): counted beside the op's own runs, in their time too.
+    replayed: dict[str, list[Span]] = {}
+    for launch in facts.graph_launches:
+        for work in facts.trace.gpu_work_of(launch) or ():
+            if work.name in by_name:
+                replayed.setdefault(work.name, []).append(work)
     rows = []
     for name, members in by_name.items():
-        total = sum(kernel.dur for _, kernel in members)
-        rows.append(
-            {
-                "kernel": name,
-                "count": len(members),
-                "ops": dict(Counter(launch.op.name for launch, _ in members if launch.op)),
-                "apis": dict(Counter(launch.call.name for launch, _ in members)),
-                "median_us": us(median(kernel.dur for _, kernel in members)),
-                "total_us": us(total),
-                "gpu_share": round(total / gpu_total, 4) if gpu_total > 0 else None,
-            }
-        )
-    # A CUDA graph's replay runs the GEMMs it captured with no op around them (a serving
-    # engine's decode steps): counted beside the op's own runs.
-    replayed = Counter(
-        work.name
-        for launch in facts.graph_launches
-        for work in facts.trace.gpu_work_of(launch) or ()
-        if work.name in by_name
-    )
-    for row in rows:
-        if replayed[row["kernel"]]:
-            row["replayed_in_graphs"] = replayed[row["kernel"]]
+        runs = [kernel for _, kernel in members] + replayed.get(name, [])
+        total = sum(kernel.dur for kernel in runs)
+        row = {
+            "kernel": name,
+            "count": len(members),
+            "ops": dict(Counter(launch.op.name for launch, _ in members if launch.op)),
+            "apis": dict(Counter(launch.call.name for launch, _ in members)),
+            "median_us": us(median(kernel.dur for kernel in runs)),
+            "total_us": us(total),
+            "gpu_share": round(total / gpu_total, 4) if gpu_total > 0 else None,
+        }
+        if name in replayed:
+            row["replayed_in_graphs"] = len(replayed[name])
+        rows.append(row)
     rows.sort(key=lambda row: -row["total_us"])
     top = rows[0]
     share = top["gpu_share"]  # None when every GPU activity was recorded as 0 µs
@@ -1177,7 +1175,7 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     if "replayed_in_graphs" in top:
         message = (
             f"{message[:-1]}; it also runs {top['replayed_in_graphs']:,}× in CUDA/HIP graph "
-            "replays, where no op launches it."
+            "replays, where no op launches it (its median and share count those runs too)."
         )
     evidence: dict[str, Any] = {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
     # Kernels that only graph replays run have no op in the trace to say what they compute:
