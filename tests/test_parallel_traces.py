@@ -68,7 +68,7 @@ def test_a_host_sync_in_every_step_is_counted_where_it_left_no_idle() -> None:
     found = len(hit.evidence["steps_with_gap"])
     assert found < 4 and hit.evidence["steps_with_sync"] == [2, 3, 4, 5]
     assert hit.message.startswith(f"In {found} of 4 steps the GPU idles after a host sync")
-    assert f"The thread makes this sync in 4 of the 4 steps; in the other {4 - found} " in (
+    assert f"The thread makes this sync in 4 of the 4 steps; in {4 - found} of the others " in (
         hit.message
     )
 

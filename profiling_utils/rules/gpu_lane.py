@@ -761,7 +761,7 @@ def _host_sync_hit(
         )
         message += (
             f" The thread makes this sync in {len(syncing | by_step.keys())} of the {steps} "
-            f"steps; in the other {len(others)} {why}."
+            f"steps; in {len(others)} of the others {why}."
         )
     widest_step, widest = max(
         ((number, gap) for number, gap in longest.items() if number in kept),
