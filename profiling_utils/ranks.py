@@ -1580,14 +1580,18 @@ def _findings(
                 f"share (median {_us(longer.median_us)} against {_us(longer.others_median_us)});"
             )
         else:
-            close = (
-                f"is about the others' ({_us(other_steps)})"
-                if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps
-                else f"is not longer than the others' ({_us(other_steps)}) in every step"
-            )
+            if abs(own_steps - other_steps) <= _STEP_SPREAD_THRESHOLD * other_steps:
+                compared = f"is about the others' ({_us(other_steps)})"
+            elif own_steps > other_steps:
+                compared = (
+                    f"is longer than the others' ({_us(other_steps)}), but not in every step "
+                    "they share"
+                )
+            else:
+                compared = f"is shorter than the others' ({_us(other_steps)})"
             steps_compared = (
-                f"Its median step ({_us(own_steps)}) {close}: the time it loses shows up as "
-                "the others' wait, so"
+                f"Its median step ({_us(own_steps)}) {compared}: the time it loses shows up "
+                "as the others' wait, so"
             )
         share = straggler.caused_wait_us / others_time if others_time else None
         own_row = rows[own_position]

@@ -820,6 +820,35 @@ def test_a_rank_whose_recording_began_late_is_no_straggler_without_steps(tmp_pat
     assert not any(f.rule == "rank-late-start" for f in cross_rank(profiles(together)).findings)
 
 
+def test_a_straggler_whose_median_step_is_longer_but_not_every_step_is_said_so(
+    tmp_path: Path,
+) -> None:
+    # Rank 1 reaches every all-reduce 300 µs late; its steps are 2,000, 900 and 2,000 µs long
+    # against rank 0's 1,000: a longer median, but not longer in every step.
+    for rank, durations in ((0, (1000.0, 1000.0, 1000.0)), (1, (2000.0, 900.0, 2000.0))):
+        events = []
+        for index, dur in enumerate(durations):
+            t = 3000.0 * index
+            arrival = t + 420 + 300 * rank
+            correlation = 100 * index + rank + 1
+            events += [
+                complete_event(f"ProfilerStep#{index}", "user_annotation", t, dur),
+                complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
+                               correlation=correlation),
+                complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
+                               arrival, t + 820 - arrival, pid=0, tid=20,
+                               correlation=correlation, device=0, stream=20,
+                               **{"Collective name": "allreduce", "Process Group Name": "0",
+                                  "Group size": 2}),
+            ]  # fmt: skip
+        write_rank(tmp_path, rank, events)
+    report = cross_rank(profiles(tmp_path))
+    (finding,) = [f for f in report.findings if f.rule == "rank-straggler"]
+    assert "Its median step (2,000 µs) is longer than the others' (1,000 µs), but not in " in (
+        finding.message
+    )
+
+
 def test_cli_directory_of_one_trace_says_one_trace(capsys, stalled_run: Path, tmp_path) -> None:
     alone = tmp_path / "alone"
     alone.mkdir()
