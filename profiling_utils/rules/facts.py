@@ -88,8 +88,15 @@ and ``hipHccModuleLaunchKernel``, which older rocBLAS uses)."""
 DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
 """Calls that wait for every stream of the device."""
 
-MEMCPY_CALL_PREFIXES = ("cudaMemcpy", "cuMemcpy", "hipMemcpy", "urEnqueueUSMMemcpy")
-"""Host calls that issue a copy (CUDA's, HIP's, and Intel XPU's Unified Runtime's)."""
+MEMCPY_CALL_PREFIXES = (
+    "cudaMemcpy",
+    "cuMemcpy",
+    "hipMemcpy",
+    "urEnqueueUSMMemcpy",
+    "zeCommandListAppendMemoryCopy",
+)
+"""Host calls that issue a copy (CUDA's, HIP's, and Intel XPU's: Unified Runtime's, and Level
+Zero's where the trace records the driver's calls, ``xpu_driver``)."""
 
 GPU_RECORDS_MISSING_SHARE = 0.1
 """A step more than this share of whose kernel launch calls have no GPU activity in the
