@@ -928,12 +928,19 @@ def test_cli_reports_the_readable_ranks_and_exits_2(capsys, stalled_run: Path) -
     ]
 
 
-def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None:
+def two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """Two runs' directories of two ranks each: a balanced one, and one whose rank 1 stalls
+    300 µs on the host before each all-reduce."""
     balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
     balanced.mkdir(), stalled.mkdir()
     for rank in (0, 1):
         write_rank(balanced, rank, rank_events(rank))
         write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    return balanced, stalled
+
+
+def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None:
+    balanced, stalled = two_runs(tmp_path)
     status, out, _ = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
     document = json.loads(out)
     assert status == 0
@@ -947,11 +954,7 @@ def test_cli_compare_pairs_two_runs_rank_by_rank(capsys, tmp_path: Path) -> None
 def test_cli_compare_leaves_out_a_directorys_json_that_is_no_trace(capsys, tmp_path: Path) -> None:
     # One run keeps an execution trace beside its Kineto traces, the other does not: left out
     # before pairing, the runs hold the same ranks and pair by them.
-    balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
-    balanced.mkdir(), stalled.mkdir()
-    for rank in (0, 1):
-        write_rank(balanced, rank, rank_events(rank))
-        write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    balanced, stalled = two_runs(tmp_path)
     other = balanced / "rank0_et.json"
     other.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": []}))
     status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
@@ -985,11 +988,7 @@ def test_cli_compare_keeps_the_readable_side_of_a_pair_that_cannot_be_read(
 ) -> None:
     # The stalled run's rank 1 is cut short: its pair is refused, but the balanced run's
     # rank 1 still reads, and the balanced run's analysis holds both its ranks.
-    balanced, stalled = tmp_path / "balanced", tmp_path / "stalled"
-    balanced.mkdir(), stalled.mkdir()
-    for rank in (0, 1):
-        write_rank(balanced, rank, rank_events(rank))
-        write_rank(stalled, rank, rank_events(rank, stall_us=300 * rank, late_us=300))
+    balanced, stalled = two_runs(tmp_path)
     cut = stalled / "rank-1.json"
     cut.write_bytes(cut.read_bytes()[:200])
     status, out, err = run_cli(capsys, "compare", str(balanced), str(stalled), "--json")
