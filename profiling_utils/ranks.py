@@ -231,8 +231,8 @@ class Outcome(msgspec.Struct, Generic[T], frozen=True):
     value: T | None = None
     """What the caller's function returned, when every file loaded."""
     error: str | None = None
-    """``FILE: what is wrong`` for a file that cannot be read (the first, of several), else
-    ``None``."""
+    """``FILE: what is wrong`` for a file that cannot be read (the first such file, where
+    several are), else ``None``."""
     not_a_trace: bool = False
     """Whether the file that could not be read is no trace at all
     (:attr:`~profiling_utils.errors.TraceError.not_a_trace`)."""
