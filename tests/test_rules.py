@@ -1265,6 +1265,32 @@ def stalled_steps(stall: dict[int, tuple[str, float]], steps: int = 5) -> list[d
     return events
 
 
+def test_slow_step_says_a_sync_waited_for_work_launched_before_the_recording(
+    make_trace,
+) -> None:
+    # A server profiled mid-flight: step 0's kernel waits behind unrecorded work until 50 ms,
+    # and step 1's sync waits for it all that time.
+    events = []
+    starts = {0: 0.0, 1: 1_000.0, 2: 51_000.0, 3: 52_000.0}
+    ends = {0: 1_000.0, 1: 51_000.0, 2: 52_000.0, 3: 53_000.0}
+    for n, t in starts.items():
+        kernel_at = {0: 50_000.0, 1: 50_100.0}.get(n, t + 20)  # one stream: in order
+        sync = (1_100.0, 49_000.0) if n == 1 else (t + 500, 5.0)
+        events += [
+            complete_event(f"ProfilerStep#{n}", "user_annotation", t, ends[n] - t - 1),
+            complete_event("cudaLaunchKernel", "cuda_runtime", t + 10, 5, correlation=n + 1),
+            complete_event("k", "kernel", kernel_at, 100, pid=0, tid=7, correlation=n + 1),
+            complete_event("cudaStreamSynchronize", "cuda_runtime", *sync),
+        ]
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert finding.evidence["step"] == 1
+    assert finding.message.endswith(
+        "cudaStreamSynchronize, took 49000.0 µs against 5.0 µs in the other steps (99.9% of "
+        "the extra 49000.0 µs), while the GPU ran work launched before the recording began (the "
+        "trace's first GPU activity waited behind it until 50000.0 µs)."
+    )
+
+
 def test_slow_step_names_host_time_outside_every_op(make_trace) -> None:
     # Step 3 takes 5,000 µs: 4,000 µs more, spent between ops (a garbage-collection pause).
     (finding,) = diagnose(make_trace(stalled_steps({3: ("host", 4_000.0)})), select=["slow-step"])

@@ -180,12 +180,7 @@ def cold_start(facts: Facts) -> Iterator[Hit]:
         )
     if slowest is not None:
         evidence["slowest_call"] = slowest
-        share = (slowest["dur_us"] - slowest["typical_us"]) / extra
-        message += (
-            f"; the runtime call furthest above its usual time, {slowest['name']}, took "
-            f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
-            f"extra {extra:.1f} µs)"
-        )
+        message += "; " + _slowest_call_words(facts, slowest, extra)
     alone = _calls_only_in_step(facts, first.number)
     if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         evidence["calls_only_in_step"] = alone
@@ -297,12 +292,7 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
         COLD_START_OUTSIDE_OPS_SHARE * extra
     ):
         evidence["slowest_call"] = slowest
-        share = (slowest["dur_us"] - slowest["typical_us"]) / extra
-        reasons.append(
-            f"the runtime call furthest above its usual time, {slowest['name']}, took "
-            f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
-            f"extra {extra:.1f} µs)"
-        )
+        reasons.append(_slowest_call_words(facts, slowest, extra))
     alone = _calls_only_in_step(facts, number)
     if alone is not None and alone["us"] >= COLD_START_OUTSIDE_OPS_SHARE * extra:
         evidence["calls_only_in_step"] = alone
@@ -797,6 +787,28 @@ def _ops_only_in_step_words(alone: dict[str, Any], extra: float) -> str:
         f"{short_name(alone['name'], 48)}, which no other step runs, took {alone['us']:.1f} µs "
         f"({_of_extra(alone['us'], extra)})"
     )
+
+
+def _slowest_call_words(facts: Facts, slowest: dict[str, Any], extra: float) -> str:
+    """The sentence on :func:`_slowest_call`'s call, of a step ``extra`` µs longer than usual;
+    where the call waited while the GPU ran work launched before the recording began (it
+    spans the start of the trace's first GPU activity, which waited behind that work:
+    :func:`profiling_utils.measures.queued_before_recording`), it says so."""
+    share = (slowest["dur_us"] - slowest["typical_us"]) / extra
+    words = (
+        f"the runtime call furthest above its usual time, {slowest['name']}, took "
+        f"{slowest['dur_us']:.1f} µs against {_usual(slowest)} ({percent(share)} of the "
+        f"extra {extra:.1f} µs)"
+    )
+    queued = measures.queued_before_recording(facts.trace)
+    if queued is not None and slowest["start_us"] < queued.start <= (
+        slowest["start_us"] + slowest["dur_us"]
+    ):
+        words += (
+            ", while the GPU ran work launched before the recording began (the trace's first "
+            f"GPU activity waited behind it until {queued.start:.1f} µs)"
+        )
+    return words
 
 
 def _slowest_call(facts: Facts, number: int) -> dict[str, Any] | None:
