@@ -2353,7 +2353,8 @@ def test_gemm_alignment_names_a_vocabulary_that_leaves_rows_unaligned(make_trace
         assert diagnose(make_trace(events, name="silent.json"), select=["gemm-alignment"]) == []
     # TF32 GEMMs read fp32 in the tensor cores: 4-element rows.
     tf32 = gemm_events(50_257, dtype="float", kernel="tf32gemm_kernel_align1")
-    assert diagnose(make_trace(tf32, name="tf32.json"), select=["gemm-alignment"])
+    (hit,) = diagnose(make_trace(tf32, name="tf32.json"), select=["gemm-alignment"])
+    assert "[512, 50257] (float in TF32), n=50257 not a multiple of 4," in hit.message
 
 
 def test_bias_copy_and_memset_precede_the_compiled_gemm() -> None:

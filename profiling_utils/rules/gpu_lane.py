@@ -1312,7 +1312,8 @@ def gemm_alignment(facts: Facts) -> Iterator[Hit]:
     yield (
         f"GEMMs whose rows are not 16-byte aligned take {percent(unaligned_us / gpu_total)} "
         f"of GPU time{' besides communication' if facts.trace.communication else ''} "
-        f"({len(rows)} shape(s)); the largest, {top['op']} of {shape} ({top['dtype']}), "
+        f"({len(rows)} shape(s)); the largest, {top['op']} of {shape} ({top['dtype']}"
+        f"{' in TF32' if element_bytes(top['dtype']) == 4 else ''}), "
         f"{' and '.join(top['unaligned'])} not a multiple of {elements}, runs "
         f"{top['calls']}× for {top['gpu_us']:,.1f} µs{rate} in "
         f"{short_name(kernel)}{says}.",
