@@ -1229,6 +1229,13 @@ def test_many_calls_counts_an_op_running_inside_another_it_names_once(make_trace
     assert "(2 more run almost only inside them: aten::convolution, aten::_convolution)" in (
         finding.message
     )
+    # Both ops called on their own are named: the most called first, then the other.
+    top, other = (e for e in finding.evidence["ops"] if e["within"] is None)
+    assert f"; the most called, {top['op']}: " in finding.message
+    assert finding.message.endswith(
+        f" The other: {other['op']} ({other['calls_per_step']:g} per step, "
+        f"{percent(other['cpu_share'])})."
+    )
 
 
 def stalled_steps(stall: dict[int, tuple[str, float]], steps: int = 5) -> list[dict[str, Any]]:

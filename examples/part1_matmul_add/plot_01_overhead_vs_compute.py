@@ -233,7 +233,7 @@ plot_timeline(large.trace, step=last.number, highlights=[mark], title=large.name
 # %%
 # Now the GPU lane is full: the CPU queued the kernels and moved on, and the GPU works
 # through them after the step has ended on the CPU. The work drawn before the highlighted
-# GEMM may be the previous step's, still running when this step began on the CPU:
+# GEMM may be earlier steps', still running when this step began on the CPU:
 
 if large.has_gpu:
     launched_in = {
@@ -246,16 +246,17 @@ if large.has_gpu:
         for work in large.trace.gpu_work
         if work.end > last.start
         and work.start < gemm.start
-        and work.id in launched_in
-        and launched_in[work.id] is not last
+        and launched_in.get(work.id) not in (None, last)
     ]
     claim(
-        "the GPU was still running the previous step's work when this step began",
+        "the GPU was still running earlier steps' work when this step began",
         bool(before),
-        otherwise="the GPU had finished the previous step's work when this step began",
+        otherwise="the GPU had finished earlier steps' work when this step began",
         earlier_activities=len(before),
+        earlier_steps=len({launched_in[work.id].number for work in before}),
     )
-#
+
+# %%
 # What the cheatsheet says
 # ------------------------
 #

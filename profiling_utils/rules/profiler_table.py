@@ -1125,7 +1125,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"of the host's time from its first event to its last"
             f"{left_out}{besides}"
             f" each at the length of "
-            f"their median call{also}; {top['op']}: {top['calls']:,} calls, "
+            f"their median call{also}; the most called, {top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
             f"that time {at_length}{skewed}{compiler}."
         )
@@ -1133,10 +1133,22 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         message = (
             f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
             f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
-            f"length of their median call{also}; {top['op']}: {top['calls_per_step']:g} calls "
+            f"length of their median call{also}; the most called, {top['op']}: "
+            f"{top['calls_per_step']:g} calls "
             f"per step, {top['median_us']:.1f} µs for the median call, "
             f"{percent(top['cpu_share'])} of the steps' CPU time {at_length}{skewed}{compiler}."
         )
+    if len(outer) > 1:  # the others called on their own, each by its count and share
+        others = [
+            f"{entry['op']} ({entry['calls']:,} calls, {percent(entry['cpu_share'])})"
+            if whole
+            else f"{entry['op']} ({entry['calls_per_step']:g} per step, "
+            f"{percent(entry['cpu_share'])})"
+            for entry in outer[1 : 1 + _INNER_NAMED]
+        ]
+        more = len(outer) - 1 - len(others)
+        message += f" The other{'s' if len(outer) > 2 else ''}: {', '.join(others)}"
+        message += f" and {more} more." if more else "."
     yield (
         message,
         {
