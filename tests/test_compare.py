@@ -76,6 +76,27 @@ def test_compile_cpu_tax_against_the_eager_baseline(eager_vs_compiled: Compariso
     assert ratio > 1.2
 
 
+def test_compile_cpu_tax_says_when_the_host_ran_at_another_speed(monkeypatch) -> None:
+    # Recorded one after the other, the compiled run found the host 1.66x slower: every call
+    # both runs make took that much longer, and part of the ratio is the host's.
+    from profiling_utils import measures
+
+    ratio = cpu_median("64_bf16_warm_compile") / cpu_median("64_bf16_warm_eager")
+    monkeypatch.setattr(measures, "host_speed_ratio", lambda a, b: (1.66, 12))
+    comparison = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile"))
+    (finding,) = comparison.findings
+    assert finding.evidence["host_speed_ratio"] == 1.66
+    assert finding.message.endswith(
+        " The host ran at another speed in each: the calls both runs make took 1.66× as long "
+        f"in the compiled run, so part of the difference is the host's (at one speed, about "
+        f"{ratio / 1.66:.1f}×)."
+    )
+    # Alike speeds (within a quarter): nothing said.
+    monkeypatch.setattr(measures, "host_speed_ratio", lambda a, b: (1.1, 12))
+    comparison = compare(gpu_fixture("64_bf16_warm_eager"), gpu_fixture("64_bf16_warm_compile"))
+    assert "another speed" not in comparison.findings[0].message
+
+
 def test_compile_cpu_tax_with_the_compiled_run_as_baseline() -> None:
     comparison = compare(gpu_fixture("4096_bf16_warm_compile"), gpu_fixture("4096_bf16_warm_eager"))
     (finding,) = comparison.findings

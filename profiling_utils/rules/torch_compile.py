@@ -375,6 +375,7 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
     waits = (eager_own, compiled_own) != (eager_cpu, compiled_cpu)
     if not waits and ratio < COMPILE_TAX_MIN_RATIO:
         return
+    own_ratio = ratio
     if waits:
         if not eager_own or not compiled_own:
             return
@@ -413,12 +414,22 @@ def compile_cpu_tax(baseline: Facts, facts: Facts) -> Iterator[Hit]:
             f" The two ran on different GPUs ({eager_gpus} eager, {compiled_gpus} compiled), "
             "most likely on different hosts: part of the difference may be the machines'."
         )
+    # Two recordings made one after the other can find the host at different speeds: the
+    # calls both make (leaf ops, runtime calls) then all take longer in one of them.
+    speed = measures.host_speed_ratio(compiled.trace, eager.trace)
+    if speed is not None and not measures.speeds_alike(speed[0]):
+        message += (
+            f" The host ran at another speed in each: the calls both runs make took "
+            f"{speed[0]:.2f}× as long in the compiled run, so part of the difference is the "
+            f"host's (at one speed, about {own_ratio / speed[0]:.1f}×)."
+        )
     evidence = {
         "eager": _run(eager),
         "compiled": _run(compiled),
         "ratio": round(ratio, 3),
         "devices_differ": differ,
         "hidden_behind_gpu": hidden,
+        "host_speed_ratio": None if speed is None else round(speed[0], 3),
     }
     if waits:
         evidence["eager"]["median_step_cpu_outside_syncs_us"] = us(eager_own)
