@@ -186,6 +186,12 @@ if run.has_gpu:
 profiler_table(run)
 
 # %%
+# Where the run recorded the profiler's own ``Activity Buffer Request`` (the post's setup
+# has no ``warmup`` step to hold it), the table lists it too, with CUDA time: torch's table
+# counts that event of the profiler's overhead row as device time, so the CUDA totals of
+# the rows around it can exceed ``Self CUDA time total``. It is CUPTI asking for memory,
+# not work of the program: :doc:`page 04 <plot_04_buffer_request_and_offset>` reads it.
+#
 # How fast is that?
 # -----------------
 # A product of two n×n matrices is 2n³ floating-point operations. At the median duration

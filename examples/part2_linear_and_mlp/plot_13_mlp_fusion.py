@@ -551,7 +551,11 @@ if eager.has_gpu:
     )
 
 # %%
-# In GPU busy time, then, a compiled forward gains what its fused kernel saves over the
+# Liger's projections are plain ``nn.Linear`` on the same ``x`` as eager's, so where the
+# claims above find its GEMMs apart from eager's, the difference comes from the recordings
+# themselves (the GPU's clock and temperature move from one run to the next), not from the
+# code; the same drift weighs on every comparison of GPU time across recordings on this
+# page. In GPU busy time, then, a compiled forward gains what its fused kernel saves over the
 # GELU and the multiply, give or take what its GEMMs did (the rest: memsets, and medians
 # taken apart). Busy time leaves out the gaps between kernels. Where the CPU takes longer
 # to launch a forward than the GPU takes to run it, those gaps are the CPU's launches,

@@ -472,7 +472,9 @@ if on_gpu:
 # The CPU's part above is the whole call, ``sdpa_kernel``'s context included for the
 # pinned backends; the table's CPU column is the operator alone, under the profiler. For
 # ``auto``, which enters no context, the two cover the same work, and their difference is
-# about what the profiler added to it. The claims above say how a pinned cuDNN call
+# what the profiler added to it, with whatever the host's speed changed between the
+# recording and the timing (a shared machine's speed moves from minute to minute). The
+# claims above say how a pinned cuDNN call
 # stands once the profiler is off. Where the GPU sets the pace, the CPU's time hides
 # behind the kernel's, and a CPU saving changes nothing. Where the CPU's time is most of
 # the call, the two are close, and whether a CPU saving shows depends on how close.
