@@ -4,6 +4,7 @@ where no recording shows the pattern."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,28 @@ def test_mask_rebuilt_by_the_math_backend_and_not_by_a_mask_built_once() -> None
     # take is_causal and build none.
     for variant in ("naive", "inplace", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn", "sdpa-auto"):
         assert "mask-rebuilt" not in rules_on(gpu_fixture(SERIES.format(variant)))
+
+
+def test_attention_backend_says_when_graph_replays_run_what_it_cannot_read(
+    tmp_path: Path,
+) -> None:
+    # A decode loop: the prefill's attention runs eagerly (flash, two calls); the decode
+    # steps replay a CUDA graph whose attention kernel no op of the trace launches.
+    path = sdpa_trace(tmp_path, "aten::_scaled_dot_product_flash_attention", "c10::BFloat16")
+    written = json.loads(path.read_text())
+    for n in range(3):
+        start = 6000.0 + 200 * n
+        written["traceEvents"] += [
+            complete_event("cudaGraphLaunch", "cuda_runtime", start, 10, correlation=100 + n),
+            complete_event("decode_attention_kernel", "kernel", start + 20, 150, pid=0, tid=7,
+                           correlation=100 + n),
+        ]  # fmt: skip
+    replayed = write_trace(tmp_path / "replayed.json", written)
+    message = rules_on(replayed)["attention-backend"].message
+    assert message.startswith("scaled_dot_product_attention's backend: flash 2×")
+    assert message.endswith(
+        "Graph replays also run 3 kernel(s) that no op of the trace launches, 60% of GPU time: "
+        "attention among them is not read here, as the trace does not say which op it serves."
+    )
+    # Without the replays, nothing is said of them.
+    assert "Graph replays" not in rules_on(path)["attention-backend"].message

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from ..trace import Span, input_shapes
-from .facts import MATMUL_OPS, Facts, us
+from .facts import MATMUL_OPS, Facts, replayed_without_ops, us
 from .registry import Hit, rule
 
 __all__ = [
@@ -152,8 +152,15 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
     summary = ", ".join(
         f"{backend} {len(ops)}×{texts[backend]}" for backend, ops in per_backend.items()
     )
+    message = f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU)."
+    trace = facts.trace
+    gpu_total = sum(w.dur for w in trace.gpu_work) - sum(w.dur for w in trace.communication)
+    # A decode loop's attention runs in graph replays, with no op to name its backend.
+    replayed = replayed_without_ops(facts, sum(gpu_us.values()), gpu_total, "attention", "read")
+    if replayed is not None:
+        message += replayed[0]
     yield (
-        f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU).",
+        message,
         {
             "backends": {
                 backend: {

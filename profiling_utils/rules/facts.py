@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from .. import comm, measures
-from ..measures import Launch
-from ..tables import cut
+from ..measures import GRAPH_LAUNCH_CALLS, Launch
+from ..tables import cut, percent
 from ..trace import Lane, Span, Step, Trace
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "span_ref",
     "short_name",
     "step_label",
+    "replayed_without_ops",
 ]
 
 MATMUL_OPS = frozenset(
@@ -831,6 +832,24 @@ class Facts:
         return comm.comm_overlap(self.trace)
 
     @cached_property
+    def replay_only_kernels(self) -> list[Span]:
+        """Kernels that graph replays run (:attr:`graph_launches`) under a name no kernel an
+        op launched has, communication left out: a serving engine's decode GEMMs and
+        attention, captured before the recording, whose ops the trace does not hold."""
+        by_ops = {
+            kernel.name
+            for launch, kernel in self.kernel_launches
+            if launch.op is not None and launch.call.name not in GRAPH_LAUNCH_CALLS
+        }
+        communication = self.communication_ids
+        return [
+            work
+            for launch in self.graph_launches
+            for work in self.trace.gpu_work_of(launch) or ()
+            if work.cat == "kernel" and work.name not in by_ops and work.id not in communication
+        ]
+
+    @cached_property
     def communication_ids(self) -> frozenset[int]:
         """Ids of the communication kernels (:attr:`Trace.communication`)."""
         return frozenset(kernel.id for kernel in self.trace.communication)
@@ -941,3 +960,23 @@ class Facts:
             parent = candidate.parent
             candidate = None if parent is None else self.trace.spans[parent]
         return candidate
+
+
+def replayed_without_ops(
+    facts: Facts, read_us: float, gpu_total: float, what: str, done: str
+) -> tuple[str, int, float] | None:
+    """Where graph replays run kernels no op of the trace launches
+    (:attr:`~profiling_utils.rules.facts.Facts.replay_only_kernels`) for longer than the
+    ``read_us`` a rule read from ops, the sentence that says ``what`` among them is not
+    ``done`` (``"a GEMM"``, ``"ranked"``), with their count and time; else ``None``."""
+    kernels = facts.replay_only_kernels
+    replayed_us = sum(kernel.dur for kernel in kernels)
+    if replayed_us <= read_us or gpu_total <= 0:
+        return None
+    besides = " besides communication" if facts.trace.communication else ""
+    words = (
+        f" Graph replays also run {len(kernels):,} kernel(s) that no op of the trace "
+        f"launches, {percent(replayed_us / gpu_total)} of GPU time{besides}: {what} among "
+        f"them is not {done} here, as the trace does not say which op it serves."
+    )
+    return words, len(kernels), us(replayed_us)

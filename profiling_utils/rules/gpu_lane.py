@@ -31,6 +31,7 @@ from .facts import (
     Launch,
     gb_s,
     median,
+    replayed_without_ops,
     short_name,
     span_ref,
     step_label,
@@ -1180,21 +1181,10 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     evidence: dict[str, Any] = {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
     # Kernels that only graph replays run have no op in the trace to say what they compute:
     # a decode step's GEMMs, captured before the recording, may outweigh every GEMM ranked.
-    only_replayed = [
-        work
-        for launch in facts.graph_launches
-        for work in facts.trace.gpu_work_of(launch) or ()
-        if work.cat == "kernel" and work.name not in by_name and work.id not in communication
-    ]
-    replayed_us = sum(map(_DUR, only_replayed))
-    if replayed_us > top["total_us"] and gpu_total > 0:
-        evidence["only_replayed_kernels"] = len(only_replayed)
-        evidence["only_replayed_us"] = us(replayed_us)
-        message += (
-            f" Graph replays also run {len(only_replayed):,} kernel(s) that no op of the "
-            f"trace launches, {percent(replayed_us / gpu_total)} of GPU time{besides}: a GEMM "
-            "among them is not ranked here, as the trace does not say which op it serves."
-        )
+    only_replayed = replayed_without_ops(facts, top["total_us"], gpu_total, "a GEMM", "ranked")
+    if only_replayed is not None:
+        words, evidence["only_replayed_kernels"], evidence["only_replayed_us"] = only_replayed
+        message += words
     yield message, evidence
 
 
