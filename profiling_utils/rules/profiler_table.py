@@ -1104,6 +1104,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f" ({len(inner)} more run{'s' if len(inner) == 1 else ''} almost only inside "
             f"{'it' if len(outer) == 1 else 'them'}: {named})"
         )
+    most = "the most called, " if len(outer) > 1 else ""
     if whole:
         left_out = (
             " (stretches with nothing on any thread or GPU left out)"
@@ -1125,7 +1126,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
             f"of the host's time from its first event to its last"
             f"{left_out}{besides}"
             f" each at the length of "
-            f"their median call{also}; the most called, {top['op']}: {top['calls']:,} calls, "
+            f"their median call{also}; {most}{top['op']}: {top['calls']:,} calls, "
             f"{top['median_us']:.1f} µs for the median call, {percent(top['cpu_share'])} of "
             f"that time {at_length}{skewed}{compiler}."
         )
@@ -1133,7 +1134,7 @@ def many_calls(facts: Facts) -> Iterator[Hit]:
         message = (
             f"{len(outer)} op(s) are called {MANY_CALLS_MIN_PER_STEP}+ times per step, for "
             f"{percent(MANY_CALLS_MIN_CPU_SHARE)} or more of the steps' CPU time each at the "
-            f"length of their median call{also}; the most called, {top['op']}: "
+            f"length of their median call{also}; {most}{top['op']}: "
             f"{top['calls_per_step']:g} calls "
             f"per step, {top['median_us']:.1f} µs for the median call, "
             f"{percent(top['cpu_share'])} of the steps' CPU time {at_length}{skewed}{compiler}."
