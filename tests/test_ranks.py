@@ -47,6 +47,25 @@ COMPUTE_US = 400.0
 TRANSFER_US = 100.0
 
 
+def iteration_events(
+    index: int, rank: int, t: float, arrival: float, end: float, op_name: str
+) -> list[dict[str, Any]]:
+    """One iteration of a rank at ``t``: a GEMM, then an all-reduce from ``arrival`` to
+    ``end``, each with its launch."""
+    compute, collective = 100 * index + 10 * rank + 1, 100 * index + 10 * rank + 2
+    return [
+        complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=compute),
+        complete_event("gemm", "kernel", t + 20, COMPUTE_US, pid=0, tid=7,
+                       correlation=compute, device=0, stream=7),
+        complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
+                       correlation=collective),
+        complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
+                       arrival, end - arrival, pid=0, tid=20, correlation=collective,
+                       device=0, stream=20, **{"Collective name": op_name,
+                       "Process Group Name": "0", "Group size": 2}),
+    ]  # fmt: skip
+
+
 def rank_events(
     rank: int,
     *,
@@ -71,18 +90,10 @@ def rank_events(
         end = t + 20 + COMPUTE_US + late_us + TRANSFER_US
         events += [
             complete_event(f"ProfilerStep#{index}", "user_annotation", t, STEP_US - 1),
-            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=compute),
-            complete_event("gemm", "kernel", t + 20, COMPUTE_US, pid=0, tid=7,
-                           correlation=compute, device=0, stream=7),
-            complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
-                           correlation=collective),
-            complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
-                           arrival, end - arrival, pid=0, tid=20, correlation=collective,
-                           device=0, stream=20, **{"Collective name": op_name,
-                           "Process Group Name": "0", "Group size": 2}),
+            *iteration_events(index, rank, t, arrival, end, op_name),
             *flow_pair(compute, t + 5, t + 20),
             *flow_pair(collective, arrival - 10, arrival),
-        ]  # fmt: skip
+        ]
     return events
 
 
@@ -776,18 +787,7 @@ def server_rank_events(rank: int, first_us: float) -> list[dict[str, Any]]:
         t = first_us + index * STEP_US if index or rank else 0.0
         arrival = t + 20 + COMPUTE_US
         end = arrival + TRANSFER_US if index or rank else 500_000.0 + 20 + COMPUTE_US + 100
-        compute, collective = 100 * index + 10 * rank + 1, 100 * index + 10 * rank + 2
-        events += [
-            complete_event("cudaLaunchKernel", "cuda_runtime", t + 5, 5, correlation=compute),
-            complete_event("gemm", "kernel", t + 20, COMPUTE_US, pid=0, tid=7,
-                           correlation=compute, device=0, stream=7),
-            complete_event("cudaLaunchKernel", "cuda_runtime", arrival - 10, 5,
-                           correlation=collective),
-            complete_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", "kernel",
-                           arrival, end - arrival, pid=0, tid=20, correlation=collective,
-                           device=0, stream=20, **{"Collective name": "allreduce",
-                           "Process Group Name": "0", "Group size": 2}),
-        ]  # fmt: skip
+        events += iteration_events(index, rank, t, arrival, end, "allreduce")
     return events
 
 
