@@ -1205,15 +1205,15 @@ GEMM_ALIGNMENT_MIN_SIZE = 64
 size, not its alignment: padding it would gain little."""
 
 
-def _unaligned(sizes: tuple[int, int, int, int], element_bytes: int, kernel: str) -> list[str]:
-    """``["n=50257"]``: the sizes of a GEMM's ``sizes`` (``(batch, m, n, k)``), of
-    :data:`GEMM_ALIGNMENT_MIN_SIZE` elements or more, that leave rows unaligned to
-    :data:`GEMM_ALIGNMENT_BYTES`: the output width n (the output is a new row-major tensor),
-    and the inner size k where the kernel's name says it reads unaligned data (``align1``:
-    whether k sets a row's length depends on a layout the trace does not record). None
-    where the kernel's name says it reads aligned data."""
+def _unaligned(sizes: tuple[int, int, int, int], size: int, kernel: str) -> list[str]:
+    """``["n=50257"]``: of a GEMM's ``sizes`` (``(batch, m, n, k)``, elements of ``size``
+    bytes), those of :data:`GEMM_ALIGNMENT_MIN_SIZE` elements or more that leave rows
+    unaligned to :data:`GEMM_ALIGNMENT_BYTES`: the output width n (the output is a new
+    row-major tensor), and the inner size k where the kernel's name says it reads unaligned
+    data (``align1``: whether k sets a row's length depends on a layout the trace does not
+    record). None where the kernel's name says it reads aligned data."""
     said = _ALIGN_IN_NAME.search(kernel)
-    built_for = None if said is None else int(said[1]) * element_bytes
+    built_for = None if said is None else int(said[1]) * size
     if built_for is not None and built_for >= GEMM_ALIGNMENT_BYTES:
         return []
     _, _, n, k = sizes
@@ -1221,7 +1221,7 @@ def _unaligned(sizes: tuple[int, int, int, int], element_bytes: int, kernel: str
         f"{label}={value}"
         for label, value in (("k", k), ("n", n))
         if value >= GEMM_ALIGNMENT_MIN_SIZE
-        and (value * element_bytes) % GEMM_ALIGNMENT_BYTES
+        and (value * size) % GEMM_ALIGNMENT_BYTES
         and (label == "n" or built_for is not None)
     ]
 
