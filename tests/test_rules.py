@@ -1272,6 +1272,25 @@ def stalled_steps(stall: dict[int, tuple[str, float]], steps: int = 5) -> list[d
     return events
 
 
+def test_slow_step_names_another_slow_step_that_captured_a_cuda_graph(make_trace) -> None:
+    # Step 3 stalls 4 ms on the host; step 4, 3 ms longer too, captures a CUDA graph (a new
+    # batch size under reduce-overhead): its cause is in the trace, and named.
+    events = stalled_steps({3: ("host", 4_000.0), 4: ("host", 3_000.0)}, steps=7)
+    events += [
+        complete_event("cudaStreamBeginCapture", "cuda_runtime", 40_200.0, 10),
+        complete_event("cudaStreamEndCapture", "cuda_runtime", 42_000.0, 10),
+    ]
+    (finding,) = diagnose(make_trace(events), select=["slow-step"])
+    assert finding.evidence["step"] == 3
+    assert finding.evidence["other_slow_steps_capturing"] == [4]
+    assert "(1 other step(s) took 3× or more too; ProfilerStep#4 captured a CUDA graph)" in (
+        finding.message
+    )
+    # Without the capture, the other slow step is only counted.
+    (plain,) = diagnose(make_trace(events[:-2], name="plain.json"), select=["slow-step"])
+    assert "(1 other step(s) took 3× or more too)" in plain.message
+
+
 def test_slow_step_says_a_sync_waited_for_work_launched_before_the_recording(
     make_trace,
 ) -> None:

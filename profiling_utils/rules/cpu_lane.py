@@ -263,7 +263,16 @@ def slow_step(facts: Facts) -> Iterator[Hit]:
             "see periodic-step)"
         )
     elif len(slow) > 1:
-        message += f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too)"
+        # Another slow step that captured a CUDA graph has its cause in the trace: named.
+        capturing = {facts.step_number_of(capture.begin) for capture in facts.trace.graph_captures}
+        captured = sorted(other for other in slow if other != number and other in capturing)
+        also = ""
+        if captured:
+            evidence["other_slow_steps_capturing"] = captured
+            also = f"; {_step_list(captured)} captured a CUDA graph"
+        message += (
+            f" ({len(slow) - 1} other step(s) took {SLOW_STEP_MIN_RATIO:g}× or more too{also})"
+        )
     # Time no CPU thread spent in a recorded op or runtime call (labels and Python frames,
     # which with_stack records, cover time without doing any of it): in this step, and in
     # the other steps nearest it.
