@@ -2768,6 +2768,12 @@ def test_cuda_graph_reads_the_copies_of_an_older_torch_s_compiled_function(make_
         "20.0 µs of GPU time per step); after each replay, outputs are cloned out of them (1 "
         "copy launch(es) and 30.0 µs of GPU time per step)."
     )
+    assert finding.evidence["steps_with_replays"] == 1
+    # Without steps (a server's recording), the copies are counted over the recording.
+    stepless = make_trace(events[1:], name="stepless.json")
+    [finding] = diagnose(stepless, select=["cuda-graph"])
+    assert (finding.evidence["steps_with_replays"], finding.evidence["per_step"]) == (0, {})
+    assert "20.0 µs of GPU time in the recording); after each replay" in finding.message
     # A clone in the compiled call before its replay is neither: no output comes out yet.
     before = [*events[:2], *copy(20, 1, 10.0, clone=True), *events[8:10]]
     [finding] = diagnose(make_trace(before, name="before.json"), select=["cuda-graph"])

@@ -548,7 +548,9 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
                 (copies if way == "in" else clones).append(launch)
     copy_gpu_us = sum(work.dur for launch in copies for work in launch.work)
     clone_gpu_us = sum(work.dur for launch in clones for work in launch.work)
-    steps = max(len(_per_step(facts, graph_launches)), 1)
+    per_step = _per_step(facts, graph_launches)
+    steps = max(len(per_step), 1)  # copies counted over the recording where no step has one
+    every = "per step" if per_step else "in the recording"
     launch_us = median(s.dur for s in graph_launches)
     counts = [len(work) for work in replayed]
     fewest, most = min(counts), max(counts)
@@ -565,27 +567,27 @@ def cuda_graph(facts: Facts) -> Iterator[Hit]:
         message += (
             f"; before each replay, inputs are copied into the graph's buffers "
             f"({len(copies) / steps:g} copy launch(es) and {copy_gpu_us / steps:.1f} µs of "
-            "GPU time per step)"
+            f"GPU time {every})"
         )
     if clones:
         buffers = "them" if copies else "the graph's buffers"
         message += (
             f"; after each replay, outputs are cloned out of {buffers} "
             f"({len(clones) / steps:g} copy launch(es) and {clone_gpu_us / steps:.1f} µs of "
-            "GPU time per step)"
+            f"GPU time {every})"
         )
     yield (
         message + ".",
         {
             "launches": len(graph_launches),
-            "per_step": _per_step(facts, graph_launches),
+            "per_step": per_step,
             "median_launch_us": us(launch_us),
             "replayed": dict(activities.most_common(3)),
             "input_copy_launches": len(copies),
             "input_copy_gpu_us": us(copy_gpu_us),
             "output_clone_launches": len(clones),
             "output_clone_gpu_us": us(clone_gpu_us),
-            "steps_with_replays": steps,
+            "steps_with_replays": len(per_step),
             "first": span_ref(graph_launches[0]),
         },
     )
