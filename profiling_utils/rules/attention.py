@@ -153,10 +153,8 @@ def attention_backend(facts: Facts) -> Iterator[Hit]:
         f"{backend} {len(ops)}×{texts[backend]}" for backend, ops in per_backend.items()
     )
     message = f"scaled_dot_product_attention's backend: {summary} (forward calls on the GPU)."
-    trace = facts.trace
-    gpu_total = sum(w.dur for w in trace.gpu_work) - sum(w.dur for w in trace.communication)
     # A decode loop's attention runs in graph replays, with no op to name its backend.
-    replayed = replayed_without_ops(facts, sum(gpu_us.values()), gpu_total, "attention", "read")
+    replayed = replayed_without_ops(facts, sum(gpu_us.values()), "attention", "read")
     if replayed is not None:
         message += replayed[0]
     yield (

@@ -832,6 +832,16 @@ class Facts:
         return comm.comm_overlap(self.trace)
 
     @cached_property
+    def compute_gpu_us(self) -> float:
+        """The summed duration of every GPU activity but the communication kernels, µs (the
+        time a GEMM's or a backend's share is of: a collective's kernel spins while it
+        waits)."""
+        trace = self.trace
+        return sum(work.dur for work in trace.gpu_work) - sum(
+            kernel.dur for kernel in trace.communication
+        )
+
+    @cached_property
     def replay_only_kernels(self) -> list[Span]:
         """Kernels that graph replays run (:attr:`graph_launches`) under a name no kernel an
         op launched has, communication left out: a serving engine's decode GEMMs and
@@ -963,7 +973,7 @@ class Facts:
 
 
 def replayed_without_ops(
-    facts: Facts, read_us: float, gpu_total: float, what: str, done: str
+    facts: Facts, read_us: float, what: str, done: str
 ) -> tuple[str, int, float] | None:
     """Where graph replays run kernels no op of the trace launches
     (:attr:`~profiling_utils.rules.facts.Facts.replay_only_kernels`) for longer than the
@@ -971,6 +981,7 @@ def replayed_without_ops(
     ``done`` (``"a GEMM"``, ``"ranked"``), with their count and time; else ``None``."""
     kernels = facts.replay_only_kernels
     replayed_us = sum(kernel.dur for kernel in kernels)
+    gpu_total = facts.compute_gpu_us
     if replayed_us <= read_us or gpu_total <= 0:
         return None
     besides = " besides communication" if facts.trace.communication else ""

@@ -1139,7 +1139,7 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
         by_name.setdefault(kernel.name, []).append((launch, kernel))
     # As hotspot: a collective's kernel spins while it waits for its peers, no compute.
     communication = facts.communication_ids
-    gpu_total = sum(map(_DUR, facts.trace.gpu_work)) - sum(map(_DUR, facts.trace.communication))
+    gpu_total = facts.compute_gpu_us
     # A CUDA graph's replay runs the GEMMs it captured with no op around them (a serving
     # engine's decode steps): counted beside the op's own runs, in their time too.
     replayed: dict[str, list[Span]] = {}
@@ -1181,7 +1181,7 @@ def gemm_kernel(facts: Facts) -> Iterator[Hit]:
     evidence: dict[str, Any] = {"kernels": rows[:_REPORTED], "gemm_kernels": len(rows)}
     # Kernels that only graph replays run have no op in the trace to say what they compute:
     # a decode step's GEMMs, captured before the recording, may outweigh every GEMM ranked.
-    only_replayed = replayed_without_ops(facts, top["total_us"], gpu_total, "a GEMM", "ranked")
+    only_replayed = replayed_without_ops(facts, top["total_us"], "a GEMM", "ranked")
     if only_replayed is not None:
         words, evidence["only_replayed_kernels"], evidence["only_replayed_us"] = only_replayed
         message += words
@@ -1242,7 +1242,7 @@ def _unaligned(sizes: tuple[int, int, int, int], size: int, kernel: str) -> list
     from_post=False,
 )
 def gemm_alignment(facts: Facts) -> Iterator[Hit]:
-    gpu_total = sum(map(_DUR, facts.trace.gpu_work)) - sum(map(_DUR, facts.trace.communication))
+    gpu_total = facts.compute_gpu_us
     if gpu_total <= 0:
         return
     groups: dict[tuple[str, tuple[int, int, int, int], str], list[tuple[Span, Span]]] = {}
