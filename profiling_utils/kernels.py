@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-__all__ = ["Fp32Math", "fp32_math", "TF32_CAPABLE_KERNEL"]
+__all__ = ["Fp32Math", "fp32_math", "fp32_math_word", "TF32_CAPABLE_KERNEL"]
 
 Fp32Math = Literal["tf32", "fp32"]
 """``"tf32"``: TF32 on tensor cores; ``"fp32"``: plain fp32 on the CUDA cores."""
@@ -49,10 +49,24 @@ def fp32_math(name: str) -> Fp32Math | None:
     """How a GEMM or convolution kernel computes on fp32 data, by its name: ``"tf32"`` on
     tensor cores, ``"fp32"`` on the CUDA cores, ``None`` when the name does not say (or names
     a 16- or 8-bit type)."""
+    said = _fp32_math_match(name)
+    return said[0] if said else None
+
+
+def fp32_math_word(name: str) -> str | None:
+    """The part of a kernel's name that :func:`fp32_math` reads its answer from (``"tf32"``,
+    ``"_ffma_"``, ``"sgemm"``, ``"s1688gemm"``...), ``None`` where it gives ``None``.
+    cuBLAS writes ``_ffma_`` 76 characters into a name of over a hundred: show this beside
+    a name cut short."""
+    said = _fp32_math_match(name)
+    return said[1] if said else None
+
+
+def _fp32_math_match(name: str) -> tuple[Fp32Math, str] | None:
     if _NARROW_TYPES.search(name):
         return None
-    if _TF32.search(name):
-        return "tf32"
-    if _CUDA_CORE_FP32.search(name):
-        return "fp32"
+    if found := _TF32.search(name):
+        return "tf32", found.group()
+    if found := _CUDA_CORE_FP32.search(name):
+        return "fp32", found.group()
     return None

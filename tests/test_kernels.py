@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling_utils.kernels import TF32_CAPABLE_KERNEL, fp32_math
+from profiling_utils.kernels import TF32_CAPABLE_KERNEL, fp32_math, fp32_math_word
 
 # Names as real traces write them: our H100 recordings (TF32 off and on, measured on the
 # device), the A100 and V100 traces of tests/fixtures/foreign and ../shared/foreign-traces.
@@ -69,3 +69,9 @@ def test_kernels_built_for_compute_capability_8_or_newer_are_told_from_older_one
         *("void implicit_convolve_sgemm<float, float, 1024>", "turing_fp16_s1688gemm_fp16"),
     ]
     assert not any(TF32_CAPABLE_KERNEL.search(name) for name in older)
+
+
+def test_the_word_that_decides_is_the_part_of_the_name_read() -> None:
+    words = [fp32_math_word(name) for name in (CUDA_CORES[0], CUDA_CORES[2], TF32[0], TF32[1])]
+    assert words == ["_ffma_", "sgemm", "tf32", "s1688gemm"]
+    assert [fp32_math_word(name) for name in SAYS_NOTHING] == [None] * len(SAYS_NOTHING)

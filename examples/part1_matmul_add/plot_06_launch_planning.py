@@ -42,7 +42,7 @@ import torch
 from profiling_utils import capture, diagnose, load_trace, run_name
 from profiling_utils.claims import at_least_times, claim
 from profiling_utils.fresh import run_in_fresh_process
-from profiling_utils.kernels import fp32_math
+from profiling_utils.kernels import fp32_math, fp32_math_word
 from profiling_utils.measures import kernel_launches
 from profiling_utils.render import (
     Highlight,
@@ -169,9 +169,11 @@ for run in runs:
 # tensor cores in TF32, which keeps fp32's range but rounds its inputs to a 10-bit mantissa.
 # PyTorch runs fp32 matmuls in full fp32 unless told otherwise:
 # ``torch.set_float32_matmul_precision("high")`` allows TF32.
-# :func:`~profiling_utils.kernels.fp32_math` reads which from the name. The largest fp32
-# run, and the same product recorded again with TF32 allowed (each run's median GEMM kernel
-# over its recorded steps, and the TFLOP/s of that median kernel, 2·n³ operations):
+# :func:`~profiling_utils.kernels.fp32_math` reads which from the name, and
+# :func:`~profiling_utils.kernels.fp32_math_word` gives the part it read (in brackets below:
+# cuBLAS writes it far into a name the table cuts short). The largest fp32 run, and the
+# same product recorded again with TF32 allowed (each run's median GEMM kernel over its
+# recorded steps, and the TFLOP/s of that median kernel, 2·n³ operations):
 
 size = sizes[-1]
 x32, w32, b32 = (torch.randn(size, size, device=device) for _ in range(3))
@@ -211,7 +213,9 @@ for run in (large_fp32, tf32_run):
     said[run.name] = {fp32_math(k.kernel.name) for k in gemms}
     gemm_us[run.name] = statistics.median(k.kernel.dur for k in gemms)
     names = sorted({k.kernel.name for k in gemms})
+    words = sorted({fp32_math_word(k.kernel.name) or "" for k in gemms} - {""})
     says = ", ".join(sorted(MATH_WORDS[kind] for kind in said[run.name]))
+    says += f" (by {', '.join(words)})" if words else ""
     tflops = 2 * size**3 / gemm_us[run.name] / 1e6
     rows.append([run.name, cut(names[0], 28), says, gemm_us[run.name], tflops])
 if not rows:
