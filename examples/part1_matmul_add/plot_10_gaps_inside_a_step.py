@@ -198,8 +198,11 @@ if synced.has_gpu and evidence is not None:
 # what they recorded only at the end, so warm-up steps fill the buffers too, at no cost in
 # trace size. Ten warm-up steps and twenty-two recorded ones put the filling of the first
 # buffer inside the recording without keeping, and processing, every step before it.
-# Below the kernel counts, every span the profiler drew on its overhead row (the requests,
-# and any other of its own work), with the step it fell in.
+# Below the kernel counts, every span on CUPTI's overhead row, with the step it fell in.
+# CUPTI names each kind. Besides the request, a ``Buffer Flush`` is CUPTI's time flushing
+# its activity records into the profiler's buffers: a cost of profiling too. Module and
+# function loading rows (see :doc:`plot_02_cold_start`) are the driver loading kernel
+# code, which a process pays with or without a profiler.
 
 
 class TinyTransformer(torch.nn.Module):
@@ -264,7 +267,7 @@ if train.has_gpu:
         fewest=min(kernels),
     )
 requests = [s for s in train.trace.overhead if s.name == "Activity Buffer Request"]
-# Every span of the profiler's own overhead row, the requests and whatever else it drew.
+# Every span of CUPTI's overhead row, the requests and whatever else it recorded there.
 for span in train.trace.overhead:
     inside = train.trace.step_of(span)
     where = f"ProfilerStep#{inside.number}" if inside else "outside the steps"
