@@ -25,9 +25,11 @@ trace on purpose, pass ``max_bytes`` or set the environment variable
 ``PROFILING_UTILS_MAX_TRACE_BYTES`` (a number of bytes; ``max_bytes`` wins).
 
 Some Kineto versions write JSON that strict parsers reject: an unquoted ``N/A`` or ``inf`` in
-``args``, or control characters inside names. Such a file is decoded a second time after a
-byte-level repair that quotes those values and blanks the control characters; files that
-decode the first time are never rewritten.
+``args``; control characters, line breaks, quotes or Windows backslashes inside names,
+written as they are. Such a file is decoded a second time after a byte-level repair that
+quotes those values, escapes the names' quotes, tabs and line breaks, and blanks other
+control characters; files that decode the first time are never rewritten. The repair is one
+pass over the bytes whatever the layout (a file on one line included).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .errors import TraceError
 from .tables import byte_size, cut
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
     from decimal import Decimal
 
 __all__ = [
@@ -358,32 +361,45 @@ _NOT_SPACE = re.compile(rb"\S")
 Buffer = Union[bytes, bytearray, mmap.mmap]  # noqa: UP007 (a runtime alias)
 """A trace's bytes: a plain file mapped read-only (:class:`mmap.mmap`), or read or
 decompressed into memory."""
-# A JSON string (skipped), or a value some Kineto versions write unquoted, in a value position:
-# after ':' '[' or ',' and before ',' ']' or '}'. Only used after a failed first decode.
-_STRING_OR_BARE_VALUE = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"'
-    rb"|(?<=[:\[,])(\s*)(-?(?:N/A|NaN|nan|Infinity|inf))(?=\s*[,\]}])",
+# A value some Kineto versions write unquoted, in a value position: before ',' ']' or '}'
+# (after ':' '[' or ',', as JSON allows nothing else there outside a string).
+_BARE_VALUE = rb"-?(?:N/A|NaN|nan|Infinity|inf)(?=\s*[,\]}])"
+# The repair's last pass: (1) a run of JSON that needs nothing, strings that hold no raw tab
+# or line break included, so the pass yields a few long runs rather than one match per string
+# (a trace holds millions of strings); (2) a string that holds raw tabs or line breaks;
+# (3) a bare value. Possessive throughout: a run never gives back what it took.
+_REPAIR_TOKEN = re.compile(
+    rb'((?:[^"NIni\-]++|"[^"\\\t\n\r]*+(?:\\.[^"\\\t\n\r]*+)*+"|(?!'
+    + _BARE_VALUE
+    + rb")[NIni\-])++)"
+    rb'|("[^"\\]*+(?:\\.[^"\\]*+)*+")'
+    rb"|(" + _BARE_VALUE + rb")",
     re.S,
 )
-# A valid escape in a JSON string; a backslash left once these are taken out starts none.
-_VALID_ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+# Everything up to a backslash that starts no escape JSON has (a match only if there is one).
+_UP_TO_AN_INVALID_ESCAPE = re.compile(rb'(?:[^\\]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+\\')
 # A complete event's name in Kineto's layout, a line that ends ``"name": "...", "pid": 1,
 # "tid": 2,`` after ``"cat": "...",`` (on the line before in torch ~1.8 traces): Kineto writes
-# names unescaped, and a Python frame's file name may hold quotes (code torch.compile
-# generates, ``{"device": "cpu"}(12): run``), which end the string early. Only that layout:
-# in a file written on one line, the name's end could not be told from the next event's.
+# names unescaped, and a Python frame's name may hold quotes (the file name of code
+# torch.compile generates, ``{"device": "cpu"}(12): run``) or a newline (a frame named after
+# its source line), which end the string early or break it. Only that layout: in a file
+# written on one line, the name's end could not be told from the next event's. The name runs
+# to the first ``", "pid": `` and does not cross the line that closes an event; possessive
+# (``*+``), so a line that does not end as the layout does costs one scan, not one per
+# character of the rest of the file.
 _COMPLETE_EVENT_NAME = re.compile(
-    rb'(?m)("cat": "[^"\n]*",[ \t]*\r?\n?[ \t]*"name": ")([^\n]*)'
+    rb'(?m)("cat": "[^"\n]*",[ \t]*\r?\n?[ \t]*"name": ")'
+    # Only a name that needs escaping: past its plain characters, something else than its end.
+    rb'(?=[^"\t\n\r]*+(?:"(?!, "pid": )|[\t\r]|\n(?![ \t]*[{}\]])))'
+    rb'((?:[^"\n]|"(?!, "pid": )|\n(?![ \t]*[{}\]]))*+)'
     rb'(", "pid": (?:-?\d+|"[^"\n]*"), "tid": (?:-?\d+|"[^"\n]*"),[ \t]*\r?$)'
 )
 # A quote after an even number of backslashes (none included): one that ends a string.
 _RAW_QUOTE = re.compile(rb'(?<!\\)((?:\\\\)*)"')
 # Control bytes other than tab, newline and carriage return are never valid JSON outside a
 # string and invalid inside one: blank them.
-_CONTROL_TO_SPACE = bytes.maketrans(
-    bytes(b for b in range(32) if b not in (9, 10, 13)),
-    b" " * (32 - 3),
-)
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+_CONTROL_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _UTF8_CHUNK = 1 << 16  # a piece that stays in cache and in the heap (1 MB ones are mapped)
 _VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
 
@@ -666,34 +682,54 @@ def _is_utf8(data: Buffer) -> bool:
     return True
 
 
-def _quote_bare_value(match: re.Match[bytes]) -> bytes:
-    if match[2] is None:  # a string: leave it as it is
-        return match[0]
-    return match[1] + b'"' + match[2] + b'"'
+def _repair_token(match: re.Match[bytes]) -> bytes | None:
+    if match.lastindex == 1:
+        return None
+    if match.lastindex == 2:
+        return match[0].replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
+    return b'"' + match[0] + b'"'
 
 
 def _escape_raw_quotes(match: re.Match[bytes]) -> bytes:
     name = match[2]
-    if b'"' not in name and b"\t" not in name:
-        return match[0]
-    name = _RAW_QUOTE.sub(rb'\1\\"', name).replace(b"\t", b"\\t")
-    return match[1] + name + match[3]
+    # A newline written on Windows is CR LF on disk (a text-mode stream): the name held LF.
+    name = _RAW_QUOTE.sub(rb'\1\\"', name).translate(None, b"\r").replace(b"\n", b"\\n")
+    return match[1] + name.replace(b"\t", b"\\t") + match[3]
 
 
-def _repair(data: bytes) -> bytes:
+def _substitute(
+    pattern: re.Pattern[bytes], data: bytes, replace: Callable[[re.Match[bytes]], bytes | None]
+) -> bytes:
+    """``pattern.sub(replace, data)`` where ``replace`` gives ``None`` for a match to keep,
+    with the unchanged stretches joined from views of ``data``: one copy of the file, where
+    ``re.sub`` holds a second one in pieces while it joins them."""
+    view, pieces, done = memoryview(data), [], 0
+    for match in pattern.finditer(data):
+        replacement = replace(match)
+        if replacement is not None:
+            pieces += (view[done : match.start()], replacement)
+            done = match.end()
+    if not pieces:
+        return data
+    pieces.append(view[done:])
+    return b"".join(pieces)
+
+
+def _repair(data: Buffer) -> bytes:
     """Blank control bytes, replace invalid UTF-8, read backslashes as written where the writer
-    escaped none, escape the quotes inside complete events' names, and quote bare
-    ``N/A``/``NaN``/``inf`` values."""
-    data = data.translate(_CONTROL_TO_SPACE)
+    escaped none, escape the quotes, tabs and line breaks inside complete events' names and
+    the tabs and line breaks inside other strings, and quote bare ``N/A``/``NaN``/``inf``
+    values."""
+    data = _CONTROL_BYTE.sub(b" ", data)  # a new bytes, from the mapped file too
     if not _is_utf8(data):
         data = data.decode("utf-8", "replace").encode("utf-8")
-    if b"\\" in _VALID_ESCAPE.sub(b"", data):
+    if _UP_TO_AN_INVALID_ESCAPE.match(data):
         # An escape JSON does not have (``\U`` in ``C:\Users``): the writer escaped no
         # backslash (Kineto on Windows wrote paths in ``with_stack`` names and call stacks
         # as they are), so every one is the character itself.
         data = data.replace(b"\\", b"\\\\")
-    data = _COMPLETE_EVENT_NAME.sub(_escape_raw_quotes, data)
-    return _STRING_OR_BARE_VALUE.sub(_quote_bare_value, data)
+    data = _substitute(_COMPLETE_EVENT_NAME, data, _escape_raw_quotes)
+    return _substitute(_REPAIR_TOKEN, data, _repair_token)
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -741,6 +777,10 @@ def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
         )
     if start[:1] not in (b"{", b"["):
         return f"not JSON (it starts with {bytes(start[:16])!r})"
+    if at := _ERROR_BYTE.search(message):
+        where = int(at[1])
+        near = bytes(data[max(0, where - 40) : where + 20])
+        return f"not valid JSON ({message}; the bytes around it: {near!r})"
     return f"not valid JSON ({message})"
 
 
@@ -788,8 +828,6 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
     utf8 = _is_utf8(data)
     if utf8 and (trace := _fast_decode(data, path, event_type)) is not None:
         return trace
-    if isinstance(data, mmap.mmap):  # the slow path below may repair the bytes: copy them
-        data = data[:]
     first_error: msgspec.DecodeError | None = None
     if not utf8:
         first_error = msgspec.DecodeError("invalid UTF-8")
@@ -807,12 +845,15 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
     repaired = first_error is not None
     if first_error is not None:
         fixed = _repair(data)
-        if fixed == data:
+        if memoryview(fixed) == memoryview(data):
             raise TraceError(path, _json_problem(data, first_error))
         try:
             top = _TOP_LEVEL.decode(fixed)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise TraceError(path, _json_problem(data, first_error)) from None
+        if isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            # Nothing reads the mapped file again: let its pages go (the caller holds it).
+            data.madvise(mmap.MADV_DONTNEED)
         data = fixed
 
     raw_events = top.get("traceEvents")

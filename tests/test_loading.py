@@ -362,7 +362,11 @@ def test_not_json(tmp_path: Path, content: bytes, suffix: str) -> None:
 def test_malformed_json(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_bytes(b'{"traceEvents": [{"ph": "X",, }]}')
-    assert _reason(path).startswith("not valid JSON")
+    # Where, and the bytes around it: enough to see what broke the file.
+    assert _reason(path) == (
+        "not valid JSON (JSON is malformed: expected '\"' (byte 28); the bytes around "
+        """it: b'{"traceEvents": [{"ph": "X",, }]}')"""
+    )
 
 
 def test_json_nested_deeper_than_the_decoder_goes_is_refused(tmp_path: Path) -> None:
@@ -824,12 +828,16 @@ def test_device_properties_win_over_compute_properties(make_trace) -> None:
 
 # Kineto writes names as they are: a Windows path's backslashes (with_stack's Python frames,
 # torch 2.0 on Windows), quotes in the file name of code torch.compile generates, a tab in a
-# record_function label. Each makes the JSON invalid; the file loads with the names as written.
+# record_function label, a frame named after a source line with quotes and a line break in it
+# (pytorch/pytorch#113001, torch 2.0.1). Each makes the JSON invalid; the file loads with the
+# names as written.
 UNESCAPED_NAMES = [
     "C:\\Users\\me\\torch\\nn\\modules\\module.py(1501): _call_impl",
     '{"device": "cpu", "dtype": "float32"}(12): run',
     'C:\\Users\\"quoted"\\',
     "label\twith a tab",
+    'lib = Library("test", "IMPL")\n(1): <module>',
+    "two\nlines",
 ]
 
 
@@ -864,3 +872,35 @@ def test_a_valid_escape_in_a_file_repaired_for_another_reason_is_kept(make_trace
     raw = load_raw_trace(make_trace(text.encode(), name="escaped.json"))
     assert raw.repaired
     assert 'aten::mm "x"\\y\tz' in [e.name for e in raw.events if isinstance(e, Event)]
+
+
+def test_a_line_break_in_a_name_written_on_windows_loads_as_the_name_held(tmp_path: Path) -> None:
+    # A text-mode stream on Windows writes every newline as CR LF, the name's included.
+    text = gzip.decompress(gpu_fixture("64_bf16_warm_eager").read_bytes())
+    label = b'"name": "matmul_add", "pid": '
+    broken = text.replace(label, label.replace(b"matmul_add", b"two\nlines"))
+    path = tmp_path / "windows.json"
+    path.write_bytes(broken.replace(b"\n", b"\r\n"))
+    trace = load_trace(path)
+    assert sum(span.name == "two\nlines" for span in trace.spans) == text.count(label)
+
+
+def test_a_file_on_one_line_with_raw_line_breaks_in_names_loads(make_trace) -> None:
+    events = minimal_gpu_events()
+    events[2]["name"] = "aten::mm\tfrom\r\na frame"
+    text = json.dumps(trace_document(events))
+    assert "\n" not in text  # json.dumps escapes them: write them raw, as a careless writer does
+    broken = text.replace("\\t", "\t").replace("\\r", "\r").replace("\\n", "\n")
+    raw = load_raw_trace(make_trace(broken.encode(), name="one_line.json"))
+    assert raw.repaired
+    assert "aten::mm\tfrom\r\na frame" in [e.name for e in raw.events if isinstance(e, Event)]
+
+
+def test_a_file_on_one_line_is_repaired_without_reading_names_kineto_style(make_trace) -> None:
+    # One line, a bare NaN sends it through the repair, and the keys come in Kineto's order
+    # ("cat", "name", "pid", "tid"): names are left as they are, and every span is read.
+    events = [complete_event(f"op{i}", "cpu_op", i, 1) for i in range(2000)]
+    text = json.dumps(trace_document(events)).replace('"args": {}', '"args": {"x": NaN}', 1)
+    assert text.count("\n") == 0 and '"cat": "cpu_op", "name": "op0", "pid"' in text
+    trace = load_trace(make_trace(text.encode(), name="one_line.json"))
+    assert [span.name for span in trace.spans] == [f"op{i}" for i in range(2000)]
