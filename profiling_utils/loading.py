@@ -116,6 +116,7 @@ _OTHER_EVENT_TYPES = tuple(
 
 class _NameArgs(msgspec.Struct, gc=False):
     name: Any = None
+    labels: Any = None
 
 
 class _MetadataEvent(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
@@ -210,6 +211,7 @@ class RawTrace(Generic[E]):
     _source: Buffer | None = field(default=None, repr=False)
     _events_source: Buffer | msgspec.Raw | None = field(default=None, repr=False)
     _thread_names: dict[tuple[int | str, int | str], str] | None = field(default=None, repr=False)
+    _process_labels: dict[int | str, str] | None = field(default=None, repr=False)
     _memory_events: list[MemoryEvent] | None = field(default=None, repr=False)
 
     @property
@@ -233,6 +235,16 @@ class RawTrace(Generic[E]):
         return self._thread_names  # type: ignore[return-value]
 
     @property
+    def process_labels(self) -> dict[int | str, str]:
+        """The labels Kineto gives processes in ``process_labels`` metadata events, by
+        ``pid``: ``"CPU"``, ``"GPU 0"``. torch ~1.8 traces label a process for every GPU of
+        the machine, whatever was recorded. Read in the same second pass as
+        :attr:`thread_names`."""
+        if self._process_labels is None:
+            self._second_pass()
+        return self._process_labels  # type: ignore[return-value]
+
+    @property
     def memory_events(self) -> list[MemoryEvent]:
         """The allocations and frees ``profile_memory=True`` recorded (``[memory]`` instant
         events), in file order; read in the same second pass as :attr:`thread_names`."""
@@ -246,10 +258,11 @@ class RawTrace(Generic[E]):
         return self._memory_events  # type: ignore[return-value]
 
     def _second_pass(self) -> None:
-        """Read :attr:`thread_names` and :attr:`memory_events` in one pass over the events,
-        then let the source go."""
+        """Read :attr:`thread_names`, :attr:`process_labels` and :attr:`memory_events` in one
+        pass over the events, then let the source go."""
         source, self._events_source = self._events_source, None
         names: dict[tuple[int | str, int | str], str] = {}
+        labels: dict[int | str, str] = {}
         memory: list[MemoryEvent] = []
         try:
             if source is not None and not isinstance(source, msgspec.Raw):
@@ -263,11 +276,15 @@ class RawTrace(Generic[E]):
                 name = event.args.name if event.args is not None else None
                 if isinstance(name, str) and name.strip():
                     names[event.pid, event.tid] = name.strip()
+            elif kind is _MetadataEvent and event.name == "process_labels":
+                label = event.args.labels if event.args is not None else None
+                if isinstance(label, str) and label.strip():
+                    labels[event.pid] = label.strip()
             elif kind is _InstantEvent and event.name == "[memory]":
                 found = _memory_event(event)
                 if found is not None:
                     memory.append(found)
-        self._thread_names, self._memory_events = names, memory
+        self._thread_names, self._process_labels, self._memory_events = names, labels, memory
 
     def exact_times(self) -> list[Decimal | None]:
         """Every event's ``ts`` exactly as written, in file order (``None`` where an event has

@@ -273,6 +273,8 @@ class Lane(msgspec.Struct, frozen=True, gc=False):
 _UNASSIGNED_LANE = Lane("", "", "other", "")
 # Kineto names a thread "thread <tid> (<name>)".
 _KINETO_THREAD_NAME = re.compile(r"thread \S+ \((.+)\)")
+# torch ~1.8 traces label a process for each GPU of the machine (``process_labels``).
+_GPU_PROCESS_LABEL = re.compile(r"GPU \d+")
 
 
 class Span(Event, gc=False, eq=False):
@@ -1395,7 +1397,9 @@ class Trace:
                 "its active steps writes such a trace; with a schedule, export the trace from "
                 "on_trace_ready)"
             )
-        if self.devices:
+        if self.devices or any(
+            _GPU_PROCESS_LABEL.fullmatch(label) for label in self._raw.process_labels.values()
+        ):
             return "no GPU work recorded: the trace lists a GPU but holds host events only"
         backends = sorted(
             {

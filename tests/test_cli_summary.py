@@ -370,6 +370,28 @@ def test_a_listed_gpu_with_host_events_only_is_said_so(capsys, make_trace) -> No
     assert {r["content"] for r in json.loads(out)["cross_rank"]["ranks"]} == {"CPU only"}
 
 
+@pytest.mark.parametrize("labels", [["CPU", "GPU 0", "GPU 1"], ["CPU"]])
+def test_a_torch_18_trace_labelling_gpu_processes_lists_a_gpu(
+    capsys, make_trace, labels: list[str]
+) -> None:
+    # torch ~1.8 wrote no deviceProperties, but a process_labels event for each GPU of the
+    # machine (a solangii/gpu-practice trace: "GPU 0" to "GPU 7", CPU activities only).
+    events = [complete_event("aten::add", "Operator", 0, 10, pid=386, tid="1757620032")]
+    for pid, label in enumerate(labels):
+        events.append(
+            {"name": "process_labels", "ph": "M", "ts": 0, "pid": pid, "args": {"labels": label}}
+        )
+    path = make_trace({"schemaVersion": 1, "traceEvents": events})
+    status, text, _ = run_cli(capsys, "summary", str(path))
+    listed = "no GPU work recorded: the trace lists a GPU but holds host events only"
+    assert status == 0
+    if len(labels) > 1:
+        assert f"  {listed}" in text.splitlines() and "CPU-only" not in text
+    else:
+        assert text.splitlines()[1] == "  1 spans over 10.0 µs; no GPU work (CPU-only trace)"
+        assert listed not in text
+
+
 def test_a_recording_of_the_profilers_own_events_only_is_said_so(capsys, make_trace) -> None:
     # What export_chrome_trace writes after a schedule's active steps ended (recorded so on
     # an H100, torch 2.11): the profiler's span, its stop's synchronisation, a buffer request.
