@@ -216,14 +216,14 @@ for name in ("aten::mm", "aten::add"):
         )
 
 # %%
-# Both first calls spend most of their time on their own, outside every call the trace
-# records inside them, and what they launch takes the GPU a hundredth of that or less
-# (the claims above): the cost is on the CPU, before the GPU has anything to run. The
-# trace says little about what that time is spent on. The overhead rows inside a call are
-# the part CUPTI saw (a buffer request among them is the profiler's own); the rest of
-# the causes listed above run in calls the profiler does not record: it skips a few
-# frequent runtime calls by design, and of the driver's API it records only the kernel
-# launches.
+# Most of each first call is its own time: on its thread, outside every call the trace
+# records inside it. What they launch takes the GPU a hundredth of that or less (the
+# claims above): the cost is on the CPU, before the GPU has anything to run. The trace
+# says little about what that time is spent on. The overhead rows printed with each call
+# fall within its own time, on a row of their own: they are the part CUPTI saw (a buffer
+# request among them is the profiler's). The rest of the causes listed above run in calls
+# the profiler does not record: it skips a few frequent runtime calls by design, and of
+# the driver's API it records only the kernel launches.
 #
 # The first step in the timeline
 # ------------------------------

@@ -186,11 +186,10 @@ plot_timeline(
 #
 # The batched case
 # ----------------
-# The post adds a batch axis to all three operands, making each ``(n, n, n)``
-# (``torch.randn(size, size, size)``), and sees ``aten::matmul`` dispatch to the batched
-# product ``aten::bmm``. We take a batch of 8 instead, ``(8, n, n)``: same code, new
-# shapes. A third shape, which the post does not try, multiplies the batch by one 2-D
-# weight:
+# The post adds a batch of 8 to all three operands, making each ``(8, n, n)``
+# (``torch.randn(8, size, size)``), and sees ``aten::matmul`` dispatch to the batched
+# product ``aten::bmm``. We do the same: same code, new shapes. A third shape, which the
+# post does not try, multiplies the batch by one 2-D weight:
 
 batched = profile((8, n, n), (8, n, n), run_name((8, n, n), "bf16", warm=True))
 folded = profile((8, n, n), (n, n), f"8x{n}x{n}-by-{n}x{n}_bf16_warm_eager")

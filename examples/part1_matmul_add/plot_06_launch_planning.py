@@ -170,7 +170,7 @@ for run in runs:
 # PyTorch runs fp32 matmuls in full fp32 unless told otherwise:
 # ``torch.set_float32_matmul_precision("high")`` allows TF32.
 # :func:`~profiling_utils.kernels.fp32_math` reads which from the name, and
-# :func:`~profiling_utils.kernels.fp32_math_word` gives the part it read (in brackets below:
+# :func:`~profiling_utils.kernels.fp32_math_word` gives the part it read (in parentheses below:
 # cuBLAS writes it far into a name the table cuts short). The largest fp32 run, and the
 # same product recorded again with TF32 allowed (each run's median GEMM kernel over its
 # recorded steps, and the TFLOP/s of that median kernel, 2·n³ operations):

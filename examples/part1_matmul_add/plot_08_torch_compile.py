@@ -213,7 +213,7 @@ else:
 # (``ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_nn``). Whether that holds on
 # this GPU is the last claim above, with the names printed before it. Where the names
 # differ only in a part such as ``_bz_`` against ``_badd_`` (as with cuBLASLt's ``nvjet``
-# kernels on an H100), the two are variants of one GEMM: NVIDIA does not document these
+# kernels on Hopper GPUs), the two are variants of one GEMM: NVIDIA does not document these
 # names, but read against what the two runs do, one ignores what the output held
 # (``β = 0``) and the other adds to it (``β = 1``).
 #
@@ -291,9 +291,10 @@ if step.gpu_work:
         if own_start >= step.end
         else "while its CPU side runs"
     )
+    print(f"this step's GPU work starts {when};")
     print(
-        f"this step's GPU work starts {when}; {len(earlier)} GPU activities launched by "
-        "earlier steps start after this step's start and before its own work"
+        f"{len(earlier)} GPU activities launched by earlier steps start after this step's\n"
+        "start and before its own work"
     )
 
 # %%
@@ -453,9 +454,8 @@ if device == "cuda":
         stack_cpu[label] = step_cpu(stack_run)
         launches = compare(stack_run.trace, stack_run.trace).trace.launches_per_step
         stack_launches[label] = launches
-        print(
-            f"{label:16s} CPU per step {stack_cpu[label]}, {launches:g} launch calls per step"
-        )
+        print(f"{label:16s} CPU per step {stack_cpu[label]}")
+        print(f"{'':16s} {launches:g} launch calls per step")
     claim(
         "eager makes at least one launch call per layer",
         stack_launches["eager"] >= 16,

@@ -191,13 +191,13 @@ else:
     print("No GPU here: no GEMM kernel to read.")
 
 # %%
-# On an H100 the kernel is a cuBLASLt ``nvjet`` kernel for sm90, and its name ends in
-# three capital letters (split out above, at the name's underscores).
+# On a Hopper GPU (an H100 or an H200) the kernel is a cuBLASLt ``nvjet`` kernel for sm90,
+# and its name ends in three capital letters (split out above, at the name's underscores).
 # NVIDIA does not document ``nvjet`` names. The first two letters fit the same reading
 # as the A100's ``tn``: PyTorch hands cuBLAS the column-major view of the row-major
 # product, which makes the weight the operand read transposed. What the third letter
-# encodes we cannot tell from a trace. Groups such as ``8x64`` and ``64x16`` look like
-# tile shapes, by analogy with CUTLASS names; the whole name is a label for a tuned
+# encodes we cannot tell from a trace. The groups of two numbers joined by an ``x`` look
+# like tile shapes, by analogy with CUTLASS names; the whole name is a label for a tuned
 # configuration, not a specification.
 #
 # What does ``torch.compile`` change?

@@ -652,9 +652,9 @@ if eager.has_gpu:
 # ------------------------------------
 # The structure is the post's: five kernels eager, four compiled and with Liger, three of
 # them GEMMs (the claims above check it). The kernels and their times are this GPU's. Side
-# by side, the post's A100 figures (as the post reports them) and this run's medians (the
-# post names its two GEMM kernels without saying which product runs which; ours are in
-# launch order, with how many of a forward's three products each runs):
+# by side, the post's A100 figures (as the post reports them: its ``128x128`` kernel runs
+# gate and up, its ``128x256`` one down) and this run's medians (our GEMM kernels in launch
+# order, with how many of a forward's three products each runs):
 
 
 def verdict(first: str, second: str) -> str:
@@ -678,7 +678,11 @@ if eager.has_gpu and liger is not None:
         for name, n in gemm_calls.items()
     ]
     rows = [
-        ["GEMM kernels", "…128x128…_tn, …128x256…_tn", gemm_kernels[0]],
+        [
+            "GEMM kernels",
+            "…128x128…_tn (gate, up), …128x256…_tn (down)",
+            gemm_kernels[0],
+        ],
         *[["", "", name] for name in gemm_kernels[1:]],
         [
             "Liger / Inductor kernel",

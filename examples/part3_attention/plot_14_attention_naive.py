@@ -251,7 +251,7 @@ if last.gpu_work:
 # ``cudaDeviceSynchronize`` there, after the last step, waits for the GPU to finish what
 # the CPU queued (:doc:`page 01 <../part1_matmul_add/plot_01_overhead_vs_compute>` counts
 # that wait in torch's table). A kernel box too narrow for a shortened name shows the
-# first word of it, the kernel's family (the GEMMs' ``nvjet``, on an H100).
+# first word of it, the kernel's family (the GEMMs' ``nvjet``, on a Hopper GPU).
 #
 # How fast is the copy?
 # ---------------------
