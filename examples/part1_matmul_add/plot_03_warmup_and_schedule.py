@@ -173,7 +173,8 @@ if has_gpu:
 # into the unrecorded ``wait`` step and throws away the profiler's first step
 # (``warmup``). Warm-up iterations move the first calls out of the profiler's steps
 # altogether; what they add on top of the schedule is the difference between the first
-# steps of the last two runs, one step each: too few to call it a cost. Each ratio above
+# steps of the last two runs (either can come out the wider), one step each: too few to
+# call it a cost or a saving. Each ratio above
 # is against the later steps of its own process, and those medians differ from process to
 # process, so read the ratios as rough. For the two runs with the post's schedule, the
 # ratio printed for each says how far its first recorded step still stands out; the
