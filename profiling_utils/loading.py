@@ -417,6 +417,7 @@ _RAW_QUOTE = re.compile(rb'(?<!\\)((?:\\\\)*)"')
 # string and invalid inside one: blank them.
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
 _CONTROL_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_CONTROL_TO_SPACE = bytes.maketrans(bytes(range(9)) + b"\x0b\x0c" + bytes(range(14, 32)), b" " * 29)
 _UTF8_CHUNK = 1 << 16  # a piece that stays in cache and in the heap (1 MB ones are mapped)
 _VALIDATION_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
 
@@ -426,7 +427,11 @@ MAX_TRACE_BYTES_ENV = "PROFILING_UTILS_MAX_TRACE_BYTES"
 _MEMORY_PER_TRACE_BYTE = 3  # peak RSS is ~2.6x the decompressed trace: keep a margin
 _GZIP_INPUT_CHUNK = 1 << 16
 _GZIP_OUTPUT_CHUNK = 1 << 20
-_GZIP_MAX_RATIO = 1032  # deflate's largest expansion
+# The gzip trailer sizes the output buffer up to this many times the compressed size; past
+# it the buffer grows as output comes. Traces compress 10-30 times; the last four bytes of a
+# truncated file are no trailer, and zero-filling the buffer they claim (up to deflate's
+# largest expansion, 1032 times) cost gigabytes before the file was found cut short.
+_GZIP_TRUSTED_RATIO = 64
 
 
 def _available_memory_bytes() -> int | None:
@@ -535,14 +540,14 @@ def _gunzip(
     """Decompress gzip as a stream into one buffer, refusing output past ``limit``.
 
     The buffer is sized from the gzip trailer (the uncompressed size mod 2**32), but only as a
-    hint, capped by the limit and by deflate's largest ratio: the output is counted as it
-    comes, in 1 MB pieces, and the file is refused as soon as it passes the limit, whatever
-    the trailer says. Small pieces stay in cache, so this is as fast as one-shot
-    ``zlib.decompress``; one ``bytearray`` (no copy at the end, where ``gzip.decompress`` peaks
-    at twice the output) is what msgspec then decodes from. Several gzip members are read in
-    turn.
+    hint, capped by the limit and by 64 times the compressed size (it grows past that as
+    output comes): the output is counted as it comes, in 1 MB pieces, and the file is
+    refused as soon as it passes the limit, whatever the trailer says. Small pieces stay in
+    cache, so this is as fast as one-shot ``zlib.decompress``; one ``bytearray`` (no copy at
+    the end, where ``gzip.decompress`` peaks at twice the output) is what msgspec then
+    decodes from. Several gzip members are read in turn.
     """
-    hint = min(int.from_bytes(data[-4:], "little"), _GZIP_MAX_RATIO * len(data))
+    hint = min(int.from_bytes(data[-4:], "little"), _GZIP_TRUSTED_RATIO * len(data))
     if limit is not None:
         hint = min(hint, limit + 1)
     out = bytearray(hint)
@@ -737,7 +742,11 @@ def _repair(data: Buffer) -> bytes:
     escaped none, escape the quotes, tabs and line breaks inside complete events' names and
     the tabs and line breaks inside other strings, and quote bare ``N/A``/``NaN``/``inf``
     values."""
-    data = _CONTROL_BYTE.sub(b" ", data)  # a new bytes, from the mapped file too
+    # bytes, from the mapped file too (a new one only where something changes below)
+    data = data if isinstance(data, bytes) else bytes(data)
+    if _CONTROL_BYTE.search(data):
+        # One pass in C (a sub makes an object per byte: a file padded with NULs had millions).
+        data = data.translate(_CONTROL_TO_SPACE)
     if not _is_utf8(data):
         data = data.decode("utf-8", "replace").encode("utf-8")
     if _UP_TO_AN_INVALID_ESCAPE.match(data):
