@@ -401,14 +401,14 @@ _UP_TO_AN_INVALID_ESCAPE = re.compile(rb'(?:[^\\]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F
 # torch.compile generates, ``{"device": "cpu"}(12): run``) or a newline (a frame named after
 # its source line), which end the string early or break it. Only that layout: in a file
 # written on one line, the name's end could not be told from the next event's. The name runs
-# to the first ``", "pid": `` and does not cross the line that closes an event; possessive
-# (``*+``), so a line that does not end as the layout does costs one scan, not one per
-# character of the rest of the file.
+# to the first ``", "pid": `` and crosses neither the line that closes an event nor, on one
+# line, the ``}, {`` between two events; possessive (``*+``): an event that does not end as
+# the layout does costs one scan of itself, not one of the rest of the file.
 _COMPLETE_EVENT_NAME = re.compile(
     rb'(?m)("cat": "[^"\n]*",[ \t]*\r?\n?[ \t]*"name": ")'
     # Only a name that needs escaping: past its plain characters, something else than its end.
     rb'(?=[^"\t\n\r]*+(?:"(?!, "pid": )|[\t\r]|\n(?![ \t]*[{}\]])))'
-    rb'((?:[^"\n]|"(?!, "pid": )|\n(?![ \t]*[{}\]]))*+)'
+    rb'((?:[^"\n}]|"(?!, "pid": )|\n(?![ \t]*[{}\]])|}(?!\s*,\s*\{))*+)'
     rb'(", "pid": (?:-?\d+|"[^"\n]*"), "tid": (?:-?\d+|"[^"\n]*"),[ \t]*\r?$)'
 )
 # A quote after an even number of backslashes (none included): one that ends a string.
