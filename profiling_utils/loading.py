@@ -400,15 +400,17 @@ _UP_TO_AN_INVALID_ESCAPE = re.compile(rb'(?:[^\\]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F
 # names unescaped, and a Python frame's name may hold quotes (the file name of code
 # torch.compile generates, ``{"device": "cpu"}(12): run``) or a newline (a frame named after
 # its source line), which end the string early or break it. Only that layout: in a file
-# written on one line, the name's end could not be told from the next event's. The name runs
-# to the first ``", "pid": `` and crosses neither the line that closes an event nor, on one
-# line, the ``}, {`` between two events; possessive (``*+``): an event that does not end as
-# the layout does costs one scan of itself, not one of the rest of the file.
+# written on one line (or pretty-printed, ``"pid"`` on a line of its own), the name's end
+# could not be told from the next event's, and the pass does not run (:func:`_kineto_layout`).
+# The name runs to the first ``", "pid": `` and does not cross the line that closes an event;
+# possessive (``*+``): an event that does not end as the layout does costs one scan of
+# itself.
 _COMPLETE_EVENT_NAME = re.compile(
     rb'(?m)("cat": "[^"\n]*",[ \t]*\r?\n?[ \t]*"name": ")'
-    # Only a name that needs escaping: past its plain characters, something else than its end.
-    rb'(?=[^"\t\n\r]*+(?:"(?!, "pid": )|[\t\r]|\n(?![ \t]*[{}\]])))'
-    rb'((?:[^"\n}]|"(?!, "pid": )|\n(?![ \t]*[{}\]])|}(?!\s*,\s*\{))*+)'
+    # Only a name that needs escaping: past its plain characters and escape pairs (a writer
+    # that escapes leaves nothing else), a raw quote before its end, tab or line break.
+    rb'(?=(?:[^"\\\t\n\r]|\\[^\t\n\r])*+(?:"(?!, "pid": )|[\t\r\\]|\n(?![ \t]*[{}\]])))'
+    rb'((?:[^"\n]|"(?!, "pid": )|\n(?![ \t]*[{}\]]))*+)'
     rb'(", "pid": (?:-?\d+|"[^"\n]*"), "tid": (?:-?\d+|"[^"\n]*"),[ \t]*\r?$)'
 )
 # A quote after an even number of backslashes (none included): one that ends a string.
@@ -712,11 +714,22 @@ def _repair_token(match: re.Match[bytes]) -> bytes | None:
     return b'"' + match[0] + b'"'
 
 
-def _escape_raw_quotes(match: re.Match[bytes]) -> bytes:
+def _escape_raw_name(match: re.Match[bytes], literal_backslashes: bool) -> bytes:
     name = match[2]
+    if literal_backslashes:
+        # A writer that left quotes or line breaks raw escaped nothing: a backslash in the
+        # name is one (``print("done\n")``), unless every backslash was doubled already.
+        name = name.replace(b"\\", b"\\\\")
     # A newline written on Windows is CR LF on disk (a text-mode stream): the name held LF.
-    name = _RAW_QUOTE.sub(rb'\1\\"', name).translate(None, b"\r").replace(b"\n", b"\\n")
-    return match[1] + name.replace(b"\t", b"\\t") + match[3]
+    name = _RAW_QUOTE.sub(rb'\1\\"', name).replace(b"\r\n", b"\n")
+    name = name.replace(b"\r", b"\\r").replace(b"\n", b"\\n").replace(b"\t", b"\\t")
+    return match[1] + name + match[3]
+
+
+def _kineto_layout(data: bytes) -> bool:
+    """Whether the file is laid out as Kineto writes it, a few lines per event and a complete
+    event's ``"pid"`` on its name's line: the only layout whose names the repair can read."""
+    return data.count(b"\n") >= data.count(b'"ph":') > 0 and b'", "pid": ' in data
 
 
 def _substitute(
@@ -749,12 +762,15 @@ def _repair(data: Buffer) -> bytes:
         data = data.translate(_CONTROL_TO_SPACE)
     if not _is_utf8(data):
         data = data.decode("utf-8", "replace").encode("utf-8")
-    if _UP_TO_AN_INVALID_ESCAPE.match(data):
+    doubled = _UP_TO_AN_INVALID_ESCAPE.match(data) is not None
+    if doubled:
         # An escape JSON does not have (``\U`` in ``C:\Users``): the writer escaped no
         # backslash (Kineto on Windows wrote paths in ``with_stack`` names and call stacks
         # as they are), so every one is the character itself.
         data = data.replace(b"\\", b"\\\\")
-    data = _substitute(_COMPLETE_EVENT_NAME, data, _escape_raw_quotes)
+    if _kineto_layout(data):
+        escape = functools.partial(_escape_raw_name, literal_backslashes=not doubled)
+        data = _substitute(_COMPLETE_EVENT_NAME, data, escape)
     return _substitute(_REPAIR_TOKEN, data, _repair_token)
 
 
@@ -791,15 +807,32 @@ def _what_the_array_holds(data: Buffer) -> str:
     return " (torch.profiler writes an object with 'traceEvents')"
 
 
+def _wide_encoding(head: bytes) -> str | None:
+    """``"UTF-32"`` or ``"UTF-16"`` where a file's first bytes are text in it (by its byte-order
+    mark, or without one by the NUL bytes that ASCII characters hold in it), else ``None``."""
+    if head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16"
+    sample = head[:64]
+    nul_share = sample.count(0) / len(sample) if len(sample) >= 8 else 0.0
+    if 0.4 <= nul_share <= 0.6:  # ASCII in UTF-16: one NUL in two bytes
+        return "UTF-16"
+    if 0.7 <= nul_share <= 0.8:  # in UTF-32: three in four (a file of NULs is neither)
+        return "UTF-32"
+    return None
+
+
 def _json_problem(data: bytes, err: msgspec.DecodeError) -> str:
     message = str(err)
     if "truncated" in message:
         return "JSON is cut short (the file looks truncated)"
-    start = data[:4096].lstrip()
-    if start[:2] in (b"\xff\xfe", b"\xfe\xff"):
+    head = bytes(data[:4096])
+    start = head.lstrip()
+    if encoding := _wide_encoding(head):
         return (
-            "UTF-16 text, not the UTF-8 JSON torch.profiler writes (saved again by a Windows "
-            "tool?): convert it back to UTF-8"
+            f"{encoding} text, not the UTF-8 JSON torch.profiler writes (saved again by a "
+            "Windows tool?): convert it back to UTF-8"
         )
     if start[:1] not in (b"{", b"["):
         return f"not JSON (it starts with {bytes(start[:16])!r})"
@@ -870,6 +903,8 @@ def _decode_trace(data: Buffer, path: str | os.PathLike[str], event_type: type[E
             first_error = err
     repaired = first_error is not None
     if first_error is not None:
+        if _wide_encoding(bytes(data[:64])):  # its NUL bytes would repair into spaced text
+            raise TraceError(path, _json_problem(data, first_error))
         fixed = _repair(data)
         if memoryview(fixed) == memoryview(data):
             raise TraceError(path, _json_problem(data, first_error))

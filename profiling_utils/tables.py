@@ -43,10 +43,16 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: st
 
 def cut(text: str, width: int) -> str:
     """``text``, or its first ``width - 1`` characters and ``…`` when it is longer: kernel
-    names run to hundreds of characters, and a clipped one must say so."""
+    names run to hundreds of characters, and a clipped one must say so. Line breaks and tabs
+    show as ``\\n``, ``\\r`` and ``\\t``: a Python frame's name can hold one, and a table's
+    row must stay one line."""
     if width < 1:
         raise ValueError(f"width must be positive, not {width}")
+    text = text.translate(_ONE_LINE)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_ONE_LINE = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
 def distinct_cuts(names: Sequence[str], width: int) -> list[str]:

@@ -39,6 +39,7 @@ from profiling_utils.loading import (
     read_trace_bytes,
 )
 from profiling_utils.rules import diagnose
+from profiling_utils.tables import cut
 
 # -- format edges that must load ---------------------------------------------------------------
 
@@ -534,10 +535,15 @@ def test_a_byte_order_mark_before_the_json_is_skipped(tmp_path: Path, suffix: st
     assert trace.devices == expected.devices
 
 
-def test_utf16_text_is_named_as_such(tmp_path: Path) -> None:
-    path = tmp_path / "utf16.json"
-    path.write_bytes(b"\xff\xfe" + '{"traceEvents": []}'.encode("utf-16-le"))
-    with pytest.raises(TraceError, match="^.*: UTF-16 text, not the UTF-8 JSON torch.profiler"):
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")],
+)
+def test_utf16_and_utf32_text_is_named_as_such(tmp_path: Path, encoding: str, said: str) -> None:
+    # With a byte-order mark (utf-16, utf-32) or without one (utf-16-le, utf-16-be).
+    path = tmp_path / "wide.json"
+    path.write_bytes('  {"traceEvents": []}'.encode(encoding))
+    with pytest.raises(TraceError, match=f"^.*: {said} text, not the UTF-8 JSON torch.profiler"):
         load_trace(path)
 
 
@@ -838,6 +844,12 @@ UNESCAPED_NAMES = [
     "label\twith a tab",
     'lib = Library("test", "IMPL")\n(1): <module>',
     "two\nlines",
+    # Backslashes in a name whose quotes are raw are themselves: nothing was escaped.
+    'print("done\\n")(3): <module>',
+    's = "a\\"b"(3): <module>',
+    "x = a + \\",  # a line continuation: its backslash met the closing quote
+    "a\rb",  # a lone CR, not a Windows line break
+    'f({"a": 1}, {"b": 2})(3): run',
 ]
 
 
@@ -858,8 +870,13 @@ def test_names_kineto_wrote_unescaped_load_as_written(tmp_path: Path, written: s
     assert [(s.name, s.start, s.dur) for s in trace.spans if s.name != written] == [
         (s.name, s.start, s.dur) for s in before.spans if s.name != "matmul_add"
     ]
-    assert [f.message for f in diagnose(trace)] == [
-        f.message.replace("matmul_add", written) for f in diagnose(before)
+
+    # Messages show a line break or tab as \n or \t where they cut a name to fit.
+    def shown(message: str) -> str:
+        return cut(message, len(message) + 10)
+
+    assert [shown(f.message) for f in diagnose(trace)] == [
+        shown(f.message.replace("matmul_add", written)) for f in diagnose(before)
     ]
 
 
@@ -904,3 +921,20 @@ def test_a_file_on_one_line_is_repaired_without_reading_names_kineto_style(make_
     assert text.count("\n") == 0 and '"cat": "cpu_op", "name": "op0", "pid"' in text
     trace = load_trace(make_trace(text.encode(), name="one_line.json"))
     assert [span.name for span in trace.spans] == [f"op{i}" for i in range(2000)]
+
+
+def test_a_name_a_newer_kineto_escaped_is_kept_in_a_file_repaired_for_another_reason(
+    tmp_path: Path,
+) -> None:
+    # kineto#1459 escapes the quotes in names: such a name has no raw quote, and stays as
+    # escaped when a bare NaN elsewhere sends the file through the repair.
+    text = gzip.decompress(gpu_fixture("64_bf16_warm_eager").read_bytes())
+    label = b'"name": "matmul_add", "pid": '
+    broken = text.replace(label, label.replace(b"matmul_add", b'f(\\"x\\", \\\\)'))
+    broken = broken.replace(b'"args": {', b'"args": {"odd": NaN, ', 1)
+    path = tmp_path / "escaped.json"
+    path.write_bytes(broken)
+    raw = load_raw_trace(path)
+    assert raw.repaired
+    names = [e.name for e in raw.events if isinstance(e, Event)]
+    assert names.count('f("x", \\)') == text.count(label)

@@ -38,6 +38,12 @@ def test_cut_marks_what_it_leaves_out() -> None:
         cut("x", 0)
 
 
+def test_cut_keeps_a_name_with_line_breaks_on_one_line() -> None:
+    # A with_stack frame named after a source line can hold a raw line break or tab.
+    assert cut('print("a")\n(3): <module>', 80) == 'print("a")\\n(3): <module>'
+    assert cut("a\tb\r\nc", 5) == "a\\tb…"
+
+
 def test_names_that_differ_past_the_cut_are_told_apart() -> None:
     stem = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_"
     names = [
