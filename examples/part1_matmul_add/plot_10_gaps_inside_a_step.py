@@ -354,7 +354,8 @@ if train.has_gpu:
 # steps' longest idle stretch (the ratio is printed below), and such stretches must show in
 # at most a third of the steps (in more, they are the code's, not a one-off).
 # Zoomed to that stretch, with the request on the overhead row; when no step stood out,
-# zoomed to the request itself, to see what the GPU did meanwhile:
+# zoomed to the request itself, to see what the GPU did meanwhile (every row of CUPTI's in
+# view is highlighted with its name):
 
 print(f"GAP_REQUEST_RATIO = {GAP_REQUEST_RATIO:g}")
 in_steps = [r for r in requests if train.trace.step_of(r) is not None]
@@ -372,10 +373,16 @@ if one_off is not None:
 elif in_steps:
     request = max(in_steps, key=lambda r: r.dur)
     margin = 0.3 * request.dur
+    window = (request.start - margin, request.end + margin)
+    # The request, and any other row of CUPTI's in view (a Buffer Flush), each named.
     plot_timeline(
         train.trace,
-        window=(request.start - margin, request.end + margin),
-        highlights=[Highlight(request.start, request.end, "Activity Buffer Request")],
+        window=window,
+        highlights=[
+            Highlight(o.start, o.end, o.name)
+            for o in train.trace.overhead
+            if o.start < window[1] and o.end > window[0]
+        ],
         max_depth=3,
         title=f"{train.name}: ProfilerStep#{train.trace.step_of(request).number}",
     )
