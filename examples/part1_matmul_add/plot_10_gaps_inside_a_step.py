@@ -373,16 +373,16 @@ if one_off is not None:
 elif in_steps:
     request = max(in_steps, key=lambda r: r.dur)
     margin = 0.3 * request.dur
-    window = (request.start - margin, request.end + margin)
-    # The request, and any other row of CUPTI's in view (a Buffer Flush), each named.
+    # The request, and any other row of CUPTI's beside it (a Buffer Flush), whole and named.
+    rows = [
+        o
+        for o in train.trace.overhead
+        if o.start < request.end + margin and o.end > request.start - margin
+    ]
     plot_timeline(
         train.trace,
-        window=window,
-        highlights=[
-            Highlight(o.start, o.end, o.name)
-            for o in train.trace.overhead
-            if o.start < window[1] and o.end > window[0]
-        ],
+        window=(min(o.start for o in rows) - margin, max(o.end for o in rows) + margin),
+        highlights=[Highlight(o.start, o.end, o.name) for o in rows],
         max_depth=3,
         title=f"{train.name}: ProfilerStep#{train.trace.step_of(request).number}",
     )
