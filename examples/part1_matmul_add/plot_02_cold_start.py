@@ -297,7 +297,10 @@ plot_timeline(
 #
 # Two rows of the cheatsheet's CPU lane table are about this page: ``cold-start`` (a first
 # step several times wider than the median of the others) and ``dead-window`` (a long gap,
-# in one step only, between a label and its first operator). Their thresholds:
+# in one step only, between a label and its first operator). Their thresholds, where a
+# launch latency is the trace's own: the median delay from a launch call's start to its
+# kernel's start, over the launches that found the GPU idle (:doc:`plot_10_gaps_inside_a_step`
+# prints one):
 
 print(
     f"cold-start: at least {cpu_lane.COLD_START_MIN_RATIO}x the others' median "
