@@ -706,11 +706,16 @@ def _is_utf8(data: Buffer) -> bool:
     return True
 
 
+def _escape_breaks(text: bytes) -> bytes:
+    """Raw tabs, line feeds and carriage returns as JSON escapes."""
+    return text.replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
+
+
 def _repair_token(match: re.Match[bytes]) -> bytes | None:
     if match.lastindex == 1:
         return None
     if match.lastindex == 2:
-        return match[0].replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
+        return _escape_breaks(match[0])
     return b'"' + match[0] + b'"'
 
 
@@ -722,7 +727,7 @@ def _escape_raw_name(match: re.Match[bytes], literal_backslashes: bool) -> bytes
         name = name.replace(b"\\", b"\\\\")
     # A newline written on Windows is CR LF on disk (a text-mode stream): the name held LF.
     name = _RAW_QUOTE.sub(rb'\1\\"', name).replace(b"\r\n", b"\n")
-    name = name.replace(b"\r", b"\\r").replace(b"\n", b"\\n").replace(b"\t", b"\\t")
+    name = _escape_breaks(name)
     return match[1] + name + match[3]
 
 
